@@ -1,0 +1,96 @@
+// HttpClient: a pooled keep-alive HTTP/1.1 client (HTTP and HTTPS) for upstream calls.
+//
+// Connections are kept per host and reused; a request on a reused connection that the peer had
+// already closed is retried once on a fresh connection when nothing of the response arrived.
+// Every step has a deadline: connect (DNS, TCP and TLS handshake together), write, and read (for
+// request(): the whole response; for a stream: each silence between pieces). HTTPS verifies the
+// peer's certificate and host name against the system trust store (plus an optional CA file).
+//
+// Thread-safety: a client belongs to one io_context (one worker) and must only be used from
+// coroutines running on it; give each worker its own (WorkerLocal<HttpClient>). A ClientStream
+// must not outlive the client that made it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "http/message.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace purser::http {
+
+struct ClientOptions {
+  std::chrono::nanoseconds connect_timeout = std::chrono::seconds(10);
+  std::chrono::nanoseconds write_timeout = std::chrono::seconds(30);
+  std::chrono::nanoseconds read_timeout = std::chrono::seconds(120);
+  size_t max_idle_per_host = 64;
+  std::chrono::nanoseconds idle_ttl = std::chrono::seconds(60);
+  size_t max_response_bytes = 64 * 1024 * 1024;  // request(): larger bodies are an error
+  size_t max_response_header_bytes = 64 * 1024;
+  bool verify_tls = true;
+  std::string ca_file;  // extra PEM trust anchors, e.g. a private CA
+  std::string user_agent = "purser";
+};
+
+struct ClientRequest {
+  Method method = Method::kGet;
+  std::string url;  // absolute: http://host:port/path
+  Headers headers;
+  std::string body;
+  // Overall deadline for request(); for stream(), until the response header has arrived.
+  std::optional<std::chrono::nanoseconds> timeout;
+};
+
+struct ClientResponse {
+  int status = 0;
+  Headers headers;
+  std::string body;
+};
+
+// A response whose body is read piece by piece as it arrives (server-sent events).
+class ClientStream {
+ public:
+  virtual ~ClientStream() = default;
+  virtual int status() const = 0;
+  virtual const Headers& headers() const = 0;
+  // The next piece of the body; std::nullopt once the body is complete.
+  virtual asio::awaitable<Result<std::optional<std::string>>> next() = 0;
+};
+
+class HttpClient {
+ public:
+  HttpClient(asio::io_context& context, ClientOptions options);
+  ~HttpClient();
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
+
+  // Sends the request and reads the whole response. Errors: kInvalidArgument (bad URL),
+  // kUnavailable (cannot connect, TLS failure, connection lost), kDeadlineExceeded,
+  // kResourceExhausted (response over the size limit).
+  asio::awaitable<Result<ClientResponse>> request(ClientRequest request);
+  // Sends the request and returns once the response header has arrived.
+  asio::awaitable<Result<std::unique_ptr<ClientStream>>> stream(ClientRequest request);
+
+  struct Stats {
+    uint64_t requests = 0;
+    uint64_t connections_opened = 0;
+    uint64_t connections_reused = 0;
+    uint64_t retries = 0;
+    size_t idle = 0;
+  };
+  Stats stats() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace purser::http

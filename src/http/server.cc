@@ -1,0 +1,600 @@
+#include "http/server.h"
+
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <atomic>
+#include <unordered_set>
+
+#include "common/logging.h"
+
+namespace purser::http {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+
+Response problemResponse(int status, std::string_view detail, const Request* /*request*/) {
+  Response r = Response::text(
+      status,
+      fmt::format(R"({{"type":"about:blank","title":"{}","status":{},"detail":"{}"}})",
+                  statusReason(status), status, jsonEscape(detail)),
+      "application/problem+json");
+  return r;
+}
+
+namespace {
+
+// What the server keeps per route: request counts by status class and latency.
+struct RouteMetrics {
+  std::array<Counter*, 5> by_class{};  // 1xx..5xx
+  Histogram* latency = nullptr;
+};
+
+const char* const kClassNames[5] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
+
+// One live connection, as seen by shutdown. Touched only on its worker's thread.
+struct Conn {
+  bool idle = true;                  // waiting for the first byte of a request
+  bool close_after_response = false;  // set when draining begins mid-request
+  std::function<void()> close;       // closes the socket; pending operations end
+};
+
+bool isDisconnect(const error_code& ec) {
+  return ec == net::error::eof || ec == beast::http::error::end_of_stream ||
+         ec == net::error::connection_reset || ec == net::error::operation_aborted ||
+         ec == net::error::broken_pipe || ec == net::error::bad_descriptor ||
+         ec == net::ssl::error::stream_truncated || ec == net::error::not_connected;
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  Impl(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics)
+      : options_(std::move(options)),
+        router_(router),
+        workers_(workers),
+        acceptor_(workers.context(0)),
+        drain_timer_(workers.context(0)),
+        live_(workers.size()),
+        connections_active_(metrics.gauge("purser_http_connections_active",
+                                          "Client connections open now.")),
+        connections_total_(metrics.counter("purser_http_connections_total",
+                                           "Client connections accepted.")),
+        rejected_(metrics.counterFamily(
+            "purser_http_rejected_total",
+            "Requests or connections refused by a server limit, by reason.", {"reason"})) {
+    auto& requests = metrics.counterFamily("purser_http_requests_total",
+                                           "HTTP requests served, by route and status class.",
+                                           {"route", "method", "code"});
+    auto& latency = metrics.histogramFamily(
+        "purser_http_request_duration_seconds",
+        "Time from a request's last byte to its response's last byte.", {"route", "method"},
+        latencyBuckets());
+    const auto make = [&](const std::string& route, std::string_view method) {
+      auto m = std::make_shared<RouteMetrics>();
+      for (int c = 0; c < 5; ++c) {
+        m->by_class[static_cast<size_t>(c)] =
+            &requests.labels({route, std::string(method), kClassNames[c]});
+      }
+      m->latency = &latency.labels({route, std::string(method)});
+      return m;
+    };
+    for (Route* r : router_.routes()) r->server_data = make(r->pattern, methodName(r->method));
+    unmatched_ = make("unmatched", "any");
+  }
+
+  Result<void> listen() {
+    if (options_.tls) {
+      tls_.emplace(ssl::context::tls_server);
+      tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
+                        ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+      error_code ec;
+      tls_->use_certificate_chain_file(options_.tls->cert_file, ec);
+      if (ec) {
+        return fail(invalidArgument(fmt::format("cannot load TLS certificate \"{}\": {}",
+                                                options_.tls->cert_file, ec.message())));
+      }
+      tls_->use_private_key_file(options_.tls->key_file, ssl::context::pem, ec);
+      if (ec) {
+        return fail(invalidArgument(fmt::format("cannot load TLS private key \"{}\": {}",
+                                                options_.tls->key_file, ec.message())));
+      }
+    }
+    error_code ec;
+    const auto address = net::ip::make_address(options_.host, ec);
+    if (ec) {
+      return fail(invalidArgument(
+          fmt::format("listen address \"{}\" is not an IP address", options_.host)));
+    }
+    const tcp::endpoint endpoint(address, options_.port);
+    const auto where = fmt::format("{}:{}", options_.host, options_.port);
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return fail(unavailable(fmt::format("cannot listen on {}: {}", where, ec.message())));
+    }
+    port_ = acceptor_.local_endpoint().port();
+    return {};
+  }
+
+  uint16_t port() const { return port_; }
+  std::string url() const {
+    const bool v6 = options_.host.find(':') != std::string::npos;
+    return fmt::format("{}://{}{}{}:{}", tls_ ? "https" : "http", v6 ? "[" : "", options_.host,
+                       v6 ? "]" : "", port_);
+  }
+
+  void start() {
+    net::co_spawn(workers_.context(0), acceptLoop(), [](std::exception_ptr e) {
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          spdlog::error("http: accept loop ended: {}", ex.what());
+        }
+      }
+    });
+  }
+
+  void shutdown(std::function<void()> on_drained) {
+    net::post(workers_.context(0), [this, on_drained = std::move(on_drained)]() mutable {
+      if (draining_.exchange(true)) return;
+      on_drained_ = std::move(on_drained);
+      error_code ec;
+      acceptor_.close(ec);
+      spdlog::info("http: draining {} connection(s), at most {}", connections(),
+                   formatDurationShort(options_.drain_timeout));
+      forEachConn([](Conn& c) {
+        if (c.idle) {
+          c.close();
+        } else {
+          c.close_after_response = true;
+        }
+      });
+      drain_timer_.expires_after(options_.drain_timeout);
+      drain_timer_.async_wait([this](const error_code& wait_ec) {
+        if (wait_ec) return;
+        if (connections() > 0) {
+          spdlog::warn("http: drain timeout; closing {} connection(s)", connections());
+        }
+        forEachConn([](Conn& c) { c.close(); });
+      });
+      maybeDrained();
+    });
+  }
+
+  bool draining() const { return draining_.load(); }
+  size_t connections() const { return connections_.load(); }
+
+ private:
+  static std::string formatDurationShort(std::chrono::nanoseconds d) {
+    return fmt::format("{}ms", std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  }
+
+  // Runs `f` on every live connection, each on its own worker's thread.
+  void forEachConn(std::function<void(Conn&)> f) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      net::post(workers_.context(i), [this, i, f] {
+        // Copy: closing a connection may remove it from the set while we iterate.
+        std::vector<Conn*> conns(live_[i].begin(), live_[i].end());
+        for (Conn* c : conns) {
+          if (live_[i].contains(c)) f(*c);
+        }
+      });
+    }
+  }
+
+  void maybeDrained() {
+    if (!draining_.load() || connections_.load() != 0) return;
+    if (drained_.exchange(true)) return;
+    net::post(workers_.context(0), [this] {
+      drain_timer_.cancel();
+      if (on_drained_) on_drained_();
+    });
+  }
+
+  net::awaitable<void> acceptLoop() {
+    for (;;) {
+      net::io_context& ctx = workers_.next();
+      error_code ec;
+      tcp::socket socket =
+          co_await acceptor_.async_accept(ctx, net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        if (ec == net::error::operation_aborted || !acceptor_.is_open()) co_return;
+        // Out of file descriptors and the like: back off briefly instead of spinning.
+        spdlog::warn("http: accept failed: {}", ec.message());
+        net::steady_timer pause(co_await net::this_coro::executor, std::chrono::milliseconds(50));
+        co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
+        continue;
+      }
+      if (draining_.load()) {
+        socket.close(ec);
+        continue;
+      }
+      if (connections_.load() >= options_.max_connections) {
+        rejected_.labels({"max_connections"}).inc();
+        socket.close(ec);
+        continue;
+      }
+      connections_.fetch_add(1);
+      connections_total_.inc();
+      connections_active_.add(1);
+      net::co_spawn(ctx, runConnection(std::move(socket)), [this](std::exception_ptr e) {
+        if (e) {
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception& ex) {
+            spdlog::error("http: connection ended with an exception: {}", ex.what());
+          }
+        }
+        connections_active_.sub(1);
+        connections_.fetch_sub(1);
+        maybeDrained();
+      });
+    }
+  }
+
+  net::awaitable<void> runConnection(tcp::socket socket) {
+    error_code ec;
+    socket.set_option(tcp::no_delay(true), ec);
+    const auto remote = socket.remote_endpoint(ec);
+    std::string remote_address =
+        ec ? std::string("unknown") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    if (tls_) {
+      ssl::stream<beast::tcp_stream> stream(beast::tcp_stream(std::move(socket)), *tls_);
+      beast::get_lowest_layer(stream).expires_after(options_.header_timeout);
+      co_await stream.async_handshake(ssl::stream_base::server,
+                                      net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        spdlog::debug("http: TLS handshake with {} failed: {}", remote_address, ec.message());
+        co_return;
+      }
+      co_await serve(stream, remote_address);
+    } else {
+      beast::tcp_stream stream(std::move(socket));
+      co_await serve(stream, remote_address);
+    }
+  }
+
+  // Registers a connection for shutdown for as long as it lives.
+  template <typename Stream>
+  struct Registration {
+    Registration(Impl& impl, Stream& stream) : impl(impl) {
+      index = static_cast<size_t>(std::max(0, Workers::currentIndex()));
+      conn.close = [&stream] { beast::get_lowest_layer(stream).close(); };
+      impl.live_[index].insert(&conn);
+    }
+    ~Registration() { impl.live_[index].erase(&conn); }
+    Impl& impl;
+    size_t index;
+    Conn conn;
+  };
+
+  template <typename Stream>
+  class StreamWriter final : public BodyWriter {
+   public:
+    StreamWriter(Stream& stream, bool chunked, std::chrono::nanoseconds timeout)
+        : stream_(stream), chunked_(chunked), timeout_(timeout) {}
+
+    net::awaitable<Result<void>> write(std::string_view data) override {
+      if (failed_) co_return fail(unavailable("the client connection is closed"));
+      if (data.empty()) co_return Result<void>{};  // an empty chunk would end the body
+      error_code ec;
+      beast::get_lowest_layer(stream_).expires_after(timeout_);
+      if (chunked_) {
+        co_await net::async_write(stream_, bhttp::make_chunk(net::buffer(data.data(), data.size())),
+                                  net::redirect_error(net::use_awaitable, ec));
+      } else {
+        co_await net::async_write(stream_, net::buffer(data.data(), data.size()),
+                                  net::redirect_error(net::use_awaitable, ec));
+      }
+      if (ec) {
+        failed_ = true;
+        co_return fail(unavailable(fmt::format("writing to the client failed: {}", ec.message())));
+      }
+      co_return Result<void>{};
+    }
+    bool failed() const { return failed_; }
+
+   private:
+    Stream& stream_;
+    bool chunked_;
+    std::chrono::nanoseconds timeout_;
+    bool failed_ = false;
+  };
+
+  template <typename Stream>
+  net::awaitable<void> serve(Stream& stream, const std::string& remote_address) {
+    Registration<Stream> reg(*this, stream);
+    Conn& conn = reg.conn;
+    auto& lowest = beast::get_lowest_layer(stream);
+    // Holds at most one request's header (plus what arrived with it) ahead of the handler.
+    beast::flat_buffer buffer(options_.max_header_bytes + 64 * 1024);
+    size_t served = 0;
+    error_code ec;
+
+    for (;;) {
+      conn.idle = true;
+      if (draining_.load()) break;
+      if (buffer.size() == 0) {
+        lowest.expires_after(options_.idle_timeout);
+        const size_t n = co_await stream.async_read_some(
+            buffer.prepare(16 * 1024), net::redirect_error(net::use_awaitable, ec));
+        if (ec) break;  // closed, idle timeout, or shutdown
+        buffer.commit(n);
+      }
+      conn.idle = false;
+
+      bhttp::request_parser<bhttp::string_body> parser;
+      parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
+      parser.body_limit(options_.max_body_bytes);
+      lowest.expires_after(options_.header_timeout);
+      co_await bhttp::async_read_header(stream, buffer, parser,
+                                        net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
+          rejected_.labels({"header_too_large"}).inc();
+          co_await sendError(stream, 431,
+                             fmt::format("request header exceeds the limit of {} bytes",
+                                         options_.max_header_bytes));
+          co_await lingeringClose(stream);
+        } else if (ec == bhttp::error::body_limit) {
+          co_await rejectBody(stream);
+        } else if (ec == beast::error::timeout) {
+          rejected_.labels({"timeout"}).inc();
+          spdlog::debug("http: {} sent no complete header in time; closing", remote_address);
+        } else if (!isDisconnect(ec)) {
+          rejected_.labels({"malformed"}).inc();
+          co_await sendError(stream, 400, fmt::format("malformed HTTP request: {}", ec.message()));
+          co_await lingeringClose(stream);
+        }
+        break;
+      }
+      const auto& header = parser.get();
+      if (parser.content_length() && *parser.content_length() > options_.max_body_bytes) {
+        co_await rejectBody(stream);
+        break;
+      }
+      if (!parser.is_done()) {
+        if (beast::iequals(header[bhttp::field::expect], "100-continue")) {
+          static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+          lowest.expires_after(options_.write_timeout);
+          co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
+                                    net::redirect_error(net::use_awaitable, ec));
+          if (ec) break;
+        }
+        lowest.expires_after(options_.body_timeout);
+        co_await bhttp::async_read(stream, buffer, parser,
+                                   net::redirect_error(net::use_awaitable, ec));
+        if (ec) {
+          if (ec == bhttp::error::body_limit) {
+            co_await rejectBody(stream);
+          } else if (ec == beast::error::timeout) {
+            rejected_.labels({"timeout"}).inc();
+          } else if (!isDisconnect(ec)) {
+            rejected_.labels({"malformed"}).inc();
+            co_await sendError(stream, 400,
+                               fmt::format("malformed HTTP request body: {}", ec.message()));
+            co_await lingeringClose(stream);
+          }
+          break;
+        }
+      }
+      lowest.expires_never();
+
+      Request request;
+      auto msg = parser.release();
+      const std::string_view method_name(msg.method_string().data(), msg.method_string().size());
+      request.method = parseMethod(method_name);
+      request.method_name = std::string(method_name);
+      request.target = std::string(msg.target().data(), msg.target().size());
+      request.version = static_cast<int>(msg.version());
+      for (const auto& field : msg) {
+        request.headers.add(std::string(field.name_string().data(), field.name_string().size()),
+                            std::string(field.value().data(), field.value().size()));
+      }
+      request.body = std::move(msg.body());
+      request.remote_address = remote_address;
+      const bool client_keep_alive = msg.keep_alive();
+      ++served;
+
+      const auto started = std::chrono::steady_clock::now();
+      auto [response, metrics] = co_await dispatch(request);
+      const bool close =
+          !client_keep_alive || response.close || draining_.load() || conn.close_after_response ||
+          (options_.max_requests_per_connection > 0 &&
+           served >= options_.max_requests_per_connection);
+      const bool ok = co_await writeResponse(stream, request, response, close);
+      const int cls = std::clamp(response.status / 100, 1, 5) - 1;
+      metrics->by_class[static_cast<size_t>(cls)]->inc();
+      metrics->latency->observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+      if (!ok || close) break;
+    }
+    // Tell the client we are done sending, so it sees a clean end rather than a reset.
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
+    }
+  }
+
+  net::awaitable<std::pair<Response, RouteMetrics*>> dispatch(Request& request) {
+    Router::Match match = router_.match(request);
+    if (match.route == nullptr) {
+      if (!match.allow.empty()) {
+        Response r = options_.render_error(
+            405, fmt::format("method {} is not allowed here; allowed: {}", request.method_name,
+                             match.allow),
+            &request);
+        r.headers.set("Allow", match.allow);
+        co_return std::pair{std::move(r), unmatched_.get()};
+      }
+      co_return std::pair{
+          options_.render_error(404, fmt::format("no route for {}", request.path()), &request),
+          unmatched_.get()};
+    }
+    auto* metrics = static_cast<RouteMetrics*>(match.route->server_data.get());
+    if (metrics == nullptr) metrics = unmatched_.get();
+    try {
+      if (auto* sync = std::get_if<SyncHandler>(&match.route->handler)) {
+        co_return std::pair{(*sync)(request), metrics};
+      }
+      co_return std::pair{co_await std::get<AsyncHandler>(match.route->handler)(request), metrics};
+    } catch (const std::exception& e) {
+      spdlog::error("http: handler for {} {} threw: {}", request.method_name, request.path(),
+                    e.what());
+    }
+    co_return std::pair{options_.render_error(500, "internal error", &request), metrics};
+  }
+
+  template <typename Stream>
+  net::awaitable<bool> writeResponse(Stream& stream, const Request& request, Response& response,
+                                     bool close) {
+    auto& lowest = beast::get_lowest_layer(stream);
+    const unsigned version = request.version == 10 ? 10 : 11;
+    error_code ec;
+    const auto fill = [&](auto& msg) {
+      msg.result(static_cast<unsigned>(response.status));
+      msg.set(bhttp::field::server, "purser");
+      for (const auto& [name, value] : response.headers) msg.insert(name, value);
+      msg.keep_alive(!close);
+    };
+    if (response.stream && request.method != Method::kHead) {
+      const bool chunked = version == 11;
+      bhttp::response<bhttp::empty_body> msg;
+      msg.version(version);
+      fill(msg);
+      if (chunked) {
+        msg.chunked(true);
+      } else {
+        msg.keep_alive(false);  // HTTP/1.0: the body ends when the connection does
+      }
+      bhttp::response_serializer<bhttp::empty_body> sr(msg);
+      lowest.expires_after(options_.write_timeout);
+      co_await bhttp::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return false;
+      StreamWriter<Stream> writer(stream, chunked, options_.write_timeout);
+      try {
+        co_await response.stream(writer);
+      } catch (const std::exception& e) {
+        spdlog::error("http: stream for {} threw: {}", request.path(), e.what());
+        co_return false;  // the body is incomplete: closing tells the client so
+      }
+      if (writer.failed()) co_return false;
+      if (chunked) {
+        lowest.expires_after(options_.write_timeout);
+        co_await net::async_write(stream, bhttp::make_chunk_last(),
+                                  net::redirect_error(net::use_awaitable, ec));
+        if (ec) co_return false;
+      }
+      co_return chunked;
+    }
+    if (request.method == Method::kHead) {
+      bhttp::response<bhttp::empty_body> msg;
+      msg.version(version);
+      fill(msg);
+      msg.content_length(response.body.size());
+      lowest.expires_after(options_.write_timeout);
+      co_await bhttp::async_write(stream, msg, net::redirect_error(net::use_awaitable, ec));
+      co_return !ec;
+    }
+    bhttp::response<bhttp::string_body> msg;
+    msg.version(version);
+    fill(msg);
+    msg.body() = std::move(response.body);
+    msg.prepare_payload();
+    lowest.expires_after(options_.write_timeout);
+    co_await bhttp::async_write(stream, msg, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  template <typename Stream>
+  net::awaitable<void> sendError(Stream& stream, int status, std::string detail) {
+    Response r = options_.render_error(status, detail, nullptr);
+    Request dummy;
+    co_await writeResponse(stream, dummy, r, /*close=*/true);
+  }
+
+  template <typename Stream>
+  net::awaitable<void> rejectBody(Stream& stream) {
+    rejected_.labels({"body_too_large"}).inc();
+    co_await sendError(stream, 413,
+                       fmt::format("request body exceeds the limit of {} bytes",
+                                   options_.max_body_bytes));
+    co_await lingeringClose(stream);
+  }
+
+  // After an error response sent before the request was read in full: stop sending, then read
+  // and discard for a short, bounded while so the client reads our response instead of a reset.
+  template <typename Stream>
+  net::awaitable<void> lingeringClose(Stream& stream) {
+    auto& lowest = beast::get_lowest_layer(stream);
+    error_code ec;
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
+    }
+    static constexpr size_t kMaxDiscard = 256 * 1024;
+    static constexpr auto kMaxLinger = std::chrono::seconds(2);
+    std::array<char, 16 * 1024> sink;
+    size_t discarded = 0;
+    lowest.expires_after(kMaxLinger);
+    while (discarded < kMaxDiscard) {
+      const size_t n = co_await lowest.async_read_some(net::buffer(sink),
+                                                        net::redirect_error(net::use_awaitable, ec));
+      if (ec) break;
+      discarded += n;
+    }
+    lowest.close();
+  }
+
+  ServerOptions options_;
+  Router& router_;
+  Workers& workers_;
+  tcp::acceptor acceptor_;
+  net::steady_timer drain_timer_;
+  std::optional<ssl::context> tls_;
+  uint16_t port_ = 0;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> drained_{false};
+  std::atomic<size_t> connections_{0};
+  std::function<void()> on_drained_;  // set once, on context 0
+  std::vector<std::unordered_set<Conn*>> live_;  // [worker] -> connections; worker thread only
+  Gauge& connections_active_;
+  Counter& connections_total_;
+  Family<Counter>& rejected_;
+  std::shared_ptr<RouteMetrics> unmatched_;
+};
+
+Server::Server(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics)
+    : impl_(std::make_unique<Impl>(std::move(options), router, workers, metrics)) {}
+Server::~Server() = default;
+Result<void> Server::listen() { return impl_->listen(); }
+uint16_t Server::port() const { return impl_->port(); }
+std::string Server::url() const { return impl_->url(); }
+void Server::start() { impl_->start(); }
+void Server::shutdown(std::function<void()> on_drained) { impl_->shutdown(std::move(on_drained)); }
+bool Server::draining() const { return impl_->draining(); }
+size_t Server::connections() const { return impl_->connections(); }
+
+}  // namespace purser::http
