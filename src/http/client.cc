@@ -235,9 +235,21 @@ class HttpClient::Impl {
     parser.body_limit(options_.max_response_bytes);
     if (req.method == Method::kHead) parser.skip(true);
     conn.lowest().expires_after(req.timeout.value_or(options_.read_timeout));
+    // Header first: Boost 1.74's parser drops a body-limit error raised by the Content-Length
+    // of a header when the body arrived in the same read, so the limit is checked here.
     co_await onStream(conn, [&](auto& s) {
-      return bhttp::async_read(s, conn.buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      return bhttp::async_read_header(s, conn.buffer, parser,
+                                      net::redirect_error(net::use_awaitable, ec));
     });
+    if (!ec && parser.content_length() && *parser.content_length() > options_.max_response_bytes) {
+      ec = bhttp::error::body_limit;
+    }
+    if (!ec && !parser.is_done()) {
+      co_await onStream(conn, [&](auto& s) {
+        return bhttp::async_read(s, conn.buffer, parser,
+                                 net::redirect_error(net::use_awaitable, ec));
+      });
+    }
     response_started = parser.got_some() || conn.buffer.size() > 0;
     if (ec) {
       if (isStaleConnectionError(ec) && !response_started) {

@@ -74,7 +74,7 @@ class Server::Impl {
         workers_(workers),
         acceptor_(workers.context(0)),
         drain_timer_(workers.context(0)),
-        live_(workers.size()),
+        registry_(std::make_shared<Registry>(workers.size())),
         connections_active_(metrics.gauge("purser_http_connections_active",
                                           "Client connections open now.")),
         connections_total_(metrics.counter("purser_http_connections_total",
@@ -180,6 +180,8 @@ class Server::Impl {
           spdlog::warn("http: drain timeout; closing {} connection(s)", connections());
         }
         forEachConn([](Conn& c) { c.close(); });
+        // A handler that ignores its closed connection must not hold shutdown up for ever.
+        finishDrain();
       });
       maybeDrained();
     });
@@ -198,9 +200,10 @@ class Server::Impl {
     for (size_t i = 0; i < workers_.size(); ++i) {
       net::post(workers_.context(i), [this, i, f] {
         // Copy: closing a connection may remove it from the set while we iterate.
-        std::vector<Conn*> conns(live_[i].begin(), live_[i].end());
+        auto& live = registry_->live[i];
+        std::vector<Conn*> conns(live.begin(), live.end());
         for (Conn* c : conns) {
-          if (live_[i].contains(c)) f(*c);
+          if (live.contains(c)) f(*c);
         }
       });
     }
@@ -208,6 +211,10 @@ class Server::Impl {
 
   void maybeDrained() {
     if (!draining_.load() || connections_.load() != 0) return;
+    finishDrain();
+  }
+
+  void finishDrain() {
     if (drained_.exchange(true)) return;
     net::post(workers_.context(0), [this] {
       drain_timer_.cancel();
@@ -278,16 +285,24 @@ class Server::Impl {
     }
   }
 
+  // The live connections of each worker. Shared with every connection, because a connection's
+  // coroutine can be destroyed after the server (when workers stop with a handler still
+  // suspended, its frame is destroyed with the io_context).
+  struct Registry {
+    explicit Registry(size_t workers) : live(workers) {}
+    std::vector<std::unordered_set<Conn*>> live;  // [worker]; touched only on that worker
+  };
+
   // Registers a connection for shutdown for as long as it lives.
   template <typename Stream>
   struct Registration {
-    Registration(Impl& impl, Stream& stream) : impl(impl) {
+    Registration(std::shared_ptr<Registry> r, Stream& stream) : registry(std::move(r)) {
       index = static_cast<size_t>(std::max(0, Workers::currentIndex()));
       conn.close = [&stream] { beast::get_lowest_layer(stream).close(); };
-      impl.live_[index].insert(&conn);
+      registry->live[index].insert(&conn);
     }
-    ~Registration() { impl.live_[index].erase(&conn); }
-    Impl& impl;
+    ~Registration() { registry->live[index].erase(&conn); }
+    std::shared_ptr<Registry> registry;
     size_t index;
     Conn conn;
   };
@@ -327,7 +342,7 @@ class Server::Impl {
 
   template <typename Stream>
   net::awaitable<void> serve(Stream& stream, const std::string& remote_address) {
-    Registration<Stream> reg(*this, stream);
+    Registration<Stream> reg(registry_, stream);
     Conn& conn = reg.conn;
     auto& lowest = beast::get_lowest_layer(stream);
     // Holds at most one request's header (plus what arrived with it) ahead of the handler.
@@ -373,6 +388,8 @@ class Server::Impl {
         break;
       }
       const auto& header = parser.get();
+      // Decided from Content-Length alone, before any of the body is read. (Boost 1.74's parser
+      // can also drop its own body-limit error when body bytes arrive with the header.)
       if (parser.content_length() && *parser.content_length() > options_.max_body_bytes) {
         co_await rejectBody(stream);
         break;
@@ -579,7 +596,7 @@ class Server::Impl {
   std::atomic<bool> drained_{false};
   std::atomic<size_t> connections_{0};
   std::function<void()> on_drained_;  // set once, on context 0
-  std::vector<std::unordered_set<Conn*>> live_;  // [worker] -> connections; worker thread only
+  std::shared_ptr<Registry> registry_;
   Gauge& connections_active_;
   Counter& connections_total_;
   Family<Counter>& rejected_;

@@ -1,0 +1,45 @@
+// A blocking TCP client for tests that need byte-level control of what a server receives:
+// half-sent requests, stalls, pipelining, oversized headers. Every read has a generous safety
+// timeout so a broken server fails the test instead of hanging it; tests never assert on time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace purser::testing {
+
+struct RawResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  std::string header(const std::string& name) const;
+};
+
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port, const char* host = "127.0.0.1");
+  ~RawClient();
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  bool connected() const { return fd_ >= 0; }
+  // False when the peer closed or reset the connection.
+  bool send(const std::string& data);
+  // Reads one response (Content-Length or chunked body); nullopt on close, reset or timeout.
+  // `head`: the response to a HEAD request, which has no body whatever its Content-Length.
+  std::optional<RawResponse> readResponse(bool head = false);
+  // Reads until the received bytes contain `needle` (not consumed); false on close or timeout.
+  bool readUntil(const std::string& needle);
+  // Reads until the peer closes; true if it closed (or reset) before the safety timeout.
+  bool waitForClose();
+  void close();
+
+ private:
+  bool fill();  // reads more bytes into buffer_; false on close/error/timeout
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+}  // namespace purser::testing
