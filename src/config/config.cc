@@ -1,0 +1,147 @@
+#include "config/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "config/yaml_reader.h"
+
+namespace purser::config {
+
+Result<std::pair<std::string, uint16_t>> parseListenAddress(std::string_view text) {
+  const auto bad = [&](std::string_view why) {
+    return fail(invalidArgument(fmt::format(
+        "invalid listen address \"{}\": {}; expected host:port such as 127.0.0.1:8080", text, why)));
+  };
+  std::string host;
+  std::string_view port_text;
+  if (text.starts_with('[')) {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return bad("an IPv6 address must be written [addr]:port");
+    }
+    host = std::string(text.substr(1, close - 1));
+    port_text = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return bad("the port is missing");
+    host = std::string(text.substr(0, colon));
+    port_text = text.substr(colon + 1);
+  }
+  if (host.empty()) return bad("the host is missing");
+  if (host == "localhost") host = "127.0.0.1";
+  // The server binds IP addresses only: names would make the bound interface depend on DNS.
+  const bool ipv4 = host.find_first_not_of("0123456789.") == std::string::npos &&
+                    std::count(host.begin(), host.end(), '.') == 3;
+  const bool ipv6 = host.find(':') != std::string::npos;
+  if (!ipv4 && !ipv6) return bad("the host must be an IP address or localhost");
+  unsigned port = 0;
+  const auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || p != port_text.data() + port_text.size() ||
+      port > 65535) {
+    return bad("the port must be a number from 0 to 65535");
+  }
+  return std::pair{host, static_cast<uint16_t>(port)};
+}
+
+namespace {
+
+void readHttp(YamlReader::Map m, HttpConfig& http) {
+  using std::chrono::milliseconds;
+  m.optionalBytes("max_body_bytes", http.max_body_bytes, 1, 1ULL << 30);
+  m.optionalBytes("max_header_bytes", http.max_header_bytes, 1024, 1ULL << 20);
+  m.optional("max_connections", http.max_connections, 1, 1'000'000);
+  m.optional("max_requests_per_connection", http.max_requests_per_connection, 0, INT64_MAX);
+  m.optional("idle_timeout", http.idle_timeout, milliseconds(1));
+  m.optional("header_timeout", http.header_timeout, milliseconds(1));
+  m.optional("body_timeout", http.body_timeout, milliseconds(1));
+  m.optional("write_timeout", http.write_timeout, milliseconds(1));
+  m.optional("drain_timeout", http.drain_timeout);
+  if (m.present("tls")) {
+    YamlReader::Map tls = m.map("tls");
+    TlsConfig t;
+    tls.required("cert_file", t.cert_file);
+    tls.required("key_file", t.key_file);
+    tls.finish();
+    http.tls = t;
+  }
+  m.finish();
+}
+
+}  // namespace
+
+Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
+                           const Overrides& overrides) {
+  YAML::Node root = PURSER_TRY_VALUE(parseYaml(yaml, file_name));
+  YamlReader reader(file_name);
+  Config cfg;
+  cfg.file = file_name;
+  YamlReader::Map top = reader.map(root, "");
+
+  if (overrides.listen) {
+    top.present("listen");
+    cfg.listen = *overrides.listen;
+  } else if (root.IsNull() || !root.IsDefined()) {
+    reader.addError(YAML::Mark(), "listen",
+                    "required field is missing (the file is empty); for example: "
+                    "listen: 127.0.0.1:8080");
+  } else {
+    top.required("listen", cfg.listen);
+  }
+  if (!cfg.listen.empty()) {
+    auto addr = parseListenAddress(cfg.listen);
+    if (addr) {
+      std::tie(cfg.host, cfg.port) = *addr;
+    } else if (overrides.listen) {
+      reader.addError(YAML::Mark::null_mark(), "--listen", addr.error().message);
+    } else {
+      reader.addError(top.get("listen"), "listen", addr.error().message);
+    }
+  }
+  top.optional("threads", cfg.threads, 0, 1024);
+  top.optional("data_dir", cfg.data_dir);
+  if (overrides.data_dir) cfg.data_dir = *overrides.data_dir;
+
+  if (top.present("log")) {
+    YamlReader::Map log = top.map("log");
+    log.optionalChoice("level", cfg.log.level,
+                       {"trace", "debug", "info", "warn", "error", "critical", "off"});
+    std::string format = "text";
+    log.optionalChoice("format", format, {"text", "json"});
+    cfg.log.format = format == "json" ? LogFormat::kJson : LogFormat::kText;
+    log.finish();
+  }
+  if (top.present("http")) readHttp(top.map("http"), cfg.http);
+  if (top.present("store")) {
+    YamlReader::Map store = top.map("store");
+    store.optionalChoice("driver", cfg.store.driver, {"sqlite"});
+    store.optional("busy_timeout", cfg.store.busy_timeout);
+    store.finish();
+  }
+  if (top.present("console")) {
+    YamlReader::Map console = top.map("console");
+    console.optional("enabled", cfg.console.enabled);
+    console.finish();
+  }
+  top.finish();
+  if (!reader.ok()) return fail(reader.error());
+  return cfg;
+}
+
+Result<Config> loadConfig(const std::string& path, const Overrides& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return fail(Error(ErrorCode::kNotFound,
+                      fmt::format("cannot read configuration file \"{}\": {}", path,
+                                  std::strerror(errno))));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parseConfig(text.str(), path, overrides);
+}
+
+}  // namespace purser::config

@@ -1,0 +1,72 @@
+// The configuration of `purser serve`: YAML -> typed, validated structs.
+//
+// Every field but `listen` has a default, so a one-line file `listen: 127.0.0.1:8080` starts a
+// working server. Unknown fields are errors (a typo never silently falls back to a default), and
+// every error names the file, line, column and field and says what was expected. Later
+// components add their sections here. See docs/configuration.md for the reference.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/result.h"
+
+namespace purser::config {
+
+struct TlsConfig {
+  std::string cert_file;
+  std::string key_file;
+};
+
+struct HttpConfig {
+  size_t max_body_bytes = 16 * 1024 * 1024;
+  size_t max_header_bytes = 32 * 1024;
+  size_t max_connections = 10'000;
+  size_t max_requests_per_connection = 10'000;
+  Duration idle_timeout = std::chrono::seconds(60);
+  Duration header_timeout = std::chrono::seconds(10);
+  Duration body_timeout = std::chrono::seconds(60);
+  Duration write_timeout = std::chrono::seconds(60);
+  Duration drain_timeout = std::chrono::seconds(10);
+  std::optional<TlsConfig> tls;
+};
+
+struct StoreConfig {
+  std::string driver = "sqlite";  // the only one so far; "postgres" arrives with its issue
+  Duration busy_timeout = std::chrono::seconds(5);
+};
+
+struct ConsoleConfig {
+  bool enabled = true;
+};
+
+struct Config {
+  std::string file;       // where this configuration was read from
+  std::string listen;     // "host:port" as written
+  std::string host;       // parsed from listen
+  uint16_t port = 0;      // parsed from listen; 0 picks a free port
+  size_t threads = 0;     // I/O threads; 0 = one per core
+  std::string data_dir = "./var";
+  LogOptions log;
+  HttpConfig http;
+  StoreConfig store;
+  ConsoleConfig console;
+};
+
+// Command-line values that replace the file's (and satisfy `listen` when the file has none).
+struct Overrides {
+  std::optional<std::string> listen;
+  std::optional<std::string> data_dir;
+};
+
+Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
+                           const Overrides& overrides = {});
+Result<Config> loadConfig(const std::string& path, const Overrides& overrides = {});
+
+// "127.0.0.1:8080", "[::1]:8080", "localhost:8080" -> host and port.
+Result<std::pair<std::string, uint16_t>> parseListenAddress(std::string_view text);
+
+}  // namespace purser::config

@@ -1,0 +1,256 @@
+#include "config/yaml_reader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "common/duration.h"
+#include "common/quantity.h"
+
+namespace purser::config {
+
+namespace {
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      return fmt::format("\"{}\"", n.Scalar());
+    default:
+      return "an undefined value";
+  }
+}
+
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t subst = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, subst});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string closestMatch(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const auto& c : candidates) {
+    const size_t d = editDistance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  // A typo is at most a couple of edits, and less than half the word.
+  if (best_distance <= 2 && best_distance * 2 < std::max<size_t>(word.size(), 2)) return best;
+  return {};
+}
+
+Result<YAML::Node> parseYaml(std::string_view text, const std::string& file) {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& e) {
+    return fail(invalidArgument(fmt::format("invalid YAML: {}", e.msg))
+                    .at(file, e.mark.line + 1, e.mark.column + 1));
+  }
+}
+
+void YamlReader::addError(const YAML::Mark& at, const std::string& path, std::string message) {
+  Error e = invalidArgument(std::move(message));
+  e.field = path;
+  const bool known = at.line >= 0 && !at.is_null();
+  errors_.push_back(e.at(file_, known ? at.line + 1 : 0, known ? at.column + 1 : 0));
+}
+
+void YamlReader::addError(const YAML::Node& at, const std::string& path, std::string message) {
+  addError(at.IsDefined() ? at.Mark() : YAML::Mark::null_mark(), path, std::move(message));
+}
+
+Error YamlReader::error() const {
+  if (errors_.empty()) return internalError("no error");
+  if (errors_.size() == 1) return errors_.front();
+  std::string message = fmt::format("{} errors:", errors_.size());
+  for (const auto& e : errors_) message += "\n  " + e.toString();
+  return invalidArgument(std::move(message));
+}
+
+YamlReader::Map YamlReader::map(const YAML::Node& node, std::string path) {
+  if (!node.IsDefined() || node.IsNull()) {
+    return Map(*this, YAML::Node(YAML::NodeType::Map), std::move(path), true);
+  }
+  if (!node.IsMap()) {
+    addError(node, path, fmt::format("expected a mapping of fields, got {}", describe(node)));
+    return Map(*this, YAML::Node(YAML::NodeType::Map), std::move(path), false);
+  }
+  return Map(*this, node, std::move(path), true);
+}
+
+std::optional<std::string> YamlReader::asString(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) {
+    addError(n, path, fmt::format("expected a string, got {}", describe(n)));
+    return std::nullopt;
+  }
+  return n.Scalar();
+}
+
+std::optional<bool> YamlReader::asBool(const YAML::Node& n, const std::string& path) {
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    if (s == "true") return true;
+    if (s == "false") return false;
+  }
+  addError(n, path, fmt::format("expected true or false, got {}", describe(n)));
+  return std::nullopt;
+}
+
+std::optional<int64_t> YamlReader::asInt(const YAML::Node& n, const std::string& path,
+                                         int64_t min, int64_t max) {
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    int64_t v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc() && p == s.data() + s.size()) {
+      if (v < min || v > max) {
+        addError(n, path, fmt::format("expected a whole number from {} to {}, got {}", min, max, v));
+        return std::nullopt;
+      }
+      return v;
+    }
+  }
+  addError(n, path, fmt::format("expected a whole number, got {}", describe(n)));
+  return std::nullopt;
+}
+
+std::optional<Duration> YamlReader::asDuration(const YAML::Node& n, const std::string& path) {
+  if (n.IsScalar()) {
+    auto d = parseDuration(n.Scalar());
+    if (d) return *d;
+  }
+  addError(n, path,
+           fmt::format("expected a duration such as \"30s\", \"250ms\" or \"5m\", got {}",
+                       describe(n)));
+  return std::nullopt;
+}
+
+std::optional<uint64_t> YamlReader::asBytes(const YAML::Node& n, const std::string& path,
+                                            uint64_t min, uint64_t max) {
+  if (n.IsScalar()) {
+    auto q = Quantity::parse(n.Scalar());
+    if (q && q->isInteger() && !q->isNegative()) {
+      const auto v = q->value();
+      if (v && static_cast<uint64_t>(*v) >= min && static_cast<uint64_t>(*v) <= max) {
+        return static_cast<uint64_t>(*v);
+      }
+      addError(n, path, fmt::format("expected a size from {} to {} bytes, got {}", min, max,
+                                    describe(n)));
+      return std::nullopt;
+    }
+  }
+  addError(n, path,
+           fmt::format("expected a size in bytes such as 1048576 or \"16Mi\", got {}", describe(n)));
+  return std::nullopt;
+}
+
+bool YamlReader::Map::has(const std::string& key) const {
+  return valid_ && node_[key].IsDefined();
+}
+
+bool YamlReader::Map::present(const std::string& key) {
+  read_.insert(key);
+  return has(key);
+}
+
+YAML::Node YamlReader::Map::get(const std::string& key) {
+  read_.insert(key);
+  if (!valid_) return YAML::Node();
+  return node_[key];
+}
+
+void YamlReader::Map::required(const std::string& key, std::string& out) {
+  if (!present(key)) {
+    if (valid_) reader_->addError(node_, child(key), "required field is missing");
+    return;
+  }
+  if (auto v = reader_->asString(get(key), child(key))) out = *v;
+}
+
+void YamlReader::Map::optional(const std::string& key, std::string& out) {
+  if (!present(key)) return;
+  if (auto v = reader_->asString(get(key), child(key))) out = *v;
+}
+
+void YamlReader::Map::optional(const std::string& key, bool& out) {
+  if (!present(key)) return;
+  if (auto v = reader_->asBool(get(key), child(key))) out = *v;
+}
+
+void YamlReader::Map::optional(const std::string& key, int64_t& out, int64_t min, int64_t max) {
+  if (!present(key)) return;
+  if (auto v = reader_->asInt(get(key), child(key), min, max)) out = *v;
+}
+
+void YamlReader::Map::optional(const std::string& key, size_t& out, int64_t min, int64_t max) {
+  if (!present(key)) return;
+  if (auto v = reader_->asInt(get(key), child(key), min, max)) out = static_cast<size_t>(*v);
+}
+
+void YamlReader::Map::optional(const std::string& key, Duration& out, Duration min) {
+  if (!present(key)) return;
+  const YAML::Node n = get(key);
+  if (auto v = reader_->asDuration(n, child(key))) {
+    if (*v < min) {
+      reader_->addError(n, child(key),
+                        fmt::format("must be at least {}", formatDuration(min)));
+      return;
+    }
+    out = *v;
+  }
+}
+
+void YamlReader::Map::optionalBytes(const std::string& key, size_t& out, uint64_t min,
+                                    uint64_t max) {
+  if (!present(key)) return;
+  if (auto v = reader_->asBytes(get(key), child(key), min, max)) out = static_cast<size_t>(*v);
+}
+
+void YamlReader::Map::optionalChoice(const std::string& key, std::string& out,
+                                     const std::vector<std::string>& choices) {
+  if (!present(key)) return;
+  const YAML::Node n = get(key);
+  auto v = reader_->asString(n, child(key));
+  if (!v) return;
+  if (std::find(choices.begin(), choices.end(), *v) == choices.end()) {
+    reader_->addError(n, child(key),
+                      fmt::format("expected one of {}, got \"{}\"", fmt::join(choices, ", "), *v));
+    return;
+  }
+  out = *v;
+}
+
+void YamlReader::Map::finish() {
+  if (!valid_) return;
+  std::vector<std::string> known(read_.begin(), read_.end());
+  for (auto it = node_.begin(); it != node_.end(); ++it) {
+    const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
+    if (read_.contains(key)) continue;
+    const std::string hint = closestMatch(key, known);
+    reader_->addError(it->first, child(key),
+                      hint.empty() ? fmt::format("unknown field; expected one of: {}",
+                                                 fmt::join(known, ", "))
+                                   : fmt::format("unknown field; did you mean \"{}\"?", hint));
+  }
+}
+
+}  // namespace purser::config

@@ -1,0 +1,156 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include "fakes/temp_dir.h"
+
+namespace purser::config {
+namespace {
+
+TEST(ConfigTest, OneLineFileGivesAWorkingConfigurationWithDefaults) {
+  auto c = parseConfig("listen: 127.0.0.1:9000\n", "min.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  EXPECT_EQ(c->host, "127.0.0.1");
+  EXPECT_EQ(c->port, 9000);
+  EXPECT_EQ(c->threads, 0u);
+  EXPECT_EQ(c->data_dir, "./var");
+  EXPECT_EQ(c->http.max_body_bytes, 16u * 1024 * 1024);
+  EXPECT_EQ(c->http.header_timeout, std::chrono::seconds(10));
+  EXPECT_FALSE(c->http.tls.has_value());
+  EXPECT_EQ(c->store.driver, "sqlite");
+  EXPECT_TRUE(c->console.enabled);
+}
+
+TEST(ConfigTest, ReadsEveryField) {
+  auto c = parseConfig(R"(
+listen: "[::1]:8443"
+threads: 4
+data_dir: /srv/purser
+log: {level: debug, format: json}
+http:
+  max_body_bytes: 8Mi
+  max_header_bytes: 65536
+  max_connections: 500
+  max_requests_per_connection: 0
+  idle_timeout: 90s
+  header_timeout: 5s
+  body_timeout: 1m
+  write_timeout: 45s
+  drain_timeout: 2.5s
+  tls: {cert_file: /etc/purser/cert.pem, key_file: /etc/purser/key.pem}
+store: {driver: sqlite, busy_timeout: 250ms}
+console: {enabled: false}
+)",
+                       "full.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  EXPECT_EQ(c->host, "::1");
+  EXPECT_EQ(c->port, 8443);
+  EXPECT_EQ(c->threads, 4u);
+  EXPECT_EQ(c->data_dir, "/srv/purser");
+  EXPECT_EQ(c->log.level, "debug");
+  EXPECT_EQ(c->log.format, LogFormat::kJson);
+  EXPECT_EQ(c->http.max_body_bytes, 8u * 1024 * 1024);
+  EXPECT_EQ(c->http.max_header_bytes, 65536u);
+  EXPECT_EQ(c->http.max_connections, 500u);
+  EXPECT_EQ(c->http.max_requests_per_connection, 0u);
+  EXPECT_EQ(c->http.idle_timeout, std::chrono::seconds(90));
+  EXPECT_EQ(c->http.drain_timeout, std::chrono::milliseconds(2500));
+  ASSERT_TRUE(c->http.tls.has_value());
+  EXPECT_EQ(c->http.tls->key_file, "/etc/purser/key.pem");
+  EXPECT_EQ(c->store.busy_timeout, std::chrono::milliseconds(250));
+  EXPECT_FALSE(c->console.enabled);
+}
+
+struct BadCase {
+  const char* yaml;
+  const char* expected;  // the whole error: file:line:column: field: message
+};
+
+class ConfigErrorTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ConfigErrorTest, NamesFileLineFieldAndWhatWasExpected) {
+  auto c = parseConfig(GetParam().yaml, "purser.yaml");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().toString(), GetParam().expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ConfigErrorTest,
+    ::testing::Values(
+        // A wrong type.
+        BadCase{"listen: 127.0.0.1:80\nthreads: many\n",
+                "purser.yaml:2:10: threads: expected a whole number, got \"many\""},
+        BadCase{"listen: 127.0.0.1:80\nhttp:\n  idle_timeout: [1, 2]\n",
+                "purser.yaml:3:17: http.idle_timeout: expected a duration such as \"30s\", "
+                "\"250ms\" or \"5m\", got a list"},
+        BadCase{"listen: 127.0.0.1:80\nconsole:\n  enabled: yes please\n",
+                "purser.yaml:3:12: console.enabled: expected true or false, got \"yes please\""},
+        BadCase{"listen: 127.0.0.1:80\nhttp: 5\n",
+                "purser.yaml:2:7: http: expected a mapping of fields, got \"5\""},
+        // An unknown key, with a suggestion when it looks like a typo.
+        BadCase{"listen: 127.0.0.1:80\nhttp:\n  max_bdy_bytes: 10\n",
+                "purser.yaml:3:3: http.max_bdy_bytes: unknown field; did you mean "
+                "\"max_body_bytes\"?"},
+        BadCase{"listen: 127.0.0.1:80\nflavours: []\n",
+                "purser.yaml:2:1: flavours: unknown field; expected one of: console, data_dir, "
+                "http, listen, log, store, threads"},
+        // A missing required field.
+        BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
+        BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
+                "purser.yaml:4:5: http.tls.key_file: required field is missing"},
+        BadCase{"", "purser.yaml:1:1: listen: required field is missing (the file is empty); for "
+                    "example: listen: 127.0.0.1:8080"},
+        // Values out of range or malformed.
+        BadCase{"listen: 127.0.0.1:80\nthreads: 5000\n",
+                "purser.yaml:2:10: threads: expected a whole number from 0 to 1024, got 5000"},
+        BadCase{"listen: 127.0.0.1:80\nhttp: {max_body_bytes: 2Gi}\n",
+                "purser.yaml:2:24: http.max_body_bytes: expected a size from 1 to 1073741824 "
+                "bytes, got \"2Gi\""},
+        BadCase{"listen: 127.0.0.1:80\nlog: {level: loud}\n",
+                "purser.yaml:2:14: log.level: expected one of trace, debug, info, warn, error, "
+                "critical, off, got \"loud\""},
+        BadCase{"listen: example.com:80\n",
+                "purser.yaml:1:9: listen: invalid listen address \"example.com:80\": the host must "
+                "be an IP address or localhost; expected host:port such as 127.0.0.1:8080"},
+        BadCase{"listen: 127.0.0.1\n",
+                "purser.yaml:1:9: listen: invalid listen address \"127.0.0.1\": the port is "
+                "missing; expected host:port such as 127.0.0.1:8080"},
+        // Broken YAML.
+        BadCase{"listen: [127.0.0.1:80\n",
+                "purser.yaml:2:1: invalid YAML: end of sequence flow not found"}));
+
+TEST(ConfigTest, SeveralErrorsAreReportedTogether) {
+  auto c = parseConfig("threads: x\nhttp: {idle_timeout: soon}\n", "a.yaml");
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().toString(),
+            "3 errors:\n"
+            "  a.yaml:1:1: listen: required field is missing\n"
+            "  a.yaml:1:10: threads: expected a whole number, got \"x\"\n"
+            "  a.yaml:2:22: http.idle_timeout: expected a duration such as \"30s\", \"250ms\" or "
+            "\"5m\", got \"soon\"");
+}
+
+TEST(ConfigTest, CommandLineOverridesWin) {
+  auto c = parseConfig("threads: 1\n", "a.yaml", {.listen = "127.0.0.1:0", .data_dir = "/tmp/x"});
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  EXPECT_EQ(c->port, 0);
+  EXPECT_EQ(c->data_dir, "/tmp/x");
+  auto bad = parseConfig("threads: 1\n", "a.yaml", {.listen = "nowhere"});
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().toString().find("--listen: invalid listen address"), std::string::npos);
+}
+
+TEST(ConfigTest, LoadsFilesAndReportsMissingOnes) {
+  purser::testing::TempDir dir;
+  purser::testing::writeFile(dir.file("p.yaml"), "listen: localhost:7000\n");
+  auto c = loadConfig(dir.file("p.yaml"));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->host, "127.0.0.1");
+  auto missing = loadConfig(dir.file("nope.yaml"));
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(missing.error().message.find("cannot read configuration file"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace purser::config
