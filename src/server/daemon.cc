@@ -1,0 +1,148 @@
+#include "server/daemon.h"
+
+#include <utility>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/cli.h"
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/random.h"
+#include "http/builtin.h"
+#include "http/metrics.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "http/workers.h"
+#include "server/console.h"
+#include "server/data_dir.h"
+#include "store/sqlite_store.h"
+
+namespace purser::server {
+
+namespace {
+
+// The server's own schema: facts about this installation.
+const std::vector<store::Migration> kServerMigrations = {
+    {1, "installation facts",
+     "CREATE TABLE server_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"},
+};
+
+// Returns this installation's id, creating it on first start.
+Result<std::string> installationId(store::Store& store, IdGenerator& ids, const Clock& clock) {
+  std::string id;
+  PURSER_TRY(store.write([&](store::Tx& tx) -> Result<void> {
+    auto rows = PURSER_TRY_VALUE(
+        tx.query("SELECT value FROM server_meta WHERE key = 'installation_id'"));
+    if (!rows.empty()) {
+      id = rows[0].getText(0);
+      return {};
+    }
+    id = ids.next();
+    PURSER_TRY(tx.exec("INSERT INTO server_meta (key, value) VALUES ('installation_id', $1)",
+                       {id}));
+    PURSER_TRY(tx.exec("INSERT INTO server_meta (key, value) VALUES ('created_at', $1)",
+                       {formatRfc3339(clock.now())}));
+    return {};
+  }));
+  return id;
+}
+
+http::ServerOptions serverOptions(const config::Config& c) {
+  http::ServerOptions o;
+  o.host = c.host;
+  o.port = c.port;
+  o.max_body_bytes = c.http.max_body_bytes;
+  o.max_header_bytes = c.http.max_header_bytes;
+  o.max_connections = c.http.max_connections;
+  o.max_requests_per_connection = c.http.max_requests_per_connection;
+  o.idle_timeout = c.http.idle_timeout;
+  o.header_timeout = c.http.header_timeout;
+  o.body_timeout = c.http.body_timeout;
+  o.write_timeout = c.http.write_timeout;
+  o.drain_timeout = c.http.drain_timeout;
+  if (c.http.tls) o.tls = http::TlsOptions{c.http.tls->cert_file, c.http.tls->key_file};
+  return o;
+}
+
+}  // namespace
+
+Result<int> serve(const config::Config& config, std::ostream& out) {
+  PURSER_TRY(setupLogging(config.log));
+  const Clock& clock = SystemClock::instance();
+  IdGenerator ids(clock, SystemRandom::instance());
+  const auto started_at = clock.now();
+
+  auto data_dir = PURSER_TRY_VALUE(DataDir::open(config.data_dir));
+  auto store = PURSER_TRY_VALUE(store::SqliteStore::open(
+      {.path = data_dir->file("purser.db"),
+       .busy_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+           config.store.busy_timeout)},
+      clock));
+  PURSER_TRY(store->migrate("server", kServerMigrations));
+  const std::string installation = PURSER_TRY_VALUE(installationId(*store, ids, clock));
+
+  http::Workers workers(config.threads);
+  http::MetricsRegistry metrics;
+  http::Router router;
+  http::Readiness readiness;
+  std::unique_ptr<http::Server> server;
+
+  const auto& build = cli::buildInfo();
+  metrics.gaugeFamily("purser_build_info", "Version of the running purser (always 1).",
+                      {"version", "commit"})
+      .labels({build.version, build.commit})
+      .set(1);
+  metrics.gauge("purser_start_time_seconds", "When this process started, in Unix seconds.")
+      .set(static_cast<double>(unixMillis(started_at)) / 1000.0);
+
+  readiness.add("store", [&store]() -> Result<void> {
+    return store->read([](store::Tx& tx) -> Result<void> {
+      PURSER_TRY(tx.query("SELECT 1"));
+      return {};
+    });
+  });
+  PURSER_TRY(http::addBuiltinRoutes(router, metrics, readiness,
+                                    [&server] { return server && server->draining(); }));
+  PURSER_TRY(router.add(http::Method::kGet, "/api/v1/info", [&](http::Request&) {
+    nlohmann::json body = {
+        {"name", "purser"},
+        {"version", build.version},
+        {"commit", build.commit},
+        {"installation_id", installation},
+        {"started_at", formatRfc3339(started_at)},
+        {"workers", workers.size()},
+    };
+    return http::Response::json(200, body.dump());
+  }));
+  if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
+
+  server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics);
+  PURSER_TRY(server->listen());
+  server->start();
+
+  boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("received {}; shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    server->shutdown([&workers] { workers.stop(); });
+  });
+
+  workers.start();
+  spdlog::info("{} serving on {} with {} worker(s); data in {}", cli::versionLine(),
+               server->url(), workers.size(), data_dir->path());
+  out << "purser: listening on " << server->url() << "\n";
+  if (config.console.enabled) out << "purser: console at " << server->url() << "/\n";
+  out.flush();
+
+  workers.join();
+  // The workers are gone: nothing can queue more writes. Flush the store last.
+  store->close();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace purser::server

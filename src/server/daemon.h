@@ -1,0 +1,27 @@
+// The composition root: `purser serve` builds every part from the configuration and runs them.
+// This is the one place that constructs real implementations; everything else receives what it
+// needs.
+//
+// Threading model (the only one in Purser):
+//   - N I/O workers (config `threads`, default one per core), each a single-threaded io_context.
+//     A client connection lives on one worker; handlers run there and must never block.
+//   - One store writer thread owns the write connection and commits in groups; reads run on the
+//     calling thread from a small pool of read connections.
+//   - The fleet engine (later) runs on its own strand: one admission cycle at a time.
+//   - The main thread starts everything, then waits for the workers to end.
+// Shutdown order on SIGTERM/SIGINT: stop accepting, close idle connections, let requests in
+// flight finish within http.drain_timeout, stop the workers, then flush and close the store.
+#pragma once
+
+#include <ostream>
+
+#include "common/result.h"
+#include "config/config.h"
+
+namespace purser::server {
+
+// Runs the server until SIGTERM or SIGINT. Prints the URLs it serves on `out` once listening.
+// Returns the process exit code, or an error that stopped it from starting.
+Result<int> serve(const config::Config& config, std::ostream& out);
+
+}  // namespace purser::server
