@@ -1,0 +1,61 @@
+# Purser's two commands are `make run` and `make test`; each does its own set-up.
+#
+#   make run      set-up, Release build, then `purser serve` with examples/demo.yaml
+#   make test     set-up, Debug build with ASan+UBSan, every test, a one-line summary
+#   make bench    benchmarks side by side with their baselines (never part of make test)
+#   make fuzz     builds the libFuzzer targets with clang and runs each briefly
+#   make format   clang-format the C++ sources in place
+#   make tidy     clang-tidy over the sources (uses the Debug build's compile_commands.json)
+
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+CMAKE_GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+RELEASE_DIR := build/release
+DEBUG_DIR := build/debug
+BENCH_DIR := build/bench
+DEMO_CONFIG ?= examples/demo.yaml
+
+.PHONY: all setup build build-debug run test bench fuzz format tidy clean
+
+all: build
+
+setup:
+	@scripts/setup
+
+# Each build tree is configured once and reused (ccache shares objects across trees).
+build: setup
+	@[ -f $(RELEASE_DIR)/CMakeCache.txt ] || cmake -S . -B $(RELEASE_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DPURSER_TESTS=OFF
+	cmake --build $(RELEASE_DIR) --parallel $(JOBS) --target purser
+
+build-debug: setup
+	@[ -f $(DEBUG_DIR)/CMakeCache.txt ] || cmake -S . -B $(DEBUG_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DPURSER_SANITIZE=ON
+	cmake --build $(DEBUG_DIR) --parallel $(JOBS)
+
+run: build
+	@mkdir -p var
+	@echo "purser: serving the demo; console at http://127.0.0.1:8080/ (Ctrl-C stops it)"
+	$(RELEASE_DIR)/purser serve --config $(DEMO_CONFIG) --data var
+
+test: build-debug
+	@scripts/run-tests $(DEBUG_DIR)
+
+bench:
+	@scripts/setup bench
+	@[ -f $(BENCH_DIR)/CMakeCache.txt ] || cmake -S . -B $(BENCH_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DPURSER_TESTS=OFF -DPURSER_BENCH=ON
+	cmake --build $(BENCH_DIR) --parallel $(JOBS)
+	@bench/run $(BENCH_DIR)
+
+fuzz:
+	@scripts/setup fuzz
+	@[ -f build/fuzz/CMakeCache.txt ] || CXX=clang++ cmake -S . -B build/fuzz $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DPURSER_TESTS=OFF -DPURSER_FUZZ=ON
+	cmake --build build/fuzz --parallel $(JOBS)
+	@fuzz/run build/fuzz
+
+format:
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+tidy: build-debug
+	@git ls-files 'src/*.cc' | xargs clang-tidy -p $(DEBUG_DIR) --quiet
+
+clean:
+	rm -rf build
