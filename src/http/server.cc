@@ -30,6 +30,11 @@ namespace net = boost::asio;
 namespace ssl = boost::asio::ssl;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
+// Connections use the worker's concrete executor type rather than the type-erased
+// any_io_executor: every socket operation and timeout is cheaper.
+using Executor = net::io_context::executor_type;
+using TcpSocket = net::basic_stream_socket<tcp, Executor>;
+using TcpStream = beast::basic_stream<tcp, Executor>;
 
 Response problemResponse(int status, std::string_view detail, const Request* /*request*/) {
   Response r = Response::text(
@@ -62,6 +67,102 @@ bool isDisconnect(const error_code& ec) {
          ec == net::error::connection_reset || ec == net::error::operation_aborted ||
          ec == net::error::broken_pipe || ec == net::error::bad_descriptor ||
          ec == net::ssl::error::stream_truncated || ec == net::error::not_connected;
+}
+
+// Parses a request straight into a Request: no intermediate Beast message, no copies of the
+// fields. Limits and framing (Content-Length, chunked) are Beast's.
+class RequestParser final : public bhttp::basic_parser<true> {
+ public:
+  explicit RequestParser(Request& request) : request_(request) {}
+
+ private:
+  void on_request_impl(bhttp::verb, std::string_view method, std::string_view target, int version,
+                       error_code&) override {
+    request_.method_name.assign(method);
+    request_.method = parseMethod(method);
+    request_.target.assign(target);
+    request_.version = version;
+  }
+  void on_response_impl(int, std::string_view, int, error_code&) override {}
+  void on_field_impl(bhttp::field, std::string_view name, std::string_view value,
+                     error_code&) override {
+    request_.headers.add(std::string(name), std::string(value));
+  }
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
+    // The length was checked against the body limit before the body is read.
+    if (length) request_.body.reserve(static_cast<size_t>(*length));
+  }
+  std::size_t on_body_impl(std::string_view body, error_code&) override {
+    request_.body.append(body);
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, std::string_view, error_code&) override {}
+  std::size_t on_chunk_body_impl(std::uint64_t, std::string_view body, error_code&) override {
+    request_.body.append(body);
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  Request& request_;
+};
+
+bool isToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (unsigned char c : s) {
+    if (c <= 32 || c >= 127 || std::string_view("()<>@,;:\\\"/[]?={}").find(static_cast<char>(c)) !=
+                                   std::string_view::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool isFieldValue(std::string_view s) {
+  for (unsigned char c : s) {
+    if ((c < 32 && c != '\t') || c == 127) return false;
+  }
+  return true;
+}
+
+// How a response body is delimited.
+struct Framing {
+  enum Kind { kLength, kChunked, kNone } kind;  // kNone: no body (204, 1xx) or until close
+  size_t length = 0;
+};
+
+// The status line and header block of a response. Framing headers (Content-Length,
+// Transfer-Encoding, Connection) are the server's; a handler's own are dropped.
+void appendHead(std::string& out, int status, const Headers& headers, int version, bool close,
+                Framing framing) {
+  out += version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ";
+  out += std::to_string(status);
+  out += ' ';
+  out += statusReason(status);
+  out += "\r\nServer: purser\r\n";
+  for (const auto& [name, value] : headers) {
+    if (equalsIgnoreCase(name, "content-length") || equalsIgnoreCase(name, "transfer-encoding") ||
+        equalsIgnoreCase(name, "connection")) {
+      continue;
+    }
+    out += name;
+    out += ": ";
+    out += value;
+    out += "\r\n";
+  }
+  if (framing.kind == Framing::kLength) {
+    out += "Content-Length: ";
+    out += std::to_string(framing.length);
+    out += "\r\n";
+  } else if (framing.kind == Framing::kChunked) {
+    out += "Transfer-Encoding: chunked\r\n";
+  }
+  if (close) {
+    out += "Connection: close\r\n";
+  } else if (version == 10) {
+    out += "Connection: keep-alive\r\n";
+  }
+  out += "\r\n";
 }
 
 }  // namespace
@@ -226,7 +327,7 @@ class Server::Impl {
     for (;;) {
       net::io_context& ctx = workers_.next();
       error_code ec;
-      tcp::socket socket =
+      TcpSocket socket =
           co_await acceptor_.async_accept(ctx, net::redirect_error(net::use_awaitable, ec));
       if (ec) {
         if (ec == net::error::operation_aborted || !acceptor_.is_open()) co_return;
@@ -263,14 +364,14 @@ class Server::Impl {
     }
   }
 
-  net::awaitable<void> runConnection(tcp::socket socket) {
+  net::awaitable<void> runConnection(TcpSocket socket) {
     error_code ec;
     socket.set_option(tcp::no_delay(true), ec);
     const auto remote = socket.remote_endpoint(ec);
     std::string remote_address =
         ec ? std::string("unknown") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
     if (tls_) {
-      ssl::stream<beast::tcp_stream> stream(beast::tcp_stream(std::move(socket)), *tls_);
+      ssl::stream<TcpStream> stream(TcpStream(std::move(socket)), *tls_);
       beast::get_lowest_layer(stream).expires_after(options_.header_timeout);
       co_await stream.async_handshake(ssl::stream_base::server,
                                       net::redirect_error(net::use_awaitable, ec));
@@ -280,7 +381,7 @@ class Server::Impl {
       }
       co_await serve(stream, remote_address);
     } else {
-      beast::tcp_stream stream(std::move(socket));
+      TcpStream stream(std::move(socket));
       co_await serve(stream, remote_address);
     }
   }
@@ -319,8 +420,12 @@ class Server::Impl {
       error_code ec;
       beast::get_lowest_layer(stream_).expires_after(timeout_);
       if (chunked_) {
-        co_await net::async_write(stream_, bhttp::make_chunk(net::buffer(data.data(), data.size())),
-                                  net::redirect_error(net::use_awaitable, ec));
+        char size_line[24];
+        const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
+        const std::array<net::const_buffer, 3> chunk{
+            net::buffer(size_line, static_cast<size_t>(n)), net::buffer(data.data(), data.size()),
+            net::buffer("\r\n", 2)};
+        co_await net::async_write(stream_, chunk, net::redirect_error(net::use_awaitable, ec));
       } else {
         co_await net::async_write(stream_, net::buffer(data.data(), data.size()),
                                   net::redirect_error(net::use_awaitable, ec));
@@ -347,6 +452,7 @@ class Server::Impl {
     auto& lowest = beast::get_lowest_layer(stream);
     // Holds at most one request's header (plus what arrived with it) ahead of the handler.
     beast::flat_buffer buffer(options_.max_header_bytes + 64 * 1024);
+    std::string head;  // the response head, reused across the connection's requests
     size_t served = 0;
     error_code ec;
 
@@ -362,7 +468,8 @@ class Server::Impl {
       }
       conn.idle = false;
 
-      bhttp::request_parser<bhttp::string_body> parser;
+      Request request;
+      RequestParser parser(request);
       parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
       parser.body_limit(options_.max_body_bytes);
       lowest.expires_after(options_.header_timeout);
@@ -387,7 +494,6 @@ class Server::Impl {
         }
         break;
       }
-      const auto& header = parser.get();
       // Decided from Content-Length alone, before any of the body is read. (Boost 1.74's parser
       // can also drop its own body-limit error when body bytes arrive with the header.)
       if (parser.content_length() && *parser.content_length() > options_.max_body_bytes) {
@@ -395,7 +501,8 @@ class Server::Impl {
         break;
       }
       if (!parser.is_done()) {
-        if (beast::iequals(header[bhttp::field::expect], "100-continue")) {
+        const auto expect = request.headers.get("expect");
+        if (expect && equalsIgnoreCase(*expect, "100-continue")) {
           static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
           lowest.expires_after(options_.write_timeout);
           co_await net::async_write(stream, net::buffer(kContinue.data(), kContinue.size()),
@@ -420,21 +527,8 @@ class Server::Impl {
         }
       }
       lowest.expires_never();
-
-      Request request;
-      auto msg = parser.release();
-      const std::string_view method_name(msg.method_string().data(), msg.method_string().size());
-      request.method = parseMethod(method_name);
-      request.method_name = std::string(method_name);
-      request.target = std::string(msg.target().data(), msg.target().size());
-      request.version = static_cast<int>(msg.version());
-      for (const auto& field : msg) {
-        request.headers.add(std::string(field.name_string().data(), field.name_string().size()),
-                            std::string(field.value().data(), field.value().size()));
-      }
-      request.body = std::move(msg.body());
       request.remote_address = remote_address;
-      const bool client_keep_alive = msg.keep_alive();
+      const bool client_keep_alive = parser.keep_alive();
       ++served;
 
       const auto started = std::chrono::steady_clock::now();
@@ -443,7 +537,7 @@ class Server::Impl {
           !client_keep_alive || response.close || draining_.load() || conn.close_after_response ||
           (options_.max_requests_per_connection > 0 &&
            served >= options_.max_requests_per_connection);
-      const bool ok = co_await writeResponse(stream, request, response, close);
+      const bool ok = co_await writeResponse(stream, request, response, close, head);
       const int cls = std::clamp(response.status / 100, 1, 5) - 1;
       metrics->by_class[static_cast<size_t>(cls)]->inc();
       metrics->latency->observe(
@@ -451,7 +545,7 @@ class Server::Impl {
       if (!ok || close) break;
     }
     // Tell the client we are done sending, so it sees a clean end rather than a reset.
-    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+    if constexpr (std::is_same_v<Stream, TcpStream>) {
       lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
     }
   }
@@ -485,31 +579,35 @@ class Server::Impl {
     co_return std::pair{options_.render_error(500, "internal error", &request), metrics};
   }
 
+  // A response whose handler set header fields that cannot be sent safely is replaced by a
+  // 500: a header value with CR or LF would let a handler's input split the response.
+  Response checkedHeaders(Response response, const Request& request) {
+    for (const auto& [name, value] : response.headers) {
+      if (!isToken(name) || !isFieldValue(value)) {
+        spdlog::error("http: handler for {} {} set an invalid header field \"{}\"",
+                      request.method_name, request.path(), jsonEscape(name));
+        return options_.render_error(500, "internal error", &request);
+      }
+    }
+    return response;
+  }
+
   template <typename Stream>
   net::awaitable<bool> writeResponse(Stream& stream, const Request& request, Response& response,
-                                     bool close) {
+                                     bool close, std::string& head) {
     auto& lowest = beast::get_lowest_layer(stream);
-    const unsigned version = request.version == 10 ? 10 : 11;
+    const int version = request.version == 10 ? 10 : 11;
     error_code ec;
-    const auto fill = [&](auto& msg) {
-      msg.result(static_cast<unsigned>(response.status));
-      msg.set(bhttp::field::server, "purser");
-      for (const auto& [name, value] : response.headers) msg.insert(name, value);
-      msg.keep_alive(!close);
-    };
+    if (!response.headers.empty()) response = checkedHeaders(std::move(response), request);
+    head.clear();
     if (response.stream && request.method != Method::kHead) {
+      // HTTP/1.0 has no chunked encoding: the body ends when the connection does.
       const bool chunked = version == 11;
-      bhttp::response<bhttp::empty_body> msg;
-      msg.version(version);
-      fill(msg);
-      if (chunked) {
-        msg.chunked(true);
-      } else {
-        msg.keep_alive(false);  // HTTP/1.0: the body ends when the connection does
-      }
-      bhttp::response_serializer<bhttp::empty_body> sr(msg);
+      appendHead(head, response.status, response.headers, version, close || !chunked,
+                 {chunked ? Framing::kChunked : Framing::kNone});
       lowest.expires_after(options_.write_timeout);
-      co_await bhttp::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+      co_await net::async_write(stream, net::buffer(head),
+                                net::redirect_error(net::use_awaitable, ec));
       if (ec) co_return false;
       StreamWriter<Stream> writer(stream, chunked, options_.write_timeout);
       try {
@@ -521,28 +619,22 @@ class Server::Impl {
       if (writer.failed()) co_return false;
       if (chunked) {
         lowest.expires_after(options_.write_timeout);
-        co_await net::async_write(stream, bhttp::make_chunk_last(),
+        co_await net::async_write(stream, net::buffer("0\r\n\r\n", 5),
                                   net::redirect_error(net::use_awaitable, ec));
         if (ec) co_return false;
       }
       co_return chunked;
     }
-    if (request.method == Method::kHead) {
-      bhttp::response<bhttp::empty_body> msg;
-      msg.version(version);
-      fill(msg);
-      msg.content_length(response.body.size());
-      lowest.expires_after(options_.write_timeout);
-      co_await bhttp::async_write(stream, msg, net::redirect_error(net::use_awaitable, ec));
-      co_return !ec;
-    }
-    bhttp::response<bhttp::string_body> msg;
-    msg.version(version);
-    fill(msg);
-    msg.body() = std::move(response.body);
-    msg.prepare_payload();
+    // 1xx, 204 and 304 carry no body (and 204/1xx no Content-Length).
+    const bool bodiless = response.status < 200 || response.status == 204 || response.status == 304;
+    const bool no_length = response.status < 200 || response.status == 204;
+    appendHead(head, response.status, response.headers, version, close,
+               no_length ? Framing{Framing::kNone} : Framing{Framing::kLength, response.body.size()});
+    const bool send_body = request.method != Method::kHead && !bodiless && !response.body.empty();
+    const std::array<net::const_buffer, 2> buffers{
+        net::buffer(head), send_body ? net::buffer(response.body) : net::const_buffer()};
     lowest.expires_after(options_.write_timeout);
-    co_await bhttp::async_write(stream, msg, net::redirect_error(net::use_awaitable, ec));
+    co_await net::async_write(stream, buffers, net::redirect_error(net::use_awaitable, ec));
     co_return !ec;
   }
 
@@ -550,7 +642,8 @@ class Server::Impl {
   net::awaitable<void> sendError(Stream& stream, int status, std::string detail) {
     Response r = options_.render_error(status, detail, nullptr);
     Request dummy;
-    co_await writeResponse(stream, dummy, r, /*close=*/true);
+    std::string head;
+    co_await writeResponse(stream, dummy, r, /*close=*/true, head);
   }
 
   template <typename Stream>
@@ -568,7 +661,7 @@ class Server::Impl {
   net::awaitable<void> lingeringClose(Stream& stream) {
     auto& lowest = beast::get_lowest_layer(stream);
     error_code ec;
-    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+    if constexpr (std::is_same_v<Stream, TcpStream>) {
       lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
     }
     static constexpr size_t kMaxDiscard = 256 * 1024;

@@ -247,6 +247,57 @@ TEST_F(ServerTest, HandlerExceptionBecomes500AndTheServerLivesOn) {
   EXPECT_EQ(ok->status, 200);
 }
 
+TEST_F(ServerTest, AHandlerCannotSplitTheResponseWithItsHeaders) {
+  ASSERT_TRUE(ts.router
+                  .add(Method::kGet, "/inject",
+                       [](Request& r) {
+                         Response res = Response::text(200, "x");
+                         // e.g. a value echoed from the request without checking it
+                         res.headers.add("X-Echo", "a\r\nSet-Cookie: stolen=1");
+                         return res;
+                       })
+                  .has_value());
+  ts.start(small());
+  RawClient c(ts.port());
+  ASSERT_TRUE(c.send("GET /inject HTTP/1.1\r\nHost: t\r\n\r\n"));
+  auto r = c.readResponse();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 500);
+  EXPECT_EQ(r->header("set-cookie"), "");
+  EXPECT_EQ(r->header("x-echo"), "");
+}
+
+TEST_F(ServerTest, Http10ClientsGetKeepAliveOnlyWhenTheyAskForIt) {
+  ts.start(small());
+  RawClient c(ts.port());
+  ASSERT_TRUE(c.send("GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+  auto r = c.readResponse();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->header("connection"), "keep-alive");
+  ASSERT_TRUE(c.send("GET /hello HTTP/1.0\r\n\r\n"));
+  auto last = c.readResponse();
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->body, "hello /hello");
+  EXPECT_TRUE(c.waitForClose());
+}
+
+TEST_F(ServerTest, NoContentResponsesCarryNoBodyOrLength) {
+  ASSERT_TRUE(ts.router
+                  .add(Method::kDelete, "/items/{id}",
+                       [](Request&) { return Response::text(204, "ignored"); })
+                  .has_value());
+  ts.start(small());
+  RawClient c(ts.port());
+  ASSERT_TRUE(c.send("DELETE /items/1 HTTP/1.1\r\nHost: t\r\n\r\nGET /items/2 HTTP/1.1\r\nHost: t\r\n\r\n"));
+  auto r = c.readResponse();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->header("content-length"), "");
+  auto next = c.readResponse();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->body, "2");
+}
+
 TEST_F(ServerTest, ConnectionsOverTheLimitAreRefused) {
   ServerOptions o = small();
   o.max_connections = 1;
