@@ -2,4 +2,6 @@
 #include "cli/cli.h"
 #include "server/commands.h"
 
-int main(int argc, char** argv) { return purser::cli::run(argc, argv, purser::server::allCommands()); }
+int main(int argc, char** argv) {
+  return purser::cli::run(argc, argv, purser::server::allCommands());
+}

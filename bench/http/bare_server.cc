@@ -21,9 +21,8 @@ int main(int argc, char** argv) {
   Workers workers(static_cast<size_t>(std::atoi(argv[2])));
   Router router;
   MetricsRegistry metrics;
-  (void)router.add(Method::kGet, "/", [](Request&) {
-    return Response::text(200, "hello, world\n", "text/plain");
-  });
+  (void)router.add(Method::kGet, "/",
+                   [](Request&) { return Response::text(200, "hello, world\n", "text/plain"); });
   ServerOptions options;
   options.port = static_cast<uint16_t>(std::atoi(argv[1]));
   options.max_requests_per_connection = 0;

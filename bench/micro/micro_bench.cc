@@ -47,9 +47,9 @@ BENCHMARK(BM_QuantityParse);
 purser::http::Router& router() {
   static purser::http::Router r = [] {
     purser::http::Router router;
-    const char* paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings",
-                           "/v1/models",           "/v1/messages",    "/healthz",
-                           "/readyz",              "/metrics"};
+    const char* paths[] = {
+        "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
+        "/v1/messages",         "/healthz",        "/readyz",        "/metrics"};
     for (const char* p : paths) {
       (void)router.add(purser::http::Method::kPost, p,
                        [](purser::http::Request&) { return purser::http::Response{}; });
@@ -74,8 +74,8 @@ BENCHMARK(BM_RouterMatchExact);
 
 // Baseline: one hash lookup of the same path.
 void BM_BaselineHashLookup(benchmark::State& state) {
-  std::unordered_map<std::string, int> table = {{"/v1/chat/completions", 1}, {"/v1/models", 2},
-                                                {"/v1/embeddings", 3},       {"/healthz", 4}};
+  std::unordered_map<std::string, int> table = {
+      {"/v1/chat/completions", 1}, {"/v1/models", 2}, {"/v1/embeddings", 3}, {"/healthz", 4}};
   const std::string path = "/v1/chat/completions";
   for (auto _ : state) {
     auto it = table.find(path);

@@ -1,7 +1,7 @@
 #include "cli/cli.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 
@@ -31,9 +31,9 @@ int run(int argc, char** argv, const std::vector<CommandRegistrar>& commands) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
-    const bool known = argc > 1 && !app.get_subcommands([&](CLI::App* sub) {
-                                        return sub->get_name() == argv[1];
-                                      }).empty();
+    const bool known =
+        argc > 1 &&
+        !app.get_subcommands([&](CLI::App* sub) { return sub->get_name() == argv[1]; }).empty();
     if (argc > 1 && argv[1][0] != '-' && !known) {
       std::cerr << "purser: unknown command \"" << argv[1]
                 << "\"; run purser --help to see the commands\n";

@@ -9,13 +9,13 @@ namespace purser::detail {
 [[noreturn]] void checkFailed(const char* expr, const char* file, int line, const char* msg);
 }  // namespace purser::detail
 
-#define PURSER_CHECK(cond)                                                   \
-  do {                                                                       \
+#define PURSER_CHECK(cond)                                                     \
+  do {                                                                         \
     if (!(cond)) ::purser::detail::checkFailed(#cond, __FILE__, __LINE__, ""); \
   } while (0)
 
-#define PURSER_CHECK_MSG(cond, msg)                                           \
-  do {                                                                        \
+#define PURSER_CHECK_MSG(cond, msg)                                             \
+  do {                                                                          \
     if (!(cond)) ::purser::detail::checkFailed(#cond, __FILE__, __LINE__, msg); \
   } while (0)
 

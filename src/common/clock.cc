@@ -20,8 +20,8 @@ constexpr int64_t kDefaultStartNs = 1767225600LL * 1'000'000'000LL;
 ManualClock::ManualClock() : wall_ns_(kDefaultStartNs), mono_ns_(1'000'000'000) {}
 
 ManualClock::ManualClock(SystemTime start)
-    : wall_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch())
-                   .count()),
+    : wall_ns_(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count()),
       mono_ns_(1'000'000'000) {}
 
 SystemTime ManualClock::now() const {
@@ -53,8 +53,8 @@ int64_t unixMillis(SystemTime t) {
 
 std::string formatRfc3339(SystemTime t) {
   const int64_t ms = unixMillis(t);
-  const auto secs = std::chrono::sys_seconds(std::chrono::seconds(ms >= 0 ? ms / 1000
-                                                                          : (ms - 999) / 1000));
+  const auto secs =
+      std::chrono::sys_seconds(std::chrono::seconds(ms >= 0 ? ms / 1000 : (ms - 999) / 1000));
   const int64_t frac = ((ms % 1000) + 1000) % 1000;
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03}Z", secs, frac);
 }

@@ -38,7 +38,8 @@ std::string IdGenerator::next() {
     }
     last_ms_ = ms;
     const auto ums = static_cast<uint64_t>(ms);
-    for (int i = 0; i < 6; ++i) bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(ums >> (8 * (5 - i)));
+    for (int i = 0; i < 6; ++i)
+      bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(ums >> (8 * (5 - i)));
     std::copy(last_random_.begin(), last_random_.end(), bytes.begin() + 6);
   }
   // 128 bits -> 26 base32 digits (the first carries only 3 bits).

@@ -50,13 +50,13 @@ namespace {
 class JsonFormatter final : public spdlog::formatter {
  public:
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
-    const std::string line = fmt::format(
-        R"({{"ts":"{}","level":"{}","logger":"{}","msg":"{}"}})"
-        "\n",
-        formatRfc3339(std::chrono::time_point_cast<SystemTime::duration>(msg.time)),
-        spdlog::level::to_string_view(msg.level).data(),
-        jsonEscape(std::string_view(msg.logger_name.data(), msg.logger_name.size())),
-        jsonEscape(std::string_view(msg.payload.data(), msg.payload.size())));
+    const std::string line =
+        fmt::format(R"({{"ts":"{}","level":"{}","logger":"{}","msg":"{}"}})"
+                    "\n",
+                    formatRfc3339(std::chrono::time_point_cast<SystemTime::duration>(msg.time)),
+                    spdlog::level::to_string_view(msg.level).data(),
+                    jsonEscape(std::string_view(msg.logger_name.data(), msg.logger_name.size())),
+                    jsonEscape(std::string_view(msg.payload.data(), msg.payload.size())));
     dest.append(line.data(), line.data() + line.size());
   }
   std::unique_ptr<spdlog::formatter> clone() const override {
@@ -86,7 +86,8 @@ Result<spdlog::level::level_enum> parseLogLevel(std::string_view name) {
 Result<LogFormat> parseLogFormat(std::string_view name) {
   if (name == "text") return LogFormat::kText;
   if (name == "json") return LogFormat::kJson;
-  return fail(invalidArgument(fmt::format("unknown log format \"{}\"; expected text or json", name)));
+  return fail(
+      invalidArgument(fmt::format("unknown log format \"{}\"; expected text or json", name)));
 }
 
 Result<void> setupLogging(const LogOptions& options) {
@@ -96,9 +97,8 @@ Result<void> setupLogging(const LogOptions& options) {
   if (options.format == LogFormat::kJson) {
     g_sink->set_formatter(std::make_unique<JsonFormatter>());
   } else {
-    g_sink->set_formatter(
-        std::make_unique<spdlog::pattern_formatter>("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ [%n] %v",
-                                                    spdlog::pattern_time_type::utc));
+    g_sink->set_formatter(std::make_unique<spdlog::pattern_formatter>(
+        "%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ [%n] %v", spdlog::pattern_time_type::utc));
   }
   auto root = std::make_shared<spdlog::logger>("purser", g_sink);
   root->set_level(level);

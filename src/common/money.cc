@@ -67,8 +67,8 @@ Result<Money> Money::parse(std::string_view text) {
     magnitude = magnitude * 10 + (text[i] - '0');
     ++int_digits;
     if (magnitude > static_cast<__int128>(INT64_MAX)) {
-      return fail(outOfRange(fmt::format(
-          "amount \"{}\" is out of range (the limit is ±9223372036.854775807)", text)));
+      return fail(outOfRange(
+          fmt::format("amount \"{}\" is out of range (the limit is ±9223372036.854775807)", text)));
     }
   }
   if (int_digits == 0) return bad("expected a digit before the decimal point");
@@ -100,9 +100,9 @@ Result<Money> Money::parse(std::string_view text) {
 std::string Money::toString() const {
   // Work in unsigned 128 bits so INT64_MIN prints correctly.
   const bool negative = nanos_ < 0;
-  const unsigned __int128 mag =
-      negative ? static_cast<unsigned __int128>(-static_cast<__int128>(nanos_))
-               : static_cast<unsigned __int128>(nanos_);
+  const unsigned __int128 mag = negative
+                                    ? static_cast<unsigned __int128>(-static_cast<__int128>(nanos_))
+                                    : static_cast<unsigned __int128>(nanos_);
   const auto units = static_cast<uint64_t>(mag / kNanosPerUnit);
   auto frac = static_cast<uint64_t>(mag % kNanosPerUnit);
   std::string digits = fmt::format("{:09}", frac);

@@ -221,7 +221,8 @@ std::string Quantity::toString() const {
     const std::string exp = power == 0 ? "" : fmt::format("e{}", 3 * power);
     return sign + toDecimalString(mantissa) + exp;
   }
-  return sign + toDecimalString(mantissa) + std::string(kDecimalSuffixes[static_cast<size_t>(power + 3)]);
+  return sign + toDecimalString(mantissa) +
+         std::string(kDecimalSuffixes[static_cast<size_t>(power + 3)]);
 }
 
 Result<Quantity> Quantity::add(const Quantity& other) const {

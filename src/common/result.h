@@ -24,21 +24,21 @@ inline std::unexpected<Error> fail(ErrorCode code, std::string message) {
 }  // namespace purser
 
 // Evaluates `expr` (a Result<void>); returns its error from the enclosing function if it failed.
-#define PURSER_TRY(expr)                                         \
-  do {                                                           \
-    auto purser_try_result_ = (expr);                            \
-    if (!purser_try_result_) {                                   \
+#define PURSER_TRY(expr)                                               \
+  do {                                                                 \
+    auto purser_try_result_ = (expr);                                  \
+    if (!purser_try_result_) {                                         \
       return ::std::unexpected(std::move(purser_try_result_).error()); \
-    }                                                            \
+    }                                                                  \
   } while (0)
 
 // Evaluates `expr` (a Result<T>) and yields its value; returns its error if it failed.
 // A GNU statement expression: g++ and clang both support it.
-#define PURSER_TRY_VALUE(expr)                                   \
-  ({                                                             \
-    auto purser_try_result_ = (expr);                            \
-    if (!purser_try_result_) {                                   \
+#define PURSER_TRY_VALUE(expr)                                         \
+  ({                                                                   \
+    auto purser_try_result_ = (expr);                                  \
+    if (!purser_try_result_) {                                         \
       return ::std::unexpected(std::move(purser_try_result_).error()); \
-    }                                                            \
-    std::move(purser_try_result_).value();                       \
+    }                                                                  \
+    std::move(purser_try_result_).value();                             \
   })

@@ -14,8 +14,9 @@ namespace purser::config {
 
 Result<std::pair<std::string, uint16_t>> parseListenAddress(std::string_view text) {
   const auto bad = [&](std::string_view why) {
-    return fail(invalidArgument(fmt::format(
-        "invalid listen address \"{}\": {}; expected host:port such as 127.0.0.1:8080", text, why)));
+    return fail(invalidArgument(
+        fmt::format("invalid listen address \"{}\": {}; expected host:port such as 127.0.0.1:8080",
+                    text, why)));
   };
   std::string host;
   std::string_view port_text;
@@ -135,9 +136,8 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
 Result<Config> loadConfig(const std::string& path, const Overrides& overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return fail(Error(ErrorCode::kNotFound,
-                      fmt::format("cannot read configuration file \"{}\": {}", path,
-                                  std::strerror(errno))));
+    return fail(Error(ErrorCode::kNotFound, fmt::format("cannot read configuration file \"{}\": {}",
+                                                        path, std::strerror(errno))));
   }
   std::ostringstream text;
   text << in.rdbuf();

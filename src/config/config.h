@@ -44,11 +44,11 @@ struct ConsoleConfig {
 };
 
 struct Config {
-  std::string file;       // where this configuration was read from
-  std::string listen;     // "host:port" as written
-  std::string host;       // parsed from listen
-  uint16_t port = 0;      // parsed from listen; 0 picks a free port
-  size_t threads = 0;     // I/O threads; 0 = one per core
+  std::string file;    // where this configuration was read from
+  std::string listen;  // "host:port" as written
+  std::string host;    // parsed from listen
+  uint16_t port = 0;   // parsed from listen; 0 picks a free port
+  size_t threads = 0;  // I/O threads; 0 = one per core
   std::string data_dir = "./var";
   LogOptions log;
   HttpConfig http;

@@ -115,15 +115,16 @@ std::optional<bool> YamlReader::asBool(const YAML::Node& n, const std::string& p
   return std::nullopt;
 }
 
-std::optional<int64_t> YamlReader::asInt(const YAML::Node& n, const std::string& path,
-                                         int64_t min, int64_t max) {
+std::optional<int64_t> YamlReader::asInt(const YAML::Node& n, const std::string& path, int64_t min,
+                                         int64_t max) {
   if (n.IsScalar()) {
     const std::string& s = n.Scalar();
     int64_t v = 0;
     const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
     if (ec == std::errc() && p == s.data() + s.size()) {
       if (v < min || v > max) {
-        addError(n, path, fmt::format("expected a whole number from {} to {}, got {}", min, max, v));
+        addError(n, path,
+                 fmt::format("expected a whole number from {} to {}, got {}", min, max, v));
         return std::nullopt;
       }
       return v;
@@ -138,9 +139,9 @@ std::optional<Duration> YamlReader::asDuration(const YAML::Node& n, const std::s
     auto d = parseDuration(n.Scalar());
     if (d) return *d;
   }
-  addError(n, path,
-           fmt::format("expected a duration such as \"30s\", \"250ms\" or \"5m\", got {}",
-                       describe(n)));
+  addError(
+      n, path,
+      fmt::format("expected a duration such as \"30s\", \"250ms\" or \"5m\", got {}", describe(n)));
   return std::nullopt;
 }
 
@@ -153,19 +154,18 @@ std::optional<uint64_t> YamlReader::asBytes(const YAML::Node& n, const std::stri
       if (v && static_cast<uint64_t>(*v) >= min && static_cast<uint64_t>(*v) <= max) {
         return static_cast<uint64_t>(*v);
       }
-      addError(n, path, fmt::format("expected a size from {} to {} bytes, got {}", min, max,
-                                    describe(n)));
+      addError(n, path,
+               fmt::format("expected a size from {} to {} bytes, got {}", min, max, describe(n)));
       return std::nullopt;
     }
   }
-  addError(n, path,
-           fmt::format("expected a size in bytes such as 1048576 or \"16Mi\", got {}", describe(n)));
+  addError(
+      n, path,
+      fmt::format("expected a size in bytes such as 1048576 or \"16Mi\", got {}", describe(n)));
   return std::nullopt;
 }
 
-bool YamlReader::Map::has(const std::string& key) const {
-  return valid_ && node_[key].IsDefined();
-}
+bool YamlReader::Map::has(const std::string& key) const { return valid_ && node_[key].IsDefined(); }
 
 bool YamlReader::Map::present(const std::string& key) {
   read_.insert(key);
@@ -211,8 +211,7 @@ void YamlReader::Map::optional(const std::string& key, Duration& out, Duration m
   const YAML::Node n = get(key);
   if (auto v = reader_->asDuration(n, child(key))) {
     if (*v < min) {
-      reader_->addError(n, child(key),
-                        fmt::format("must be at least {}", formatDuration(min)));
+      reader_->addError(n, child(key), fmt::format("must be at least {}", formatDuration(min)));
       return;
     }
     out = *v;
@@ -246,10 +245,10 @@ void YamlReader::Map::finish() {
     const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
     if (read_.contains(key)) continue;
     const std::string hint = closestMatch(key, known);
-    reader_->addError(it->first, child(key),
-                      hint.empty() ? fmt::format("unknown field; expected one of: {}",
-                                                 fmt::join(known, ", "))
-                                   : fmt::format("unknown field; did you mean \"{}\"?", hint));
+    reader_->addError(
+        it->first, child(key),
+        hint.empty() ? fmt::format("unknown field; expected one of: {}", fmt::join(known, ", "))
+                     : fmt::format("unknown field; did you mean \"{}\"?", hint));
   }
 }
 

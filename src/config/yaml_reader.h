@@ -61,7 +61,9 @@ class YamlReader {
     // Marks the key as known (so finish() accepts it) and tells whether it is there.
     bool present(const std::string& key);
     const std::string& path() const { return path_; }
-    std::string child(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+    std::string child(const std::string& key) const {
+      return path_.empty() ? key : path_ + "." + key;
+    }
     const YAML::Node& node() const { return node_; }
 
     void required(const std::string& key, std::string& out);

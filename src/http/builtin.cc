@@ -25,8 +25,8 @@ std::vector<std::string> Readiness::failures() const {
 
 Result<void> addBuiltinRoutes(Router& router, MetricsRegistry& metrics, Readiness& readiness,
                               std::function<bool()> draining) {
-  PURSER_TRY(router.add(Method::kGet, "/healthz",
-                        [](Request&) { return Response::text(200, "ok\n"); }));
+  PURSER_TRY(
+      router.add(Method::kGet, "/healthz", [](Request&) { return Response::text(200, "ok\n"); }));
   PURSER_TRY(router.add(Method::kGet, "/readyz", [&readiness, draining](Request&) {
     std::vector<std::string> failures = readiness.failures();
     if (draining && draining()) failures.emplace_back("server: shutting down");

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+#include <openssl/ssl.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/ssl.hpp>
@@ -10,8 +12,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <fmt/format.h>
-#include <openssl/ssl.h>
 
 #include <deque>
 #include <unordered_map>
@@ -107,7 +107,8 @@ class HttpClient::Impl {
       // A pooled connection the peer closed while idle: retry once on a fresh one, but only
       // when nothing of the response arrived (so the request cannot have been processed twice
       // from our side's point of view).
-      if (attempt == 0 && (*conn)->reused && !response_started && result.error().code == ErrorCode::kUnavailable) {
+      if (attempt == 0 && (*conn)->reused && !response_started &&
+          result.error().code == ErrorCode::kUnavailable) {
         ++stats_.retries;
         continue;
       }
@@ -167,8 +168,8 @@ class HttpClient::Impl {
                                                      net::redirect_error(net::use_awaitable, ec));
       timer.cancel();
       if (timed_out) {
-        co_return fail(Error(ErrorCode::kDeadlineExceeded,
-                             fmt::format("resolving {} timed out", url.host)));
+        co_return fail(
+            Error(ErrorCode::kDeadlineExceeded, fmt::format("resolving {} timed out", url.host)));
       }
       if (ec) {
         co_return fail(unavailable(fmt::format("cannot resolve {}: {}", url.host, ec.message())));
@@ -185,7 +186,8 @@ class HttpClient::Impl {
       if (!SSL_set_tlsext_host_name(conn->tls->native_handle(), url.host.c_str())) {
         co_return fail(unavailable(fmt::format("cannot set TLS server name {}", url.host)));
       }
-      if (options_.verify_tls) conn->tls->set_verify_callback(ssl::host_name_verification(url.host));
+      if (options_.verify_tls)
+        conn->tls->set_verify_callback(ssl::host_name_verification(url.host));
       co_await conn->tls->async_handshake(ssl::stream_base::client,
                                           net::redirect_error(net::use_awaitable, ec));
       if (ec) co_return fail(mapError(ec, "TLS handshake with", url));
@@ -226,9 +228,9 @@ class HttpClient::Impl {
       return bhttp::async_write(s, msg, net::redirect_error(net::use_awaitable, ec));
     });
     if (ec) {
-      co_return fail(isStaleConnectionError(ec) ? unavailable(fmt::format(
-                                                      "connection to {} was closed", url.authority()))
-                                                : mapError(ec, "sending to", url));
+      co_return fail(isStaleConnectionError(ec)
+                         ? unavailable(fmt::format("connection to {} was closed", url.authority()))
+                         : mapError(ec, "sending to", url));
     }
     bhttp::response_parser<bhttp::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options_.max_response_header_bytes));
@@ -281,7 +283,10 @@ class StreamImpl final : public ClientStream {
  public:
   StreamImpl(HttpClient::Impl& client, std::unique_ptr<Connection> conn, Url url,
              std::chrono::nanoseconds read_timeout)
-      : client_(client), conn_(std::move(conn)), url_(std::move(url)), read_timeout_(read_timeout) {}
+      : client_(client),
+        conn_(std::move(conn)),
+        url_(std::move(url)),
+        read_timeout_(read_timeout) {}
 
   // Reads the response header; `started` tells whether any of the response arrived.
   net::awaitable<error_code> readHeader(std::chrono::nanoseconds timeout, size_t header_limit,
@@ -384,7 +389,6 @@ net::awaitable<Result<std::unique_ptr<ClientStream>>> HttpClient::Impl::stream(C
     co_return std::unique_ptr<ClientStream>(std::move(out));
   }
 }
-
 
 HttpClient::HttpClient(net::io_context& context, ClientOptions options)
     : impl_(std::make_unique<Impl>(context, std::move(options))) {}

@@ -146,8 +146,8 @@ MetricsRegistry::Entry& MetricsRegistry::entry(const std::string& name, const st
   e->type = type;
   switch (type) {
     case Type::kCounter:
-      e->counters = std::make_unique<Family<Counter>>(
-          std::move(labels), [] { return std::make_unique<Counter>(); });
+      e->counters = std::make_unique<Family<Counter>>(std::move(labels),
+                                                      [] { return std::make_unique<Counter>(); });
       break;
     case Type::kGauge:
       e->gauges = std::make_unique<Family<Gauge>>(std::move(labels),

@@ -51,12 +51,12 @@ Result<void> Router::addRoute(Method method, std::string pattern,
     target = &exact_.try_emplace(pattern, std::move(parsed)).first->second;
   } else {
     for (auto& p : patterns_) {
-      const bool same = p->segments.size() == parsed.segments.size() &&
-                        std::equal(p->segments.begin(), p->segments.end(), parsed.segments.begin(),
-                                   [](const Segment& a, const Segment& b) {
-                                     return a.kind == b.kind &&
-                                            (a.kind != Segment::kLiteral || a.text == b.text);
-                                   });
+      const bool same =
+          p->segments.size() == parsed.segments.size() &&
+          std::equal(p->segments.begin(), p->segments.end(), parsed.segments.begin(),
+                     [](const Segment& a, const Segment& b) {
+                       return a.kind == b.kind && (a.kind != Segment::kLiteral || a.text == b.text);
+                     });
       if (same) target = p.get();
     }
     if (target == nullptr) {
@@ -73,9 +73,8 @@ Result<void> Router::addRoute(Method method, std::string pattern,
     }
   }
   if (findMethod(*target, method) != nullptr) {
-    return fail(Error(ErrorCode::kAlreadyExists,
-                      fmt::format("route {} {} is already registered", methodName(method),
-                                  pattern)));
+    return fail(Error(ErrorCode::kAlreadyExists, fmt::format("route {} {} is already registered",
+                                                             methodName(method), pattern)));
   }
   target->by_method.push_back(
       std::make_unique<Route>(Route{method, std::move(pattern), std::move(handler), nullptr}));

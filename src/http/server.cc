@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,14 +15,13 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <array>
 #include <atomic>
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "http/request_parser.h"
 
 namespace purser::http {
 
@@ -57,9 +58,9 @@ const char* const kClassNames[5] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 
 // One live connection, as seen by shutdown. Touched only on its worker's thread.
 struct Conn {
-  bool idle = true;                  // waiting for the first byte of a request
+  bool idle = true;                   // waiting for the first byte of a request
   bool close_after_response = false;  // set when draining begins mid-request
-  std::function<void()> close;       // closes the socket; pending operations end
+  std::function<void()> close;        // closes the socket; pending operations end
 };
 
 bool isDisconnect(const error_code& ec) {
@@ -69,49 +70,12 @@ bool isDisconnect(const error_code& ec) {
          ec == net::ssl::error::stream_truncated || ec == net::error::not_connected;
 }
 
-// Parses a request straight into a Request: no intermediate Beast message, no copies of the
-// fields. Limits and framing (Content-Length, chunked) are Beast's.
-class RequestParser final : public bhttp::basic_parser<true> {
- public:
-  explicit RequestParser(Request& request) : request_(request) {}
-
- private:
-  void on_request_impl(bhttp::verb, std::string_view method, std::string_view target, int version,
-                       error_code&) override {
-    request_.method_name.assign(method);
-    request_.method = parseMethod(method);
-    request_.target.assign(target);
-    request_.version = version;
-  }
-  void on_response_impl(int, std::string_view, int, error_code&) override {}
-  void on_field_impl(bhttp::field, std::string_view name, std::string_view value,
-                     error_code&) override {
-    request_.headers.add(std::string(name), std::string(value));
-  }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
-    // The length was checked against the body limit before the body is read.
-    if (length) request_.body.reserve(static_cast<size_t>(*length));
-  }
-  std::size_t on_body_impl(std::string_view body, error_code&) override {
-    request_.body.append(body);
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, std::string_view, error_code&) override {}
-  std::size_t on_chunk_body_impl(std::uint64_t, std::string_view body, error_code&) override {
-    request_.body.append(body);
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
-
-  Request& request_;
-};
-
 bool isToken(std::string_view s) {
   if (s.empty()) return false;
   for (unsigned char c : s) {
-    if (c <= 32 || c >= 127 || std::string_view("()<>@,;:\\\"/[]?={}").find(static_cast<char>(c)) !=
-                                   std::string_view::npos) {
+    if (c <= 32 || c >= 127 ||
+        std::string_view("()<>@,;:\\\"/[]?={}").find(static_cast<char>(c)) !=
+            std::string_view::npos) {
       return false;
     }
   }
@@ -176,20 +140,20 @@ class Server::Impl {
         acceptor_(workers.context(0)),
         drain_timer_(workers.context(0)),
         registry_(std::make_shared<Registry>(workers.size())),
-        connections_active_(metrics.gauge("purser_http_connections_active",
-                                          "Client connections open now.")),
-        connections_total_(metrics.counter("purser_http_connections_total",
-                                           "Client connections accepted.")),
+        connections_active_(
+            metrics.gauge("purser_http_connections_active", "Client connections open now.")),
+        connections_total_(
+            metrics.counter("purser_http_connections_total", "Client connections accepted.")),
         rejected_(metrics.counterFamily(
             "purser_http_rejected_total",
             "Requests or connections refused by a server limit, by reason.", {"reason"})) {
     auto& requests = metrics.counterFamily("purser_http_requests_total",
                                            "HTTP requests served, by route and status class.",
                                            {"route", "method", "code"});
-    auto& latency = metrics.histogramFamily(
-        "purser_http_request_duration_seconds",
-        "Time from a request's last byte to its response's last byte.", {"route", "method"},
-        latencyBuckets());
+    auto& latency =
+        metrics.histogramFamily("purser_http_request_duration_seconds",
+                                "Time from a request's last byte to its response's last byte.",
+                                {"route", "method"}, latencyBuckets());
     const auto make = [&](const std::string& route, std::string_view method) {
       auto m = std::make_shared<RouteMetrics>();
       for (int c = 0; c < 5; ++c) {
@@ -207,8 +171,8 @@ class Server::Impl {
     if (options_.tls) {
       tls_.emplace(ssl::context::tls_server);
       tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 |
-                        ssl::context::no_tlsv1_1 | ssl::context::single_dh_use);
+                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                        ssl::context::single_dh_use);
       error_code ec;
       tls_->use_certificate_chain_file(options_.tls->cert_file, ec);
       if (ec) {
@@ -369,7 +333,8 @@ class Server::Impl {
     socket.set_option(tcp::no_delay(true), ec);
     const auto remote = socket.remote_endpoint(ec);
     std::string remote_address =
-        ec ? std::string("unknown") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+        ec ? std::string("unknown")
+           : fmt::format("{}:{}", remote.address().to_string(), remote.port());
     if (tls_) {
       ssl::stream<TcpStream> stream(TcpStream(std::move(socket)), *tls_);
       beast::get_lowest_layer(stream).expires_after(options_.header_timeout);
@@ -422,9 +387,9 @@ class Server::Impl {
       if (chunked_) {
         char size_line[24];
         const int n = std::snprintf(size_line, sizeof size_line, "%zx\r\n", data.size());
-        const std::array<net::const_buffer, 3> chunk{
-            net::buffer(size_line, static_cast<size_t>(n)), net::buffer(data.data(), data.size()),
-            net::buffer("\r\n", 2)};
+        const std::array<net::const_buffer, 3> chunk{net::buffer(size_line, static_cast<size_t>(n)),
+                                                     net::buffer(data.data(), data.size()),
+                                                     net::buffer("\r\n", 2)};
         co_await net::async_write(stream_, chunk, net::redirect_error(net::use_awaitable, ec));
       } else {
         co_await net::async_write(stream_, net::buffer(data.data(), data.size()),
@@ -472,6 +437,7 @@ class Server::Impl {
       RequestParser parser(request);
       parser.header_limit(static_cast<std::uint32_t>(options_.max_header_bytes));
       parser.body_limit(options_.max_body_bytes);
+      parser.bodyLimitHint(options_.max_body_bytes);
       lowest.expires_after(options_.header_timeout);
       co_await bhttp::async_read_header(stream, buffer, parser,
                                         net::redirect_error(net::use_awaitable, ec));
@@ -533,10 +499,10 @@ class Server::Impl {
 
       const auto started = std::chrono::steady_clock::now();
       auto [response, metrics] = co_await dispatch(request);
-      const bool close =
-          !client_keep_alive || response.close || draining_.load() || conn.close_after_response ||
-          (options_.max_requests_per_connection > 0 &&
-           served >= options_.max_requests_per_connection);
+      const bool close = !client_keep_alive || response.close || draining_.load() ||
+                         conn.close_after_response ||
+                         (options_.max_requests_per_connection > 0 &&
+                          served >= options_.max_requests_per_connection);
       const bool ok = co_await writeResponse(stream, request, response, close, head);
       const int cls = std::clamp(response.status / 100, 1, 5) - 1;
       metrics->by_class[static_cast<size_t>(cls)]->inc();
@@ -554,10 +520,10 @@ class Server::Impl {
     Router::Match match = router_.match(request);
     if (match.route == nullptr) {
       if (!match.allow.empty()) {
-        Response r = options_.render_error(
-            405, fmt::format("method {} is not allowed here; allowed: {}", request.method_name,
-                             match.allow),
-            &request);
+        Response r = options_.render_error(405,
+                                           fmt::format("method {} is not allowed here; allowed: {}",
+                                                       request.method_name, match.allow),
+                                           &request);
         r.headers.set("Allow", match.allow);
         co_return std::pair{std::move(r), unmatched_.get()};
       }
@@ -628,8 +594,9 @@ class Server::Impl {
     // 1xx, 204 and 304 carry no body (and 204/1xx no Content-Length).
     const bool bodiless = response.status < 200 || response.status == 204 || response.status == 304;
     const bool no_length = response.status < 200 || response.status == 204;
-    appendHead(head, response.status, response.headers, version, close,
-               no_length ? Framing{Framing::kNone} : Framing{Framing::kLength, response.body.size()});
+    appendHead(
+        head, response.status, response.headers, version, close,
+        no_length ? Framing{Framing::kNone} : Framing{Framing::kLength, response.body.size()});
     const bool send_body = request.method != Method::kHead && !bodiless && !response.body.empty();
     const std::array<net::const_buffer, 2> buffers{
         net::buffer(head), send_body ? net::buffer(response.body) : net::const_buffer()};
@@ -649,9 +616,9 @@ class Server::Impl {
   template <typename Stream>
   net::awaitable<void> rejectBody(Stream& stream) {
     rejected_.labels({"body_too_large"}).inc();
-    co_await sendError(stream, 413,
-                       fmt::format("request body exceeds the limit of {} bytes",
-                                   options_.max_body_bytes));
+    co_await sendError(
+        stream, 413,
+        fmt::format("request body exceeds the limit of {} bytes", options_.max_body_bytes));
     co_await lingeringClose(stream);
   }
 
@@ -671,7 +638,7 @@ class Server::Impl {
     lowest.expires_after(kMaxLinger);
     while (discarded < kMaxDiscard) {
       const size_t n = co_await lowest.async_read_some(net::buffer(sink),
-                                                        net::redirect_error(net::use_awaitable, ec));
+                                                       net::redirect_error(net::use_awaitable, ec));
       if (ec) break;
       discarded += n;
     }

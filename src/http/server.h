@@ -35,8 +35,8 @@ struct TlsOptions {
 
 // Renders an error the server produces itself (400, 404, 405, 413, 431, 500, 503). `request` is
 // null when the request could not be parsed. The default writes RFC 7807 problem+json.
-using ErrorRenderer = std::function<Response(int status, std::string_view detail,
-                                             const Request* request)>;
+using ErrorRenderer =
+    std::function<Response(int status, std::string_view detail, const Request* request)>;
 Response problemResponse(int status, std::string_view detail, const Request* request);
 
 struct ServerOptions {
@@ -45,7 +45,7 @@ struct ServerOptions {
   size_t max_body_bytes = 16 * 1024 * 1024;
   size_t max_header_bytes = 32 * 1024;
   size_t max_connections = 10'000;
-  size_t max_requests_per_connection = 10'000;  // 0: unlimited
+  size_t max_requests_per_connection = 10'000;                         // 0: unlimited
   std::chrono::nanoseconds idle_timeout = std::chrono::seconds(60);    // between requests
   std::chrono::nanoseconds header_timeout = std::chrono::seconds(10);  // first byte to last header
   std::chrono::nanoseconds body_timeout = std::chrono::seconds(60);    // whole request body

@@ -52,7 +52,8 @@ Result<Url> parseUrl(std::string_view text) {
   if (url.host.empty()) return bad("the host is missing");
   if (!port_text.empty()) {
     unsigned port = 0;
-    const auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    const auto [ptr, ec] =
+        std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
     if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port == 0 ||
         port > 65535) {
       return bad("the port must be a number from 1 to 65535");

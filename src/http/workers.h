@@ -54,7 +54,8 @@ class Workers {
 template <typename T>
 class WorkerLocal {
  public:
-  WorkerLocal(Workers& workers, const std::function<std::unique_ptr<T>(boost::asio::io_context&)>& make) {
+  WorkerLocal(Workers& workers,
+              const std::function<std::unique_ptr<T>(boost::asio::io_context&)>& make) {
     for (size_t i = 0; i < workers.size(); ++i) items_.push_back(make(workers.context(i)));
   }
   T& current() {

@@ -2,11 +2,11 @@
 
 #include <utility>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "cli/cli.h"
 #include "common/clock.h"
@@ -35,15 +35,15 @@ const std::vector<store::Migration> kServerMigrations = {
 Result<std::string> installationId(store::Store& store, IdGenerator& ids, const Clock& clock) {
   std::string id;
   PURSER_TRY(store.write([&](store::Tx& tx) -> Result<void> {
-    auto rows = PURSER_TRY_VALUE(
-        tx.query("SELECT value FROM server_meta WHERE key = 'installation_id'"));
+    auto rows =
+        PURSER_TRY_VALUE(tx.query("SELECT value FROM server_meta WHERE key = 'installation_id'"));
     if (!rows.empty()) {
       id = rows[0].getText(0);
       return {};
     }
     id = ids.next();
-    PURSER_TRY(tx.exec("INSERT INTO server_meta (key, value) VALUES ('installation_id', $1)",
-                       {id}));
+    PURSER_TRY(
+        tx.exec("INSERT INTO server_meta (key, value) VALUES ('installation_id', $1)", {id}));
     PURSER_TRY(tx.exec("INSERT INTO server_meta (key, value) VALUES ('created_at', $1)",
                        {formatRfc3339(clock.now())}));
     return {};
@@ -79,8 +79,8 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   auto data_dir = PURSER_TRY_VALUE(DataDir::open(config.data_dir));
   auto store = PURSER_TRY_VALUE(store::SqliteStore::open(
       {.path = data_dir->file("purser.db"),
-       .busy_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
-           config.store.busy_timeout)},
+       .busy_timeout =
+           std::chrono::duration_cast<std::chrono::milliseconds>(config.store.busy_timeout)},
       clock));
   PURSER_TRY(store->migrate("server", kServerMigrations));
   const std::string installation = PURSER_TRY_VALUE(installationId(*store, ids, clock));
@@ -92,8 +92,9 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   std::unique_ptr<http::Server> server;
 
   const auto& build = cli::buildInfo();
-  metrics.gaugeFamily("purser_build_info", "Version of the running purser (always 1).",
-                      {"version", "commit"})
+  metrics
+      .gaugeFamily("purser_build_info", "Version of the running purser (always 1).",
+                   {"version", "commit"})
       .labels({build.version, build.commit})
       .set(1);
   metrics.gauge("purser_start_time_seconds", "When this process started, in Unix seconds.")
@@ -132,8 +133,8 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   });
 
   workers.start();
-  spdlog::info("{} serving on {} with {} worker(s); data in {}", cli::versionLine(),
-               server->url(), workers.size(), data_dir->path());
+  spdlog::info("{} serving on {} with {} worker(s); data in {}", cli::versionLine(), server->url(),
+               workers.size(), data_dir->path());
   out << "purser: listening on " << server->url() << "\n";
   if (config.console.enabled) out << "purser: console at " << server->url() << "/\n";
   out.flush();

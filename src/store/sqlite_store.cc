@@ -61,8 +61,9 @@ class SqliteConnection final : public Tx {
   static Result<std::unique_ptr<SqliteConnection>> open(const SqliteOptions& options,
                                                         bool read_only) {
     sqlite3* db = nullptr;
-    const int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-                      SQLITE_OPEN_NOMUTEX;
+    const int flags =
+        (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+        SQLITE_OPEN_NOMUTEX;
     const int rc = sqlite3_open_v2(options.path.c_str(), &db, flags, nullptr);
     auto conn = std::unique_ptr<SqliteConnection>(new SqliteConnection(db));
     if (rc != SQLITE_OK) {
@@ -134,7 +135,8 @@ class SqliteConnection final : public Tx {
                                       SQLITE_PREPARE_PERSISTENT, &s.stmt, &tail);
     if (rc != SQLITE_OK) return fail(sqliteError(db_, rc, sql));
     if (s.stmt == nullptr) return fail(invalidArgument("store: empty SQL statement"));
-    if (tail != nullptr && std::string_view(tail).find_first_not_of(" \t\r\n;") != std::string_view::npos) {
+    if (tail != nullptr &&
+        std::string_view(tail).find_first_not_of(" \t\r\n;") != std::string_view::npos) {
       sqlite3_finalize(s.stmt);
       return fail(invalidArgument(fmt::format(
           "store: one statement at a time with parameters (in \"{}\")", sql.substr(0, 80))));
@@ -171,9 +173,9 @@ class SqliteConnection final : public Tx {
     for (size_t i = 0; i < s->value_index.size(); ++i) {
       const auto vi = static_cast<size_t>(s->value_index[i]);
       if (vi >= params.size()) {
-        return fail(invalidArgument(fmt::format(
-            "store: statement uses parameter ${} but {} were given (in \"{}\")", vi + 1,
-            params.size(), sql.substr(0, 80))));
+        return fail(invalidArgument(
+            fmt::format("store: statement uses parameter ${} but {} were given (in \"{}\")", vi + 1,
+                        params.size(), sql.substr(0, 80))));
       }
       const Value& v = params[vi];
       const int col = static_cast<int>(i) + 1;
@@ -208,8 +210,8 @@ class SqliteConnection final : public Tx {
             break;
           case SQLITE_BLOB: {
             const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt, c));
-            values.emplace_back(Blob{std::string(p == nullptr ? "" : p,
-                                                 static_cast<size_t>(sqlite3_column_bytes(stmt, c)))});
+            values.emplace_back(Blob{std::string(
+                p == nullptr ? "" : p, static_cast<size_t>(sqlite3_column_bytes(stmt, c)))});
             break;
           }
           default: {  // TEXT, and REAL as its text (Purser stores no floating point)
@@ -233,7 +235,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteOptions options, co
       "CREATE TABLE IF NOT EXISTS schema_migrations ("
       " component TEXT NOT NULL, version INTEGER NOT NULL, name TEXT NOT NULL,"
       " checksum TEXT NOT NULL, applied_at TEXT NOT NULL, PRIMARY KEY (component, version))"));
-  return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(options), clock, std::move(writer)));
+  return std::unique_ptr<SqliteStore>(
+      new SqliteStore(std::move(options), clock, std::move(writer)));
 }
 
 SqliteStore::SqliteStore(SqliteOptions options, const Clock& clock,
@@ -361,7 +364,8 @@ void SqliteStore::runBatch(std::vector<Job>& batch) {
 
 Result<std::unique_ptr<SqliteConnection>> SqliteStore::acquireReader() {
   std::unique_lock lock(readers_mu_);
-  readers_cv_.wait(lock, [&] { return !idle_readers_.empty() || open_readers_ < options_.max_readers; });
+  readers_cv_.wait(lock,
+                   [&] { return !idle_readers_.empty() || open_readers_ < options_.max_readers; });
   if (!idle_readers_.empty()) {
     auto conn = std::move(idle_readers_.back());
     idle_readers_.pop_back();
@@ -411,9 +415,10 @@ Result<int> SqliteStore::migrate(std::string_view component,
   // Check what is recorded against what this binary knows.
   Rows applied;
   PURSER_TRY(write([&](Tx& tx) -> Result<void> {
-    applied = PURSER_TRY_VALUE(tx.query(
-        "SELECT version, name, checksum FROM schema_migrations WHERE component = $1 ORDER BY version",
-        {std::string(component)}));
+    applied =
+        PURSER_TRY_VALUE(tx.query("SELECT version, name, checksum FROM schema_migrations WHERE "
+                                  "component = $1 ORDER BY version",
+                                  {std::string(component)}));
     return {};
   }));
   for (const Row& row : applied) {
@@ -444,11 +449,11 @@ Result<int> SqliteStore::migrate(std::string_view component,
                           fmt::format("migration {} version {} (\"{}\") failed: {}", component,
                                       m.version, m.name, done.error().message)));
       }
-      PURSER_TRY(tx.exec(
-          "INSERT INTO schema_migrations (component, version, name, checksum, applied_at)"
-          " VALUES ($1, $2, $3, $4, $5)",
-          {std::string(component), static_cast<int64_t>(m.version), m.name, checksum(m.sql),
-           formatRfc3339(clock_.now())}));
+      PURSER_TRY(
+          tx.exec("INSERT INTO schema_migrations (component, version, name, checksum, applied_at)"
+                  " VALUES ($1, $2, $3, $4, $5)",
+                  {std::string(component), static_cast<int64_t>(m.version), m.name, checksum(m.sql),
+                   formatRfc3339(clock_.now())}));
       return {};
     });
     if (!r) return fail(r.error());

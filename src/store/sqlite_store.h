@@ -27,9 +27,9 @@ namespace purser::store {
 struct SqliteOptions {
   std::string path;  // the database file; created if missing
   std::chrono::milliseconds busy_timeout{5000};
-  size_t max_batch = 256;      // writes per group commit
-  size_t max_queue = 65536;    // queued writes before writeAsync fails fast
-  size_t max_readers = 8;      // read connections kept open
+  size_t max_batch = 256;    // writes per group commit
+  size_t max_queue = 65536;  // queued writes before writeAsync fails fast
+  size_t max_readers = 8;    // read connections kept open
 };
 
 class SqliteConnection;
@@ -40,7 +40,8 @@ class SqliteStore final : public Store {
   ~SqliteStore() override;
 
   Dialect dialect() const override { return Dialect::kSqlite; }
-  Result<int> migrate(std::string_view component, const std::vector<Migration>& migrations) override;
+  Result<int> migrate(std::string_view component,
+                      const std::vector<Migration>& migrations) override;
   Result<void> write(TxFn fn) override;
   void writeAsync(TxFn fn, std::function<void(Result<void>)> done) override;
   Result<void> read(TxFn fn) override;

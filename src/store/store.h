@@ -77,7 +77,8 @@ class Store {
   // anything further when a recorded migration has changed, when the store holds a version this
   // binary does not know (written by a newer Purser), or when a migration fails. Returns the
   // number applied.
-  virtual Result<int> migrate(std::string_view component, const std::vector<Migration>& migrations) = 0;
+  virtual Result<int> migrate(std::string_view component,
+                              const std::vector<Migration>& migrations) = 0;
 
   // Runs `fn` in a write transaction and waits until it is durable. If `fn` returns an error
   // (or throws) nothing it did is kept, and that error is returned.

@@ -29,18 +29,15 @@ TEST_P(MoneyParseTest, ParsesExactlyAndPrintsCanonically) {
 
 INSTANTIATE_TEST_SUITE_P(
     Table, MoneyParseTest,
-    ::testing::Values(ParseCase{"12.50", 12'500'000'000, "12.50"},
-                      ParseCase{"12.5", 12'500'000'000, "12.50"},
-                      ParseCase{"3", 3'000'000'000, "3.00"},
-                      ParseCase{"0", 0, "0.00"}, ParseCase{"-0", 0, "0.00"},
-                      ParseCase{"+7.25", 7'250'000'000, "7.25"},
-                      ParseCase{"0.000000001", 1, "0.000000001"},
-                      ParseCase{"-0.000002", -2'000, "-0.000002"},
-                      ParseCase{"0.15", 150'000'000, "0.15"},
-                      ParseCase{"2.123", 2'123'000'000, "2.123"},
-                      ParseCase{"00012.10", 12'100'000'000, "12.10"},
-                      ParseCase{"9223372036.854775807", INT64_MAX, "9223372036.854775807"},
-                      ParseCase{"-9223372036.854775808", INT64_MIN, "-9223372036.854775808"}));
+    ::testing::Values(
+        ParseCase{"12.50", 12'500'000'000, "12.50"}, ParseCase{"12.5", 12'500'000'000, "12.50"},
+        ParseCase{"3", 3'000'000'000, "3.00"}, ParseCase{"0", 0, "0.00"},
+        ParseCase{"-0", 0, "0.00"}, ParseCase{"+7.25", 7'250'000'000, "7.25"},
+        ParseCase{"0.000000001", 1, "0.000000001"}, ParseCase{"-0.000002", -2'000, "-0.000002"},
+        ParseCase{"0.15", 150'000'000, "0.15"}, ParseCase{"2.123", 2'123'000'000, "2.123"},
+        ParseCase{"00012.10", 12'100'000'000, "12.10"},
+        ParseCase{"9223372036.854775807", INT64_MAX, "9223372036.854775807"},
+        ParseCase{"-9223372036.854775808", INT64_MIN, "-9223372036.854775808"}));
 
 struct BadCase {
   const char* text;
@@ -75,8 +72,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"NaN", ErrorCode::kInvalidArgument, "digit"},
                       BadCase{"9223372036.854775808", ErrorCode::kOutOfRange, "out of range"},
                       BadCase{"-9223372036.854775809", ErrorCode::kOutOfRange, "out of range"},
-                      BadCase{"99999999999999999999999", ErrorCode::kOutOfRange,
-                              "out of range"}));
+                      BadCase{"99999999999999999999999", ErrorCode::kOutOfRange, "out of range"}));
 
 TEST(MoneyTest, ComparesByValue) {
   EXPECT_LT(*Money::parse("1.99"), *Money::parse("2"));

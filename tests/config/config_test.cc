@@ -98,8 +98,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
         BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
                 "purser.yaml:4:5: http.tls.key_file: required field is missing"},
-        BadCase{"", "purser.yaml:1:1: listen: required field is missing (the file is empty); for "
-                    "example: listen: 127.0.0.1:8080"},
+        BadCase{"",
+                "purser.yaml:1:1: listen: required field is missing (the file is empty); for "
+                "example: listen: 127.0.0.1:8080"},
         // Values out of range or malformed.
         BadCase{"listen: 127.0.0.1:80\nthreads: 5000\n",
                 "purser.yaml:2:10: threads: expected a whole number from 0 to 1024, got 5000"},

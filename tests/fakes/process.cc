@@ -47,8 +47,9 @@ Process::~Process() {
 }
 
 std::optional<std::string> Process::waitFor(int fd, std::string& buffer, size_t& scanned,
-                                             const std::string& needle) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSafetyTimeoutMs);
+                                            const std::string& needle) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kSafetyTimeoutMs);
   for (;;) {
     // Look for a complete line holding the needle.
     size_t eol;

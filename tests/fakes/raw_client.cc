@@ -90,8 +90,8 @@ std::optional<RawResponse> RawClient::readResponse(bool is_head) {
   while (line_end != std::string::npos) {
     const size_t start = line_end + 2;
     line_end = head.find("\r\n", start);
-    const std::string line = head.substr(start, line_end == std::string::npos ? std::string::npos
-                                                                              : line_end - start);
+    const std::string line =
+        head.substr(start, line_end == std::string::npos ? std::string::npos : line_end - start);
     const size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     std::string value = line.substr(colon + 1);

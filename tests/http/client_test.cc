@@ -27,8 +27,9 @@ class ClientTest : public ::testing::Test {
                     .add(Method::kPost, "/v1/echo",
                          [](Request& r) {
                            Response res = Response::text(200, r.body);
-                           res.headers.add("X-Seen-Auth",
-                                           std::string(r.headers.get("authorization").value_or("")));
+                           res.headers.add(
+                               "X-Seen-Auth",
+                               std::string(r.headers.get("authorization").value_or("")));
                            return res;
                          })
                     .has_value());
@@ -166,8 +167,8 @@ TEST_F(ClientTest, ResponseOverTheLimitIsRejected) {
 
 TEST_F(ClientTest, BadUrlsAreInvalidArguments) {
   HttpClient client(ctx, {});
-  for (const char* url : {"ftp://x/", "http://", "http://host:99999/", "localhost:80/x",
-                          "http://user:pw@host/"}) {
+  for (const char* url :
+       {"ftp://x/", "http://", "http://host:99999/", "localhost:80/x", "http://user:pw@host/"}) {
     auto res = runCoroutine(ctx, client.request({.url = url}));
     ASSERT_FALSE(res.has_value()) << url;
     EXPECT_EQ(res.error().code, ErrorCode::kInvalidArgument) << url;
@@ -178,9 +179,10 @@ TEST(ClientTlsTest, VerifiesTheServerCertificate) {
   purser::testing::TempDir dir;
   const auto files = purser::testing::writeSelfSignedCert(dir.path());
   TestServer upstream;
-  ASSERT_TRUE(upstream.router
-                  .add(Method::kGet, "/secure", [](Request&) { return Response::text(200, "tls ok"); })
-                  .has_value());
+  ASSERT_TRUE(
+      upstream.router
+          .add(Method::kGet, "/secure", [](Request&) { return Response::text(200, "tls ok"); })
+          .has_value());
   ServerOptions so;
   so.tls = TlsOptions{files.cert_file, files.key_file};
   upstream.start(so);
@@ -214,7 +216,8 @@ TEST(ClientTlsTest, VerifiesTheServerCertificate) {
   // Plain HTTP to the TLS port is not answered as HTTP.
   HttpClient plain(ctx, {.read_timeout = std::chrono::seconds(5)});
   auto mixed = runCoroutine(
-      ctx, plain.request({.url = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/secure"}));
+      ctx,
+      plain.request({.url = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/secure"}));
   EXPECT_FALSE(mixed.has_value());
 }
 

@@ -50,7 +50,8 @@ TEST(RouterTest, RejectsBadAndDuplicatePatterns) {
   EXPECT_EQ(dup.error().code, ErrorCode::kAlreadyExists);
   EXPECT_TRUE(r.add(Method::kPost, "/a/{id}", [](Request&) { return named("c"); }).has_value());
   EXPECT_FALSE(r.add(Method::kGet, "no-slash", [](Request&) { return named("x"); }).has_value());
-  EXPECT_FALSE(r.add(Method::kGet, "/x/*rest/more", [](Request&) { return named("x"); }).has_value());
+  EXPECT_FALSE(
+      r.add(Method::kGet, "/x/*rest/more", [](Request&) { return named("x"); }).has_value());
   EXPECT_FALSE(r.add(Method::kGet, "/x/{bad", [](Request&) { return named("x"); }).has_value());
 }
 

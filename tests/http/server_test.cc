@@ -27,7 +27,8 @@ asio::awaitable<void> waitFor(const std::atomic<bool>& flag) {
 }
 
 void spinUntil(const std::function<bool()>& cond) {
-  for (int i = 0; i < 20'000 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 20'000 && !cond(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_TRUE(cond());
 }
 
@@ -38,14 +39,15 @@ class ServerTest : public ::testing::Test {
                     .add(Method::kGet, "/hello",
                          [](Request& r) { return Response::text(200, "hello " + r.target); })
                     .has_value());
-    ASSERT_TRUE(ts.router
-                    .add(Method::kPost, "/echo",
-                         [](Request& r) { return Response::text(200, r.body); })
-                    .has_value());
-    ASSERT_TRUE(ts.router
-                    .add(Method::kGet, "/items/{id}",
-                         [](Request& r) { return Response::text(200, std::string(*r.param("id"))); })
-                    .has_value());
+    ASSERT_TRUE(
+        ts.router
+            .add(Method::kPost, "/echo", [](Request& r) { return Response::text(200, r.body); })
+            .has_value());
+    ASSERT_TRUE(
+        ts.router
+            .add(Method::kGet, "/items/{id}",
+                 [](Request& r) { return Response::text(200, std::string(*r.param("id"))); })
+            .has_value());
     ASSERT_TRUE(ts.router
                     .add(Method::kGet, "/boom",
                          [](Request&) -> Response { throw std::runtime_error("handler bug"); })
@@ -86,10 +88,10 @@ TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
 TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
   ts.start(small());
   RawClient c(ts.port());
-  ASSERT_TRUE(c.send(
-      "GET /items/1 HTTP/1.1\r\nHost: t\r\n\r\n"
-      "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nabcde"
-      "GET /items/3 HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_TRUE(
+      c.send("GET /items/1 HTTP/1.1\r\nHost: t\r\n\r\n"
+             "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nabcde"
+             "GET /items/3 HTTP/1.1\r\nHost: t\r\n\r\n"));
   for (const char* expected : {"1", "abcde", "3"}) {
     auto r = c.readResponse();
     ASSERT_TRUE(r.has_value());
@@ -126,8 +128,10 @@ TEST_F(ServerTest, OversizedChunkedBodyGets413) {
   ts.start(small());
   RawClient c(ts.port());
   const std::string chunk(800, 'x');
-  ASSERT_TRUE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     "320\r\n" + chunk + "\r\n320\r\n" + chunk + "\r\n"));
+  ASSERT_TRUE(
+      c.send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+             "320\r\n" +
+             chunk + "\r\n320\r\n" + chunk + "\r\n"));
   auto r = c.readResponse();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 413);
@@ -147,8 +151,9 @@ TEST_F(ServerTest, BodyWithinTheLimitIsAccepted) {
 TEST_F(ServerTest, ExpectContinueGets100ThenTheResponse) {
   ts.start(small());
   RawClient c(ts.port());
-  ASSERT_TRUE(c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n"
-                     "Expect: 100-continue\r\n\r\n"));
+  ASSERT_TRUE(
+      c.send("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n"
+             "Expect: 100-continue\r\n\r\n"));
   // RawClient::readResponse skips the interim 100; sending the body after it proves the server
   // waited for it rather than rejecting.
   std::thread sender([&] { c.send("abc"); });
@@ -162,8 +167,8 @@ TEST_F(ServerTest, ExpectContinueGets100ThenTheResponse) {
 TEST_F(ServerTest, OversizedHeaderGets431) {
   ts.start(small());
   RawClient c(ts.port());
-  ASSERT_TRUE(c.send("GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: " + std::string(4096, 'a') +
-                     "\r\n\r\n"));
+  ASSERT_TRUE(
+      c.send("GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: " + std::string(4096, 'a') + "\r\n\r\n"));
   auto r = c.readResponse();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 431);
@@ -210,7 +215,8 @@ TEST_F(ServerTest, MalformedRequestGets400) {
 TEST_F(ServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
   ts.start(small());
   RawClient c(ts.port());
-  ASSERT_TRUE(c.send("GET /nope HTTP/1.1\r\nHost: t\r\n\r\nDELETE /hello HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_TRUE(
+      c.send("GET /nope HTTP/1.1\r\nHost: t\r\n\r\nDELETE /hello HTTP/1.1\r\nHost: t\r\n\r\n"));
   auto a = c.readResponse();
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->status, 404);
@@ -223,7 +229,8 @@ TEST_F(ServerTest, UnknownPathIs404AndWrongMethodIs405WithAllow) {
 TEST_F(ServerTest, HeadUsesTheGetHandlerWithoutABody) {
   ts.start(small());
   RawClient c(ts.port());
-  ASSERT_TRUE(c.send("HEAD /hello HTTP/1.1\r\nHost: t\r\n\r\nGET /items/7 HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_TRUE(
+      c.send("HEAD /hello HTTP/1.1\r\nHost: t\r\n\r\nGET /items/7 HTTP/1.1\r\nHost: t\r\n\r\n"));
   auto head = c.readResponse(/*head=*/true);
   ASSERT_TRUE(head.has_value());
   EXPECT_EQ(head->status, 200);
@@ -288,7 +295,8 @@ TEST_F(ServerTest, NoContentResponsesCarryNoBodyOrLength) {
                   .has_value());
   ts.start(small());
   RawClient c(ts.port());
-  ASSERT_TRUE(c.send("DELETE /items/1 HTTP/1.1\r\nHost: t\r\n\r\nGET /items/2 HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_TRUE(c.send(
+      "DELETE /items/1 HTTP/1.1\r\nHost: t\r\n\r\nGET /items/2 HTTP/1.1\r\nHost: t\r\n\r\n"));
   auto r = c.readResponse();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 204);

@@ -24,8 +24,8 @@ class ServeTest : public ::testing::Test {
   }
 
   std::unique_ptr<Process> start(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
-                                     "--data", dir.file("var")};
+    std::vector<std::string> argv = {PURSER_BINARY,           "serve",  "--config",
+                                     dir.file("purser.yaml"), "--data", dir.file("var")};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = std::make_unique<Process>(argv);
     auto line = p->waitForStdout("purser: listening on ");
@@ -56,7 +56,8 @@ TEST_F(ServeTest, ServesHealthReadinessMetricsAndTheConsole) {
   auto metrics = get("/metrics");
   ASSERT_TRUE(metrics.has_value());
   EXPECT_NE(metrics->body.find("purser_build_info{"), std::string::npos);
-  EXPECT_NE(metrics->body.find("purser_http_requests_total{route=\"/healthz\",method=\"GET\",code=\"2xx\"} 1"),
+  EXPECT_NE(metrics->body.find(
+                "purser_http_requests_total{route=\"/healthz\",method=\"GET\",code=\"2xx\"} 1"),
             std::string::npos)
       << metrics->body;
   auto console = get("/");
@@ -82,7 +83,8 @@ TEST_F(ServeTest, SigtermDrainsAnInFlightRequestBeforeExit) {
   auto p = start();
   RawClient inflight(port);
   // Half a request: the server is reading it when SIGTERM arrives.
-  ASSERT_TRUE(inflight.send("POST /api/v1/info HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n01234"));
+  ASSERT_TRUE(
+      inflight.send("POST /api/v1/info HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n01234"));
   // Make sure the server has the request in hand: a second connection gets an answer, so the
   // first one (accepted earlier on a two-worker server) is being read.
   ASSERT_TRUE(get("/healthz").has_value());
@@ -126,8 +128,8 @@ TEST_F(ServeTest, StatePersistsAcrossRestarts) {
 
 TEST_F(ServeTest, ASecondServerOnTheSameDataDirectoryIsRefused) {
   auto first = start();
-  Process second({PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"), "--data",
-                  dir.file("var")});
+  Process second(
+      {PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"), "--data", dir.file("var")});
   EXPECT_EQ(second.wait(), 1);
   EXPECT_NE(second.err().find("is in use by another purser process"), std::string::npos)
       << second.err();
@@ -151,7 +153,8 @@ TEST(CliTest, BadInputGetsAClearMessageAndANonZeroExit) {
       {{"serve", "--config", dir.file("bad.yaml")},
        2,
        dir.file("bad.yaml") + ":3:17: http.idle_timeout: expected a duration"},
-      {{"serve", "--config", dir.file("bad.yaml"), "--listen", "nowhere"}, 2,
+      {{"serve", "--config", dir.file("bad.yaml"), "--listen", "nowhere"},
+       2,
        "--listen: invalid listen address \"nowhere\""},
       {{"launch"}, 2, "unknown command \"launch\"; run purser --help"},
       {{}, 2, "a command is required"},

@@ -115,8 +115,8 @@ TEST_F(SqliteStoreTest, AFailedMigrationLeavesNothingHalfWritten) {
   EXPECT_EQ(count(*s, "a"), 0);  // migration 1 stays applied
   int64_t tables_b = -1;
   ASSERT_TRUE(s->read([&](Tx& tx) -> Result<void> {
-                 auto rows = PURSER_TRY_VALUE(tx.query(
-                     "SELECT COUNT(*) FROM sqlite_master WHERE name = 'b'"));
+                 auto rows = PURSER_TRY_VALUE(
+                     tx.query("SELECT COUNT(*) FROM sqlite_master WHERE name = 'b'"));
                  tables_b = rows[0].getInt(0);
                  return {};
                }).has_value());
@@ -313,7 +313,8 @@ TEST_F(SqliteStoreTest, AcknowledgedWritesSurviveKillMinus9) {
   ::close(fds[1]);
   std::set<int> acknowledged;
   int i;
-  while (acknowledged.size() < 300 && ::read(fds[0], &i, sizeof i) == sizeof i) acknowledged.insert(i);
+  while (acknowledged.size() < 300 && ::read(fds[0], &i, sizeof i) == sizeof i)
+    acknowledged.insert(i);
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
