@@ -3,7 +3,7 @@
 #   make run      set-up, Release build, then `purser serve` with examples/demo.yaml
 #   make test     set-up, Debug build with ASan+UBSan, every test, a one-line summary
 #   make bench    benchmarks side by side with their baselines (never part of make test)
-#   make fuzz     builds the libFuzzer targets with clang and runs each briefly
+#   make fuzz     builds the fuzz targets with AFL++ and runs each for FUZZ_SECONDS (60)
 #   make format   clang-format the C++ sources in place
 #   make tidy     clang-tidy over the sources (uses the Debug build's compile_commands.json)
 
@@ -47,8 +47,8 @@ bench:
 
 fuzz:
 	@scripts/setup fuzz
-	@[ -f build/fuzz/CMakeCache.txt ] || CXX=clang++ cmake -S . -B build/fuzz $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DPURSER_TESTS=OFF -DPURSER_FUZZ=ON
-	cmake --build build/fuzz --parallel $(JOBS)
+	@[ -f build/fuzz/CMakeCache.txt ] || CXX=afl-g++ AFL_QUIET=1 cmake -S . -B build/fuzz $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPURSER_TESTS=OFF -DPURSER_FUZZ=ON -DPURSER_CCACHE=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=undefined -fno-sanitize-recover=undefined"
+	AFL_QUIET=1 cmake --build build/fuzz --parallel $(JOBS) --target http_request_fuzz config_fuzz numbers_fuzz url_fuzz
 	@fuzz/run build/fuzz
 
 format:

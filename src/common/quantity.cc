@@ -153,8 +153,8 @@ Result<Quantity> Quantity::parse(std::string_view text) {
   const int exp10 = base10 + 9 - decimals;
   if (exp10 >= 0) {
     for (int k = 0; k < exp10; ++k) {
+      if (value >= kLimit / 10) return fail(outOfRangeFor(text));  // before it can overflow
       value *= 10;
-      if (value >= kLimit) return fail(outOfRangeFor(text));
     }
   } else if (exp10 < -38) {
     value = value > 0 ? 1 : 0;

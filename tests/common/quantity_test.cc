@@ -81,7 +81,12 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{"1e99", ErrorCode::kOutOfRange, "out of range"},
                       BadCase{"100000000000000000000000000000000000000", ErrorCode::kOutOfRange,
                               "out of range"},
-                      BadCase{"1000000000000000Ei", ErrorCode::kOutOfRange, "out of range"}));
+                      BadCase{"1000000000000000Ei", ErrorCode::kOutOfRange, "out of range"},
+                      // Found by fuzzing: the scaling overflowed 128 bits before the range check.
+                      BadCase{"2E32", ErrorCode::kOutOfRange, "out of range"},
+                      BadCase{"200000000000000000000000000007", ErrorCode::kOutOfRange,
+                              "out of range"},
+                      BadCase{"223372372036.8E", ErrorCode::kOutOfRange, "out of range"}));
 
 TEST(QuantityTest, ComparesValuesAcrossNotations) {
   EXPECT_EQ(*Quantity::parse("10000m"), *Quantity::parse("10"));
