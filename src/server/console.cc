@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "common/hash.h"
+
 namespace purser::server {
 
 std::string_view contentTypeFor(std::string_view path) {
@@ -24,14 +26,7 @@ std::string_view contentTypeFor(std::string_view path) {
 
 namespace {
 
-std::string etagOf(std::string_view data) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return fmt::format("\"{:016x}\"", h);
-}
+std::string etagOf(std::string_view data) { return fmt::format("\"{}\"", fnv1a64Hex(data)); }
 
 }  // namespace
 

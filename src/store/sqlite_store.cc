@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "common/assert.h"
+#include "common/hash.h"
 
 namespace purser::store {
 
@@ -44,14 +45,7 @@ Error sqliteError(sqlite3* db, int rc, std::string_view sql) {
   return Error(code, fmt::format("store: {} (in \"{}\")", msg, where));
 }
 
-std::string checksum(std::string_view text) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a, 64 bits: detects edits, not adversaries
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return fmt::format("{:016x}", h);
-}
+std::string checksum(std::string_view text) { return fnv1a64Hex(text); }
 
 }  // namespace
 

@@ -67,3 +67,17 @@ TEST(LoggingTest, JsonEscapingAndOptionValidation) {
 
 }  // namespace
 }  // namespace purser
+
+#include "common/hash.h"
+
+namespace purser {
+namespace {
+
+TEST(HashTest, Fnv1aMatchesTheReferenceValues) {
+  EXPECT_EQ(fnv1a64(""), 0xcbf29ce484222325ULL);
+  EXPECT_EQ(fnv1a64("a"), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(fnv1a64Hex("foobar"), "85944171f73967e8");
+}
+
+}  // namespace
+}  // namespace purser
