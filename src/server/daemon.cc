@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include <atomic>
+#include <functional>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
@@ -125,12 +128,25 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   PURSER_TRY(server->listen());
   server->start();
 
+  // The first SIGTERM/SIGINT drains; a second one stops at once (exit code 1).
   boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    spdlog::info("received {}; shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
-    server->shutdown([&workers] { workers.stop(); });
-  });
+  std::atomic<bool> forced{false};
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int signal) {
+        if (ec) return;
+        const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+        if (server->draining()) {
+          spdlog::warn("received {} again; stopping now without waiting for requests in flight",
+                       name);
+          forced = true;
+          workers.stop();
+          return;
+        }
+        spdlog::info("received {}; shutting down (send it again to stop at once)", name);
+        server->shutdown([&workers] { workers.stop(); });
+        signals.async_wait(on_signal);
+      };
+  signals.async_wait(on_signal);
 
   workers.start();
   spdlog::info("{} serving on {} with {} worker(s); data in {}", cli::versionLine(), server->url(),
@@ -142,8 +158,8 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   workers.join();
   // The workers are gone: nothing can queue more writes. Flush the store last.
   store->close();
-  spdlog::info("stopped");
-  return 0;
+  spdlog::info(forced ? "stopped at once" : "stopped");
+  return forced ? 1 : 0;
 }
 
 }  // namespace purser::server

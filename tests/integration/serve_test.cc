@@ -106,6 +106,20 @@ TEST_F(ServeTest, SigtermDrainsAnInFlightRequestBeforeExit) {
   EXPECT_NE(p->err().find("stopped"), std::string::npos);
 }
 
+TEST_F(ServeTest, ASecondSignalStopsAtOnce) {
+  auto p = start();
+  RawClient stuck(port);
+  // A request whose body never completes would hold the drain for the whole drain timeout.
+  ASSERT_TRUE(stuck.send("POST /api/v1/info HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n01"));
+  ASSERT_TRUE(get("/healthz").has_value());
+  p->signal(SIGTERM);
+  ASSERT_TRUE(p->waitForStderr("draining").has_value()) << p->err();
+  p->signal(SIGTERM);
+  EXPECT_EQ(p->wait(), 1);
+  EXPECT_NE(p->err().find("stopping now without waiting"), std::string::npos) << p->err();
+  EXPECT_TRUE(stuck.waitForClose());
+}
+
 TEST_F(ServeTest, StatePersistsAcrossRestarts) {
   std::string first_id;
   {
