@@ -54,7 +54,13 @@ fuzz:
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
+# clang-tidy parses with clang: version 16 or later is needed for std::expected (C++23) and
+# Boost's coroutine support; Debian 12 ships 14, so this says so instead of printing noise.
 tidy: build-debug
+	@v=$$(clang-tidy --version | sed -nE 's/.*version ([0-9]+).*/\1/p' | head -1); \
+	if [ "$${v:-0}" -lt 16 ]; then \
+	  echo "make tidy: clang-tidy $$v cannot parse std::expected or Boost 1.74 coroutines; it needs 16 or later" >&2; exit 1; \
+	fi
 	@git ls-files 'src/*.cc' | xargs clang-tidy -p $(DEBUG_DIR) --quiet
 
 clean:
