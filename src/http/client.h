@@ -44,7 +44,8 @@ struct ClientRequest {
   std::string url;  // absolute: http://host:port/path
   Headers headers;
   std::string body;
-  // Overall deadline for request(); for stream(), until the response header has arrived.
+  // Deadline for the response once the request is sent (default: read_timeout): for request()
+  // the whole response, for stream() its header.
   std::optional<std::chrono::nanoseconds> timeout;
 };
 

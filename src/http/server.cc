@@ -20,6 +20,7 @@
 #include <atomic>
 #include <unordered_set>
 
+#include "common/duration.h"
 #include "common/logging.h"
 #include "http/request_parser.h"
 
@@ -146,7 +147,12 @@ class Server::Impl {
             metrics.counter("purser_http_connections_total", "Client connections accepted.")),
         rejected_(metrics.counterFamily(
             "purser_http_rejected_total",
-            "Requests or connections refused by a server limit, by reason.", {"reason"})) {
+            "Requests or connections refused by a server limit, by reason.", {"reason"})),
+        rejected_max_connections_(rejected_.labels({"max_connections"})),
+        rejected_header_(rejected_.labels({"header_too_large"})),
+        rejected_body_(rejected_.labels({"body_too_large"})),
+        rejected_timeout_(rejected_.labels({"timeout"})),
+        rejected_malformed_(rejected_.labels({"malformed"})) {
     auto& requests = metrics.counterFamily("purser_http_requests_total",
                                            "HTTP requests served, by route and status class.",
                                            {"route", "method", "code"});
@@ -230,7 +236,7 @@ class Server::Impl {
       error_code ec;
       acceptor_.close(ec);
       spdlog::info("http: draining {} connection(s), at most {}", connections(),
-                   formatDurationShort(options_.drain_timeout));
+                   formatDuration(options_.drain_timeout));
       forEachConn([](Conn& c) {
         if (c.idle) {
           c.close();
@@ -256,10 +262,6 @@ class Server::Impl {
   size_t connections() const { return connections_.load(); }
 
  private:
-  static std::string formatDurationShort(std::chrono::nanoseconds d) {
-    return fmt::format("{}ms", std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
-  }
-
   // Runs `f` on every live connection, each on its own worker's thread.
   void forEachConn(std::function<void(Conn&)> f) {
     for (size_t i = 0; i < workers_.size(); ++i) {
@@ -306,7 +308,7 @@ class Server::Impl {
         continue;
       }
       if (connections_.load() >= options_.max_connections) {
-        rejected_.labels({"max_connections"}).inc();
+        rejected_max_connections_.inc();
         socket.close(ec);
         continue;
       }
@@ -443,7 +445,7 @@ class Server::Impl {
                                         net::redirect_error(net::use_awaitable, ec));
       if (ec) {
         if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow) {
-          rejected_.labels({"header_too_large"}).inc();
+          rejected_header_.inc();
           co_await sendError(stream, 431,
                              fmt::format("request header exceeds the limit of {} bytes",
                                          options_.max_header_bytes));
@@ -451,10 +453,10 @@ class Server::Impl {
         } else if (ec == bhttp::error::body_limit) {
           co_await rejectBody(stream);
         } else if (ec == beast::error::timeout) {
-          rejected_.labels({"timeout"}).inc();
+          rejected_timeout_.inc();
           spdlog::debug("http: {} sent no complete header in time; closing", remote_address);
         } else if (!isDisconnect(ec)) {
-          rejected_.labels({"malformed"}).inc();
+          rejected_malformed_.inc();
           co_await sendError(stream, 400, fmt::format("malformed HTTP request: {}", ec.message()));
           co_await lingeringClose(stream);
         }
@@ -482,9 +484,9 @@ class Server::Impl {
           if (ec == bhttp::error::body_limit) {
             co_await rejectBody(stream);
           } else if (ec == beast::error::timeout) {
-            rejected_.labels({"timeout"}).inc();
+            rejected_timeout_.inc();
           } else if (!isDisconnect(ec)) {
-            rejected_.labels({"malformed"}).inc();
+            rejected_malformed_.inc();
             co_await sendError(stream, 400,
                                fmt::format("malformed HTTP request body: {}", ec.message()));
             co_await lingeringClose(stream);
@@ -615,7 +617,7 @@ class Server::Impl {
 
   template <typename Stream>
   net::awaitable<void> rejectBody(Stream& stream) {
-    rejected_.labels({"body_too_large"}).inc();
+    rejected_body_.inc();
     co_await sendError(
         stream, 413,
         fmt::format("request body exceeds the limit of {} bytes", options_.max_body_bytes));
@@ -660,6 +662,11 @@ class Server::Impl {
   Gauge& connections_active_;
   Counter& connections_total_;
   Family<Counter>& rejected_;
+  Counter& rejected_max_connections_;
+  Counter& rejected_header_;
+  Counter& rejected_body_;
+  Counter& rejected_timeout_;
+  Counter& rejected_malformed_;
   std::shared_ptr<RouteMetrics> unmatched_;
 };
 
