@@ -604,6 +604,7 @@ class Server::Impl {
         net::buffer(head), send_body ? net::buffer(response.body) : net::const_buffer()};
     lowest.expires_after(options_.write_timeout);
     co_await net::async_write(stream, buffers, net::redirect_error(net::use_awaitable, ec));
+    if (ec == beast::error::timeout) rejected_timeout_.inc();  // a client that stopped reading
     co_return !ec;
   }
 

@@ -192,6 +192,25 @@ TEST_F(ServerTest, ClientThatStallsMidBodyIsDisconnected) {
   EXPECT_TRUE(c.waitForClose());
 }
 
+TEST_F(ServerTest, ClientThatStopsReadingIsDisconnectedAtTheWriteDeadline) {
+  ASSERT_TRUE(ts.router
+                  .add(Method::kGet, "/huge",
+                       [](Request&) { return Response::text(200, std::string(64 << 20, 'h')); })
+                  .has_value());
+  ServerOptions o = small();
+  o.write_timeout = std::chrono::milliseconds(200);
+  ts.start(o);
+  RawClient c(ts.port());
+  ASSERT_TRUE(c.send("GET /huge HTTP/1.1\r\nHost: t\r\n\r\n"));
+  // The client reads nothing; 64 MiB cannot fit in the socket buffers, so the write stalls
+  // until the deadline cuts the connection.
+  spinUntil([&] { return ts.server->connections() == 1; });
+  spinUntil([&] { return ts.server->connections() == 0; });
+  ts.stop();
+  EXPECT_NE(ts.metrics.render().find(R"(purser_http_rejected_total{reason="timeout"} 1)"),
+            std::string::npos);
+}
+
 TEST_F(ServerTest, IdleKeepAliveConnectionIsClosedAfterTheIdleTimeout) {
   ServerOptions o = small();
   o.idle_timeout = std::chrono::milliseconds(200);
