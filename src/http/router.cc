@@ -127,7 +127,8 @@ Router::Match Router::match(Request& request) const {
     if (r == nullptr && request.method == Method::kHead) r = findMethod(p, Method::kGet);
     if (r != nullptr) {
       request.params.clear();
-      matches(p, path, &request.params);
+      // Only patterns with parameters have anything to extract.
+      if (static_cast<size_t>(p.literals) != p.segments.size()) matches(p, path, &request.params);
       m.route = r;
       m.allow.clear();
       return true;
