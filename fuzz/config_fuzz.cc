@@ -8,8 +8,8 @@
 #include "config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto c = purser::config::parseConfig(
-      std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.yaml");
+  auto c = purser::config::parseConfig(std::string_view(reinterpret_cast<const char*>(data), size),
+                                       "fuzz.yaml");
   if (!c && c.error().toString().empty()) std::abort();
   return 0;
 }

@@ -10,8 +10,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr size_t kHeaderLimit = 4096;
   constexpr size_t kBodyLimit = 8192;
-  auto r = purser::http::parseRequest(
-      std::string_view(reinterpret_cast<const char*>(data), size), kHeaderLimit, kBodyLimit);
+  auto r = purser::http::parseRequest(std::string_view(reinterpret_cast<const char*>(data), size),
+                                      kHeaderLimit, kBodyLimit);
   if (r) {
     if (r->body.size() > kBodyLimit) std::abort();
     if (r->target.empty()) std::abort();

@@ -68,25 +68,24 @@ TEST_P(QuantityBadTest, RejectsWithClearError) {
 
 INSTANTIATE_TEST_SUITE_P(
     Table, QuantityBadTest,
-    ::testing::Values(BadCase{"", ErrorCode::kInvalidArgument, "empty"},
-                      BadCase{"Gi", ErrorCode::kInvalidArgument, "expected a digit"},
-                      BadCase{"2GB", ErrorCode::kInvalidArgument, "unknown suffix \"GB\""},
-                      BadCase{"2gi", ErrorCode::kInvalidArgument, "unknown suffix \"gi\""},
-                      BadCase{"1..5", ErrorCode::kInvalidArgument, "more than one decimal point"},
-                      BadCase{"1e", ErrorCode::kInvalidArgument, "unknown suffix"},
-                      BadCase{"1e+", ErrorCode::kInvalidArgument, "digits after the exponent"},
-                      BadCase{"1e1.5", ErrorCode::kInvalidArgument, "whole number"},
-                      BadCase{" 1", ErrorCode::kInvalidArgument, "expected a digit"},
-                      BadCase{"1 Gi", ErrorCode::kInvalidArgument, "unknown suffix"},
-                      BadCase{"1e99", ErrorCode::kOutOfRange, "out of range"},
-                      BadCase{"100000000000000000000000000000000000000", ErrorCode::kOutOfRange,
-                              "out of range"},
-                      BadCase{"1000000000000000Ei", ErrorCode::kOutOfRange, "out of range"},
-                      // Found by fuzzing: the scaling overflowed 128 bits before the range check.
-                      BadCase{"2E32", ErrorCode::kOutOfRange, "out of range"},
-                      BadCase{"200000000000000000000000000007", ErrorCode::kOutOfRange,
-                              "out of range"},
-                      BadCase{"223372372036.8E", ErrorCode::kOutOfRange, "out of range"}));
+    ::testing::Values(
+        BadCase{"", ErrorCode::kInvalidArgument, "empty"},
+        BadCase{"Gi", ErrorCode::kInvalidArgument, "expected a digit"},
+        BadCase{"2GB", ErrorCode::kInvalidArgument, "unknown suffix \"GB\""},
+        BadCase{"2gi", ErrorCode::kInvalidArgument, "unknown suffix \"gi\""},
+        BadCase{"1..5", ErrorCode::kInvalidArgument, "more than one decimal point"},
+        BadCase{"1e", ErrorCode::kInvalidArgument, "unknown suffix"},
+        BadCase{"1e+", ErrorCode::kInvalidArgument, "digits after the exponent"},
+        BadCase{"1e1.5", ErrorCode::kInvalidArgument, "whole number"},
+        BadCase{" 1", ErrorCode::kInvalidArgument, "expected a digit"},
+        BadCase{"1 Gi", ErrorCode::kInvalidArgument, "unknown suffix"},
+        BadCase{"1e99", ErrorCode::kOutOfRange, "out of range"},
+        BadCase{"100000000000000000000000000000000000000", ErrorCode::kOutOfRange, "out of range"},
+        BadCase{"1000000000000000Ei", ErrorCode::kOutOfRange, "out of range"},
+        // Found by fuzzing: the scaling overflowed 128 bits before the range check.
+        BadCase{"2E32", ErrorCode::kOutOfRange, "out of range"},
+        BadCase{"200000000000000000000000000007", ErrorCode::kOutOfRange, "out of range"},
+        BadCase{"223372372036.8E", ErrorCode::kOutOfRange, "out of range"}));
 
 TEST(QuantityTest, ComparesValuesAcrossNotations) {
   EXPECT_EQ(*Quantity::parse("10000m"), *Quantity::parse("10"));
