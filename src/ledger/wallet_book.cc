@@ -1,0 +1,323 @@
+#include "ledger/wallet_book.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/assert.h"
+
+namespace purser::ledger {
+
+namespace {
+// How many settled and expired event ids are remembered in memory for idempotency; older
+// duplicates are caught by the store's unique event ids.
+constexpr size_t kRemembered = 200'000;
+}  // namespace
+
+Result<ScopeKind> parseScopeKind(std::string_view name) {
+  if (name == "tenant") return ScopeKind::kTenant;
+  if (name == "team") return ScopeKind::kTeam;
+  if (name == "user") return ScopeKind::kUser;
+  if (name == "service_account") return ScopeKind::kServiceAccount;
+  if (name == "key") return ScopeKind::kKey;
+  return fail(invalidArgument(fmt::format(
+      "unknown scope kind \"{}\"; expected tenant, team, user, service_account or key", name)));
+}
+
+std::string_view scopeKindName(ScopeKind kind) {
+  switch (kind) {
+    case ScopeKind::kTenant:
+      return "tenant";
+    case ScopeKind::kTeam:
+      return "team";
+    case ScopeKind::kUser:
+      return "user";
+    case ScopeKind::kServiceAccount:
+      return "service_account";
+    case ScopeKind::kKey:
+      return "key";
+  }
+  return "tenant";
+}
+
+Result<void> validateWalletSpec(const WalletSpec& spec) {
+  if (spec.limit.isNegative()) {
+    return fail(invalidArgument("a limit cannot be negative").withField("limit"));
+  }
+  int previous = 0;
+  for (int t : spec.alert_at) {
+    if (t < 1 || t > 1000) {
+      return fail(invalidArgument(fmt::format("threshold {} is outside 1..1000 percent", t))
+                      .withField("alert_at"));
+    }
+    if (t <= previous) {
+      return fail(invalidArgument("thresholds must be strictly increasing").withField("alert_at"));
+    }
+    previous = t;
+  }
+  return {};
+}
+
+void WalletBook::rollIfDue(WalletState& w, SystemTime now) const {
+  if (now < w.window.end && now >= w.window.start) return;
+  w.window = periodWindow(w.spec.period, w.spec.zone, now);
+  w.spent = Money::zero();
+  w.fired.clear();
+}
+
+WalletStatus WalletBook::statusOf(const WalletState& w) const {
+  WalletStatus s;
+  s.spec = w.spec;
+  s.window = w.window;
+  s.spent = w.spent;
+  s.reserved = w.reserved;
+  const auto used = w.spent.add(w.reserved);
+  const auto left = used ? w.spec.limit.sub(*used) : Result<Money>(Money::zero());
+  s.remaining = (left && !left->isNegative()) ? *left : Money::zero();
+  s.used_basis_points = w.spec.limit.isZero()
+                            ? (w.spent.isZero() ? 0 : 10'000)
+                            : static_cast<int64_t>(static_cast<__int128>(w.spent.nanos()) * 10'000 /
+                                                   w.spec.limit.nanos());
+  return s;
+}
+
+Result<void> WalletBook::put(WalletSpec spec, Money spent) {
+  PURSER_TRY(validateWalletSpec(spec));
+  const SystemTime now = clock_.now();
+  std::lock_guard lock(mu_);
+  auto it = wallets_.find(spec.id);
+  if (it != wallets_.end()) {
+    WalletState& w = it->second;
+    const bool new_window = w.spec.period != spec.period || w.spec.zone.name() != spec.zone.name();
+    w.spec = std::move(spec);
+    if (new_window) {
+      w.window = periodWindow(w.spec.period, w.spec.zone, now);
+    }
+    return {};
+  }
+  WalletState w;
+  w.window = periodWindow(spec.period, spec.zone, now);
+  w.spec = std::move(spec);
+  w.spent = spent;
+  const std::string id = w.spec.id;
+  wallets_.emplace(id, std::move(w));
+  return {};
+}
+
+Result<void> WalletBook::remove(const std::string& wallet_id) {
+  std::lock_guard lock(mu_);
+  if (wallets_.erase(wallet_id) == 0) {
+    return fail(Error(ErrorCode::kNotFound, fmt::format("no wallet \"{}\"", wallet_id)));
+  }
+  return {};
+}
+
+Result<WalletStatus> WalletBook::status(const std::string& wallet_id) const {
+  const SystemTime now = clock_.now();
+  std::lock_guard lock(mu_);
+  auto it = wallets_.find(wallet_id);
+  if (it == wallets_.end()) {
+    return fail(Error(ErrorCode::kNotFound, fmt::format("no wallet \"{}\"", wallet_id)));
+  }
+  rollIfDue(it->second, now);
+  return statusOf(it->second);
+}
+
+std::vector<WalletStatus> WalletBook::all() const {
+  const SystemTime now = clock_.now();
+  std::lock_guard lock(mu_);
+  std::vector<WalletStatus> out;
+  out.reserve(wallets_.size());
+  for (auto& [_, w] : wallets_) {
+    rollIfDue(w, now);
+    out.push_back(statusOf(w));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const WalletStatus& a, const WalletStatus& b) { return a.spec.id < b.spec.id; });
+  return out;
+}
+
+Result<void> WalletBook::reserve(const ReserveRequest& request) {
+  if (request.amount.isNegative()) {
+    return fail(invalidArgument("a reservation cannot be negative"));
+  }
+  const SystemTime now = clock_.now();
+  const MonoTime mono = clock_.monotonic();
+  std::lock_guard lock(mu_);
+  if (reservations_.contains(request.event_id) || settled_.contains(request.event_id)) {
+    return fail(Error(ErrorCode::kAlreadyExists,
+                      fmt::format("event \"{}\" already has a reservation", request.event_id)));
+  }
+  // Check every wallet first; change nothing unless all of them admit the amount.
+  std::vector<WalletState*> chain;
+  chain.reserve(request.wallet_ids.size());
+  for (const auto& id : request.wallet_ids) {
+    auto it = wallets_.find(id);
+    if (it == wallets_.end()) {
+      return fail(Error(ErrorCode::kNotFound, fmt::format("no wallet \"{}\"", id)));
+    }
+    WalletState& w = it->second;
+    rollIfDue(w, now);
+    if (w.spec.hard) {
+      const auto held = w.spent.add(w.reserved);
+      const auto after = held ? held->add(request.amount) : held;
+      if (!after || *after > w.spec.limit) {
+        const WalletStatus s = statusOf(w);
+        return fail(
+            Error(ErrorCode::kResourceExhausted,
+                  fmt::format("budget exceeded: {} wallet {} has {} left of {} ({} "
+                              "spent, {} reserved); this request may cost up to {}",
+                              scopeKindName(w.spec.scope.kind), w.spec.id, s.remaining.toString(),
+                              w.spec.limit.toString(), w.spent.toString(), w.reserved.toString(),
+                              request.amount.toString())));
+      }
+    }
+    chain.push_back(&w);
+  }
+  for (WalletState* w : chain) {
+    auto r = w->reserved.add(request.amount);
+    PURSER_CHECK(r.has_value());  // bounded by the checks above for hard wallets
+    w->reserved = *r;
+  }
+  Reservation res;
+  res.wallet_ids = request.wallet_ids;
+  res.amount = request.amount;
+  res.expires = mono + request.lease;
+  res.expiry = expiries_.emplace(res.expires, request.event_id);
+  reservations_.emplace(request.event_id, std::move(res));
+  return {};
+}
+
+void WalletBook::rememberSettled(const std::string& event_id, Money charged) {
+  settled_.emplace(event_id, charged);
+  settled_order_.push_back(event_id);
+  while (settled_order_.size() > kRemembered) {
+    settled_.erase(settled_order_.front());
+    settled_order_.pop_front();
+  }
+}
+
+Result<Settlement> WalletBook::chargeLocked(const std::string& event_id,
+                                            const std::vector<std::string>& wallet_ids,
+                                            Money actual, SystemTime now) {
+  Settlement out;
+  out.charged = actual;
+  for (const auto& id : wallet_ids) {
+    auto it = wallets_.find(id);
+    if (it == wallets_.end()) continue;  // deleted since: nothing left to charge there
+    WalletState& w = it->second;
+    rollIfDue(w, now);
+    auto spent = w.spent.add(actual);
+    w.spent = spent ? *spent : Money::max();
+    if (w.spec.limit.isNegative() || w.spec.alert_at.empty()) continue;
+    for (int threshold : w.spec.alert_at) {
+      if (w.fired.contains(threshold)) continue;
+      // spent >= limit x threshold / 100, exactly.
+      const __int128 lhs = static_cast<__int128>(w.spent.nanos()) * 100;
+      const __int128 rhs = static_cast<__int128>(w.spec.limit.nanos()) * threshold;
+      if (lhs >= rhs && lhs > 0) {
+        w.fired.insert(threshold);
+        out.alerts.push_back({w.spec.id, threshold, w.spent, w.spec.limit, w.window});
+      }
+    }
+  }
+  rememberSettled(event_id, actual);
+  return out;
+}
+
+Result<Settlement> WalletBook::settle(const std::string& event_id, Money actual) {
+  if (actual.isNegative()) return fail(invalidArgument("a cost cannot be negative"));
+  const SystemTime now = clock_.now();
+  std::lock_guard lock(mu_);
+  if (auto done = settled_.find(event_id); done != settled_.end()) {
+    return Settlement{done->second, true, {}};
+  }
+  auto it = reservations_.find(event_id);
+  if (it == reservations_.end()) {
+    auto late = expired_.find(event_id);
+    if (late == expired_.end()) {
+      return fail(
+          Error(ErrorCode::kNotFound, fmt::format("event \"{}\" has no reservation", event_id)));
+    }
+    const std::vector<std::string> ids = std::move(late->second);
+    expired_.erase(late);
+    return chargeLocked(event_id, ids, actual, now);
+  }
+  Reservation res = std::move(it->second);
+  expiries_.erase(res.expiry);
+  reservations_.erase(it);
+  for (const auto& id : res.wallet_ids) {
+    auto w = wallets_.find(id);
+    if (w == wallets_.end()) continue;
+    auto r = w->second.reserved.sub(res.amount);
+    w->second.reserved = (r && !r->isNegative()) ? *r : Money::zero();
+  }
+  return chargeLocked(event_id, res.wallet_ids, actual, now);
+}
+
+Result<Settlement> WalletBook::charge(const std::string& event_id,
+                                      const std::vector<std::string>& wallet_ids, Money actual) {
+  if (actual.isNegative()) return fail(invalidArgument("a cost cannot be negative"));
+  const SystemTime now = clock_.now();
+  std::lock_guard lock(mu_);
+  if (auto done = settled_.find(event_id); done != settled_.end()) {
+    return Settlement{done->second, true, {}};
+  }
+  if (reservations_.contains(event_id)) {
+    return fail(Error(ErrorCode::kAlreadyExists,
+                      fmt::format("event \"{}\" has a reservation; settle it instead", event_id)));
+  }
+  return chargeLocked(event_id, wallet_ids, actual, now);
+}
+
+Result<void> WalletBook::release(const std::string& event_id) {
+  std::lock_guard lock(mu_);
+  auto it = reservations_.find(event_id);
+  if (it == reservations_.end()) {
+    return fail(
+        Error(ErrorCode::kNotFound, fmt::format("event \"{}\" has no reservation", event_id)));
+  }
+  for (const auto& id : it->second.wallet_ids) {
+    auto w = wallets_.find(id);
+    if (w == wallets_.end()) continue;
+    auto r = w->second.reserved.sub(it->second.amount);
+    w->second.reserved = (r && !r->isNegative()) ? *r : Money::zero();
+  }
+  expiries_.erase(it->second.expiry);
+  reservations_.erase(it);
+  return {};
+}
+
+std::vector<std::string> WalletBook::expireLeases() {
+  const MonoTime now = clock_.monotonic();
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  while (!expiries_.empty() && expiries_.begin()->first <= now) {
+    const std::string event_id = expiries_.begin()->second;
+    expiries_.erase(expiries_.begin());
+    auto it = reservations_.find(event_id);
+    if (it == reservations_.end()) continue;
+    for (const auto& id : it->second.wallet_ids) {
+      auto w = wallets_.find(id);
+      if (w == wallets_.end()) continue;
+      auto r = w->second.reserved.sub(it->second.amount);
+      w->second.reserved = (r && !r->isNegative()) ? *r : Money::zero();
+    }
+    expired_.emplace(event_id, std::move(it->second.wallet_ids));
+    expired_order_.push_back(event_id);
+    while (expired_order_.size() > kRemembered) {
+      expired_.erase(expired_order_.front());
+      expired_order_.pop_front();
+    }
+    reservations_.erase(it);
+    out.push_back(event_id);
+  }
+  return out;
+}
+
+size_t WalletBook::outstanding() const {
+  std::lock_guard lock(mu_);
+  return reservations_.size();
+}
+
+}  // namespace purser::ledger

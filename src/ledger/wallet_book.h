@@ -1,0 +1,161 @@
+// WalletBook: the wallets (budgets) and the reservations held against them — the arithmetic that
+// makes "no overspend" true (DESIGN.md rule 2).
+//
+// Before work runs, its worst-case cost is reserved on every wallet in the principal's chain,
+// all or nothing: a hard wallet admits a reservation only if spent + reserved + amount stays
+// within its limit, so no interleaving of concurrent requests can overspend it. Afterwards the
+// reservation is settled at the actual cost, idempotently by event id, and the rest is released.
+// A reservation that is neither settled nor released before its lease ends is released by
+// expireLeases(), so a crash or a dropped connection never leaves a phantom hold.
+//
+// Spending is counted per period window (see period.h); a new window starts with nothing spent
+// (holds carry over) and re-arms the alert thresholds, each of which fires once per window.
+//
+// Pure and in memory: time comes from the Clock, persistence is the caller's. Thread-safe: one
+// mutex guards the book; every operation holds it for a few hundred nanoseconds.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/money.h"
+#include "common/result.h"
+#include "ledger/period.h"
+
+namespace purser::ledger {
+
+enum class ScopeKind { kTenant, kTeam, kUser, kServiceAccount, kKey };
+
+Result<ScopeKind> parseScopeKind(std::string_view name);  // tenant, team, user, ...
+std::string_view scopeKindName(ScopeKind kind);
+
+struct Scope {
+  ScopeKind kind = ScopeKind::kTenant;
+  std::string id;
+  friend bool operator==(const Scope&, const Scope&) = default;
+};
+
+struct WalletSpec {
+  std::string id;
+  std::string tenant_id;  // the tenant the wallet belongs to (isolation)
+  Scope scope;
+  Money limit;
+  Period period = Period::kNone;
+  TimeZone zone = TimeZone::utc();
+  bool hard = true;           // hard: blocks; soft: alerts only
+  std::vector<int> alert_at;  // percent thresholds, strictly increasing, 1..1000
+  std::string model;          // empty: every model; else only usage of this model or route
+};
+
+// Checks a spec's own fields (limit, thresholds); names the field that is wrong.
+Result<void> validateWalletSpec(const WalletSpec& spec);
+
+struct WalletStatus {
+  WalletSpec spec;
+  Window window;
+  Money spent;                    // settled in this window
+  Money reserved;                 // held by outstanding reservations
+  Money remaining;                // limit - spent - reserved, never below zero
+  int64_t used_basis_points = 0;  // spent / limit in hundredths of a percent
+};
+
+// An alert threshold crossed by a settlement.
+struct Alert {
+  std::string wallet_id;
+  int threshold = 0;  // percent
+  Money spent;
+  Money limit;
+  Window window;
+};
+
+struct ReserveRequest {
+  std::string event_id;
+  std::vector<std::string> wallet_ids;  // the principal's chain; unknown ids are errors
+  Money amount;                         // the worst case
+  Duration lease = std::chrono::minutes(10);
+};
+
+struct Settlement {
+  Money charged;
+  bool duplicate = false;  // settled before: nothing changed this time
+  std::vector<Alert> alerts;
+};
+
+class WalletBook {
+ public:
+  explicit WalletBook(const Clock& clock) : clock_(clock) {}
+
+  // Adds a wallet, or replaces the spec of an existing one keeping what it has spent and holds.
+  // `spent` (for a new wallet) is what the store says was spent in the current window.
+  Result<void> put(WalletSpec spec, Money spent = Money::zero());
+  Result<void> remove(const std::string& wallet_id);
+  Result<WalletStatus> status(const std::string& wallet_id) const;
+  std::vector<WalletStatus> all() const;
+
+  // All or nothing over the chain. kResourceExhausted names the wallet that would be exceeded
+  // (and leaves every wallet as it was); kAlreadyExists for a reused event id; kNotFound for an
+  // unknown wallet.
+  Result<void> reserve(const ReserveRequest& request);
+
+  // Charges `actual` to the reservation's wallets and releases its hold. Settling an event twice
+  // charges once. An event whose lease already expired is still charged (to the wallets it
+  // reserved on). kNotFound if the event was never reserved here.
+  Result<Settlement> settle(const std::string& event_id, Money actual);
+
+  // Charges `actual` to `wallet_ids` without a prior reservation (usage known only afterwards,
+  // e.g. recovered at restart). Idempotent by event id like settle().
+  Result<Settlement> charge(const std::string& event_id, const std::vector<std::string>& wallet_ids,
+                            Money actual);
+
+  // Drops a reservation without charging (the work never ran).
+  Result<void> release(const std::string& event_id);
+
+  // Releases every reservation whose lease has ended; returns their event ids.
+  std::vector<std::string> expireLeases();
+
+  size_t outstanding() const;
+
+ private:
+  struct WalletState {
+    WalletSpec spec;
+    Window window;
+    Money spent;
+    Money reserved;
+    std::set<int> fired;  // thresholds fired in this window
+  };
+  struct Reservation {
+    std::vector<std::string> wallet_ids;
+    Money amount;
+    MonoTime expires;
+    std::multimap<MonoTime, std::string>::iterator expiry;
+  };
+
+  void rollIfDue(WalletState& w, SystemTime now) const;
+  WalletStatus statusOf(const WalletState& w) const;
+  Result<Settlement> chargeLocked(const std::string& event_id,
+                                  const std::vector<std::string>& wallet_ids, Money actual,
+                                  SystemTime now);
+  void rememberSettled(const std::string& event_id, Money charged);
+
+  const Clock& clock_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<std::string, WalletState> wallets_;  // guarded by mu_
+  std::unordered_map<std::string, Reservation> reservations_;     // guarded by mu_
+  std::multimap<MonoTime, std::string> expiries_;                 // guarded by mu_
+  // Reservations released by lease expiry, kept so a late settlement still charges them.
+  std::unordered_map<std::string, std::vector<std::string>> expired_;  // guarded by mu_
+  std::deque<std::string> expired_order_;                              // guarded by mu_
+  // Recently settled events and what they were charged, for idempotency.
+  std::unordered_map<std::string, Money> settled_;  // guarded by mu_
+  std::deque<std::string> settled_order_;           // guarded by mu_
+};
+
+}  // namespace purser::ledger
