@@ -31,10 +31,14 @@ build-debug: setup
 	@[ -f $(DEBUG_DIR)/CMakeCache.txt ] || cmake -S . -B $(DEBUG_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DPURSER_SANITIZE=ON
 	cmake --build $(DEBUG_DIR) --parallel $(JOBS)
 
+# The demo's platform admin key (a fresh data directory adopts it at first start).
+DEMO_ADMIN_KEY ?= purser-demo-admin-key-change-me
+
 run: build
 	@mkdir -p var
 	@echo "purser: serving the demo; console at http://127.0.0.1:8080/ (Ctrl-C stops it)"
-	$(RELEASE_DIR)/purser serve --config $(DEMO_CONFIG) --data var
+	@echo "purser: demo admin key: $(DEMO_ADMIN_KEY)"
+	PURSER_ADMIN_KEY=$(DEMO_ADMIN_KEY) $(RELEASE_DIR)/purser serve --config $(DEMO_CONFIG) --data var
 
 test: build-debug
 	@scripts/run-tests $(DEBUG_DIR)

@@ -59,4 +59,69 @@ std::string formatRfc3339(SystemTime t) {
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03}Z", secs, frac);
 }
 
+Result<SystemTime> parseRfc3339(std::string_view text) {
+  const auto bad = [&] {
+    return fail(invalidArgument(fmt::format(
+        "invalid time \"{}\"; expected RFC 3339 such as \"2026-11-29T18:04:05Z\"", text)));
+  };
+  const auto digits = [&](size_t pos, size_t n, int& out) {
+    if (pos + n > text.size()) return false;
+    out = 0;
+    for (size_t i = pos; i < pos + n; ++i) {
+      if (text[i] < '0' || text[i] > '9') return false;
+      out = out * 10 + (text[i] - '0');
+    }
+    return true;
+  };
+  int y, mo, d, h = 0, mi = 0, s = 0;
+  if (!digits(0, 4, y) || text.size() < 10 || text[4] != '-' || !digits(5, 2, mo) ||
+      text[7] != '-' || !digits(8, 2, d)) {
+    return bad();
+  }
+  const std::chrono::year_month_day ymd{std::chrono::year(y), std::chrono::month(mo),
+                                        std::chrono::day(d)};
+  if (!ymd.ok()) return bad();
+  int64_t ms = 0;
+  int offset_minutes = 0;
+  size_t i = 10;
+  if (i < text.size()) {
+    if ((text[i] != 'T' && text[i] != 't' && text[i] != ' ') || !digits(11, 2, h) ||
+        text.size() < 19 || text[13] != ':' || !digits(14, 2, mi) || text[16] != ':' ||
+        !digits(17, 2, s) || h > 23 || mi > 59 || s > 60) {
+      return bad();
+    }
+    i = 19;
+    if (i < text.size() && text[i] == '.') {
+      ++i;
+      int64_t scale = 100;
+      const size_t start = i;
+      while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+        ms += (text[i] - '0') * scale;
+        scale /= 10;
+        ++i;
+      }
+      if (i == start) return bad();
+    }
+    if (i >= text.size()) return bad();  // a time needs its offset
+    if (text[i] == 'Z' || text[i] == 'z') {
+      ++i;
+    } else if (text[i] == '+' || text[i] == '-') {
+      int oh, om;
+      if (!digits(i + 1, 2, oh) || i + 3 >= text.size() || text[i + 3] != ':' ||
+          !digits(i + 4, 2, om) || oh > 23 || om > 59) {
+        return bad();
+      }
+      offset_minutes = (text[i] == '+' ? 1 : -1) * (oh * 60 + om);
+      i += 6;
+    } else {
+      return bad();
+    }
+    if (i != text.size()) return bad();
+  }
+  const auto day = std::chrono::sys_days(ymd);
+  const auto t = day + std::chrono::hours(h) + std::chrono::minutes(mi) + std::chrono::seconds(s) +
+                 std::chrono::milliseconds(ms) - std::chrono::minutes(offset_minutes);
+  return std::chrono::time_point_cast<SystemTime::duration>(t);
+}
+
 }  // namespace purser

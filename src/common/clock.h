@@ -8,6 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
 
 namespace purser {
 
@@ -55,5 +59,8 @@ class ManualClock final : public Clock {
 int64_t unixMillis(SystemTime t);
 // RFC 3339 in UTC with millisecond precision: "2026-11-29T18:04:05.123Z".
 std::string formatRfc3339(SystemTime t);
+// Parses RFC 3339 ("2026-11-29T18:04:05Z", "2026-11-29T19:04:05.5+01:00", a bare date
+// "2026-11-29" meaning its midnight UTC). Fractions beyond milliseconds are truncated.
+Result<SystemTime> parseRfc3339(std::string_view text);
 
 }  // namespace purser

@@ -3,14 +3,18 @@
 #include <utility>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <nlohmann/json.hpp>
 
+#include "api/admin_api.h"
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/id.h"
@@ -20,6 +24,9 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "http/workers.h"
+#include "identity/directory.h"
+#include "ledger/audit.h"
+#include "ledger/wallet_book.h"
 #include "server/console.h"
 #include "server/data_dir.h"
 #include "store/sqlite_store.h"
@@ -88,6 +95,18 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   PURSER_TRY(store->migrate("server", kServerMigrations));
   const std::string installation = PURSER_TRY_VALUE(installationId(*store, ids, clock));
 
+  identity::Directory directory(clock);
+  ledger::WalletBook wallets(clock);
+  ledger::AuditLog audit(clock);
+  const api::Services services{clock, SystemRandom::instance(), ids, *store, directory, wallets,
+                               audit};
+  PURSER_TRY(api::loadState(services));
+  std::optional<std::string> admin_key;
+  if (const char* env = std::getenv("PURSER_ADMIN_KEY"); env != nullptr && *env != '\0') {
+    admin_key = env;
+  }
+  const auto generated = PURSER_TRY_VALUE(api::bootstrap(services, admin_key));
+
   http::Workers workers(config.threads);
   http::MetricsRegistry metrics;
   http::Router router;
@@ -122,6 +141,7 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
     };
     return http::Response::json(200, body.dump());
   }));
+  PURSER_TRY(api::addAdminRoutes(router, services));
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
 
   server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics);
@@ -148,11 +168,29 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
       };
   signals.async_wait(on_signal);
 
+  // Reservations whose lease ended are released every second (a crashed or vanished client
+  // never holds budget for long).
+  boost::asio::steady_timer lease_timer(workers.context(0));
+  std::function<void(const boost::system::error_code&)> expire_leases =
+      [&](const boost::system::error_code& ec) {
+        if (ec) return;
+        for (const auto& id : wallets.expireLeases()) {
+          spdlog::warn("ledger: reservation {} expired unsettled; its hold was released", id);
+        }
+        lease_timer.expires_after(std::chrono::seconds(1));
+        lease_timer.async_wait(expire_leases);
+      };
+  lease_timer.expires_after(std::chrono::seconds(1));
+  lease_timer.async_wait(expire_leases);
+
   workers.start();
   spdlog::info("{} serving on {} with {} worker(s); data in {}", cli::versionLine(), server->url(),
                workers.size(), data_dir->path());
   out << "purser: listening on " << server->url() << "\n";
   if (config.console.enabled) out << "purser: console at " << server->url() << "/\n";
+  if (generated) {
+    out << "purser: platform admin key (shown this once; keep it safe): " << *generated << "\n";
+  }
   out.flush();
 
   workers.join();

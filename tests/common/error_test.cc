@@ -54,6 +54,21 @@ TEST(ClockTest, ManualClockMovesOnlyWhenTold) {
   EXPECT_EQ(formatRfc3339(wall), "2026-01-01T00:00:00.000Z");
 }
 
+TEST(ClockTest, ParsesRfc3339) {
+  const auto t = parseRfc3339("2026-11-29T18:04:05Z");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(formatRfc3339(*t), "2026-11-29T18:04:05.000Z");
+  EXPECT_EQ(formatRfc3339(*parseRfc3339("2026-11-29T19:04:05.25+01:00")),
+            "2026-11-29T18:04:05.250Z");
+  EXPECT_EQ(formatRfc3339(*parseRfc3339("2026-11-29")), "2026-11-29T00:00:00.000Z");
+  EXPECT_EQ(formatRfc3339(*parseRfc3339("2026-03-01T00:30:00-01:00")), "2026-03-01T01:30:00.000Z");
+  for (const char* bad :
+       {"", "2026-13-01", "2026-02-30", "2026-11-29T18:04:05", "29/11/2026", "2026-11-29T25:00:00Z",
+        "2026-11-29T18:04:05Zjunk", "2026-11-29T18:04Z"}) {
+    EXPECT_FALSE(parseRfc3339(bad).has_value()) << bad;
+  }
+}
+
 TEST(LoggingTest, JsonEscapingAndOptionValidation) {
   EXPECT_EQ(jsonEscape("a\"b\\c\n\x01"), "a\\\"b\\\\c\\n\\u0001");
   EXPECT_TRUE(parseLogLevel("debug").has_value());

@@ -276,7 +276,7 @@ TEST_F(ServerTest, HandlerExceptionBecomes500AndTheServerLivesOn) {
 TEST_F(ServerTest, AHandlerCannotSplitTheResponseWithItsHeaders) {
   ASSERT_TRUE(ts.router
                   .add(Method::kGet, "/inject",
-                       [](Request& r) {
+                       [](Request&) {
                          Response res = Response::text(200, "x");
                          // e.g. a value echoed from the request without checking it
                          res.headers.add("X-Echo", "a\r\nSet-Cookie: stolen=1");

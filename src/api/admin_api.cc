@@ -1,0 +1,795 @@
+#include "api/admin_api.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "api/async_store.h"
+#include "api/problem.h"
+#include "common/duration.h"
+#include "identity/identity_store.h"
+#include "identity/keys.h"
+#include "identity/policy.h"
+#include "ledger/ledger_store.h"
+
+namespace purser::api {
+
+namespace asio = boost::asio;
+using http::Method;
+using http::Request;
+using http::Response;
+using identity::Action;
+using identity::Principal;
+using identity::Role;
+using identity::Target;
+using nlohmann::json;
+
+// Inside a handler coroutine: evaluates a Result, answers with its problem if it failed, else
+// binds its value to `var`.
+#define API_TRY(var, expr)                                    \
+  auto var##_result = (expr);                                 \
+  if (!var##_result) co_return problem(var##_result.error()); \
+  auto var = std::move(*var##_result)
+
+namespace {
+
+// --- JSON views -------------------------------------------------------------------------------
+
+json toJson(const identity::Tenant& t) {
+  return {{"id", t.id}, {"name", t.name}, {"created_at", t.created_at}};
+}
+
+json toJson(const identity::Team& t) {
+  return {{"id", t.id}, {"tenant", t.tenant_id}, {"name", t.name}, {"created_at", t.created_at}};
+}
+
+json toJson(const identity::User& u) {
+  return {{"id", u.id},
+          {"tenant", u.tenant_id},
+          {"team", u.team_id},
+          {"name", u.name},
+          {"email", u.email},
+          {"role", identity::roleName(u.role)},
+          {"created_at", u.created_at}};
+}
+
+json toJson(const identity::ServiceAccount& a) {
+  return {{"id", a.id},
+          {"tenant", a.tenant_id},
+          {"team", a.team_id},
+          {"name", a.name},
+          {"created_at", a.created_at}};
+}
+
+json toJson(const identity::ApiKey& k) {
+  return {{"id", k.id},
+          {"name", k.name},
+          {"owner", {{"kind", identity::ownerKindName(k.owner_kind)}, {"id", k.owner_id}}},
+          {"tenant", k.tenant_id},
+          {"team", k.team_id},
+          {"models", k.models},
+          {"expires_at", k.expires_at.empty() ? json(nullptr) : json(k.expires_at)},
+          {"rpm", k.rpm},
+          {"tpm", k.tpm},
+          {"revoked_at", k.revoked_at.empty() ? json(nullptr) : json(k.revoked_at)},
+          {"previous_valid_until",
+           k.previous_valid_until.empty() ? json(nullptr) : json(k.previous_valid_until)},
+          {"created_at", k.created_at}};
+}
+
+std::string percent(int64_t basis_points) {
+  return fmt::format("{}.{:02}", basis_points / 100, basis_points % 100);
+}
+
+json toJson(const ledger::WalletStatus& w) {
+  const auto& s = w.spec;
+  json window = nullptr;
+  if (s.period != ledger::Period::kNone) {
+    window = {{"start", formatRfc3339(w.window.start)}, {"end", formatRfc3339(w.window.end)}};
+  }
+  return {{"id", s.id},
+          {"tenant", s.tenant_id},
+          {"scope", {{"kind", ledger::scopeKindName(s.scope.kind)}, {"id", s.scope.id}}},
+          {"limit", s.limit.toString()},
+          {"period", ledger::periodName(s.period)},
+          {"timezone", s.zone.name()},
+          {"hard", s.hard},
+          {"alert_at", s.alert_at},
+          {"model", s.model.empty() ? json(nullptr) : json(s.model)},
+          {"window", window},
+          {"spent", w.spent.toString()},
+          {"reserved", w.reserved.toString()},
+          {"remaining", w.remaining.toString()},
+          {"percent_used", percent(w.used_basis_points)}};
+}
+
+json listOf(json items) { return {{"data", std::move(items)}}; }
+
+// --- Authentication, audit and targets ----------------------------------------------------------
+
+Result<Principal> authenticate(const Services& s, const Request& req) {
+  auto header = req.headers.get("authorization");
+  if (!header) {
+    return fail(Error(ErrorCode::kUnauthenticated,
+                      "no API key: send it as \"Authorization: Bearer <key>\""));
+  }
+  std::string_view value = *header;
+  if (value.size() < 7 || !http::equalsIgnoreCase(value.substr(0, 7), "bearer ")) {
+    return fail(
+        Error(ErrorCode::kUnauthenticated, "the Authorization header must read \"Bearer <key>\""));
+  }
+  value.remove_prefix(7);
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  return s.directory.authenticate(value);
+}
+
+ledger::AuditEntry auditEntry(const Principal& who, std::string action, std::string target,
+                              std::string before, std::string after, std::string tenant_id) {
+  ledger::AuditEntry e;
+  e.tenant_id = std::move(tenant_id);
+  e.actor = who.id;
+  e.actor_role = std::string(identity::roleName(who.role));
+  e.action = std::move(action);
+  e.target = std::move(target);
+  e.before = std::move(before);
+  e.after = std::move(after);
+  return e;
+}
+
+// Records a policy denial in the audit log, then answers with it.
+asio::awaitable<Response> deny(const Services& s, const Principal& who, const Error& why,
+                               std::string action, std::string target) {
+  ledger::AuditEntry e =
+      auditEntry(who, "policy.deny", std::move(target), "",
+                 json{{"action", action}, {"reason", why.message}}.dump(), who.tenant_id);
+  auto logged = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(s.audit.append(tx, e));
+    return {};
+  });
+  if (!logged) spdlog::error("api: could not audit a denial: {}", logged.error().message);
+  co_return problem(why);
+}
+
+// Commits `change` and its audit entry in one transaction.
+asio::awaitable<Result<void>> commitAudited(const Services& s, store::TxFn change,
+                                            ledger::AuditEntry entry) {
+  co_return co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(change(tx));
+    PURSER_TRY(s.audit.append(tx, entry));
+    return {};
+  });
+}
+
+Error notFound(std::string_view what, std::string_view id, std::string_view field) {
+  return Error(ErrorCode::kNotFound, fmt::format("{} \"{}\" not found", what, id)).withField(field);
+}
+
+// A tenant by id or by name.
+Result<identity::Tenant> findTenant(const Services& s, const std::string& ref) {
+  if (auto t = s.directory.tenant(ref)) return *t;
+  if (auto t = s.directory.tenantByName(ref)) return *t;
+  return fail(notFound("tenant", ref, "tenant"));
+}
+
+// A team of `tenant` by id or by name.
+Result<identity::Team> findTeam(const Services& s, const std::string& tenant_id,
+                                const std::string& ref) {
+  if (auto t = s.directory.team(ref); t && t->tenant_id == tenant_id) return *t;
+  if (auto t = s.directory.teamByName(tenant_id, ref)) return *t;
+  return fail(notFound("team", ref, "team"));
+}
+
+std::string now(const Services& s) { return formatRfc3339(s.clock.now()); }
+
+// The tenant a caller means: the body's "tenant", or for a tenant-bound caller their own.
+Result<identity::Tenant> tenantFor(const Services& s, const Principal& who, const json& body) {
+  auto ref = PURSER_TRY_VALUE(optionalString(body, "tenant"));
+  if (!ref) {
+    if (who.tenant_id.empty()) {
+      return fail(invalidArgument("\"tenant\" is required").withField("tenant"));
+    }
+    return findTenant(s, who.tenant_id);
+  }
+  return findTenant(s, *ref);
+}
+
+// The tenant/team/owner of a wallet scope, for authorization. `for_write` makes tenant and
+// team wallets a tenant-admin matter (a team lead cannot raise their own team's budget).
+Result<Target> scopeTarget(const Services& s, const ledger::Scope& scope, bool for_write) {
+  using ledger::ScopeKind;
+  switch (scope.kind) {
+    case ScopeKind::kTenant: {
+      auto t = s.directory.tenant(scope.id);
+      if (!t) return fail(notFound("tenant", scope.id, "scope.id"));
+      return Target{t->id, "", ""};
+    }
+    case ScopeKind::kTeam: {
+      auto t = s.directory.team(scope.id);
+      if (!t) return fail(notFound("team", scope.id, "scope.id"));
+      return Target{t->tenant_id, for_write ? "" : t->id, ""};
+    }
+    case ScopeKind::kUser: {
+      auto u = s.directory.user(scope.id);
+      if (!u) return fail(notFound("user", scope.id, "scope.id"));
+      if (u->tenant_id.empty()) {
+        return fail(invalidArgument("platform admins have no wallets").withField("scope.id"));
+      }
+      return Target{u->tenant_id, u->team_id, u->id};
+    }
+    case ScopeKind::kServiceAccount: {
+      auto a = s.directory.serviceAccount(scope.id);
+      if (!a) return fail(notFound("service account", scope.id, "scope.id"));
+      return Target{a->tenant_id, a->team_id, a->id};
+    }
+    case ScopeKind::kKey: {
+      auto k = s.directory.key(scope.id);
+      if (!k) return fail(notFound("key", scope.id, "scope.id"));
+      if (k->tenant_id.empty()) {
+        return fail(invalidArgument("platform admin keys have no wallets").withField("scope.id"));
+      }
+      return Target{k->tenant_id, k->team_id, k->owner_id};
+    }
+  }
+  return fail(internalError("unknown scope kind"));
+}
+
+Result<ledger::Scope> parseScopeObject(const json& body) {
+  auto it = body.find("scope");
+  if (it == body.end() || !it->is_object()) {
+    return fail(invalidArgument("\"scope\" must be an object {\"kind\": ..., \"id\": ...}")
+                    .withField("scope"));
+  }
+  auto kind_text = requiredString(*it, "kind");
+  if (!kind_text) return fail(kind_text.error().withField("scope"));
+  auto kind = ledger::parseScopeKind(*kind_text);
+  if (!kind) return fail(kind.error().withField("scope.kind"));
+  auto id = requiredString(*it, "id");
+  if (!id) return fail(id.error().withField("scope"));
+  return ledger::Scope{*kind, *id};
+}
+
+// "team:01j..." -> scope
+Result<ledger::Scope> parseScopeParam(const std::string& text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || colon + 1 == text.size()) {
+    return fail(invalidArgument("scope must read KIND:ID, e.g. team:01jb...").withField("scope"));
+  }
+  auto kind = ledger::parseScopeKind(text.substr(0, colon));
+  if (!kind) return fail(kind.error().withField("scope"));
+  return ledger::Scope{*kind, text.substr(colon + 1)};
+}
+
+Target keyTarget(const identity::ApiKey& k) { return Target{k.tenant_id, k.team_id, k.owner_id}; }
+
+// --- Handlers ----------------------------------------------------------------------------------
+
+asio::awaitable<Response> createTenant(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  if (auto denied = identity::authorize(who, Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "tenant.create", "tenant:" + name);
+  }
+  if (s.directory.tenantByName(name)) {
+    co_return problem(409, fmt::format("a tenant named \"{}\" already exists", name), "name");
+  }
+  const identity::Tenant t{s.ids.next(), name, now(s)};
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertTenant(tx, t); },
+      auditEntry(who, "tenant.create", "tenant:" + t.id, "", toJson(t).dump(), t.id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(t);
+  co_return jsonResponse(201, toJson(t));
+}
+
+asio::awaitable<Response> createTeam(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  API_TRY(tenant, tenantFor(s, who, body));
+  if (auto denied = identity::authorize(who, Action::kCreateTeam, {tenant.id, "", ""}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "team.create", "tenant:" + tenant.id);
+  }
+  if (s.directory.teamByName(tenant.id, name)) {
+    co_return problem(
+        409, fmt::format("tenant {} already has a team named \"{}\"", tenant.name, name), "name");
+  }
+  const identity::Team t{s.ids.next(), tenant.id, name, now(s)};
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertTeam(tx, t); },
+      auditEntry(who, "team.create", "team:" + t.id, "", toJson(t).dump(), t.tenant_id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(t);
+  co_return jsonResponse(201, toJson(t));
+}
+
+asio::awaitable<Response> createUser(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  API_TRY(email, optionalString(body, "email"));
+  API_TRY(role_text, optionalString(body, "role"));
+  Role role = Role::kMember;
+  if (role_text) {
+    auto r = identity::parseRole(*role_text);
+    if (!r || *r == Role::kServiceAccount) {
+      co_return problem(400,
+                        fmt::format("unknown role \"{}\"; expected platform-admin, tenant-admin, "
+                                    "team-lead or member",
+                                    *role_text),
+                        "role");
+    }
+    role = *r;
+  }
+  if (email && !email->empty() && (email->find('@') == std::string::npos || email->size() > 254)) {
+    co_return problem(400, fmt::format("\"{}\" is not an e-mail address", *email), "email");
+  }
+  identity::User u;
+  u.id = s.ids.next();
+  u.name = name;
+  u.email = email ? *email : "";
+  u.role = role;
+  u.created_at = now(s);
+  Target target;
+  Action action = Action::kCreateUser;
+  if (role == Role::kPlatformAdmin) {
+    action = Action::kCreateTenant;  // platform-wide: only a platform admin
+  } else {
+    API_TRY(tenant, tenantFor(s, who, body));
+    API_TRY(team_ref, optionalString(body, "team"));
+    u.tenant_id = tenant.id;
+    if (team_ref) {
+      API_TRY(team, findTeam(s, tenant.id, *team_ref));
+      u.team_id = team.id;
+    } else if (role != Role::kTenantAdmin) {
+      co_return problem(400, "\"team\" is required for team leads and members", "team");
+    }
+    if (role == Role::kTenantAdmin || role == Role::kTeamLead) action = Action::kCreateTenantAdmin;
+    target = Target{u.tenant_id, u.team_id, ""};
+  }
+  if (auto denied = identity::authorize(who, action, target); !denied) {
+    co_return co_await deny(s, who, denied.error(), "user.create", "user:" + name);
+  }
+  if (s.directory.nameTaken(identity::OwnerKind::kUser, u.tenant_id, u.name)) {
+    co_return problem(409, fmt::format("a user named \"{}\" already exists here", u.name), "name");
+  }
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertUser(tx, u); },
+      auditEntry(who, "user.create", "user:" + u.id, "", toJson(u).dump(), u.tenant_id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(u);
+  co_return jsonResponse(201, toJson(u));
+}
+
+asio::awaitable<Response> createServiceAccount(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  API_TRY(tenant, tenantFor(s, who, body));
+  API_TRY(team_ref, requiredString(body, "team"));
+  API_TRY(team, findTeam(s, tenant.id, team_ref));
+  if (auto denied =
+          identity::authorize(who, Action::kCreateServiceAccount, {tenant.id, team.id, ""});
+      !denied) {
+    co_return co_await deny(s, who, denied.error(), "service_account.create", "team:" + team.id);
+  }
+  if (s.directory.nameTaken(identity::OwnerKind::kServiceAccount, tenant.id, name)) {
+    co_return problem(409, fmt::format("a service account named \"{}\" already exists", name),
+                      "name");
+  }
+  const identity::ServiceAccount a{s.ids.next(), tenant.id, team.id, name, now(s)};
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertServiceAccount(tx, a); },
+      auditEntry(who, "service_account.create", "service_account:" + a.id, "", toJson(a).dump(),
+                 a.tenant_id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(a);
+  co_return jsonResponse(201, toJson(a));
+}
+
+asio::awaitable<Response> createKey(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  API_TRY(models, stringList(body, "models"));
+  API_TRY(expires, optionalString(body, "expires_at"));
+  API_TRY(rpm, optionalInt(body, "rpm", 0, 1'000'000'000));
+  API_TRY(tpm, optionalInt(body, "tpm", 0, 1'000'000'000'000));
+  // The owner defaults to the caller.
+  identity::OwnerKind kind = who.kind;
+  std::string owner_id = who.id;
+  if (auto it = body.find("owner"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      co_return problem(400, "\"owner\" must be an object {\"kind\": ..., \"id\": ...}", "owner");
+    }
+    API_TRY(kind_text, requiredString(*it, "kind"));
+    auto k = identity::parseOwnerKind(kind_text);
+    if (!k) co_return problem(k.error().withField("owner.kind"));
+    kind = *k;
+    API_TRY(id, requiredString(*it, "id"));
+    owner_id = id;
+  }
+  identity::ApiKey key;
+  key.owner_kind = kind;
+  key.owner_id = owner_id;
+  if (kind == identity::OwnerKind::kUser) {
+    auto u = s.directory.user(owner_id);
+    if (!u) co_return problem(notFound("user", owner_id, "owner.id"));
+    key.tenant_id = u->tenant_id;
+    key.team_id = u->team_id;
+  } else {
+    auto a = s.directory.serviceAccount(owner_id);
+    if (!a) co_return problem(notFound("service account", owner_id, "owner.id"));
+    key.tenant_id = a->tenant_id;
+    key.team_id = a->team_id;
+  }
+  if (auto denied = identity::authorize(who, Action::kCreateKey, keyTarget(key)); !denied) {
+    co_return co_await deny(s, who, denied.error(), "key.create",
+                            std::string(identity::ownerKindName(kind)) + ":" + owner_id);
+  }
+  if (expires) {
+    auto t = parseRfc3339(*expires);
+    if (!t) co_return problem(t.error().withField("expires_at"));
+    if (*t <= s.clock.now()) co_return problem(400, "\"expires_at\" is in the past", "expires_at");
+    key.expires_at = formatRfc3339(*t);
+  }
+  const identity::NewKey secret = identity::generateKey(s.ids, s.random);
+  key.id = secret.id;
+  key.lookup = secret.lookup;
+  key.secret_hash = secret.secret_hash;
+  key.name = name;
+  key.models = models;
+  key.rpm = rpm.value_or(0);
+  key.tpm = tpm.value_or(0);
+  key.created_at = now(s);
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertKey(tx, key); },
+      auditEntry(who, "key.create", "key:" + key.id, "", toJson(key).dump(), key.tenant_id));
+  if (!done) co_return problem(done.error());
+  s.directory.put(key);
+  json out = toJson(key);
+  out["key"] = secret.secret;  // shown this once; only its hash is stored
+  co_return jsonResponse(201, out);
+}
+
+asio::awaitable<Response> revokeKey(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string id(*req.param("id"));
+  auto key = s.directory.key(id);
+  if (!key) co_return problem(notFound("key", id, "id"));
+  if (auto denied = identity::authorize(who, Action::kManageKey, keyTarget(*key)); !denied) {
+    co_return co_await deny(s, who, denied.error(), "key.revoke", "key:" + id);
+  }
+  if (!key->revoked_at.empty()) co_return jsonResponse(200, toJson(*key));  // already revoked
+  identity::ApiKey after = *key;
+  after.revoked_at = now(s);
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::updateKey(tx, after); },
+      auditEntry(who, "key.revoke", "key:" + id, toJson(*key).dump(), toJson(after).dump(),
+                 key->tenant_id));
+  if (!done) co_return problem(done.error());
+  s.directory.put(after);
+  co_return jsonResponse(200, toJson(after));
+}
+
+asio::awaitable<Response> rotateKey(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string id(*req.param("id"));
+  auto key = s.directory.key(id);
+  if (!key) co_return problem(notFound("key", id, "id"));
+  if (auto denied = identity::authorize(who, Action::kManageKey, keyTarget(*key)); !denied) {
+    co_return co_await deny(s, who, denied.error(), "key.rotate", "key:" + id);
+  }
+  if (!key->revoked_at.empty()) co_return problem(409, "a revoked key cannot be rotated", "id");
+  Duration grace = std::chrono::hours(24);
+  if (!req.body.empty()) {
+    API_TRY(body, parseObject(req));
+    API_TRY(grace_text, optionalString(body, "grace"));
+    if (grace_text) {
+      auto g = parseDuration(*grace_text);
+      if (!g) co_return problem(g.error().withField("grace"));
+      if (*g > std::chrono::hours(24 * 30)) {
+        co_return problem(400, "\"grace\" can be at most 30 days (720h)", "grace");
+      }
+      grace = *g;
+    }
+  }
+  if (key->lookup != key->id) {
+    co_return problem(409, "the bootstrap key cannot be rotated; create a new admin key instead",
+                      "id");
+  }
+  const identity::NewKey secret = identity::regenerateSecret(key->id, s.random);
+  identity::ApiKey after = *key;
+  after.previous_hash = key->secret_hash;
+  after.previous_valid_until = formatRfc3339(s.clock.now() + grace);
+  after.secret_hash = secret.secret_hash;
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::updateKey(tx, after); },
+      auditEntry(who, "key.rotate", "key:" + id, toJson(*key).dump(), toJson(after).dump(),
+                 key->tenant_id));
+  if (!done) co_return problem(done.error());
+  s.directory.put(after);
+  json out = toJson(after);
+  out["key"] = secret.secret;
+  co_return jsonResponse(200, out);
+}
+
+asio::awaitable<Response> createWallet(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(scope, parseScopeObject(body));
+  API_TRY(target, scopeTarget(s, scope, /*for_write=*/true));
+  if (auto denied = identity::authorize(who, Action::kWriteWallet, target); !denied) {
+    co_return co_await deny(s, who, denied.error(), "wallet.create",
+                            std::string(ledger::scopeKindName(scope.kind)) + ":" + scope.id);
+  }
+  API_TRY(limit, requiredMoney(body, "limit"));
+  if (limit.isNegative()) co_return problem(400, "\"limit\" cannot be negative", "limit");
+  API_TRY(period_text, optionalString(body, "period"));
+  API_TRY(zone_text, optionalString(body, "timezone"));
+  API_TRY(hard, optionalBool(body, "hard"));
+  API_TRY(model, optionalString(body, "model"));
+  ledger::WalletSpec w;
+  w.id = s.ids.next();
+  w.tenant_id = target.tenant_id;
+  w.scope = scope;
+  w.limit = limit;
+  if (period_text) {
+    auto p = ledger::parsePeriod(*period_text);
+    if (!p) co_return problem(p.error().withField("period"));
+    w.period = *p;
+  }
+  if (zone_text) {
+    auto z = ledger::TimeZone::find(*zone_text);
+    if (!z) co_return problem(z.error().withField("timezone"));
+    w.zone = *z;
+  }
+  w.hard = hard.value_or(true);
+  w.model = model.value_or("");
+  w.alert_at = {50, 80, 100};
+  if (auto it = body.find("alert_at"); it != body.end() && !it->is_null()) {
+    if (!it->is_array())
+      co_return problem(400, "\"alert_at\" must be a list of percents", "alert_at");
+    w.alert_at.clear();
+    for (const auto& v : *it) {
+      if (!v.is_number_integer()) {
+        co_return problem(400, "\"alert_at\" must be a list of whole percents", "alert_at");
+      }
+      w.alert_at.push_back(v.get<int>());
+    }
+  }
+  if (auto valid = ledger::validateWalletSpec(w); !valid) co_return problem(valid.error());
+  for (const auto& existing : s.wallets.all()) {
+    if (existing.spec.scope == w.scope && existing.spec.model == w.model) {
+      co_return problem(
+          409,
+          fmt::format("{} {} already has a wallet{} ({})", ledger::scopeKindName(w.scope.kind),
+                      w.scope.id, w.model.empty() ? "" : " for model " + w.model, existing.spec.id),
+          "scope");
+    }
+  }
+  ledger::WalletStatus fresh;
+  fresh.spec = w;
+  fresh.window = ledger::periodWindow(w.period, w.zone, s.clock.now());
+  fresh.remaining = w.limit;
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return ledger::insertWallet(tx, w, now(s)); },
+      auditEntry(who, "wallet.create", "wallet:" + w.id, "", toJson(fresh).dump(), w.tenant_id));
+  if (!done) {
+    if (done.error().code == ErrorCode::kAlreadyExists) {
+      co_return problem(409, "this scope already has a wallet for that model", "scope");
+    }
+    co_return problem(done.error());
+  }
+  if (auto put = s.wallets.put(w); !put) co_return problem(put.error());
+  API_TRY(status, s.wallets.status(w.id));
+  co_return jsonResponse(201, toJson(status));
+}
+
+asio::awaitable<Response> listWallets(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  std::optional<ledger::Scope> only;
+  if (auto scope_text = req.queryParam("scope")) {
+    API_TRY(scope, parseScopeParam(*scope_text));
+    API_TRY(target, scopeTarget(s, scope, /*for_write=*/false));
+    if (auto denied = identity::authorize(who, Action::kReadWallet, target); !denied) {
+      co_return co_await deny(s, who, denied.error(), "wallet.read", *scope_text);
+    }
+    only = scope;
+  }
+  json items = json::array();
+  for (const auto& w : s.wallets.all()) {
+    if (only && !(w.spec.scope == *only)) continue;
+    auto target = scopeTarget(s, w.spec.scope, false);
+    if (!target || !identity::canSee(who, Action::kReadWallet, *target)) continue;
+    items.push_back(toJson(w));
+  }
+  co_return jsonResponse(200, listOf(std::move(items)));
+}
+
+asio::awaitable<Response> listAudit(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  ledger::AuditQuery q;
+  if (who.role != Role::kPlatformAdmin) {
+    auto denied = identity::authorize(who, Action::kReadAudit, {who.tenant_id, "", ""});
+    if (!denied || who.role != Role::kTenantAdmin) {
+      // Named, not a conditional temporary: GCC 12 mishandles those across co_await.
+      Error why = denied ? Error(ErrorCode::kPermissionDenied, "only admins can read the audit log")
+                         : denied.error();
+      co_return co_await deny(s, who, why, "audit.read", "audit");
+    }
+    q.tenant_id = who.tenant_id;
+  }
+  for (const char* bound : {"from", "to"}) {
+    if (auto v = req.queryParam(bound)) {
+      auto t = parseRfc3339(*v);
+      if (!t) co_return problem(t.error().withField(bound));
+      (std::string_view(bound) == "from" ? q.from : q.to) = formatRfc3339(*t);
+    }
+  }
+  if (auto limit = req.queryParam("limit")) {
+    char* end = nullptr;
+    const long long n = std::strtoll(limit->c_str(), &end, 10);
+    if (limit->empty() || *end != '\0' || n < 1 || n > 10'000) {
+      co_return problem(400, "\"limit\" must be a whole number from 1 to 10000", "limit");
+    }
+    q.limit = n;
+  }
+  API_TRY(entries, s.audit.list(s.store, q));
+  json items = json::array();
+  for (const auto& e : entries) {
+    items.push_back(
+        {{"seq", e.seq},
+         {"at", e.at},
+         {"tenant", e.tenant_id},
+         {"actor", e.actor},
+         {"actor_role", e.actor_role},
+         {"action", e.action},
+         {"target", e.target},
+         {"before", e.before.empty() ? json(nullptr) : json::parse(e.before, nullptr, false)},
+         {"after", e.after.empty() ? json(nullptr) : json::parse(e.after, nullptr, false)},
+         {"hash", e.hash}});
+  }
+  co_return jsonResponse(200, listOf(std::move(items)));
+}
+
+asio::awaitable<Response> verifyAudit(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  if (auto denied = identity::authorize(who, Action::kVerifyAudit, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "audit.verify", "audit");
+  }
+  API_TRY(v, s.audit.verify(s.store));
+  json out = {{"ok", v.ok}, {"entries", v.entries}};
+  if (!v.ok) {
+    out["first_bad_seq"] = v.first_bad_seq;
+    out["problem"] = v.problem;
+  }
+  co_return jsonResponse(200, out);
+}
+
+// GET on a collection: what the caller may see.
+template <typename T, typename TargetOf>
+Response listVisible(const Services& s, const Principal& who, Action read,
+                     const std::vector<T>& items, TargetOf target_of) {
+  json out = json::array();
+  for (const auto& item : items) {
+    if (identity::canSee(who, read, target_of(item))) out.push_back(toJson(item));
+  }
+  (void)s;
+  return jsonResponse(200, listOf(std::move(out)));
+}
+
+}  // namespace
+
+Result<void> loadState(const Services& s) {
+  PURSER_TRY(s.store.migrate("identity", identity::identityMigrations()));
+  PURSER_TRY(s.store.migrate("ledger", ledger::ledgerMigrations()));
+  PURSER_TRY(s.store.migrate("audit", ledger::AuditLog::migrations()));
+  s.directory.load(PURSER_TRY_VALUE(identity::loadIdentity(s.store)));
+  const auto specs = PURSER_TRY_VALUE(ledger::loadWallets(s.store));
+  for (const auto& spec : specs) {
+    const auto window = ledger::periodWindow(spec.period, spec.zone, s.clock.now());
+    Money spent;
+    PURSER_TRY(s.store.read([&](store::Tx& tx) -> Result<void> {
+      spent = PURSER_TRY_VALUE(ledger::spentSince(tx, spec.id, window.start));
+      return {};
+    }));
+    PURSER_TRY(s.wallets.put(spec, spent));
+  }
+  return {};
+}
+
+Result<std::optional<std::string>> bootstrap(const Services& s,
+                                             const std::optional<std::string>& admin_key) {
+  if (s.directory.keyCount() > 0) return std::optional<std::string>();
+  if (admin_key && admin_key->size() < 16) {
+    return fail(invalidArgument(
+        "PURSER_ADMIN_KEY must be at least 16 characters; unset it to have a key generated"));
+  }
+  identity::User admin;
+  admin.id = s.ids.next();
+  admin.name = "admin";
+  admin.role = Role::kPlatformAdmin;
+  admin.created_at = now(s);
+  identity::ApiKey key;
+  identity::NewKey secret =
+      admin_key ? identity::externalKey(*admin_key) : identity::generateKey(s.ids, s.random);
+  key.id = admin_key ? s.ids.next() : secret.id;
+  key.lookup = secret.lookup;
+  key.secret_hash = secret.secret_hash;
+  key.owner_kind = identity::OwnerKind::kUser;
+  key.owner_id = admin.id;
+  key.name = admin_key ? "bootstrap (PURSER_ADMIN_KEY)" : "bootstrap";
+  key.created_at = admin.created_at;
+  Principal system;
+  system.id = "system";
+  system.role = Role::kPlatformAdmin;
+  PURSER_TRY(s.store.write([&](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(identity::insertUser(tx, admin));
+    PURSER_TRY(identity::insertKey(tx, key));
+    PURSER_TRY(s.audit.append(
+        tx, auditEntry(system, "bootstrap", "user:" + admin.id, "", toJson(admin).dump(), "")));
+    return {};
+  }));
+  s.directory.put(admin);
+  s.directory.put(key);
+  if (admin_key) return std::optional<std::string>();
+  return std::optional<std::string>(secret.secret);
+}
+
+Result<void> addAdminRoutes(http::Router& router, const Services& services) {
+  auto s = std::make_shared<const Services>(services);
+  const auto route = [&](Method m, const char* path, auto handler) {
+    return router.addAsync(m, path, [s, handler](Request& req) { return handler(*s, req); });
+  };
+  PURSER_TRY(route(Method::kPost, "/api/v1/tenants", createTenant));
+  PURSER_TRY(route(Method::kPost, "/api/v1/teams", createTeam));
+  PURSER_TRY(route(Method::kPost, "/api/v1/users", createUser));
+  PURSER_TRY(route(Method::kPost, "/api/v1/service-accounts", createServiceAccount));
+  PURSER_TRY(route(Method::kPost, "/api/v1/keys", createKey));
+  PURSER_TRY(route(Method::kDelete, "/api/v1/keys/{id}", revokeKey));
+  PURSER_TRY(route(Method::kPost, "/api/v1/keys/{id}/rotate", rotateKey));
+  PURSER_TRY(route(Method::kPost, "/api/v1/wallets", createWallet));
+  PURSER_TRY(route(Method::kGet, "/api/v1/wallets", listWallets));
+  PURSER_TRY(route(Method::kGet, "/api/v1/audit", listAudit));
+  PURSER_TRY(route(Method::kGet, "/api/v1/audit/verify", verifyAudit));
+
+  const auto list = [&](const char* path, auto handler) {
+    return router.addAsync(Method::kGet, path,
+                           [s, handler](Request& req) -> asio::awaitable<Response> {
+                             auto who = authenticate(*s, req);
+                             if (!who) co_return problem(who.error());
+                             co_return handler(*s, *who);
+                           });
+  };
+  PURSER_TRY(list("/api/v1/tenants", [](const Services& s, const Principal& who) {
+    return listVisible(s, who, Action::kReadTenant, s.directory.tenants(),
+                       [](const identity::Tenant& t) {
+                         return Target{t.id, "", ""};
+                       });
+  }));
+  PURSER_TRY(list("/api/v1/teams", [](const Services& s, const Principal& who) {
+    return listVisible(s, who, Action::kReadTeam, s.directory.teams(), [](const identity::Team& t) {
+      return Target{t.tenant_id, t.id, ""};
+    });
+  }));
+  PURSER_TRY(list("/api/v1/users", [](const Services& s, const Principal& who) {
+    return listVisible(s, who, Action::kReadUser, s.directory.users(), [](const identity::User& u) {
+      return Target{u.tenant_id, u.team_id, u.id};
+    });
+  }));
+  PURSER_TRY(list("/api/v1/service-accounts", [](const Services& s, const Principal& who) {
+    return listVisible(s, who, Action::kReadServiceAccount, s.directory.serviceAccounts(),
+                       [](const identity::ServiceAccount& a) {
+                         return Target{a.tenant_id, a.team_id, a.id};
+                       });
+  }));
+  PURSER_TRY(list("/api/v1/keys", [](const Services& s, const Principal& who) {
+    return listVisible(s, who, Action::kReadKey, s.directory.keys(), keyTarget);
+  }));
+  return {};
+}
+
+}  // namespace purser::api

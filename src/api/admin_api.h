@@ -1,0 +1,46 @@
+// The admin REST API under /api/v1/: tenants, teams, users, service accounts, keys, wallets and
+// the audit log. JSON in and out; `Authorization: Bearer <key>`; errors are problem+json naming
+// the field at fault. Every change is authorized by identity::authorize(), written to the store
+// together with its audit entry, and only then applied to the in-memory directory and wallets;
+// every denial is audited too. Handlers never block their worker: store writes are awaited.
+//
+// Thread-safety: handlers run concurrently on the workers; the parts they share are thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/random.h"
+#include "http/router.h"
+#include "identity/directory.h"
+#include "ledger/audit.h"
+#include "ledger/wallet_book.h"
+#include "store/store.h"
+
+namespace purser::api {
+
+struct Services {
+  const Clock& clock;
+  Random& random;
+  IdGenerator& ids;
+  store::Store& store;
+  identity::Directory& directory;
+  ledger::WalletBook& wallets;
+  ledger::AuditLog& audit;
+};
+
+// Applies the identity and ledger migrations, then loads the directory and the wallets (with
+// what each has spent in its current window).
+Result<void> loadState(const Services& s);
+
+// On first start (no keys at all): creates the platform admin "admin" and its key — the value
+// of `admin_key` (PURSER_ADMIN_KEY, at least 16 characters) or a generated one. Returns the key
+// to show once when one was generated, nullopt otherwise.
+Result<std::optional<std::string>> bootstrap(const Services& s,
+                                             const std::optional<std::string>& admin_key);
+
+Result<void> addAdminRoutes(http::Router& router, const Services& s);
+
+}  // namespace purser::api

@@ -1,0 +1,191 @@
+#include "identity/directory.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "identity/keys.h"
+
+namespace purser::identity {
+
+namespace {
+
+template <typename T>
+std::vector<T> sortedValues(const std::unordered_map<std::string, T>& map) {
+  std::vector<T> out;
+  out.reserve(map.size());
+  for (const auto& [_, v] : map) out.push_back(v);
+  std::sort(out.begin(), out.end(), [](const T& a, const T& b) { return a.id < b.id; });
+  return out;
+}
+
+template <typename T>
+std::optional<T> find(const std::unordered_map<std::string, T>& map, const std::string& id) {
+  auto it = map.find(id);
+  if (it == map.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace
+
+void Directory::load(Snapshot s) {
+  std::unique_lock lock(mu_);
+  tenants_.clear();
+  teams_.clear();
+  users_.clear();
+  accounts_.clear();
+  keys_.clear();
+  by_lookup_.clear();
+  for (auto& t : s.tenants) tenants_[t.id] = std::move(t);
+  for (auto& t : s.teams) teams_[t.id] = std::move(t);
+  for (auto& u : s.users) users_[u.id] = std::move(u);
+  for (auto& a : s.service_accounts) accounts_[a.id] = std::move(a);
+  for (auto& k : s.keys) {
+    by_lookup_[k.lookup] = k.id;
+    keys_[k.id] = std::move(k);
+  }
+}
+
+void Directory::put(const Tenant& t) {
+  std::unique_lock lock(mu_);
+  tenants_[t.id] = t;
+}
+void Directory::put(const Team& t) {
+  std::unique_lock lock(mu_);
+  teams_[t.id] = t;
+}
+void Directory::put(const User& u) {
+  std::unique_lock lock(mu_);
+  users_[u.id] = u;
+}
+void Directory::put(const ServiceAccount& s) {
+  std::unique_lock lock(mu_);
+  accounts_[s.id] = s;
+}
+void Directory::put(const ApiKey& k) {
+  std::unique_lock lock(mu_);
+  by_lookup_[k.lookup] = k.id;
+  keys_[k.id] = k;
+}
+
+std::optional<Tenant> Directory::tenant(const std::string& id) const {
+  std::shared_lock lock(mu_);
+  return find(tenants_, id);
+}
+
+std::optional<Tenant> Directory::tenantByName(std::string_view name) const {
+  std::shared_lock lock(mu_);
+  for (const auto& [_, t] : tenants_) {
+    if (t.name == name) return t;
+  }
+  return std::nullopt;
+}
+
+std::optional<Team> Directory::team(const std::string& id) const {
+  std::shared_lock lock(mu_);
+  return find(teams_, id);
+}
+
+std::optional<Team> Directory::teamByName(const std::string& tenant_id,
+                                          std::string_view name) const {
+  std::shared_lock lock(mu_);
+  for (const auto& [_, t] : teams_) {
+    if (t.tenant_id == tenant_id && t.name == name) return t;
+  }
+  return std::nullopt;
+}
+
+std::optional<User> Directory::user(const std::string& id) const {
+  std::shared_lock lock(mu_);
+  return find(users_, id);
+}
+
+std::optional<ServiceAccount> Directory::serviceAccount(const std::string& id) const {
+  std::shared_lock lock(mu_);
+  return find(accounts_, id);
+}
+
+std::optional<ApiKey> Directory::key(const std::string& id) const {
+  std::shared_lock lock(mu_);
+  return find(keys_, id);
+}
+
+bool Directory::nameTaken(OwnerKind kind, const std::string& tenant_id,
+                          std::string_view name) const {
+  std::shared_lock lock(mu_);
+  if (kind == OwnerKind::kUser) {
+    return std::any_of(users_.begin(), users_.end(), [&](const auto& e) {
+      return e.second.tenant_id == tenant_id && e.second.name == name;
+    });
+  }
+  return std::any_of(accounts_.begin(), accounts_.end(), [&](const auto& e) {
+    return e.second.tenant_id == tenant_id && e.second.name == name;
+  });
+}
+
+std::vector<Tenant> Directory::tenants() const {
+  std::shared_lock lock(mu_);
+  return sortedValues(tenants_);
+}
+std::vector<Team> Directory::teams() const {
+  std::shared_lock lock(mu_);
+  return sortedValues(teams_);
+}
+std::vector<User> Directory::users() const {
+  std::shared_lock lock(mu_);
+  return sortedValues(users_);
+}
+std::vector<ServiceAccount> Directory::serviceAccounts() const {
+  std::shared_lock lock(mu_);
+  return sortedValues(accounts_);
+}
+std::vector<ApiKey> Directory::keys() const {
+  std::shared_lock lock(mu_);
+  return sortedValues(keys_);
+}
+size_t Directory::keyCount() const {
+  std::shared_lock lock(mu_);
+  return keys_.size();
+}
+
+Result<Principal> Directory::authenticate(std::string_view presented) const {
+  const Error invalid(ErrorCode::kUnauthenticated, "invalid API key");
+  if (presented.empty()) return fail(Error(ErrorCode::kUnauthenticated, "no API key was given"));
+  const PresentedKey p = presentedKey(presented);
+  const std::string now = formatRfc3339(clock_.now());
+  std::shared_lock lock(mu_);
+  auto id = by_lookup_.find(p.lookup);
+  if (id == by_lookup_.end()) return fail(invalid);
+  const ApiKey& k = keys_.at(id->second);
+  const bool current = constantTimeEquals(p.hash, k.secret_hash);
+  const bool previous = !current && !k.previous_hash.empty() &&
+                        constantTimeEquals(p.hash, k.previous_hash) && now < k.previous_valid_until;
+  if (!current && !previous) return fail(invalid);
+  if (!k.revoked_at.empty()) {
+    return fail(Error(ErrorCode::kUnauthenticated, "this API key was revoked"));
+  }
+  if (!k.expires_at.empty() && now >= k.expires_at) {
+    return fail(Error(ErrorCode::kUnauthenticated, "this API key has expired"));
+  }
+  Principal out;
+  out.kind = k.owner_kind;
+  out.id = k.owner_id;
+  out.key_id = k.id;
+  if (k.owner_kind == OwnerKind::kUser) {
+    auto u = users_.find(k.owner_id);
+    if (u == users_.end()) return fail(invalid);
+    out.name = u->second.name;
+    out.tenant_id = u->second.tenant_id;
+    out.team_id = u->second.team_id;
+    out.role = u->second.role;
+  } else {
+    auto a = accounts_.find(k.owner_id);
+    if (a == accounts_.end()) return fail(invalid);
+    out.name = a->second.name;
+    out.tenant_id = a->second.tenant_id;
+    out.team_id = a->second.team_id;
+    out.role = Role::kServiceAccount;
+  }
+  return out;
+}
+
+}  // namespace purser::identity

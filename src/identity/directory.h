@@ -1,0 +1,73 @@
+// Directory: every tenant, team, user, service account and API key, indexed in memory so that
+// authenticating a request and checking what a principal may touch never waits on the store.
+// The store is the source of truth: the directory is loaded from it at start and updated after
+// each committed change.
+//
+// Thread-safety: all methods may be called concurrently; lookups take a shared lock, updates an
+// exclusive one. Lookups return copies.
+#pragma once
+
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "identity/identity.h"
+
+namespace purser::identity {
+
+struct Snapshot {
+  std::vector<Tenant> tenants;
+  std::vector<Team> teams;
+  std::vector<User> users;
+  std::vector<ServiceAccount> service_accounts;
+  std::vector<ApiKey> keys;
+};
+
+class Directory {
+ public:
+  explicit Directory(const Clock& clock) : clock_(clock) {}
+
+  void load(Snapshot snapshot);
+  void put(const Tenant& t);
+  void put(const Team& t);
+  void put(const User& u);
+  void put(const ServiceAccount& s);
+  void put(const ApiKey& k);
+
+  std::optional<Tenant> tenant(const std::string& id) const;
+  std::optional<Tenant> tenantByName(std::string_view name) const;
+  std::optional<Team> team(const std::string& id) const;
+  std::optional<Team> teamByName(const std::string& tenant_id, std::string_view name) const;
+  std::optional<User> user(const std::string& id) const;
+  std::optional<ServiceAccount> serviceAccount(const std::string& id) const;
+  std::optional<ApiKey> key(const std::string& id) const;
+  bool nameTaken(OwnerKind kind, const std::string& tenant_id, std::string_view name) const;
+
+  // Everything, sorted by id; callers filter by what the caller may see.
+  std::vector<Tenant> tenants() const;
+  std::vector<Team> teams() const;
+  std::vector<User> users() const;
+  std::vector<ServiceAccount> serviceAccounts() const;
+  std::vector<ApiKey> keys() const;
+  size_t keyCount() const;
+
+  // The principal behind a presented key. kUnauthenticated for an unknown key or a wrong secret
+  // (the same message either way), a revoked or expired key, or a deleted owner.
+  Result<Principal> authenticate(std::string_view presented) const;
+
+ private:
+  const Clock& clock_;
+  mutable std::shared_mutex mu_;
+  std::unordered_map<std::string, Tenant> tenants_;           // guarded by mu_
+  std::unordered_map<std::string, Team> teams_;               // guarded by mu_
+  std::unordered_map<std::string, User> users_;               // guarded by mu_
+  std::unordered_map<std::string, ServiceAccount> accounts_;  // guarded by mu_
+  std::unordered_map<std::string, ApiKey> keys_;              // guarded by mu_
+  std::unordered_map<std::string, std::string> by_lookup_;    // lookup -> key id; guarded by mu_
+};
+
+}  // namespace purser::identity

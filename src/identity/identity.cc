@@ -1,0 +1,44 @@
+#include "identity/identity.h"
+
+#include <fmt/format.h>
+
+namespace purser::identity {
+
+Result<Role> parseRole(std::string_view name) {
+  if (name == "platform-admin") return Role::kPlatformAdmin;
+  if (name == "tenant-admin") return Role::kTenantAdmin;
+  if (name == "team-lead") return Role::kTeamLead;
+  if (name == "member") return Role::kMember;
+  if (name == "service-account") return Role::kServiceAccount;
+  return fail(invalidArgument(fmt::format(
+      "unknown role \"{}\"; expected platform-admin, tenant-admin, team-lead or member", name)));
+}
+
+std::string_view roleName(Role role) {
+  switch (role) {
+    case Role::kPlatformAdmin:
+      return "platform-admin";
+    case Role::kTenantAdmin:
+      return "tenant-admin";
+    case Role::kTeamLead:
+      return "team-lead";
+    case Role::kMember:
+      return "member";
+    case Role::kServiceAccount:
+      return "service-account";
+  }
+  return "member";
+}
+
+Result<OwnerKind> parseOwnerKind(std::string_view name) {
+  if (name == "user") return OwnerKind::kUser;
+  if (name == "service_account") return OwnerKind::kServiceAccount;
+  return fail(invalidArgument(
+      fmt::format("unknown owner kind \"{}\"; expected user or service_account", name)));
+}
+
+std::string_view ownerKindName(OwnerKind kind) {
+  return kind == OwnerKind::kUser ? "user" : "service_account";
+}
+
+}  // namespace purser::identity

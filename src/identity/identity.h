@@ -1,0 +1,90 @@
+// Identity: who is asking. Tenants contain teams; teams contain users and service accounts
+// (the identities of applications and agents); users and service accounts hold API keys.
+//
+// Roles are scoped: a tenant-admin acts within one tenant, a team-lead within one team, a member
+// on their own things; only a platform-admin (who belongs to no tenant) sees across tenants.
+// These are plain value types; Directory (directory.h) indexes them and IdentityStore
+// (identity_store.h) persists them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace purser::identity {
+
+enum class Role { kPlatformAdmin, kTenantAdmin, kTeamLead, kMember, kServiceAccount };
+
+Result<Role> parseRole(std::string_view name);  // "platform-admin", "tenant-admin", ...
+std::string_view roleName(Role role);
+
+struct Tenant {
+  std::string id;
+  std::string name;
+  std::string created_at;
+};
+
+struct Team {
+  std::string id;
+  std::string tenant_id;
+  std::string name;
+  std::string created_at;
+};
+
+struct User {
+  std::string id;
+  std::string tenant_id;  // empty for platform admins
+  std::string team_id;    // empty for tenant admins and platform admins
+  std::string name;
+  std::string email;
+  Role role = Role::kMember;
+  std::string created_at;
+};
+
+struct ServiceAccount {
+  std::string id;
+  std::string tenant_id;
+  std::string team_id;
+  std::string name;
+  std::string created_at;
+};
+
+enum class OwnerKind { kUser, kServiceAccount };
+Result<OwnerKind> parseOwnerKind(std::string_view name);  // "user", "service_account"
+std::string_view ownerKindName(OwnerKind kind);
+
+// An API key as stored: never the secret, only its hash.
+struct ApiKey {
+  std::string id;
+  std::string lookup;  // the index a presented key is found by (see keys.h)
+  OwnerKind owner_kind = OwnerKind::kUser;
+  std::string owner_id;
+  std::string tenant_id;
+  std::string team_id;
+  std::string name;
+  std::string secret_hash;
+  std::string previous_hash;         // after a rotation: the old secret's hash ...
+  std::string previous_valid_until;  // ... valid until then (RFC 3339); empty if none
+  std::vector<std::string> models;   // allow-list of models/routes; empty: all
+  std::string expires_at;            // RFC 3339; empty: never
+  int64_t rpm = 0;                   // requests per minute; 0: no own limit
+  int64_t tpm = 0;                   // tokens per minute; 0: no own limit
+  std::string revoked_at;            // RFC 3339; empty: active
+  std::string created_at;
+};
+
+// Who is acting: the owner of the key that authenticated the request.
+struct Principal {
+  OwnerKind kind = OwnerKind::kUser;
+  std::string id;
+  std::string name;
+  std::string tenant_id;  // empty: platform-wide
+  std::string team_id;    // empty: not in a team
+  Role role = Role::kMember;
+  std::string key_id;
+};
+
+}  // namespace purser::identity

@@ -1,0 +1,161 @@
+#include "identity/identity_store.h"
+
+#include <nlohmann/json.hpp>
+
+namespace purser::identity {
+
+const std::vector<store::Migration>& identityMigrations() {
+  static const std::vector<store::Migration> kMigrations = {
+      {1, "tenants, teams, users, service accounts and keys",
+       "CREATE TABLE tenants (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+       " created_at TEXT NOT NULL);"
+       "CREATE TABLE teams (id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+       " name TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (tenant_id, name));"
+       "CREATE TABLE users (id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, team_id TEXT NOT NULL,"
+       " name TEXT NOT NULL, email TEXT NOT NULL, role TEXT NOT NULL, created_at TEXT NOT NULL,"
+       " UNIQUE (tenant_id, name));"
+       "CREATE TABLE service_accounts (id TEXT PRIMARY KEY,"
+       " tenant_id TEXT NOT NULL REFERENCES tenants(id), team_id TEXT NOT NULL REFERENCES "
+       "teams(id),"
+       " name TEXT NOT NULL, created_at TEXT NOT NULL, UNIQUE (tenant_id, name));"
+       "CREATE TABLE api_keys (id TEXT PRIMARY KEY, lookup TEXT NOT NULL UNIQUE,"
+       " owner_kind TEXT NOT NULL, owner_id TEXT NOT NULL, tenant_id TEXT NOT NULL,"
+       " team_id TEXT NOT NULL, name TEXT NOT NULL, secret_hash TEXT NOT NULL,"
+       " previous_hash TEXT NOT NULL, previous_valid_until TEXT NOT NULL, models TEXT NOT NULL,"
+       " expires_at TEXT NOT NULL, rpm INTEGER NOT NULL, tpm INTEGER NOT NULL,"
+       " revoked_at TEXT NOT NULL, created_at TEXT NOT NULL)"},
+  };
+  return kMigrations;
+}
+
+Result<void> insertTenant(store::Tx& tx, const Tenant& t) {
+  PURSER_TRY(tx.exec("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)",
+                     {t.id, t.name, t.created_at}));
+  return {};
+}
+
+Result<void> insertTeam(store::Tx& tx, const Team& t) {
+  PURSER_TRY(tx.exec("INSERT INTO teams (id, tenant_id, name, created_at) VALUES ($1, $2, $3, $4)",
+                     {t.id, t.tenant_id, t.name, t.created_at}));
+  return {};
+}
+
+Result<void> insertUser(store::Tx& tx, const User& u) {
+  PURSER_TRY(
+      tx.exec("INSERT INTO users (id, tenant_id, team_id, name, email, role, created_at)"
+              " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+              {u.id, u.tenant_id, u.team_id, u.name, u.email, std::string(roleName(u.role)),
+               u.created_at}));
+  return {};
+}
+
+Result<void> insertServiceAccount(store::Tx& tx, const ServiceAccount& s) {
+  PURSER_TRY(
+      tx.exec("INSERT INTO service_accounts (id, tenant_id, team_id, name, created_at)"
+              " VALUES ($1, $2, $3, $4, $5)",
+              {s.id, s.tenant_id, s.team_id, s.name, s.created_at}));
+  return {};
+}
+
+namespace {
+
+std::vector<store::Value> keyValues(const ApiKey& k) {
+  return {k.id,
+          k.lookup,
+          std::string(ownerKindName(k.owner_kind)),
+          k.owner_id,
+          k.tenant_id,
+          k.team_id,
+          k.name,
+          k.secret_hash,
+          k.previous_hash,
+          k.previous_valid_until,
+          nlohmann::json(k.models).dump(),
+          k.expires_at,
+          k.rpm,
+          k.tpm,
+          k.revoked_at,
+          k.created_at};
+}
+
+}  // namespace
+
+Result<void> insertKey(store::Tx& tx, const ApiKey& k) {
+  PURSER_TRY(
+      tx.exec("INSERT INTO api_keys (id, lookup, owner_kind, owner_id, tenant_id, team_id, name,"
+              " secret_hash, previous_hash, previous_valid_until, models, expires_at, rpm, tpm,"
+              " revoked_at, created_at)"
+              " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+              keyValues(k)));
+  return {};
+}
+
+Result<void> updateKey(store::Tx& tx, const ApiKey& k) {
+  const auto changed = PURSER_TRY_VALUE(
+      tx.exec("UPDATE api_keys SET lookup = $2, owner_kind = $3, owner_id = $4, tenant_id = $5,"
+              " team_id = $6, name = $7, secret_hash = $8, previous_hash = $9,"
+              " previous_valid_until = $10, models = $11, expires_at = $12, rpm = $13, tpm = $14,"
+              " revoked_at = $15, created_at = $16 WHERE id = $1",
+              keyValues(k)));
+  if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such key"));
+  return {};
+}
+
+Result<Snapshot> loadIdentity(store::Store& store) {
+  Snapshot s;
+  PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
+    for (const auto& r : PURSER_TRY_VALUE(tx.query("SELECT id, name, created_at FROM tenants"))) {
+      s.tenants.push_back({r.getText(0), r.getText(1), r.getText(2)});
+    }
+    for (const auto& r :
+         PURSER_TRY_VALUE(tx.query("SELECT id, tenant_id, name, created_at FROM teams"))) {
+      s.teams.push_back({r.getText(0), r.getText(1), r.getText(2), r.getText(3)});
+    }
+    for (const auto& r : PURSER_TRY_VALUE(
+             tx.query("SELECT id, tenant_id, team_id, name, email, role, created_at FROM users"))) {
+      auto role = parseRole(r.getText(5));
+      if (!role) return fail(Error(ErrorCode::kDataLoss, "a stored user has an unknown role"));
+      s.users.push_back({r.getText(0), r.getText(1), r.getText(2), r.getText(3), r.getText(4),
+                         *role, r.getText(6)});
+    }
+    for (const auto& r : PURSER_TRY_VALUE(
+             tx.query("SELECT id, tenant_id, team_id, name, created_at FROM service_accounts"))) {
+      s.service_accounts.push_back(
+          {r.getText(0), r.getText(1), r.getText(2), r.getText(3), r.getText(4)});
+    }
+    for (const auto& r : PURSER_TRY_VALUE(tx.query(
+             "SELECT id, lookup, owner_kind, owner_id, tenant_id, team_id, name, secret_hash,"
+             " previous_hash, previous_valid_until, models, expires_at, rpm, tpm, revoked_at,"
+             " created_at FROM api_keys"))) {
+      ApiKey k;
+      k.id = r.getText(0);
+      k.lookup = r.getText(1);
+      auto kind = parseOwnerKind(r.getText(2));
+      if (!kind) return fail(Error(ErrorCode::kDataLoss, "a stored key has an unknown owner kind"));
+      k.owner_kind = *kind;
+      k.owner_id = r.getText(3);
+      k.tenant_id = r.getText(4);
+      k.team_id = r.getText(5);
+      k.name = r.getText(6);
+      k.secret_hash = r.getText(7);
+      k.previous_hash = r.getText(8);
+      k.previous_valid_until = r.getText(9);
+      auto models = nlohmann::json::parse(r.getText(10), nullptr, false);
+      if (models.is_array()) {
+        for (const auto& m : models) {
+          if (m.is_string()) k.models.push_back(m.get<std::string>());
+        }
+      }
+      k.expires_at = r.getText(11);
+      k.rpm = r.getInt(12);
+      k.tpm = r.getInt(13);
+      k.revoked_at = r.getText(14);
+      k.created_at = r.getText(15);
+      s.keys.push_back(std::move(k));
+    }
+    return {};
+  }));
+  return s;
+}
+
+}  // namespace purser::identity

@@ -1,0 +1,26 @@
+// IdentityStore: the SQL for identity objects. Writes take the caller's transaction so that a
+// change, its audit entry and anything else it implies commit together.
+#pragma once
+
+#include <vector>
+
+#include "common/result.h"
+#include "identity/directory.h"
+#include "identity/identity.h"
+#include "store/store.h"
+
+namespace purser::identity {
+
+const std::vector<store::Migration>& identityMigrations();
+
+Result<void> insertTenant(store::Tx& tx, const Tenant& t);
+Result<void> insertTeam(store::Tx& tx, const Team& t);
+Result<void> insertUser(store::Tx& tx, const User& u);
+Result<void> insertServiceAccount(store::Tx& tx, const ServiceAccount& s);
+Result<void> insertKey(store::Tx& tx, const ApiKey& k);
+// Writes every mutable field of a key (revocation, rotation).
+Result<void> updateKey(store::Tx& tx, const ApiKey& k);
+
+Result<Snapshot> loadIdentity(store::Store& store);
+
+}  // namespace purser::identity

@@ -1,0 +1,92 @@
+#include "ledger/ledger_store.h"
+
+#include <nlohmann/json.hpp>
+
+namespace purser::ledger {
+
+const std::vector<store::Migration>& ledgerMigrations() {
+  static const std::vector<store::Migration> kMigrations = {
+      {1, "wallets, usage events and charges",
+       "CREATE TABLE wallets (id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL,"
+       " scope_kind TEXT NOT NULL, scope_id TEXT NOT NULL, limit_nanos INTEGER NOT NULL,"
+       " period TEXT NOT NULL, timezone TEXT NOT NULL, hard INTEGER NOT NULL,"
+       " alert_at TEXT NOT NULL, model TEXT NOT NULL, created_at TEXT NOT NULL);"
+       "CREATE UNIQUE INDEX wallets_scope ON wallets (scope_kind, scope_id, model);"
+       // One row per request or workload interval; append-only.
+       "CREATE TABLE usage_events (id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL,"
+       " tenant_id TEXT NOT NULL, team_id TEXT NOT NULL, user_id TEXT NOT NULL,"
+       " service_account_id TEXT NOT NULL, key_id TEXT NOT NULL, session_id TEXT NOT NULL,"
+       " route TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,"
+       " input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,"
+       " cached_input_tokens INTEGER NOT NULL, cache_write_tokens INTEGER NOT NULL,"
+       " reasoning_tokens INTEGER NOT NULL, cost_nanos INTEGER NOT NULL,"
+       " latency_ms INTEGER NOT NULL, ttft_ms INTEGER NOT NULL, status INTEGER NOT NULL,"
+       " estimated INTEGER NOT NULL, recovered INTEGER NOT NULL);"
+       "CREATE INDEX usage_events_tenant_at ON usage_events (tenant_id, at_ms);"
+       // What each event charged to each wallet, for wallet balances after a restart.
+       "CREATE TABLE usage_charges (event_id TEXT NOT NULL, wallet_id TEXT NOT NULL,"
+       " at_ms INTEGER NOT NULL, cost_nanos INTEGER NOT NULL, PRIMARY KEY (event_id, wallet_id));"
+       "CREATE INDEX usage_charges_wallet_at ON usage_charges (wallet_id, at_ms);"
+       // Write-ahead intents: a reservation whose work may be running. Removed at settlement;
+       // what is left after a crash is recovered at start.
+       "CREATE TABLE usage_intents (event_id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL,"
+       " amount_nanos INTEGER NOT NULL, wallets TEXT NOT NULL, event TEXT NOT NULL)"},
+  };
+  return kMigrations;
+}
+
+Result<void> insertWallet(store::Tx& tx, const WalletSpec& w, const std::string& created_at) {
+  PURSER_TRY(tx.exec(
+      "INSERT INTO wallets (id, tenant_id, scope_kind, scope_id, limit_nanos, period, timezone,"
+      " hard, alert_at, model, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+      {w.id, w.tenant_id, std::string(scopeKindName(w.scope.kind)), w.scope.id, w.limit.nanos(),
+       std::string(periodName(w.period)), w.zone.name(), int64_t{w.hard ? 1 : 0},
+       nlohmann::json(w.alert_at).dump(), w.model, created_at}));
+  return {};
+}
+
+Result<std::vector<WalletSpec>> loadWallets(store::Store& store) {
+  std::vector<WalletSpec> out;
+  PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
+    auto rows = PURSER_TRY_VALUE(
+        tx.query("SELECT id, tenant_id, scope_kind, scope_id, limit_nanos, period, timezone, hard,"
+                 " alert_at, model FROM wallets ORDER BY id"));
+    for (const auto& r : rows) {
+      WalletSpec w;
+      w.id = r.getText(0);
+      w.tenant_id = r.getText(1);
+      auto kind = parseScopeKind(r.getText(2));
+      auto period = parsePeriod(r.getText(5));
+      auto zone = TimeZone::find(r.getText(6));
+      if (!kind || !period || !zone) {
+        return fail(Error(ErrorCode::kDataLoss,
+                          "stored wallet " + w.id + " has an unknown scope, period or time zone"));
+      }
+      w.scope = {*kind, r.getText(3)};
+      w.limit = Money::fromNanos(r.getInt(4));
+      w.period = *period;
+      w.zone = *zone;
+      w.hard = r.getInt(7) != 0;
+      auto alerts = nlohmann::json::parse(r.getText(8), nullptr, false);
+      if (alerts.is_array()) {
+        for (const auto& a : alerts) {
+          if (a.is_number_integer()) w.alert_at.push_back(a.get<int>());
+        }
+      }
+      w.model = r.getText(9);
+      out.push_back(std::move(w));
+    }
+    return {};
+  }));
+  return out;
+}
+
+Result<Money> spentSince(store::Tx& tx, const std::string& wallet_id, SystemTime since) {
+  const int64_t since_ms = since == SystemTime::min() ? INT64_MIN : unixMillis(since);
+  auto rows = PURSER_TRY_VALUE(tx.query(
+      "SELECT COALESCE(SUM(cost_nanos), 0) FROM usage_charges WHERE wallet_id = $1 AND at_ms >= $2",
+      {wallet_id, since_ms}));
+  return Money::fromNanos(rows.empty() ? 0 : rows[0].getInt(0));
+}
+
+}  // namespace purser::ledger

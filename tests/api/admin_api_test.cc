@@ -1,0 +1,408 @@
+// The admin REST API over HTTP on loopback, with a real SQLite store.
+#include "api/admin_api.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+
+#include "fakes/raw_client.h"
+#include "fakes/temp_dir.h"
+#include "fakes/test_server.h"
+#include "store/sqlite_store.h"
+
+namespace purser::api {
+namespace {
+
+using nlohmann::json;
+using testing::RawClient;
+
+constexpr const char* kAdminKey = "test-platform-admin-key-0123456789";
+
+struct Reply {
+  int status = 0;
+  json body;
+};
+
+class AdminApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
+    ASSERT_TRUE(s.has_value());
+    store = std::move(*s);
+    services.emplace(Services{clock, random, ids, *store, directory, wallets, audit});
+    ASSERT_TRUE(loadState(*services).has_value());
+    auto generated = bootstrap(*services, std::string(kAdminKey));
+    ASSERT_TRUE(generated.has_value()) << generated.error().toString();
+    EXPECT_FALSE(generated->has_value()) << "the given key is used, nothing is generated";
+    ASSERT_TRUE(addAdminRoutes(server.router, *services).has_value());
+    server.start();
+  }
+
+  Reply call(const std::string& method, const std::string& path, const std::string& key,
+             const json& body = nullptr) {
+    RawClient c(server.port());
+    std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
+    if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
+    const std::string text = body.is_null() ? "" : body.dump();
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
+           "\r\n\r\n" + text;
+    EXPECT_TRUE(c.send(req));
+    auto r = c.readResponse();
+    EXPECT_TRUE(r.has_value());
+    if (!r) return {};
+    Reply out{r->status, json::parse(r->body, nullptr, false)};
+    if (out.status >= 400) {
+      EXPECT_EQ(r->header("content-type"), "application/problem+json") << path;
+    }
+    return out;
+  }
+
+  // Creates something as `key` and returns its id (failing the test on any other status).
+  std::string create(const std::string& path, const std::string& key, const json& body) {
+    Reply r = call("POST", path, key, body);
+    EXPECT_EQ(r.status, 201) << path << " " << body.dump() << " -> " << r.body.dump();
+    return r.body.value("id", "");
+  }
+
+  std::string keyFor(const std::string& kind, const std::string& id) {
+    Reply r = call("POST", "/api/v1/keys", kAdminKey,
+                   {{"owner", {{"kind", kind}, {"id", id}}}, {"name", "k-" + id}});
+    EXPECT_EQ(r.status, 201) << r.body.dump();
+    return r.body.value("key", "");
+  }
+
+  size_t count(const std::string& collection) {
+    return call("GET", "/api/v1/" + collection, kAdminKey).body["data"].size();
+  }
+
+  testing::TempDir dir;
+  ManualClock clock;
+  SeededRandom random{7};
+  IdGenerator ids{clock, random};
+  std::unique_ptr<store::SqliteStore> store;
+  identity::Directory directory{clock};
+  ledger::WalletBook wallets{clock};
+  ledger::AuditLog audit{clock};
+  std::optional<Services> services;
+  testing::TestServer server;
+};
+
+TEST_F(AdminApiTest, RequestsWithoutAValidKeyAreRefused) {
+  EXPECT_EQ(call("GET", "/api/v1/tenants", "").status, 401);
+  Reply bad = call("GET", "/api/v1/tenants", "pk-01jb5k9w1g6v5r0q3c2m8x7t4e-wrongwrongwrong");
+  EXPECT_EQ(bad.status, 401);
+  EXPECT_EQ(bad.body["detail"], "invalid API key");
+  EXPECT_EQ(call("GET", "/api/v1/tenants", kAdminKey).status, 200);
+}
+
+TEST_F(AdminApiTest, KeysAreShownOnceRotatedWithGraceAndRevoked) {
+  const std::string tenant = create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  const std::string team = create("/api/v1/teams", kAdminKey, {{"tenant", tenant}, {"name", "ml"}});
+  const std::string user =
+      create("/api/v1/users", kAdminKey, {{"tenant", "acme"}, {"team", "ml"}, {"name", "dana"}});
+  Reply created = call("POST", "/api/v1/keys", kAdminKey,
+                       {{"owner", {{"kind", "user"}, {"id", user}}},
+                        {"name", "laptop"},
+                        {"models", {"gpt-4o"}},
+                        {"rpm", 60}});
+  ASSERT_EQ(created.status, 201) << created.body.dump();
+  const std::string secret = created.body["key"];
+  const std::string id = created.body["id"];
+  EXPECT_EQ(secret.rfind("pk-" + id + "-", 0), 0u);
+  EXPECT_EQ(created.body["team"], team);
+  // The secret is never shown again.
+  Reply listed = call("GET", "/api/v1/keys", kAdminKey);
+  for (const auto& k : listed.body["data"]) EXPECT_FALSE(k.contains("key"));
+  EXPECT_EQ(call("GET", "/api/v1/keys", secret).status, 200);
+
+  Reply rotated = call("POST", "/api/v1/keys/" + id + "/rotate", kAdminKey, {{"grace", "1h"}});
+  ASSERT_EQ(rotated.status, 200) << rotated.body.dump();
+  const std::string fresh = rotated.body["key"];
+  EXPECT_NE(fresh, secret);
+  EXPECT_EQ(call("GET", "/api/v1/keys", fresh).status, 200);
+  EXPECT_EQ(call("GET", "/api/v1/keys", secret).status, 200) << "the old secret, within its grace";
+  clock.advance(std::chrono::minutes(61));
+  EXPECT_EQ(call("GET", "/api/v1/keys", secret).status, 401) << "the old secret, after its grace";
+
+  EXPECT_EQ(call("DELETE", "/api/v1/keys/" + id, kAdminKey).status, 200);
+  Reply revoked = call("GET", "/api/v1/keys", fresh);
+  EXPECT_EQ(revoked.status, 401);
+  EXPECT_EQ(revoked.body["detail"], "this API key was revoked");
+  EXPECT_EQ(call("POST", "/api/v1/keys/" + id + "/rotate", kAdminKey).status, 409);
+}
+
+TEST_F(AdminApiTest, WalletsReportTheirStatus) {
+  const std::string tenant = create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  Reply w = call("POST", "/api/v1/wallets", kAdminKey,
+                 {{"scope", {{"kind", "tenant"}, {"id", tenant}}},
+                  {"limit", "100.00"},
+                  {"period", "monthly"},
+                  {"timezone", "Europe/Berlin"},
+                  {"alert_at", {80, 100}}});
+  ASSERT_EQ(w.status, 201) << w.body.dump();
+  EXPECT_EQ(w.body["limit"], "100.00");
+  EXPECT_EQ(w.body["spent"], "0.00");
+  EXPECT_EQ(w.body["reserved"], "0.00");
+  EXPECT_EQ(w.body["remaining"], "100.00");
+  EXPECT_EQ(w.body["percent_used"], "0.00");
+  EXPECT_EQ(w.body["window"]["start"], "2025-12-31T23:00:00.000Z");  // Jan 1st in Berlin
+  Reply listed = call("GET", "/api/v1/wallets?scope=tenant:" + tenant, kAdminKey);
+  ASSERT_EQ(listed.status, 200);
+  ASSERT_EQ(listed.body["data"].size(), 1u);
+  EXPECT_EQ(listed.body["data"][0]["id"], w.body["id"]);
+  EXPECT_EQ(call("POST", "/api/v1/wallets", kAdminKey,
+                 {{"scope", {{"kind", "tenant"}, {"id", tenant}}}, {"limit", "5"}})
+                .status,
+            409)
+      << "one wallet per scope and model";
+  EXPECT_EQ(
+      call("POST", "/api/v1/wallets", kAdminKey,
+           {{"scope", {{"kind", "tenant"}, {"id", tenant}}}, {"limit", "5"}, {"model", "gpt-4o"}})
+          .status,
+      201);
+}
+
+struct BadCase {
+  std::string path;
+  json body;
+  int status;
+  std::string field;
+};
+
+TEST_F(AdminApiTest, BadInputNamesTheFieldAndChangesNothing) {
+  const std::string tenant = create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  create("/api/v1/teams", kAdminKey, {{"tenant", tenant}, {"name", "ml"}});
+  const json scope = {{"kind", "tenant"}, {"id", tenant}};
+  const std::vector<BadCase> cases = {
+      {"/api/v1/wallets", {{"scope", scope}, {"limit", "1.2.3"}}, 400, "limit"},
+      {"/api/v1/wallets", {{"scope", scope}, {"limit", "-5"}}, 400, "limit"},
+      {"/api/v1/wallets", {{"scope", scope}, {"limit", "1.0000000001"}}, 400, "limit"},
+      {"/api/v1/wallets", {{"scope", scope}, {"limit", 100}}, 400, "limit"},
+      {"/api/v1/wallets",
+       {{"scope", scope}, {"limit", "10"}, {"period", "fortnightly"}},
+       400,
+       "period"},
+      {"/api/v1/wallets",
+       {{"scope", scope}, {"limit", "10"}, {"timezone", "Mars/Base"}},
+       400,
+       "timezone"},
+      {"/api/v1/wallets",
+       {{"scope", scope}, {"limit", "10"}, {"alert_at", {90, 50}}},
+       400,
+       "alert_at"},
+      {"/api/v1/wallets",
+       {{"scope", {{"kind", "team"}, {"id", "nope"}}}, {"limit", "10"}},
+       404,
+       "scope.id"},
+      {"/api/v1/wallets",
+       {{"scope", {{"kind", "galaxy"}, {"id", "x"}}}, {"limit", "10"}},
+       400,
+       "scope.kind"},
+      {"/api/v1/tenants", {{"name", "acme"}}, 409, "name"},
+      {"/api/v1/tenants", {{"name", ""}}, 400, "name"},
+      {"/api/v1/tenants", {{"nom", "x"}}, 400, "name"},
+      {"/api/v1/teams", {{"tenant", "nope"}, {"name", "x"}}, 404, "tenant"},
+      {"/api/v1/teams", {{"tenant", tenant}, {"name", "ml"}}, 409, "name"},
+      {"/api/v1/users", {{"tenant", tenant}, {"team", "nope"}, {"name", "x"}}, 404, "team"},
+      {"/api/v1/users",
+       {{"tenant", tenant}, {"team", "ml"}, {"name", "x"}, {"role", "boss"}},
+       400,
+       "role"},
+      {"/api/v1/users",
+       {{"tenant", tenant}, {"team", "ml"}, {"name", "x"}, {"email", "nope"}},
+       400,
+       "email"},
+      {"/api/v1/keys",
+       {{"owner", {{"kind", "user"}, {"id", "nope"}}}, {"name", "k"}},
+       404,
+       "owner.id"},
+      {"/api/v1/keys",
+       {{"owner", {{"kind", "robot"}, {"id", "x"}}}, {"name", "k"}},
+       400,
+       "owner.kind"},
+  };
+  const auto before_wallets = count("wallets");
+  const auto before_teams = count("teams");
+  const auto before_users = count("users");
+  const auto before_tenants = count("tenants");
+  for (const auto& c : cases) {
+    Reply r = call("POST", c.path, kAdminKey, c.body);
+    EXPECT_EQ(r.status, c.status) << c.path << " " << c.body.dump() << " -> " << r.body.dump();
+    EXPECT_EQ(r.body.value("field", ""), c.field) << c.body.dump() << " -> " << r.body.dump();
+    EXPECT_FALSE(r.body.value("detail", "").empty());
+  }
+  Reply not_json = call("POST", "/api/v1/tenants", kAdminKey, nullptr);
+  EXPECT_EQ(not_json.status, 400);
+  EXPECT_EQ(call("DELETE", "/api/v1/keys/nope", kAdminKey).status, 404);
+  EXPECT_EQ(call("GET", "/api/v1/wallets?scope=planet:x", kAdminKey).status, 400);
+  EXPECT_EQ(call("GET", "/api/v1/audit?from=yesterday", kAdminKey).status, 400);
+  EXPECT_EQ(count("wallets"), before_wallets);
+  EXPECT_EQ(count("teams"), before_teams);
+  EXPECT_EQ(count("users"), before_users);
+  EXPECT_EQ(count("tenants"), before_tenants);
+}
+
+TEST_F(AdminApiTest, EveryChangeAndDenialIsAuditedAndTheChainVerifies) {
+  const std::string tenant = create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  create("/api/v1/teams", kAdminKey, {{"tenant", tenant}, {"name", "ml"}});
+  const std::string admin = create("/api/v1/users", kAdminKey,
+                                   {{"tenant", tenant}, {"name", "ada"}, {"role", "tenant-admin"}});
+  const std::string admin_key = keyFor("user", admin);
+  EXPECT_EQ(call("POST", "/api/v1/tenants", admin_key, {{"name", "other"}}).status, 403);
+  Reply log = call("GET", "/api/v1/audit", kAdminKey);
+  ASSERT_EQ(log.status, 200);
+  std::vector<std::string> actions;
+  for (const auto& e : log.body["data"]) actions.push_back(e["action"]);
+  EXPECT_EQ(actions, (std::vector<std::string>{"bootstrap", "tenant.create", "team.create",
+                                               "user.create", "key.create", "policy.deny"}));
+  // The tenant admin sees their tenant's entries only (and may not verify the whole chain).
+  Reply theirs = call("GET", "/api/v1/audit", admin_key);
+  ASSERT_EQ(theirs.status, 200);
+  for (const auto& e : theirs.body["data"]) EXPECT_EQ(e["tenant"], tenant);
+  EXPECT_EQ(call("GET", "/api/v1/audit/verify", admin_key).status, 403);
+  Reply verdict = call("GET", "/api/v1/audit/verify", kAdminKey);
+  ASSERT_EQ(verdict.status, 200);
+  EXPECT_EQ(verdict.body["ok"], true);
+  EXPECT_EQ(verdict.body["entries"], 7);  // the six above and the denied verification
+}
+
+// Roles x actions x tenants: allowed ones succeed, the rest get 403 (same tenant) or 404 (another
+// tenant), and a denied request changes nothing.
+TEST_F(AdminApiTest, RolesActionsAndTenantsMatrix) {
+  const std::string a = create("/api/v1/tenants", kAdminKey, {{"name", "a"}});
+  const std::string b = create("/api/v1/tenants", kAdminKey, {{"name", "b"}});
+  const std::string a1 = create("/api/v1/teams", kAdminKey, {{"tenant", a}, {"name", "a1"}});
+  const std::string a2 = create("/api/v1/teams", kAdminKey, {{"tenant", a}, {"name", "a2"}});
+  create("/api/v1/teams", kAdminKey, {{"tenant", b}, {"name", "b1"}});
+  const auto user = [&](const std::string& tenant, const std::string& team, const std::string& name,
+                        const std::string& role) {
+    json body = {{"tenant", tenant}, {"name", name}, {"role", role}};
+    if (!team.empty()) body["team"] = team;
+    return create("/api/v1/users", kAdminKey, body);
+  };
+  const std::string ta_a = user(a, "", "ta-a", "tenant-admin");
+  const std::string tl_a1 = user(a, a1, "tl-a1", "team-lead");
+  const std::string m_a1 = user(a, a1, "m-a1", "member");
+  const std::string m_a2 = user(a, a2, "m-a2", "member");
+  const std::string ta_b = user(b, "", "ta-b", "tenant-admin");
+  const std::string sa_a1 = create("/api/v1/service-accounts", kAdminKey,
+                                   {{"tenant", a}, {"team", a1}, {"name", "bot-a1"}});
+  std::map<std::string, std::string> keys = {
+      {"platform", kAdminKey},
+      {"tenant-admin A", keyFor("user", ta_a)},
+      {"team-lead A1", keyFor("user", tl_a1)},
+      {"member A1", keyFor("user", m_a1)},
+      {"member A2", keyFor("user", m_a2)},
+      {"tenant-admin B", keyFor("user", ta_b)},
+      {"service-account A1", keyFor("service_account", sa_a1)}};
+  // The key the matrix revokes: one of member A1's.
+  Reply target_key = call("POST", "/api/v1/keys", kAdminKey,
+                          {{"owner", {{"kind", "user"}, {"id", m_a1}}}, {"name", "spare"}});
+  const std::string spare = target_key.body["id"];
+
+  struct Case {
+    std::string what;
+    std::string method;
+    std::string path;
+    std::function<json(const std::string&)> body;  // given a unique suffix
+    std::map<std::string, int> expected;           // role -> status
+  };
+  const auto all = [](int platform, int ta_a, int tl, int m1, int m2, int ta_b, int sa) {
+    return std::map<std::string, int>{{"platform", platform},    {"tenant-admin A", ta_a},
+                                      {"team-lead A1", tl},      {"member A1", m1},
+                                      {"member A2", m2},         {"tenant-admin B", ta_b},
+                                      {"service-account A1", sa}};
+  };
+  const std::vector<Case> cases = {
+      {"create a tenant", "POST", "/api/v1/tenants",
+       [](const std::string& u) {
+         return json{{"name", "t-" + u}};
+       },
+       all(201, 403, 403, 403, 403, 403, 403)},
+      {"create a team in A", "POST", "/api/v1/teams",
+       [&](const std::string& u) {
+         return json{{"tenant", a}, {"name", "team-" + u}};
+       },
+       all(201, 201, 403, 403, 403, 404, 403)},
+      {"create a member in A1", "POST", "/api/v1/users",
+       [&](const std::string& u) {
+         return json{{"tenant", a}, {"team", a1}, {"name", "user-" + u}};
+       },
+       all(201, 201, 201, 403, 403, 404, 403)},
+      {"create a tenant admin in A", "POST", "/api/v1/users",
+       [&](const std::string& u) {
+         return json{{"tenant", a}, {"name", "admin-" + u}, {"role", "tenant-admin"}};
+       },
+       all(201, 201, 403, 403, 403, 404, 403)},
+      {"create a service account in A1", "POST", "/api/v1/service-accounts",
+       [&](const std::string& u) {
+         return json{{"tenant", a}, {"team", a1}, {"name", "sa-" + u}};
+       },
+       all(201, 201, 201, 403, 403, 404, 403)},
+      {"create a key for member A1", "POST", "/api/v1/keys",
+       [&](const std::string& u) {
+         return json{{"owner", {{"kind", "user"}, {"id", m_a1}}}, {"name", "key-" + u}};
+       },
+       all(201, 201, 201, 201, 403, 404, 403)},
+      {"set team A1's wallet", "POST", "/api/v1/wallets",
+       [&](const std::string& u) {
+         return json{{"scope", {{"kind", "team"}, {"id", a1}}}, {"limit", "10"}, {"model", u}};
+       },
+       all(201, 201, 403, 403, 403, 404, 403)},
+      {"set member A1's wallet", "POST", "/api/v1/wallets",
+       [&](const std::string& u) {
+         return json{{"scope", {{"kind", "user"}, {"id", m_a1}}}, {"limit", "10"}, {"model", u}};
+       },
+       all(201, 201, 201, 403, 403, 404, 403)},
+      {"read member A1's wallets", "GET", "/api/v1/wallets?scope=user:" + m_a1,
+       [](const std::string&) { return json(nullptr); }, all(200, 200, 200, 200, 403, 404, 403)},
+      {"read the audit log", "GET", "/api/v1/audit",
+       [](const std::string&) { return json(nullptr); }, all(200, 200, 403, 403, 403, 200, 403)},
+      {"verify the audit chain", "GET", "/api/v1/audit/verify",
+       [](const std::string&) { return json(nullptr); }, all(200, 403, 403, 403, 403, 403, 403)},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    for (const auto& [role, expected] : c.expected) {
+      const std::string suffix = std::to_string(++n);
+      const size_t tenants = count("tenants"), teams = count("teams"), users = count("users"),
+                   accounts = count("service-accounts"), nkeys = count("keys"),
+                   nwallets = count("wallets");
+      Reply r = call(c.method, c.path, keys.at(role), c.body(suffix));
+      EXPECT_EQ(r.status, expected) << role << " / " << c.what << ": " << r.body.dump();
+      if (r.status >= 400) {
+        EXPECT_EQ(count("tenants"), tenants) << role << " / " << c.what;
+        EXPECT_EQ(count("teams"), teams) << role << " / " << c.what;
+        EXPECT_EQ(count("users"), users) << role << " / " << c.what;
+        EXPECT_EQ(count("service-accounts"), accounts) << role << " / " << c.what;
+        EXPECT_EQ(count("keys"), nkeys) << role << " / " << c.what;
+        EXPECT_EQ(count("wallets"), nwallets) << role << " / " << c.what;
+      }
+    }
+  }
+  // Revoking member A1's key: the member, their lead, their tenant admin and the platform may.
+  for (const auto& [role, expected] : all(200, 200, 200, 200, 403, 404, 403)) {
+    if (expected != 200) {
+      EXPECT_EQ(call("DELETE", "/api/v1/keys/" + spare, keys.at(role)).status, expected) << role;
+    }
+  }
+  EXPECT_EQ(call("DELETE", "/api/v1/keys/" + spare, keys.at("member A1")).status, 200);
+  // Lists show only what the caller may see: tenant B's admin sees nothing of tenant A.
+  for (const char* collection :
+       {"tenants", "teams", "users", "service-accounts", "keys", "wallets"}) {
+    Reply r = call("GET", std::string("/api/v1/") + collection, keys.at("tenant-admin B"));
+    ASSERT_EQ(r.status, 200);
+    for (const auto& item : r.body["data"]) {
+      const std::string tenant = item.contains("tenant") ? item["tenant"] : item["id"];
+      EXPECT_EQ(tenant, b) << collection << ": " << item.dump();
+    }
+  }
+  // A member sees their own keys only.
+  const Reply own = call("GET", "/api/v1/keys", keys.at("member A1"));
+  ASSERT_FALSE(own.body["data"].empty());
+  for (const auto& k : own.body["data"]) EXPECT_EQ(k["owner"]["id"], m_a1);
+}
+
+}  // namespace
+}  // namespace purser::api
