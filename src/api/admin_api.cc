@@ -4,10 +4,17 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
 #include "api/async_store.h"
 #include "api/problem.h"
+
+#include <deque>
+#include <mutex>
+#include <unordered_map>
 #include "common/duration.h"
 #include "identity/identity_store.h"
 #include "identity/keys.h"
@@ -681,6 +688,377 @@ Response listVisible(const Services& s, const Principal& who, Action read,
   return jsonResponse(200, listOf(std::move(out)));
 }
 
+// --- Metering --------------------------------------------------------------------------------
+
+// Awaitable forms of the Meter's callbacks: the coroutine resumes on its own worker. Plain
+// initiating functions rather than coroutines: GCC 12 mishandles class-type parameters of
+// coroutines that are awaited from other coroutines.
+template <typename T>
+auto resumeOn(std::shared_ptr<T> handler) {
+  auto executor = asio::get_associated_executor(*handler);
+  return [handler, executor](auto result) {
+    asio::post(executor, [handler, r = std::move(result)]() mutable { (*handler)(std::move(r)); });
+  };
+}
+
+template <typename Token>
+auto asyncReserve(const Services& s, ledger::UsageEvent draft, std::vector<std::string> chain,
+                  Money amount, Duration lease, Token&& token) {
+  return asio::async_initiate<Token, void(Result<void>)>(
+      [&s](auto handler, ledger::UsageEvent draft, std::vector<std::string> chain, Money amount,
+           Duration lease) {
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        s.meter.reserve(std::move(draft), std::move(chain), amount, lease, resumeOn(shared));
+      },
+      token, std::move(draft), std::move(chain), amount, lease);
+}
+
+template <typename Token>
+auto asyncSettle(const Services& s, ledger::UsageEvent event, Token&& token) {
+  return asio::async_initiate<Token, void(Result<ledger::Settlement>)>(
+      [&s](auto handler, ledger::UsageEvent event) {
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        s.meter.settle(std::move(event), resumeOn(shared));
+      },
+      token, std::move(event));
+}
+
+// Who made each outstanding reservation, so only they (or their admins) can settle it.
+class Reservations {
+ public:
+  void put(const ledger::UsageEvent& draft, int64_t tokens_estimate) {
+    std::lock_guard lock(mu_);
+    drafts_[draft.id] = {draft, tokens_estimate};
+    order_.push_back(draft.id);
+    while (order_.size() > kMax) {
+      drafts_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  std::optional<std::pair<ledger::UsageEvent, int64_t>> get(const std::string& id) const {
+    std::lock_guard lock(mu_);
+    auto it = drafts_.find(id);
+    if (it == drafts_.end()) return std::nullopt;
+    return it->second;
+  }
+  void erase(const std::string& id) {
+    std::lock_guard lock(mu_);
+    drafts_.erase(id);
+  }
+
+ private:
+  static constexpr size_t kMax = 500'000;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::pair<ledger::UsageEvent, int64_t>> drafts_;
+  std::deque<std::string> order_;
+};
+
+Reservations& reservations() {
+  static Reservations r;
+  return r;
+}
+
+json toJson(const ledger::UsageEvent& e) {
+  return {{"id", e.id},
+          {"at", formatRfc3339(e.at)},
+          {"tenant", e.tenant_id},
+          {"team", e.team_id},
+          {"user", e.user_id.empty() ? json(nullptr) : json(e.user_id)},
+          {"service_account",
+           e.service_account_id.empty() ? json(nullptr) : json(e.service_account_id)},
+          {"key", e.key_id},
+          {"session_id", e.session_id},
+          {"route", e.route},
+          {"provider", e.provider},
+          {"model", e.model},
+          {"tokens",
+           {{"input", e.tokens.input},
+            {"output", e.tokens.output},
+            {"cached_input", e.tokens.cached_input},
+            {"cache_write", e.tokens.cache_write},
+            {"reasoning", e.tokens.reasoning}}},
+          {"cost", e.cost.toString()},
+          {"latency_ms", e.latency_ms},
+          {"ttft_ms", e.ttft_ms},
+          {"status", e.status},
+          {"estimated", e.estimated},
+          {"recovered", e.recovered}};
+}
+
+Target principalTarget(const Principal& p) { return Target{p.tenant_id, p.team_id, p.id}; }
+
+std::vector<ledger::BucketRequest> keyBuckets(const identity::ApiKey& key, int64_t tokens) {
+  std::vector<ledger::BucketRequest> out;
+  if (key.rpm > 0) out.push_back({"key:" + key.id + ":rpm", key.rpm, 1});
+  if (key.tpm > 0 && tokens > 0) out.push_back({"key:" + key.id + ":tpm", key.tpm, tokens});
+  return out;
+}
+
+asio::awaitable<Response> createReservation(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  if (who.tenant_id.empty()) {
+    co_return problem(400, "platform admins have no budget to reserve on; use a tenant's key");
+  }
+  API_TRY(amount, requiredMoney(body, "amount"));
+  if (amount.isNegative()) co_return problem(400, "\"amount\" cannot be negative", "amount");
+  API_TRY(id, optionalString(body, "id"));
+  API_TRY(model, optionalString(body, "model"));
+  API_TRY(route, optionalString(body, "route"));
+  API_TRY(session, optionalString(body, "session_id"));
+  API_TRY(tokens, optionalInt(body, "tokens", 0, int64_t{1} << 40));
+  API_TRY(lease_text, optionalString(body, "lease"));
+  Duration lease = std::chrono::minutes(10);
+  if (lease_text) {
+    auto l = parseDuration(*lease_text);
+    if (!l || *l < std::chrono::seconds(1) || *l > std::chrono::hours(24)) {
+      co_return problem(400, "\"lease\" must be a duration from 1s to 24h, e.g. \"10m\"", "lease");
+    }
+    lease = *l;
+  }
+  const auto key = s.directory.key(who.key_id);
+  if (!key) co_return problem(401, "invalid API key");
+  const std::string model_name = model.value_or(route.value_or(""));
+  if (!key->models.empty() &&
+      std::find(key->models.begin(), key->models.end(), model_name) == key->models.end()) {
+    const Error why = Error(ErrorCode::kPermissionDenied,
+                            fmt::format("this key may not use model \"{}\"", model_name))
+                          .withField("model");
+    co_return co_await deny(s, who, why, "reservation.create", "key:" + key->id);
+  }
+  const auto buckets = keyBuckets(*key, tokens.value_or(0));
+  const ledger::RateDecision rate = s.limiter.acquire(buckets);
+  if (!rate.allowed) {
+    Error why(ErrorCode::kResourceExhausted,
+              rate.never ? fmt::format("this request needs more than the key's whole limit of {} "
+                                       "per minute ({})",
+                                       rate.limit, rate.key)
+                         : fmt::format("rate limit {} of {} per minute reached; retry in {}",
+                                       rate.key, rate.limit, formatDuration(rate.retry_after)));
+    ledger::AuditEntry e =
+        auditEntry(who, "rate.deny", "key:" + key->id, "",
+                   json{{"bucket", rate.key}, {"limit", rate.limit}}.dump(), who.tenant_id);
+    (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+      PURSER_TRY(s.audit.append(tx, e));
+      return {};
+    });
+    Response r = problem(why);
+    if (!rate.never) {
+      const auto secs = std::chrono::ceil<std::chrono::seconds>(rate.retry_after).count();
+      r.headers.add("Retry-After", std::to_string(std::max<int64_t>(1, secs)));
+    }
+    co_return r;
+  }
+  ledger::UsageEvent draft;
+  draft.id = id.value_or(s.ids.next());
+  draft.tenant_id = who.tenant_id;
+  draft.team_id = who.team_id;
+  (who.kind == identity::OwnerKind::kUser ? draft.user_id : draft.service_account_id) = who.id;
+  draft.key_id = key->id;
+  draft.session_id = session.value_or("");
+  draft.route = route.value_or("");
+  draft.model = model.value_or("");
+  const std::vector<ledger::Scope> scopes = {
+      {ledger::ScopeKind::kTenant, who.tenant_id},
+      {ledger::ScopeKind::kTeam, who.team_id},
+      {who.kind == identity::OwnerKind::kUser ? ledger::ScopeKind::kUser
+                                              : ledger::ScopeKind::kServiceAccount,
+       who.id},
+      {ledger::ScopeKind::kKey, key->id}};
+  const auto chain = s.wallets.chain(scopes, model_name);
+  auto reserved = co_await asyncReserve(s, draft, chain, amount, lease, asio::use_awaitable);
+  if (!reserved) {
+    // Give back what the rate limits took for a request that will not run.
+    for (const auto& b : buckets) s.limiter.adjust(b, -b.cost);
+    if (reserved.error().code == ErrorCode::kResourceExhausted) {
+      co_return co_await deny(s, who, reserved.error(), "budget.deny", "event:" + draft.id);
+    }
+    co_return problem(reserved.error());
+  }
+  reservations().put(draft, tokens.value_or(0));
+  co_return jsonResponse(201, {{"id", draft.id},
+                               {"amount", amount.toString()},
+                               {"wallets", chain},
+                               {"lease_expires_at", formatRfc3339(s.clock.now() + lease)}});
+}
+
+// Which reservation, and may the caller act on it?
+Result<std::pair<ledger::UsageEvent, int64_t>> ownReservation(const Principal& who,
+                                                              const std::string& id) {
+  auto r = reservations().get(id);
+  if (!r) {
+    return fail(Error(ErrorCode::kNotFound, fmt::format("reservation \"{}\" not found", id))
+                    .withField("id"));
+  }
+  const ledger::UsageEvent& d = r->first;
+  const std::string owner = d.user_id.empty() ? d.service_account_id : d.user_id;
+  if (owner != who.id)
+    PURSER_TRY(identity::authorize(who, Action::kManageKey, {d.tenant_id, d.team_id, owner}));
+  return *r;
+}
+
+asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string id(*req.param("id"));
+  API_TRY(body, parseObject(req));
+  API_TRY(cost, requiredMoney(body, "cost"));
+  if (cost.isNegative()) co_return problem(400, "\"cost\" cannot be negative", "cost");
+  API_TRY(own, ownReservation(who, id));
+  auto [event, estimate] = own;
+  if (auto it = body.find("tokens"); it != body.end() && !it->is_null()) {
+    if (!it->is_object())
+      co_return problem(400, "\"tokens\" must be an object of counts", "tokens");
+    for (const auto& [name, field] :
+         std::initializer_list<std::pair<const char*, int64_t ledger::TokenCounts::*>>{
+             {"input", &ledger::TokenCounts::input},
+             {"output", &ledger::TokenCounts::output},
+             {"cached_input", &ledger::TokenCounts::cached_input},
+             {"cache_write", &ledger::TokenCounts::cache_write},
+             {"reasoning", &ledger::TokenCounts::reasoning}}) {
+      auto v = optionalInt(*it, name, 0, int64_t{1} << 40);
+      if (!v) co_return problem(v.error().withField("tokens"));
+      event.tokens.*field = v->value_or(0);
+    }
+  }
+  API_TRY(status, optionalInt(body, "status", 0, 999));
+  API_TRY(latency, optionalInt(body, "latency_ms", 0, int64_t{1} << 40));
+  API_TRY(ttft, optionalInt(body, "ttft_ms", 0, int64_t{1} << 40));
+  API_TRY(provider, optionalString(body, "provider"));
+  API_TRY(estimated, optionalBool(body, "estimated"));
+  event.cost = cost;
+  event.status = static_cast<int>(status.value_or(200));
+  event.latency_ms = latency.value_or(0);
+  event.ttft_ms = ttft.value_or(0);
+  event.provider = provider.value_or("");
+  event.estimated = estimated.value_or(false);
+  event.at = s.clock.now();
+  auto settled = co_await asyncSettle(s, event, asio::use_awaitable);
+  if (!settled) co_return problem(settled.error());
+  if (!settled->duplicate) {
+    // The draft stays (bounded) so a retried settlement is answered as a duplicate.
+    if (auto key = s.directory.key(event.key_id); key && key->tpm > 0) {
+      s.limiter.adjust({"key:" + key->id + ":tpm", key->tpm, 0}, event.tokens.total() - estimate);
+    }
+  }
+  json alerts = json::array();
+  for (const auto& a : settled->alerts) {
+    alerts.push_back({{"wallet", a.wallet_id},
+                      {"threshold", a.threshold},
+                      {"spent", a.spent.toString()},
+                      {"limit", a.limit.toString()}});
+  }
+  if (!settled->alerts.empty()) {
+    (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+      for (const auto& a : settled->alerts) {
+        PURSER_TRY(s.audit.append(tx, auditEntry(who, "budget.alert", "wallet:" + a.wallet_id, "",
+                                                 json{{"threshold", a.threshold},
+                                                      {"spent", a.spent.toString()},
+                                                      {"limit", a.limit.toString()}}
+                                                     .dump(),
+                                                 event.tenant_id)));
+      }
+      return {};
+    });
+  }
+  co_return jsonResponse(200, {{"id", id},
+                               {"charged", settled->charged.toString()},
+                               {"duplicate", settled->duplicate},
+                               {"wallets", settled->wallet_ids},
+                               {"alerts", alerts}});
+}
+
+asio::awaitable<Response> releaseReservation(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string id(*req.param("id"));
+  API_TRY(own, ownReservation(who, id));
+  (void)own;
+  auto released = s.meter.release(id);
+  if (!released) co_return problem(released.error().withField("id"));
+  reservations().erase(id);
+  co_return jsonResponse(200, {{"id", id}, {"released", true}});
+}
+
+// The scope and time range of a usage or spend query, authorized for the caller.
+asio::awaitable<Result<ledger::UsageQuery>> usageQuery(const Services& s, const Principal& who,
+                                                       Request& req, bool& denied_audited,
+                                                       Response& denial) {
+  auto scope_text = req.queryParam("scope");
+  if (!scope_text) {
+    co_return fail(
+        invalidArgument("\"scope\" is required, e.g. scope=team:01jb...").withField("scope"));
+  }
+  auto scope = parseScopeParam(*scope_text);
+  if (!scope) co_return fail(scope.error());
+  auto target = scopeTarget(s, *scope, /*for_write=*/false);
+  if (!target) co_return fail(target.error());
+  if (auto allowed = identity::authorize(who, Action::kReadSpend, *target); !allowed) {
+    denial = co_await deny(s, who, allowed.error(), "spend.read", *scope_text);
+    denied_audited = true;
+    co_return fail(allowed.error());
+  }
+  ledger::UsageQuery q;
+  q.scope_kind = scope->kind;
+  q.scope_id = scope->id;
+  for (const char* bound : {"from", "to"}) {
+    if (auto v = req.queryParam(bound)) {
+      auto t = parseRfc3339(*v);
+      if (!t) co_return fail(t.error().withField(bound));
+      (std::string_view(bound) == "from" ? q.from : q.to) = *t;
+    }
+  }
+  if (auto limit = req.queryParam("limit")) {
+    char* end = nullptr;
+    const long long n = std::strtoll(limit->c_str(), &end, 10);
+    if (limit->empty() || *end != '\0' || n < 1 || n > 10'000) {
+      co_return fail(
+          invalidArgument("\"limit\" must be a whole number from 1 to 10000").withField("limit"));
+    }
+    q.limit = n;
+  }
+  co_return q;
+}
+
+asio::awaitable<Response> listUsage(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  bool denied = false;
+  Response denial;
+  auto q = co_await usageQuery(s, who, req, denied, denial);
+  if (denied) co_return denial;
+  if (!q) co_return problem(q.error());
+  API_TRY(events, s.meter.events(*q));
+  json items = json::array();
+  for (const auto& e : events) items.push_back(toJson(e));
+  co_return jsonResponse(200, listOf(std::move(items)));
+}
+
+asio::awaitable<Response> spend(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  bool denied = false;
+  Response denial;
+  auto q = co_await usageQuery(s, who, req, denied, denial);
+  if (denied) co_return denial;
+  if (!q) co_return problem(q.error());
+  const std::string group_by = req.queryParam("group_by").value_or("day");
+  auto rows = s.meter.spend(*q, group_by);
+  if (!rows) co_return problem(rows.error().withField("group_by"));
+  json items = json::array();
+  Money total;
+  for (const auto& r : *rows) {
+    items.push_back({{"group", r.group},
+                     {"cost", r.cost.toString()},
+                     {"requests", r.requests},
+                     {"tokens",
+                      {{"input", r.tokens.input},
+                       {"output", r.tokens.output},
+                       {"cached_input", r.tokens.cached_input},
+                       {"cache_write", r.tokens.cache_write},
+                       {"reasoning", r.tokens.reasoning}}}});
+    total = total.add(r.cost).value_or(Money::max());
+  }
+  co_return jsonResponse(200,
+                         {{"group_by", group_by}, {"total", total.toString()}, {"data", items}});
+}
+
 }  // namespace
 
 Result<void> loadState(const Services& s) {
@@ -737,6 +1115,19 @@ Result<std::optional<std::string>> bootstrap(const Services& s,
   s.directory.put(key);
   if (admin_key) return std::optional<std::string>();
   return std::optional<std::string>(secret.secret);
+}
+
+Result<void> addMeteringRoutes(http::Router& router, const Services& services) {
+  auto s = std::make_shared<const Services>(services);
+  const auto route = [&](Method m, const char* path, auto handler) {
+    return router.addAsync(m, path, [s, handler](Request& req) { return handler(*s, req); });
+  };
+  PURSER_TRY(route(Method::kPost, "/api/v1/reservations", createReservation));
+  PURSER_TRY(route(Method::kPost, "/api/v1/reservations/{id}/settle", settleReservation));
+  PURSER_TRY(route(Method::kDelete, "/api/v1/reservations/{id}", releaseReservation));
+  PURSER_TRY(route(Method::kGet, "/api/v1/usage", listUsage));
+  PURSER_TRY(route(Method::kGet, "/api/v1/spend", spend));
+  return {};
 }
 
 Result<void> addAdminRoutes(http::Router& router, const Services& services) {

@@ -16,6 +16,8 @@
 #include "http/router.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
+#include "ledger/meter.h"
+#include "ledger/rate_limiter.h"
 #include "ledger/wallet_book.h"
 #include "store/store.h"
 
@@ -29,6 +31,8 @@ struct Services {
   identity::Directory& directory;
   ledger::WalletBook& wallets;
   ledger::AuditLog& audit;
+  ledger::Meter& meter;
+  ledger::RateLimiter& limiter;
 };
 
 // Applies the identity and ledger migrations, then loads the directory and the wallets (with
@@ -42,5 +46,12 @@ Result<std::optional<std::string>> bootstrap(const Services& s,
                                              const std::optional<std::string>& admin_key);
 
 Result<void> addAdminRoutes(http::Router& router, const Services& s);
+
+// The metering API: reservations before work runs, settlement after, usage and spend queries.
+//   POST   /api/v1/reservations              {amount, model?, route?, session_id?, tokens?, lease?,
+//   id?} POST   /api/v1/reservations/{id}/settle  {cost, tokens?, status?, latency_ms?, ttft_ms?,
+//   provider?} DELETE /api/v1/reservations/{id} GET    /api/v1/usage?scope=KIND:ID&from=&to=&limit=
+//   GET    /api/v1/spend?scope=KIND:ID&group_by=user|team|key|model|route|session|day&from=&to=
+Result<void> addMeteringRoutes(http::Router& router, const Services& s);
 
 }  // namespace purser::api

@@ -95,6 +95,7 @@ Result<void> WalletBook::put(WalletSpec spec, Money spent) {
     }
     return {};
   }
+  by_scope_.emplace(fmt::format("{}:{}", scopeKindName(spec.scope.kind), spec.scope.id), spec.id);
   WalletState w;
   w.window = periodWindow(spec.period, spec.zone, now);
   w.spec = std::move(spec);
@@ -106,9 +107,20 @@ Result<void> WalletBook::put(WalletSpec spec, Money spent) {
 
 Result<void> WalletBook::remove(const std::string& wallet_id) {
   std::lock_guard lock(mu_);
-  if (wallets_.erase(wallet_id) == 0) {
+  auto it = wallets_.find(wallet_id);
+  if (it == wallets_.end()) {
     return fail(Error(ErrorCode::kNotFound, fmt::format("no wallet \"{}\"", wallet_id)));
   }
+  const auto key =
+      fmt::format("{}:{}", scopeKindName(it->second.spec.scope.kind), it->second.spec.scope.id);
+  auto [first, last] = by_scope_.equal_range(key);
+  for (auto i = first; i != last; ++i) {
+    if (i->second == wallet_id) {
+      by_scope_.erase(i);
+      break;
+    }
+  }
+  wallets_.erase(it);
   return {};
 }
 
@@ -222,6 +234,7 @@ Result<Settlement> WalletBook::chargeLocked(const std::string& event_id,
     }
   }
   rememberSettled(event_id, actual);
+  out.wallet_ids = wallet_ids;
   return out;
 }
 
@@ -312,6 +325,23 @@ std::vector<std::string> WalletBook::expireLeases() {
     reservations_.erase(it);
     out.push_back(event_id);
   }
+  return out;
+}
+
+std::vector<std::string> WalletBook::chain(const std::vector<Scope>& scopes,
+                                           std::string_view model) const {
+  std::vector<std::string> out;
+  std::lock_guard lock(mu_);
+  for (const Scope& scope : scopes) {
+    if (scope.id.empty()) continue;
+    auto [first, last] =
+        by_scope_.equal_range(fmt::format("{}:{}", scopeKindName(scope.kind), scope.id));
+    for (auto i = first; i != last; ++i) {
+      const WalletSpec& spec = wallets_.at(i->second).spec;
+      if (spec.model.empty() || spec.model == model) out.push_back(i->second);
+    }
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

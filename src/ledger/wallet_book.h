@@ -87,6 +87,7 @@ struct Settlement {
   Money charged;
   bool duplicate = false;  // settled before: nothing changed this time
   std::vector<Alert> alerts;
+  std::vector<std::string> wallet_ids;  // the wallets charged
 };
 
 class WalletBook {
@@ -123,6 +124,10 @@ class WalletBook {
 
   size_t outstanding() const;
 
+  // The wallets that apply to usage by these scopes for `model`: those on any of the scopes
+  // with no model, or with exactly this model. Sorted by id.
+  std::vector<std::string> chain(const std::vector<Scope>& scopes, std::string_view model) const;
+
  private:
   struct WalletState {
     WalletSpec spec;
@@ -148,6 +153,7 @@ class WalletBook {
   const Clock& clock_;
   mutable std::mutex mu_;
   mutable std::unordered_map<std::string, WalletState> wallets_;  // guarded by mu_
+  std::unordered_multimap<std::string, std::string> by_scope_;    // "kind:id" -> id; mu_
   std::unordered_map<std::string, Reservation> reservations_;     // guarded by mu_
   std::multimap<MonoTime, std::string> expiries_;                 // guarded by mu_
   // Reservations released by lease expiry, kept so a late settlement still charges them.

@@ -26,6 +26,8 @@
 #include "http/workers.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
+#include "ledger/meter.h"
+#include "ledger/rate_limiter.h"
 #include "ledger/wallet_book.h"
 #include "server/console.h"
 #include "server/data_dir.h"
@@ -98,9 +100,15 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   identity::Directory directory(clock);
   ledger::WalletBook wallets(clock);
   ledger::AuditLog audit(clock);
-  const api::Services services{clock, SystemRandom::instance(), ids, *store, directory, wallets,
-                               audit};
+  ledger::Meter meter(*store, wallets, clock);
+  ledger::RateLimiter limiter(clock);
+  const api::Services services{
+      clock, SystemRandom::instance(), ids, *store, directory, wallets, audit, meter, limiter};
   PURSER_TRY(api::loadState(services));
+  if (const int recovered = PURSER_TRY_VALUE(meter.recover()); recovered > 0) {
+    spdlog::warn("ledger: {} request(s) cut off by the last shutdown were recovered and charged",
+                 recovered);
+  }
   std::optional<std::string> admin_key;
   if (const char* env = std::getenv("PURSER_ADMIN_KEY"); env != nullptr && *env != '\0') {
     admin_key = env;
@@ -142,6 +150,7 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
     return http::Response::json(200, body.dump());
   }));
   PURSER_TRY(api::addAdminRoutes(router, services));
+  PURSER_TRY(api::addMeteringRoutes(router, services));
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
 
   server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <tuple>
 
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -30,12 +31,15 @@ class AdminApiTest : public ::testing::Test {
     auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
     ASSERT_TRUE(s.has_value());
     store = std::move(*s);
-    services.emplace(Services{clock, random, ids, *store, directory, wallets, audit});
+    meter = std::make_unique<ledger::Meter>(*store, wallets, clock);
+    services.emplace(
+        Services{clock, random, ids, *store, directory, wallets, audit, *meter, limiter});
     ASSERT_TRUE(loadState(*services).has_value());
     auto generated = bootstrap(*services, std::string(kAdminKey));
     ASSERT_TRUE(generated.has_value()) << generated.error().toString();
     EXPECT_FALSE(generated->has_value()) << "the given key is used, nothing is generated";
     ASSERT_TRUE(addAdminRoutes(server.router, *services).has_value());
+    ASSERT_TRUE(addMeteringRoutes(server.router, *services).has_value());
     server.start();
   }
 
@@ -84,6 +88,8 @@ class AdminApiTest : public ::testing::Test {
   identity::Directory directory{clock};
   ledger::WalletBook wallets{clock};
   ledger::AuditLog audit{clock};
+  std::unique_ptr<ledger::Meter> meter;
+  ledger::RateLimiter limiter{clock};
   std::optional<Services> services;
   testing::TestServer server;
 };
@@ -402,6 +408,206 @@ TEST_F(AdminApiTest, RolesActionsAndTenantsMatrix) {
   const Reply own = call("GET", "/api/v1/keys", keys.at("member A1"));
   ASSERT_FALSE(own.body["data"].empty());
   for (const auto& k : own.body["data"]) EXPECT_EQ(k["owner"]["id"], m_a1);
+}
+
+// A tenant "acme" with team "ml", member "dana" and service account "bot", each with a key.
+class MeteringTest : public AdminApiTest {
+ protected:
+  void SetUp() override {
+    AdminApiTest::SetUp();
+    tenant = create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+    team = create("/api/v1/teams", kAdminKey, {{"tenant", tenant}, {"name", "ml"}});
+    dana =
+        create("/api/v1/users", kAdminKey, {{"tenant", tenant}, {"team", team}, {"name", "dana"}});
+    bot = create("/api/v1/service-accounts", kAdminKey,
+                 {{"tenant", tenant}, {"team", team}, {"name", "bot"}});
+    dana_key = keyFor("user", dana);
+    bot_key = keyFor("service_account", bot);
+  }
+
+  std::string wallet(const json& scope, const char* limit, json extra = json::object()) {
+    json body = {{"scope", scope}, {"limit", limit}};
+    body.update(extra);
+    return create("/api/v1/wallets", kAdminKey, body);
+  }
+
+  Reply reserve(const std::string& key, const char* amount, json extra = json::object()) {
+    json body = {{"amount", amount}, {"model", "gpt-4o"}};
+    body.update(extra);
+    return call("POST", "/api/v1/reservations", key, body);
+  }
+
+  Reply settle(const std::string& key, const std::string& id, const char* cost,
+               json extra = json::object()) {
+    json body = {{"cost", cost}, {"tokens", {{"input", 100}, {"output", 20}}}};
+    body.update(extra);
+    return call("POST", "/api/v1/reservations/" + id + "/settle", key, body);
+  }
+
+  json walletStatus(const std::string& scope) {
+    Reply r = call("GET", "/api/v1/wallets?scope=" + scope, kAdminKey);
+    EXPECT_EQ(r.status, 200);
+    return r.body["data"].empty() ? json() : r.body["data"][0];
+  }
+
+  std::string tenant, team, dana, bot, dana_key, bot_key;
+};
+
+TEST_F(MeteringTest, ReserveThenSettleChargesEveryWalletInTheChain) {
+  wallet({{"kind", "tenant"}, {"id", tenant}}, "100.00");
+  wallet({{"kind", "team"}, {"id", team}}, "10.00");
+  wallet({{"kind", "user"}, {"id", dana}}, "5.00", {{"alert_at", {50}}});
+  wallet({{"kind", "user"}, {"id", dana}}, "1.00", {{"model", "other-model"}});  // not in chain
+  Reply r = reserve(dana_key, "2.00", {{"session_id", "s-1"}, {"tokens", 500}});
+  ASSERT_EQ(r.status, 201) << r.body.dump();
+  EXPECT_EQ(r.body["wallets"].size(), 3u);
+  const std::string id = r.body["id"];
+  EXPECT_EQ(walletStatus("user:" + dana)["reserved"], "2.00");
+
+  Reply s = settle(dana_key, id, "2.60");  // more than reserved is still charged, truthfully
+  ASSERT_EQ(s.status, 200) << s.body.dump();
+  EXPECT_EQ(s.body["charged"], "2.60");
+  EXPECT_EQ(s.body["alerts"].size(), 1u);  // dana's 50 % threshold
+  EXPECT_EQ(walletStatus("user:" + dana)["spent"], "2.60");
+  EXPECT_EQ(walletStatus("user:" + dana)["reserved"], "0.00");
+  EXPECT_EQ(walletStatus("team:" + team)["spent"], "2.60");
+  EXPECT_EQ(walletStatus("tenant:" + tenant)["percent_used"], "2.60");
+
+  // Settling again changes nothing.
+  Reply again = settle(dana_key, id, "9.99");
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(again.body["duplicate"], true);
+  EXPECT_EQ(walletStatus("user:" + dana)["spent"], "2.60");
+
+  Reply usage = call("GET", "/api/v1/usage?scope=team:" + team, kAdminKey);
+  ASSERT_EQ(usage.status, 200);
+  ASSERT_EQ(usage.body["data"].size(), 1u);
+  const json& e = usage.body["data"][0];
+  EXPECT_EQ(e["id"], id);
+  EXPECT_EQ(e["user"], dana);
+  EXPECT_EQ(e["session_id"], "s-1");
+  EXPECT_EQ(e["cost"], "2.60");
+  EXPECT_EQ(e["tokens"]["input"], 100);
+  EXPECT_EQ(e["recovered"], false);
+}
+
+TEST_F(MeteringTest, SpendGroupsByUserModelAndDay) {
+  for (const auto& [key, model, cost] :
+       std::vector<std::tuple<std::string, std::string, const char*>>{
+           {dana_key, "gpt-4o", "1.10"},
+           {dana_key, "claude", "0.40"},
+           {bot_key, "gpt-4o", "2.00"}}) {
+    Reply r = reserve(key, "5", {{"model", model}});
+    ASSERT_EQ(r.status, 201);
+    ASSERT_EQ(settle(key, r.body["id"], cost).status, 200);
+  }
+  Reply by_user = call("GET", "/api/v1/spend?scope=tenant:" + tenant + "&group_by=user", kAdminKey);
+  ASSERT_EQ(by_user.status, 200) << by_user.body.dump();
+  EXPECT_EQ(by_user.body["total"], "3.50");
+  std::map<std::string, std::string> costs;
+  for (const auto& row : by_user.body["data"]) costs[row["group"]] = row["cost"];
+  EXPECT_EQ(costs[dana], "1.50");
+  EXPECT_EQ(costs[bot], "2.00");
+  Reply by_model = call("GET", "/api/v1/spend?scope=team:" + team + "&group_by=model", kAdminKey);
+  ASSERT_EQ(by_model.body["data"].size(), 2u);
+  EXPECT_EQ(by_model.body["data"][1]["group"], "gpt-4o");
+  EXPECT_EQ(by_model.body["data"][1]["cost"], "3.10");
+  EXPECT_EQ(by_model.body["data"][1]["requests"], 2);
+  Reply by_day = call("GET", "/api/v1/spend?scope=user:" + dana + "&group_by=day", kAdminKey);
+  ASSERT_EQ(by_day.body["data"].size(), 1u);
+  EXPECT_EQ(by_day.body["data"][0]["group"], "2026-01-01");
+  // A member sees their own spend, not their colleague's.
+  EXPECT_EQ(call("GET", "/api/v1/spend?scope=user:" + dana, dana_key).status, 200);
+  EXPECT_EQ(call("GET", "/api/v1/spend?scope=service_account:" + bot, dana_key).status, 403);
+  EXPECT_EQ(call("GET", "/api/v1/spend?scope=user:" + dana + "&group_by=planet", kAdminKey).status,
+            400);
+}
+
+TEST_F(MeteringTest, AHardBudgetRefusesWhatWouldExceedItAndAuditsTheDenial) {
+  wallet({{"kind", "service_account"}, {"id", bot}}, "1.00");
+  ASSERT_EQ(reserve(bot_key, "0.60").status, 201);
+  Reply refused = reserve(bot_key, "0.50");
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_NE(refused.body["detail"].get<std::string>().find("budget exceeded"), std::string::npos)
+      << refused.body.dump();
+  Reply log = call("GET", "/api/v1/audit", kAdminKey);
+  EXPECT_EQ(log.body["data"].back()["action"], "policy.deny");
+  EXPECT_EQ(log.body["data"].back()["after"]["action"], "budget.deny");
+}
+
+TEST_F(MeteringTest, KeyRateLimitsAndModelAllowListsAreEnforced) {
+  Reply limited = call("POST", "/api/v1/keys", kAdminKey,
+                       {{"owner", {{"kind", "service_account"}, {"id", bot}}},
+                        {"name", "ci"},
+                        {"rpm", 2},
+                        {"models", {"gpt-4o"}}});
+  ASSERT_EQ(limited.status, 201);
+  const std::string key = limited.body["key"];
+  EXPECT_EQ(reserve(key, "0.01").status, 201);
+  EXPECT_EQ(reserve(key, "0.01").status, 201);
+  RawClient c(server.port());
+  const std::string body = json{{"amount", "0.01"}, {"model", "gpt-4o"}}.dump();
+  ASSERT_TRUE(c.send("POST /api/v1/reservations HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " +
+                     key + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+                     body));
+  auto third = c.readResponse();
+  ASSERT_TRUE(third.has_value());
+  EXPECT_EQ(third->status, 429);
+  EXPECT_EQ(third->header("retry-after"), "30");
+  clock.advance(std::chrono::seconds(30));
+  EXPECT_EQ(reserve(key, "0.01").status, 201);
+  Reply wrong_model = reserve(key, "0.01", {{"model", "claude"}});
+  EXPECT_EQ(wrong_model.status, 403);
+  EXPECT_EQ(wrong_model.body["field"], "model");
+}
+
+TEST_F(MeteringTest, AnAbandonedReservationIsReleasedWhenItsLeaseExpires) {
+  wallet({{"kind", "user"}, {"id", dana}}, "1.00");
+  Reply r = reserve(dana_key, "0.90", {{"lease", "30s"}});
+  ASSERT_EQ(r.status, 201);
+  EXPECT_EQ(reserve(dana_key, "0.20").status, 429) << "held by the abandoned reservation";
+  clock.advance(std::chrono::seconds(31));
+  EXPECT_EQ(wallets.expireLeases().size(), 1u);  // what purser serve does every second
+  EXPECT_EQ(walletStatus("user:" + dana)["reserved"], "0.00");
+  EXPECT_EQ(reserve(dana_key, "0.20").status, 201);
+}
+
+TEST_F(MeteringTest, OnlyTheOwnerOrTheirAdminsMaySettleOrRelease) {
+  Reply r = reserve(dana_key, "0.10");
+  ASSERT_EQ(r.status, 201);
+  const std::string id = r.body["id"];
+  EXPECT_EQ(settle(bot_key, id, "0.10").status, 403);
+  EXPECT_EQ(call("DELETE", "/api/v1/reservations/" + id, bot_key).status, 403);
+  EXPECT_EQ(call("DELETE", "/api/v1/reservations/" + id, dana_key).status, 200);
+  EXPECT_EQ(settle(dana_key, id, "0.10").status, 404);
+}
+
+TEST_F(MeteringTest, ReservationsCutOffByARestartAreRecoveredAtTheirWorstCase) {
+  wallet({{"kind", "user"}, {"id", dana}}, "10.00");
+  Reply r = reserve(dana_key, "3.25", {{"session_id", "lost"}});
+  ASSERT_EQ(r.status, 201);
+  const std::string id = r.body["id"];
+  // A new process over the same store: fresh memory, the intent on disk.
+  ledger::WalletBook book2(clock);
+  ledger::Meter meter2(*store, book2, clock);
+  identity::Directory directory2(clock);
+  ledger::RateLimiter limiter2(clock);
+  Services restarted{clock, random, ids, *store, directory2, book2, audit, meter2, limiter2};
+  ASSERT_TRUE(loadState(restarted).has_value());
+  auto recovered = meter2.recover();
+  ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
+  EXPECT_EQ(*recovered, 1);
+  auto events = meter2.events({.scope_kind = ledger::ScopeKind::kUser, .scope_id = dana});
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].id, id);
+  EXPECT_EQ((*events)[0].cost.toString(), "3.25");
+  EXPECT_TRUE((*events)[0].recovered);
+  EXPECT_TRUE((*events)[0].estimated);
+  EXPECT_EQ((*events)[0].session_id, "lost");
+  EXPECT_EQ(book2.chain({{ledger::ScopeKind::kUser, dana}}, "").size(), 1u);
+  EXPECT_EQ(book2.status(book2.chain({{ledger::ScopeKind::kUser, dana}}, "")[0])->spent.toString(),
+            "3.25");
+  EXPECT_EQ(*meter2.recover(), 0) << "recovered once";
 }
 
 }  // namespace
