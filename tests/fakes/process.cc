@@ -14,7 +14,8 @@ namespace {
 constexpr int kSafetyTimeoutMs = 60'000;
 }
 
-Process::Process(const std::vector<std::string>& argv, const std::string& cwd) {
+Process::Process(const std::vector<std::string>& argv, const std::string& cwd,
+                 const std::vector<std::string>& env) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     throw std::runtime_error("pipe failed");
@@ -25,6 +26,7 @@ Process::Process(const std::vector<std::string>& argv, const std::string& cwd) {
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

@@ -12,7 +12,9 @@ namespace purser::testing {
 
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const std::string& cwd = {});
+  // `env`: extra environment variables ("NAME=value") on top of this process's own.
+  Process(const std::vector<std::string>& argv, const std::string& cwd = {},
+          const std::vector<std::string>& env = {});
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
