@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/admin_commands.h"
 #include "config/config.h"
 #include "server/daemon.h"
 
@@ -51,6 +52,8 @@ void registerServe(CLI::App& root, int& exit_code) {
 
 }  // namespace
 
-std::vector<cli::CommandRegistrar> allCommands() { return {registerServe}; }
+std::vector<cli::CommandRegistrar> allCommands() {
+  return {registerServe, cli::registerAdminCommands};
+}
 
 }  // namespace purser::server

@@ -1,0 +1,444 @@
+#include "cli/admin_commands.h"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/api_client.h"
+
+namespace purser::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct Globals {
+  std::string server;
+  std::string output = "table";
+};
+
+// "a.b" -> obj["a"]["b"], printed for a table cell.
+std::string cell(const json& obj, const std::string& path) {
+  const json* v = &obj;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t dot = path.find('.', start);
+    const std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!v->is_object() || !v->contains(part)) return "";
+    v = &(*v)[part];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (v->is_null()) return "";
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_array()) {
+    std::string out;
+    for (const auto& x : *v)
+      out += (out.empty() ? "" : ",") + (x.is_string() ? x.get<std::string>() : x.dump());
+    return out;
+  }
+  return v->dump();
+}
+
+void printTable(const json& rows, const std::vector<std::pair<std::string, std::string>>& columns) {
+  std::vector<size_t> width;
+  for (const auto& [title, _] : columns) width.push_back(title.size());
+  std::vector<std::vector<std::string>> cells;
+  for (const auto& row : rows) {
+    std::vector<std::string> line;
+    for (size_t i = 0; i < columns.size(); ++i) {
+      line.push_back(cell(row, columns[i].second));
+      width[i] = std::max(width[i], line.back().size());
+    }
+    cells.push_back(std::move(line));
+  }
+  const auto print = [&](const std::vector<std::string>& line) {
+    std::string out;
+    for (size_t i = 0; i < line.size(); ++i) {
+      out += line[i];
+      if (i + 1 < line.size()) out += std::string(width[i] - line[i].size() + 2, ' ');
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    std::cout << out << "\n";
+  };
+  std::vector<std::string> titles;
+  for (const auto& [title, _] : columns) titles.push_back(title);
+  print(titles);
+  for (const auto& line : cells) print(line);
+}
+
+// Runs one API call and prints its result; returns the exit code.
+// `must_be_ok`: a reply whose "ok" is false exits 3 (audit verification for scripts).
+int run(const Globals& g, const std::string& method, const std::string& path, const json& body,
+        const std::vector<std::pair<std::string, std::string>>& columns, bool must_be_ok = false) {
+  const char* key = std::getenv("PURSER_KEY");
+  if (key == nullptr || *key == '\0') {
+    std::cerr << "purser: set PURSER_KEY to your API key\n";
+    return 2;
+  }
+  std::string server = g.server;
+  if (server.empty()) {
+    const char* env = std::getenv("PURSER_SERVER");
+    server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
+  }
+  ApiClient client(server, key);
+  auto reply = client.call(method, path, body);
+  if (!reply) {
+    std::cerr << "purser: " << reply.error().message << "\n";
+    return 1;
+  }
+  if (reply->status >= 400) {
+    std::cerr << "purser: " << describeProblem(*reply) << "\n";
+    return 1;
+  }
+  const int verdict = must_be_ok && reply->body.value("ok", true) == false ? 3 : 0;
+  if (g.output == "json") {
+    std::cout << reply->body.dump(2) << "\n";
+    return verdict;
+  }
+  const json& data = reply->body.is_object() && reply->body.contains("data")
+                         ? reply->body["data"]
+                         : json::array({reply->body});
+  printTable(data, columns);
+  if (reply->body.is_object() && reply->body.contains("key")) {
+    std::cout << "\nkey (shown once; store it now): " << reply->body["key"].get<std::string>()
+              << "\n";
+  }
+  if (reply->body.is_object() && reply->body.contains("total")) {
+    std::cout << "\ntotal: " << reply->body["total"].get<std::string>() << "\n";
+  }
+  return verdict;
+}
+
+std::string encode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == ':') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+// "?a=1&b=2" from the non-empty pairs.
+std::string query(const std::vector<std::pair<std::string, std::string>>& params) {
+  std::string out;
+  for (const auto& [k, v] : params) {
+    if (v.empty()) continue;
+    out += (out.empty() ? "?" : "&") + k + "=" + encode(v);
+  }
+  return out;
+}
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+const std::vector<std::pair<std::string, std::string>> kTenantColumns = {
+    {"ID", "id"}, {"NAME", "name"}, {"CREATED", "created_at"}};
+const std::vector<std::pair<std::string, std::string>> kTeamColumns = {
+    {"ID", "id"}, {"TENANT", "tenant"}, {"NAME", "name"}, {"CREATED", "created_at"}};
+const std::vector<std::pair<std::string, std::string>> kUserColumns = {
+    {"ID", "id"},         {"NAME", "name"}, {"ROLE", "role"},
+    {"TENANT", "tenant"}, {"TEAM", "team"}, {"EMAIL", "email"}};
+const std::vector<std::pair<std::string, std::string>> kAccountColumns = {
+    {"ID", "id"}, {"NAME", "name"}, {"TENANT", "tenant"}, {"TEAM", "team"}};
+const std::vector<std::pair<std::string, std::string>> kKeyColumns = {
+    {"ID", "id"},   {"NAME", "name"}, {"OWNER", "owner.id"},     {"MODELS", "models"},
+    {"RPM", "rpm"}, {"TPM", "tpm"},   {"EXPIRES", "expires_at"}, {"REVOKED", "revoked_at"}};
+const std::vector<std::pair<std::string, std::string>> kWalletColumns = {{"ID", "id"},
+                                                                         {"SCOPE", "scope.kind"},
+                                                                         {"SCOPE ID", "scope.id"},
+                                                                         {"MODEL", "model"},
+                                                                         {"LIMIT", "limit"},
+                                                                         {"SPENT", "spent"},
+                                                                         {"RESERVED", "reserved"},
+                                                                         {"REMAINING", "remaining"},
+                                                                         {"USED %", "percent_used"},
+                                                                         {"PERIOD", "period"},
+                                                                         {"HARD", "hard"}};
+const std::vector<std::pair<std::string, std::string>> kSpendColumns = {
+    {"GROUP", "group"},
+    {"COST", "cost"},
+    {"REQUESTS", "requests"},
+    {"INPUT TOKENS", "tokens.input"},
+    {"OUTPUT TOKENS", "tokens.output"}};
+const std::vector<std::pair<std::string, std::string>> kAuditColumns = {
+    {"SEQ", "seq"},         {"AT", "at"},         {"ACTOR", "actor"},
+    {"ROLE", "actor_role"}, {"ACTION", "action"}, {"TARGET", "target"}};
+
+}  // namespace
+
+void registerAdminCommands(CLI::App& root, int& exit_code) {
+  auto g = std::make_shared<Globals>();
+  const auto common = [g](CLI::App* cmd) {
+    cmd->add_option("--server", g->server,
+                    "Purser server URL (default: PURSER_SERVER or http://127.0.0.1:8080)");
+    cmd->add_option("-o,--output", g->output, "Output format")
+        ->check(CLI::IsMember({"table", "json"}))
+        ->capture_default_str();
+  };
+  const auto group = [&](const char* name, const char* what) {
+    CLI::App* cmd = root.add_subcommand(name, what);
+    cmd->require_subcommand(1);
+    return cmd;
+  };
+  auto& code = exit_code;
+
+  // tenants
+  {
+    CLI::App* cmd = group("tenants", "List and create tenants");
+    CLI::App* list = cmd->add_subcommand("list", "List the tenants you can see");
+    common(list);
+    list->callback(
+        [g, &code] { code = run(*g, "GET", "/api/v1/tenants", nullptr, kTenantColumns); });
+    auto name = std::make_shared<std::string>();
+    CLI::App* create = cmd->add_subcommand("create", "Create a tenant (platform admins)");
+    create->add_option("name", *name, "Tenant name")->required();
+    common(create);
+    create->callback([g, name, &code] {
+      code = run(*g, "POST", "/api/v1/tenants", {{"name", *name}}, kTenantColumns);
+    });
+  }
+  // teams
+  {
+    CLI::App* cmd = group("teams", "List and create teams");
+    CLI::App* list = cmd->add_subcommand("list", "List the teams you can see");
+    common(list);
+    list->callback([g, &code] { code = run(*g, "GET", "/api/v1/teams", nullptr, kTeamColumns); });
+    auto name = std::make_shared<std::string>();
+    auto tenant = std::make_shared<std::string>();
+    CLI::App* create = cmd->add_subcommand("create", "Create a team in a tenant");
+    create->add_option("name", *name, "Team name")->required();
+    create->add_option("--tenant", *tenant, "Tenant id or name (default: your own)");
+    common(create);
+    create->callback([g, name, tenant, &code] {
+      json body = {{"name", *name}};
+      if (!tenant->empty()) body["tenant"] = *tenant;
+      code = run(*g, "POST", "/api/v1/teams", body, kTeamColumns);
+    });
+  }
+  // users and service accounts
+  {
+    CLI::App* cmd = group("users", "List and create users");
+    CLI::App* list = cmd->add_subcommand("list", "List the users you can see");
+    common(list);
+    list->callback([g, &code] { code = run(*g, "GET", "/api/v1/users", nullptr, kUserColumns); });
+    struct U {
+      std::string name, tenant, team, email, role;
+    };
+    auto u = std::make_shared<U>();
+    CLI::App* create = cmd->add_subcommand("create", "Create a user");
+    create->add_option("name", u->name, "User name")->required();
+    create->add_option("--tenant", u->tenant, "Tenant id or name (default: your own)");
+    create->add_option("--team", u->team, "Team id or name");
+    create->add_option("--email", u->email, "E-mail address");
+    create->add_option("--role", u->role, "platform-admin, tenant-admin, team-lead or member");
+    common(create);
+    create->callback([g, u, &code] {
+      json body = {{"name", u->name}};
+      for (const auto& [k, v] : {std::pair{"tenant", u->tenant}, std::pair{"team", u->team},
+                                 std::pair{"email", u->email}, std::pair{"role", u->role}}) {
+        if (!v.empty()) body[k] = v;
+      }
+      code = run(*g, "POST", "/api/v1/users", body, kUserColumns);
+    });
+
+    CLI::App* sa = group("service-accounts", "List and create service accounts (apps, agents)");
+    CLI::App* sa_list = sa->add_subcommand("list", "List the service accounts you can see");
+    common(sa_list);
+    sa_list->callback([g, &code] {
+      code = run(*g, "GET", "/api/v1/service-accounts", nullptr, kAccountColumns);
+    });
+    auto a = std::make_shared<U>();
+    CLI::App* sa_create = sa->add_subcommand("create", "Create a service account in a team");
+    sa_create->add_option("name", a->name, "Service account name")->required();
+    sa_create->add_option("--tenant", a->tenant, "Tenant id or name (default: your own)");
+    sa_create->add_option("--team", a->team, "Team id or name")->required();
+    common(sa_create);
+    sa_create->callback([g, a, &code] {
+      json body = {{"name", a->name}, {"team", a->team}};
+      if (!a->tenant.empty()) body["tenant"] = a->tenant;
+      code = run(*g, "POST", "/api/v1/service-accounts", body, kAccountColumns);
+    });
+  }
+  // keys
+  {
+    CLI::App* cmd = group("keys", "Create, list, revoke and rotate API keys");
+    CLI::App* list = cmd->add_subcommand("list", "List the keys you can see (never their secrets)");
+    common(list);
+    list->callback([g, &code] { code = run(*g, "GET", "/api/v1/keys", nullptr, kKeyColumns); });
+    struct K {
+      std::string name, owner, models, expires;
+      int64_t rpm = 0, tpm = 0;
+    };
+    auto k = std::make_shared<K>();
+    CLI::App* create = cmd->add_subcommand("create", "Create a key; its secret is shown once");
+    create->add_option("--name", k->name, "Key name")->required();
+    create->add_option("--owner", k->owner, "user:ID or service_account:ID (default: yourself)");
+    create->add_option("--models", k->models, "Comma-separated models or routes it may use");
+    create->add_option("--rpm", k->rpm, "Requests per minute")->check(CLI::NonNegativeNumber);
+    create->add_option("--tpm", k->tpm, "Tokens per minute")->check(CLI::NonNegativeNumber);
+    create->add_option("--expires-at", k->expires, "Expiry, RFC 3339");
+    common(create);
+    create->callback([g, k, &code] {
+      json body = {{"name", k->name}};
+      if (!k->owner.empty()) {
+        const size_t colon = k->owner.find(':');
+        if (colon == std::string::npos) {
+          std::cerr << "purser: --owner must read user:ID or service_account:ID\n";
+          code = 2;
+          return;
+        }
+        body["owner"] = {{"kind", k->owner.substr(0, colon)}, {"id", k->owner.substr(colon + 1)}};
+      }
+      if (!k->models.empty()) body["models"] = splitList(k->models);
+      if (k->rpm > 0) body["rpm"] = k->rpm;
+      if (k->tpm > 0) body["tpm"] = k->tpm;
+      if (!k->expires.empty()) body["expires_at"] = k->expires;
+      code = run(*g, "POST", "/api/v1/keys", body, kKeyColumns);
+    });
+    auto id = std::make_shared<std::string>();
+    CLI::App* revoke = cmd->add_subcommand("revoke", "Revoke a key");
+    revoke->add_option("id", *id, "Key id")->required();
+    common(revoke);
+    revoke->callback([g, id, &code] {
+      code = run(*g, "DELETE", "/api/v1/keys/" + encode(*id), nullptr, kKeyColumns);
+    });
+    auto rid = std::make_shared<std::string>();
+    auto grace = std::make_shared<std::string>();
+    CLI::App* rotate = cmd->add_subcommand(
+        "rotate", "Give a key a new secret; the old one works for a grace period");
+    rotate->add_option("id", *rid, "Key id")->required();
+    rotate->add_option("--grace", *grace, "How long the old secret stays valid (default 24h)");
+    common(rotate);
+    rotate->callback([g, rid, grace, &code] {
+      json body = json::object();
+      if (!grace->empty()) body["grace"] = *grace;
+      code = run(*g, "POST", "/api/v1/keys/" + encode(*rid) + "/rotate", body, kKeyColumns);
+    });
+  }
+  // wallets
+  {
+    CLI::App* cmd = group("wallets", "Budgets: list their status and create them");
+    auto scope = std::make_shared<std::string>();
+    CLI::App* list =
+        cmd->add_subcommand("list", "Wallet status: limit, spent, reserved, remaining");
+    list->add_option("--scope", *scope, "Only this scope, KIND:ID (e.g. team:01jb...)");
+    common(list);
+    list->callback([g, scope, &code] {
+      code =
+          run(*g, "GET", "/api/v1/wallets" + query({{"scope", *scope}}), nullptr, kWalletColumns);
+    });
+    struct W {
+      std::string scope, limit, period, timezone, alert_at, model;
+      bool soft = false;
+    };
+    auto w = std::make_shared<W>();
+    CLI::App* create = cmd->add_subcommand("create", "Create a wallet on a scope");
+    create->add_option("--scope", w->scope, "KIND:ID: tenant, team, user, service_account or key")
+        ->required();
+    create->add_option("--limit", w->limit, "Limit as a decimal amount, e.g. 100.00")->required();
+    create->add_option("--period", w->period, "none, daily, weekly or monthly (default none)");
+    create->add_option("--timezone", w->timezone, "IANA time zone of the period (default UTC)");
+    create->add_flag("--soft", w->soft, "Alert only; never block");
+    create->add_option("--alert-at", w->alert_at, "Comma-separated percents (default 50,80,100)");
+    create->add_option("--model", w->model, "Count only this model or route");
+    common(create);
+    create->callback([g, w, &code] {
+      const size_t colon = w->scope.find(':');
+      if (colon == std::string::npos) {
+        std::cerr << "purser: --scope must read KIND:ID\n";
+        code = 2;
+        return;
+      }
+      json body = {
+          {"scope", {{"kind", w->scope.substr(0, colon)}, {"id", w->scope.substr(colon + 1)}}},
+          {"limit", w->limit},
+          {"hard", !w->soft}};
+      if (!w->period.empty()) body["period"] = w->period;
+      if (!w->timezone.empty()) body["timezone"] = w->timezone;
+      if (!w->model.empty()) body["model"] = w->model;
+      if (!w->alert_at.empty()) {
+        json alerts = json::array();
+        for (const auto& p : splitList(w->alert_at)) {
+          try {
+            alerts.push_back(std::stoi(p));
+          } catch (const std::exception&) {
+            std::cerr << "purser: --alert-at must be whole percents, e.g. 50,80,100\n";
+            code = 2;
+            return;
+          }
+        }
+        body["alert_at"] = alerts;
+      }
+      code = run(*g, "POST", "/api/v1/wallets", body, kWalletColumns);
+    });
+  }
+  // spend
+  {
+    struct S {
+      std::string scope, group_by = "day", from, to;
+    };
+    auto s = std::make_shared<S>();
+    CLI::App* cmd = root.add_subcommand("spend", "Spend and tokens of a scope, grouped");
+    cmd->add_option("--scope", s->scope, "KIND:ID")->required();
+    cmd->add_option("--group-by", s->group_by, "user, team, key, model, route, session or day")
+        ->capture_default_str();
+    cmd->add_option("--from", s->from, "From (RFC 3339, inclusive)");
+    cmd->add_option("--to", s->to, "To (RFC 3339, exclusive)");
+    common(cmd);
+    cmd->callback([g, s, &code] {
+      code = run(*g, "GET",
+                 "/api/v1/spend" + query({{"scope", s->scope},
+                                          {"group_by", s->group_by},
+                                          {"from", s->from},
+                                          {"to", s->to}}),
+                 nullptr, kSpendColumns);
+    });
+  }
+  // audit
+  {
+    CLI::App* cmd = group("audit", "Read and verify the audit log");
+    struct A {
+      std::string from, to, limit;
+    };
+    auto a = std::make_shared<A>();
+    CLI::App* list = cmd->add_subcommand("list", "Audit entries, oldest first");
+    list->add_option("--from", a->from, "From (RFC 3339, inclusive)");
+    list->add_option("--to", a->to, "To (RFC 3339, exclusive)");
+    list->add_option("--limit", a->limit, "At most this many entries (default 1000)");
+    common(list);
+    list->callback([g, a, &code] {
+      code = run(*g, "GET",
+                 "/api/v1/audit" + query({{"from", a->from}, {"to", a->to}, {"limit", a->limit}}),
+                 nullptr, kAuditColumns);
+    });
+    CLI::App* verify = cmd->add_subcommand("verify", "Check the hash chain of the whole log");
+    common(verify);
+    verify->callback([g, &code] {
+      // A broken chain exits 3, so scripts and cron jobs notice.
+      code = run(*g, "GET", "/api/v1/audit/verify", nullptr,
+                 {{"OK", "ok"},
+                  {"ENTRIES", "entries"},
+                  {"FIRST BAD", "first_bad_seq"},
+                  {"PROBLEM", "problem"}},
+                 /*must_be_ok=*/true);
+    });
+  }
+}
+
+}  // namespace purser::cli

@@ -1,0 +1,84 @@
+#include "cli/api_client.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include "http/client.h"
+
+namespace purser::cli {
+
+class ApiClient::Impl {
+ public:
+  Impl(std::string server, std::string key)
+      : server_(std::move(server)), key_(std::move(key)), client_(context_, options()) {
+    while (!server_.empty() && server_.back() == '/') server_.pop_back();
+  }
+
+  static http::ClientOptions options() {
+    http::ClientOptions o;
+    o.connect_timeout = std::chrono::seconds(5);
+    o.read_timeout = std::chrono::seconds(60);
+    o.user_agent = "purser-cli";
+    return o;
+  }
+
+  Result<ApiReply> call(const std::string& method, const std::string& path,
+                        const nlohmann::json& body) {
+    http::ClientRequest req;
+    req.method = http::parseMethod(method);
+    req.url = server_ + path;
+    req.headers.add("Authorization", "Bearer " + key_);
+    req.headers.add("Accept", "application/json");
+    if (!body.is_null()) {
+      req.headers.add("Content-Type", "application/json");
+      req.body = body.dump();
+    }
+    auto future =
+        boost::asio::co_spawn(context_, client_.request(std::move(req)), boost::asio::use_future);
+    context_.restart();
+    context_.run();
+    auto res = future.get();
+    if (!res) {
+      return fail(Error(res.error().code,
+                        fmt::format("cannot reach {}: {}", server_, res.error().message)));
+    }
+    ApiReply out;
+    out.status = res->status;
+    out.body = nlohmann::json::parse(res->body, nullptr, false);
+    if (out.body.is_discarded()) out.body = res->body;
+    return out;
+  }
+
+ private:
+  std::string server_;
+  std::string key_;
+  boost::asio::io_context context_;
+  http::HttpClient client_;
+};
+
+ApiClient::ApiClient(std::string server, std::string key)
+    : impl_(std::make_unique<Impl>(std::move(server), std::move(key))) {}
+ApiClient::~ApiClient() = default;
+
+Result<ApiReply> ApiClient::call(const std::string& method, const std::string& path,
+                                 const nlohmann::json& body) {
+  return impl_->call(method, path, body);
+}
+
+std::string describeProblem(const ApiReply& reply) {
+  std::string text = fmt::format("{}", reply.status);
+  if (reply.body.is_object()) {
+    if (reply.body.contains("title")) text += " " + reply.body.value("title", "");
+    if (reply.body.contains("detail")) text += ": " + reply.body.value("detail", "");
+    if (reply.body.contains("field")) text += " (field: " + reply.body.value("field", "") + ")";
+  } else if (reply.body.is_string()) {
+    text += ": " + reply.body.get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace purser::cli

@@ -1,0 +1,111 @@
+// The governance CLI against a real `purser serve`: it mirrors the API, prints tables or JSON,
+// and reports the server's problems with a non-zero exit.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include "fakes/process.h"
+#include "fakes/temp_dir.h"
+
+namespace purser {
+namespace {
+
+using testing::Process;
+
+constexpr const char* kAdminKey = "cli-test-admin-key-0123456789";
+
+class CliGovernanceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::writeFile(dir.file("purser.yaml"), "listen: 127.0.0.1:0\nthreads: 1\n");
+    server = std::make_unique<Process>(
+        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
+                                 "--data", dir.file("var")},
+        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
+    auto line = server->waitForStdout("purser: listening on ");
+    ASSERT_TRUE(line.has_value()) << server->err();
+    url = line->substr(line->find("http"));
+  }
+  void TearDown() override {
+    server->signal(SIGTERM);
+    EXPECT_EQ(server->wait(), 0);
+  }
+
+  // Runs `purser ARGS` as the admin (or with `key`); returns exit code, stdout, stderr.
+  struct Run {
+    int code;
+    std::string out, err;
+  };
+  Run cli(std::vector<std::string> args, const std::string& key = kAdminKey) {
+    std::vector<std::string> argv = {PURSER_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> env = {"PURSER_SERVER=" + url};
+    if (!key.empty()) env.push_back("PURSER_KEY=" + key);
+    Process p(argv, "", env);
+    const int code = p.wait();
+    return {code, p.out(), p.err()};
+  }
+
+  testing::TempDir dir;
+  std::unique_ptr<Process> server;
+  std::string url;
+};
+
+TEST_F(CliGovernanceTest, MirrorsTheApi) {
+  Run t = cli({"tenants", "create", "acme"});
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("acme"), std::string::npos);
+  ASSERT_EQ(cli({"teams", "create", "ml", "--tenant", "acme"}).code, 0);
+  Run u = cli({"users", "create", "dana", "--tenant", "acme", "--team", "ml", "--output", "json"});
+  ASSERT_EQ(u.code, 0) << u.err;
+  const std::string dana = nlohmann::json::parse(u.out)["id"];
+  Run k = cli({"keys", "create", "--name", "laptop", "--owner", "user:" + dana, "--rpm", "60"});
+  ASSERT_EQ(k.code, 0) << k.err;
+  EXPECT_NE(k.out.find("key (shown once; store it now): pk-"), std::string::npos) << k.out;
+  Run w = cli({"wallets", "create", "--scope", "user:" + dana, "--limit", "25.00", "--period",
+               "monthly", "--timezone", "Europe/Berlin", "--alert-at", "80,100"});
+  ASSERT_EQ(w.code, 0) << w.err;
+  Run list = cli({"wallets", "list", "--scope", "user:" + dana});
+  ASSERT_EQ(list.code, 0);
+  EXPECT_NE(list.out.find("REMAINING"), std::string::npos);
+  EXPECT_NE(list.out.find("25.00"), std::string::npos) << list.out;
+  Run json_list = cli({"tenants", "list", "-o", "json"});
+  ASSERT_EQ(json_list.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(json_list.out)["data"][0]["name"], "acme");
+  Run spend = cli({"spend", "--scope", "user:" + dana, "--group-by", "model"});
+  ASSERT_EQ(spend.code, 0) << spend.err;
+  EXPECT_NE(spend.out.find("total: 0.00"), std::string::npos) << spend.out;
+  Run audit = cli({"audit", "list"});
+  ASSERT_EQ(audit.code, 0);
+  EXPECT_NE(audit.out.find("wallet.create"), std::string::npos) << audit.out;
+  Run verify = cli({"audit", "verify"});
+  EXPECT_EQ(verify.code, 0) << verify.err;
+  EXPECT_NE(verify.out.find("true"), std::string::npos);
+}
+
+TEST_F(CliGovernanceTest, ReportsProblemsAndMissingKeys) {
+  Run dup = cli({"tenants", "create", "acme"});
+  ASSERT_EQ(dup.code, 0);
+  Run again = cli({"tenants", "create", "acme"});
+  EXPECT_EQ(again.code, 1);
+  EXPECT_NE(again.err.find("409 Conflict: a tenant named \"acme\" already exists (field: name)"),
+            std::string::npos)
+      << again.err;
+  Run bad_money = cli({"wallets", "create", "--scope", "tenant:acme", "--limit", "1.2.3"});
+  EXPECT_EQ(bad_money.code, 1);
+  Run no_key = cli({"tenants", "list"}, "");
+  EXPECT_EQ(no_key.code, 2);
+  EXPECT_NE(no_key.err.find("set PURSER_KEY"), std::string::npos);
+  Run wrong_key = cli({"tenants", "list"}, "not-a-real-key-000000");
+  EXPECT_EQ(wrong_key.code, 1);
+  EXPECT_NE(wrong_key.err.find("401"), std::string::npos);
+  Run bad_output = cli({"tenants", "list", "--output", "yaml"});
+  EXPECT_EQ(bad_output.code, 2);
+  Run unreachable = cli({"tenants", "list", "--server", "http://127.0.0.1:1"});
+  EXPECT_EQ(unreachable.code, 1);
+  EXPECT_NE(unreachable.err.find("cannot reach http://127.0.0.1:1"), std::string::npos)
+      << unreachable.err;
+}
+
+}  // namespace
+}  // namespace purser
