@@ -800,10 +800,34 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   if (who.tenant_id.empty()) {
     co_return problem(400, "platform admins have no budget to reserve on; use a tenant's key");
   }
-  API_TRY(amount, requiredMoney(body, "amount"));
-  if (amount.isNegative()) co_return problem(400, "\"amount\" cannot be negative", "amount");
   API_TRY(id, optionalString(body, "id"));
   API_TRY(model, optionalString(body, "model"));
+  API_TRY(provider, optionalString(body, "provider"));
+  API_TRY(input_tokens, optionalInt(body, "input_tokens", 0, int64_t{1} << 40));
+  API_TRY(max_tokens, optionalInt(body, "max_tokens", 0, int64_t{1} << 40));
+  Money amount;
+  if (body.contains("amount")) {
+    API_TRY(explicit_amount, requiredMoney(body, "amount"));
+    amount = explicit_amount;
+  } else {
+    // The worst case: the counted input plus max_tokens of output, at the model's prices.
+    const ledger::TokenPrice* price =
+        model ? s.prices.find(provider.value_or(""), *model) : nullptr;
+    if (price == nullptr || !max_tokens) {
+      co_return problem(
+          400,
+          model && price == nullptr
+              ? fmt::format("there is no price for model \"{}\"; give \"amount\"", *model)
+              : std::string("give \"amount\", or \"model\" with \"input_tokens\" "
+                            "and \"max_tokens\""),
+          "amount");
+    }
+    auto worst = ledger::tokenCost(
+        *price, {.input = input_tokens.value_or(0), .output = *max_tokens}, Rounding::kCeil);
+    if (!worst) co_return problem(worst.error().withField("amount"));
+    amount = *worst;
+  }
+  if (amount.isNegative()) co_return problem(400, "\"amount\" cannot be negative", "amount");
   API_TRY(route, optionalString(body, "route"));
   API_TRY(session, optionalString(body, "session_id"));
   API_TRY(tokens, optionalInt(body, "tokens", 0, int64_t{1} << 40));
@@ -826,7 +850,8 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
                           .withField("model");
     co_return co_await deny(s, who, why, "reservation.create", "key:" + key->id);
   }
-  const auto buckets = keyBuckets(*key, tokens.value_or(0));
+  const int64_t token_estimate = tokens.value_or(input_tokens.value_or(0) + max_tokens.value_or(0));
+  const auto buckets = keyBuckets(*key, token_estimate);
   const ledger::RateDecision rate = s.limiter.acquire(buckets);
   if (!rate.allowed) {
     Error why(ErrorCode::kResourceExhausted,
@@ -858,6 +883,7 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   draft.session_id = session.value_or("");
   draft.route = route.value_or("");
   draft.model = model.value_or("");
+  draft.provider = provider.value_or("");
   const std::vector<ledger::Scope> scopes = {
       {ledger::ScopeKind::kTenant, who.tenant_id},
       {ledger::ScopeKind::kTeam, who.team_id},
@@ -875,7 +901,7 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     }
     co_return problem(reserved.error());
   }
-  reservations().put(draft, tokens.value_or(0));
+  reservations().put(draft, token_estimate);
   co_return jsonResponse(201, {{"id", draft.id},
                                {"amount", amount.toString()},
                                {"wallets", chain},
@@ -901,8 +927,6 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   const std::string id(*req.param("id"));
   API_TRY(body, parseObject(req));
-  API_TRY(cost, requiredMoney(body, "cost"));
-  if (cost.isNegative()) co_return problem(400, "\"cost\" cannot be negative", "cost");
   API_TRY(own, ownReservation(who, id));
   auto [event, estimate] = own;
   if (auto it = body.find("tokens"); it != body.end() && !it->is_null()) {
@@ -925,11 +949,25 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   API_TRY(ttft, optionalInt(body, "ttft_ms", 0, int64_t{1} << 40));
   API_TRY(provider, optionalString(body, "provider"));
   API_TRY(estimated, optionalBool(body, "estimated"));
-  event.cost = cost;
+  if (provider) event.provider = *provider;
+  if (body.contains("cost")) {
+    API_TRY(cost, requiredMoney(body, "cost"));
+    if (cost.isNegative()) co_return problem(400, "\"cost\" cannot be negative", "cost");
+    event.cost = cost;
+  } else {
+    const ledger::TokenPrice* price = s.prices.find(event.provider, event.model);
+    if (price == nullptr) {
+      co_return problem(
+          400, fmt::format("there is no price for model \"{}\"; give \"cost\"", event.model),
+          "cost");
+    }
+    auto priced = ledger::tokenCost(*price, event.tokens, Rounding::kHalfEven);
+    if (!priced) co_return problem(priced.error().withField("cost"));
+    event.cost = *priced;
+  }
   event.status = static_cast<int>(status.value_or(200));
   event.latency_ms = latency.value_or(0);
   event.ttft_ms = ttft.value_or(0);
-  event.provider = provider.value_or("");
   event.estimated = estimated.value_or(false);
   event.at = s.clock.now();
   auto settled = co_await asyncSettle(s, event, asio::use_awaitable);

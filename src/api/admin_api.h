@@ -17,6 +17,7 @@
 #include "identity/directory.h"
 #include "ledger/audit.h"
 #include "ledger/meter.h"
+#include "ledger/price.h"
 #include "ledger/rate_limiter.h"
 #include "ledger/wallet_book.h"
 #include "store/store.h"
@@ -33,6 +34,7 @@ struct Services {
   ledger::AuditLog& audit;
   ledger::Meter& meter;
   ledger::RateLimiter& limiter;
+  const ledger::PriceBook& prices;
 };
 
 // Applies the identity and ledger migrations, then loads the directory and the wallets (with

@@ -128,6 +128,60 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     console.optional("enabled", cfg.console.enabled);
     console.finish();
   }
+  if (top.present("prices")) {
+    const YAML::Node list = top.get("prices");
+    if (!list.IsSequence()) {
+      reader.addError(list, "prices", "expected a list of {provider, model, input, output}");
+    } else {
+      for (size_t i = 0; i < list.size(); ++i) {
+        YamlReader::Map m = reader.map(list[i], fmt::format("prices[{}]", i));
+        ModelPriceConfig p;
+        m.required("provider", p.provider);
+        m.required("model", p.model);
+        m.requiredMoney("input", p.input);
+        m.requiredMoney("output", p.output);
+        m.optionalMoney("cached_input", p.cached_input);
+        m.optionalMoney("cache_write", p.cache_write);
+        if (m.present("reasoning")) {
+          Money r;
+          m.optionalMoney("reasoning", r);
+          p.reasoning = r;
+        }
+        m.finish();
+        for (const auto& other : cfg.prices) {
+          if (other.provider == p.provider && other.model == p.model) {
+            reader.addError(list[i], fmt::format("prices[{}]", i),
+                            fmt::format("{} {} is priced twice", p.provider, p.model));
+          }
+        }
+        for (const Money* v : {&p.input, &p.output, &p.cached_input, &p.cache_write}) {
+          if (v->isNegative()) {
+            reader.addError(list[i], fmt::format("prices[{}]", i), "prices cannot be negative");
+            break;
+          }
+        }
+        cfg.prices.push_back(std::move(p));
+      }
+    }
+  }
+  if (top.present("gpu_prices")) {
+    const YAML::Node list = top.get("gpu_prices");
+    if (!list.IsSequence()) {
+      reader.addError(list, "gpu_prices", "expected a list of {flavor, per_gpu_hour}");
+    } else {
+      for (size_t i = 0; i < list.size(); ++i) {
+        YamlReader::Map m = reader.map(list[i], fmt::format("gpu_prices[{}]", i));
+        GpuPriceConfig g;
+        m.required("flavor", g.flavor);
+        m.requiredMoney("per_gpu_hour", g.per_gpu_hour);
+        m.finish();
+        if (g.per_gpu_hour.isNegative()) {
+          reader.addError(list[i], fmt::format("gpu_prices[{}]", i), "prices cannot be negative");
+        }
+        cfg.gpu_prices.push_back(std::move(g));
+      }
+    }
+  }
   top.finish();
   if (!reader.ok()) return fail(reader.error());
   return cfg;

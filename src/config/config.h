@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/money.h"
 #include "common/result.h"
 
 namespace purser::config {
@@ -43,6 +45,23 @@ struct ConsoleConfig {
   bool enabled = true;
 };
 
+// Prices per million tokens, as exact decimal strings ("2.50"). `reasoning` defaults to the
+// output price, the others to zero.
+struct ModelPriceConfig {
+  std::string provider;
+  std::string model;
+  Money input;
+  Money output;
+  Money cached_input;
+  Money cache_write;
+  std::optional<Money> reasoning;
+};
+
+struct GpuPriceConfig {
+  std::string flavor;
+  Money per_gpu_hour;
+};
+
 struct Config {
   std::string file;    // where this configuration was read from
   std::string listen;  // "host:port" as written
@@ -54,6 +73,8 @@ struct Config {
   HttpConfig http;
   StoreConfig store;
   ConsoleConfig console;
+  std::vector<ModelPriceConfig> prices;
+  std::vector<GpuPriceConfig> gpu_prices;
 };
 
 // Command-line values that replace the file's (and satisfy `listen` when the file has none).

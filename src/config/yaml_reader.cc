@@ -145,6 +145,18 @@ std::optional<Duration> YamlReader::asDuration(const YAML::Node& n, const std::s
   return std::nullopt;
 }
 
+std::optional<Money> YamlReader::asMoney(const YAML::Node& n, const std::string& path) {
+  if (n.IsScalar()) {
+    // A plain (unquoted) YAML scalar is text too; what matters is that it reads exactly.
+    auto m = Money::parse(n.Scalar());
+    if (m) return *m;
+    addError(n, path, m.error().message);
+    return std::nullopt;
+  }
+  addError(n, path, fmt::format("expected an amount such as \"2.50\", got {}", describe(n)));
+  return std::nullopt;
+}
+
 std::optional<uint64_t> YamlReader::asBytes(const YAML::Node& n, const std::string& path,
                                             uint64_t min, uint64_t max) {
   if (n.IsScalar()) {
@@ -222,6 +234,19 @@ void YamlReader::Map::optionalBytes(const std::string& key, size_t& out, uint64_
                                     uint64_t max) {
   if (!present(key)) return;
   if (auto v = reader_->asBytes(get(key), child(key), min, max)) out = static_cast<size_t>(*v);
+}
+
+void YamlReader::Map::requiredMoney(const std::string& key, Money& out) {
+  if (!present(key)) {
+    if (valid_) reader_->addError(node_, child(key), "required field is missing");
+    return;
+  }
+  if (auto v = reader_->asMoney(get(key), child(key))) out = *v;
+}
+
+void YamlReader::Map::optionalMoney(const std::string& key, Money& out) {
+  if (!present(key)) return;
+  if (auto v = reader_->asMoney(get(key), child(key))) out = *v;
 }
 
 void YamlReader::Map::optionalChoice(const std::string& key, std::string& out,

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/money.h"
 #include "common/result.h"
 
 namespace purser::config {
@@ -49,6 +50,9 @@ class YamlReader {
   std::optional<int64_t> asInt(const YAML::Node& n, const std::string& path, int64_t min,
                                int64_t max);
   std::optional<Duration> asDuration(const YAML::Node& n, const std::string& path);
+  // Money as a decimal string ("2.50"); a YAML number is refused (it would pass through binary
+  // floating point in many tools).
+  std::optional<Money> asMoney(const YAML::Node& n, const std::string& path);
   // A byte count: an integer or a quantity such as "16Mi".
   std::optional<uint64_t> asBytes(const YAML::Node& n, const std::string& path, uint64_t min,
                                   uint64_t max);
@@ -73,6 +77,8 @@ class YamlReader {
     void optional(const std::string& key, size_t& out, int64_t min, int64_t max);
     void optional(const std::string& key, Duration& out, Duration min = Duration::zero());
     void optionalBytes(const std::string& key, size_t& out, uint64_t min, uint64_t max);
+    void requiredMoney(const std::string& key, Money& out);
+    void optionalMoney(const std::string& key, Money& out);
     // One of `choices`.
     void optionalChoice(const std::string& key, std::string& out,
                         const std::vector<std::string>& choices);

@@ -38,4 +38,21 @@ Result<Money> gpuCost(Money per_gpu_hour, int64_t gpu_milli, Duration duration, 
   return Money::fromNanos(static_cast<int64_t>(nanos));
 }
 
+PriceBook::PriceBook(std::vector<ModelPrice> models, std::vector<GpuPrice> gpus)
+    : models_(std::move(models)), gpus_(std::move(gpus)) {}
+
+const TokenPrice* PriceBook::find(std::string_view provider, std::string_view model) const {
+  for (const auto& m : models_) {
+    if (m.model == model && (provider.empty() || m.provider == provider)) return &m.price;
+  }
+  return nullptr;
+}
+
+const Money* PriceBook::gpu(std::string_view flavor) const {
+  for (const auto& g : gpus_) {
+    if (g.flavor == flavor) return &g.per_gpu_hour;
+  }
+  return nullptr;
+}
+
 }  // namespace purser::ledger

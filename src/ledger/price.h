@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/money.h"
@@ -40,5 +42,34 @@ Result<Money> tokenCost(const TokenPrice& price, const TokenCounts& tokens, Roun
 
 // Cost of `gpu_milli` thousandths of a GPU for `duration` at `per_gpu_hour`.
 Result<Money> gpuCost(Money per_gpu_hour, int64_t gpu_milli, Duration duration, Rounding rounding);
+
+struct ModelPrice {
+  std::string provider;
+  std::string model;
+  TokenPrice price;
+};
+
+struct GpuPrice {
+  std::string flavor;
+  Money per_gpu_hour;
+};
+
+// The price list: per (provider, model) token prices and per-flavor GPU-hour prices. Immutable
+// once built, so it is shared freely between threads.
+class PriceBook {
+ public:
+  PriceBook() = default;
+  PriceBook(std::vector<ModelPrice> models, std::vector<GpuPrice> gpus);
+
+  // The price of `model` from `provider`; with an empty provider, the first listed for the model.
+  const TokenPrice* find(std::string_view provider, std::string_view model) const;
+  const Money* gpu(std::string_view flavor) const;
+  const std::vector<ModelPrice>& models() const { return models_; }
+  const std::vector<GpuPrice>& gpus() const { return gpus_; }
+
+ private:
+  std::vector<ModelPrice> models_;
+  std::vector<GpuPrice> gpus_;
+};
 
 }  // namespace purser::ledger

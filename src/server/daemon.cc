@@ -102,8 +102,19 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   ledger::AuditLog audit(clock);
   ledger::Meter meter(*store, wallets, clock);
   ledger::RateLimiter limiter(clock);
+  std::vector<ledger::ModelPrice> model_prices;
+  for (const auto& p : config.prices) {
+    model_prices.push_back(
+        {p.provider,
+         p.model,
+         {p.input, p.output, p.cached_input, p.cache_write, p.reasoning.value_or(p.output)}});
+  }
+  std::vector<ledger::GpuPrice> gpu_prices;
+  for (const auto& g : config.gpu_prices) gpu_prices.push_back({g.flavor, g.per_gpu_hour});
+  const ledger::PriceBook prices(std::move(model_prices), std::move(gpu_prices));
   const api::Services services{
-      clock, SystemRandom::instance(), ids, *store, directory, wallets, audit, meter, limiter};
+      clock, SystemRandom::instance(), ids, *store, directory, wallets, audit, meter, limiter,
+      prices};
   PURSER_TRY(api::loadState(services));
   if (const int recovered = PURSER_TRY_VALUE(meter.recover()); recovered > 0) {
     spdlog::warn("ledger: {} request(s) cut off by the last shutdown were recovered and charged",

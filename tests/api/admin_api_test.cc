@@ -33,7 +33,7 @@ class AdminApiTest : public ::testing::Test {
     store = std::move(*s);
     meter = std::make_unique<ledger::Meter>(*store, wallets, clock);
     services.emplace(
-        Services{clock, random, ids, *store, directory, wallets, audit, *meter, limiter});
+        Services{clock, random, ids, *store, directory, wallets, audit, *meter, limiter, prices});
     ASSERT_TRUE(loadState(*services).has_value());
     auto generated = bootstrap(*services, std::string(kAdminKey));
     ASSERT_TRUE(generated.has_value()) << generated.error().toString();
@@ -90,6 +90,12 @@ class AdminApiTest : public ::testing::Test {
   ledger::AuditLog audit{clock};
   std::unique_ptr<ledger::Meter> meter;
   ledger::RateLimiter limiter{clock};
+  // $2.50 in and $10.00 out per million tokens.
+  const ledger::PriceBook prices{{{"openai",
+                                   "gpt-4o",
+                                   {*Money::parse("2.50"), *Money::parse("10.00"),
+                                    *Money::parse("1.25"), Money(), *Money::parse("10.00")}}},
+                                 {}};
   std::optional<Services> services;
   testing::TestServer server;
 };
@@ -491,6 +497,25 @@ TEST_F(MeteringTest, ReserveThenSettleChargesEveryWalletInTheChain) {
   EXPECT_EQ(e["recovered"], false);
 }
 
+TEST_F(MeteringTest, WithoutAmountsReservationsAndSettlementsArePricedFromTheList) {
+  Reply r = call("POST", "/api/v1/reservations", dana_key,
+                 {{"model", "gpt-4o"}, {"input_tokens", 1000}, {"max_tokens", 500}});
+  ASSERT_EQ(r.status, 201) << r.body.dump();
+  // 1000 x 2.50 + 500 x 10.00 per million = 0.0075 worst case.
+  EXPECT_EQ(r.body["amount"], "0.0075");
+  Reply s = call("POST", "/api/v1/reservations/" + r.body["id"].get<std::string>() + "/settle",
+                 dana_key, {{"tokens", {{"input", 800}, {"cached_input", 200}, {"output", 120}}}});
+  ASSERT_EQ(s.status, 200) << s.body.dump();
+  // 800 x 2.50 + 200 x 1.25 + 120 x 10.00 per million = 0.00345.
+  EXPECT_EQ(s.body["charged"], "0.00345");
+  Reply unpriced = call("POST", "/api/v1/reservations", dana_key,
+                        {{"model", "mystery"}, {"input_tokens", 1}, {"max_tokens", 1}});
+  EXPECT_EQ(unpriced.status, 400);
+  EXPECT_EQ(unpriced.body["field"], "amount");
+  Reply vague = call("POST", "/api/v1/reservations", dana_key, {{"model", "gpt-4o"}});
+  EXPECT_EQ(vague.status, 400);
+}
+
 TEST_F(MeteringTest, SpendGroupsByUserModelAndDay) {
   for (const auto& [key, model, cost] :
        std::vector<std::tuple<std::string, std::string, const char*>>{
@@ -592,7 +617,8 @@ TEST_F(MeteringTest, ReservationsCutOffByARestartAreRecoveredAtTheirWorstCase) {
   ledger::Meter meter2(*store, book2, clock);
   identity::Directory directory2(clock);
   ledger::RateLimiter limiter2(clock);
-  Services restarted{clock, random, ids, *store, directory2, book2, audit, meter2, limiter2};
+  Services restarted{clock, random, ids,    *store,   directory2,
+                     book2, audit,  meter2, limiter2, prices};
   ASSERT_TRUE(loadState(restarted).has_value());
   auto recovered = meter2.recover();
   ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();

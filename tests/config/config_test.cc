@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"max_body_bytes\"?"},
         BadCase{"listen: 127.0.0.1:80\nflavours: []\n",
                 "purser.yaml:2:1: flavours: unknown field; expected one of: console, data_dir, "
-                "http, listen, log, store, threads"},
+                "gpu_prices, http, listen, log, prices, store, threads"},
         // A missing required field.
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
         BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
@@ -119,6 +119,35 @@ INSTANTIATE_TEST_SUITE_P(
         // Broken YAML.
         BadCase{"listen: [127.0.0.1:80\n",
                 "purser.yaml:2:1: invalid YAML: end of sequence flow not found"}));
+
+TEST(ConfigTest, ReadsPricesAsExactDecimals) {
+  auto c = parseConfig(R"(
+listen: 127.0.0.1:80
+prices:
+  - {provider: openai, model: gpt-4o, input: "2.50", output: "10.00", cached_input: "1.25"}
+  - {provider: anthropic, model: claude-sonnet, input: 3, output: 15, reasoning: "15.00"}
+gpu_prices:
+  - {flavor: h100, per_gpu_hour: "2.40"}
+)",
+                       "p.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  ASSERT_EQ(c->prices.size(), 2u);
+  EXPECT_EQ(c->prices[0].output.toString(), "10.00");
+  EXPECT_EQ(c->prices[0].cached_input.toString(), "1.25");
+  EXPECT_FALSE(c->prices[0].reasoning.has_value());
+  EXPECT_EQ(c->prices[1].input.toString(), "3.00");
+  EXPECT_EQ(c->gpu_prices[0].per_gpu_hour.toString(), "2.40");
+
+  auto bad = parseConfig(
+      "listen: 127.0.0.1:80\nprices:\n  - {provider: a, model: m, input: \"1.2.3\", output: 1}\n"
+      "  - {provider: a, model: m, input: 1, output: 1}\n",
+      "p.yaml");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().toString().find("p.yaml:3:36: prices[0].input: invalid amount \"1.2.3\""),
+            std::string::npos)
+      << bad.error().toString();
+  EXPECT_NE(bad.error().toString().find("a m is priced twice"), std::string::npos);
+}
 
 TEST(ConfigTest, SeveralErrorsAreReportedTogether) {
   auto c = parseConfig("threads: x\nhttp: {idle_timeout: soon}\n", "a.yaml");
