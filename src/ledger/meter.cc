@@ -139,14 +139,26 @@ Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect d
   if (group_by == "model") return std::string("model");
   if (group_by == "route") return std::string("route");
   if (group_by == "session") return std::string("session_id");
-  if (group_by == "day") {
-    return std::string(
-        dialect == store::Dialect::kSqlite
-            ? "strftime('%Y-%m-%d', at_ms / 1000, 'unixepoch')"
-            : "to_char(to_timestamp(at_ms / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD')");
+  // Time buckets in UTC: "2026-11-29", "2026-11-29T18:00", "2026-11-29T18:04".
+  struct Bucket {
+    std::string_view name, sqlite, postgres;
+  };
+  static constexpr Bucket kBuckets[] = {
+      {"day", "%Y-%m-%d", "YYYY-MM-DD"},
+      {"hour", "%Y-%m-%dT%H:00", "YYYY-MM-DD\"T\"HH24:00"},
+      {"minute", "%Y-%m-%dT%H:%M", "YYYY-MM-DD\"T\"HH24:MI"},
+  };
+  for (const Bucket& b : kBuckets) {
+    if (group_by != b.name) continue;
+    return dialect == store::Dialect::kSqlite
+               ? fmt::format("strftime('{}', at_ms / 1000, 'unixepoch')", b.sqlite)
+               : fmt::format("to_char(to_timestamp(at_ms / 1000.0) AT TIME ZONE 'UTC', '{}')",
+                             b.postgres);
   }
-  return fail(invalidArgument(fmt::format(
-      "cannot group by \"{}\"; expected user, team, key, model, route, session or day", group_by)));
+  return fail(invalidArgument(
+      fmt::format("cannot group by \"{}\"; expected user, team, key, model, route, session, "
+                  "day, hour or minute",
+                  group_by)));
 }
 
 void Meter::reserve(UsageEvent draft, std::vector<std::string> wallet_ids, Money amount,

@@ -63,7 +63,8 @@ struct SpendRow {
   TokenCounts tokens;
 };
 
-// group_by: user (users and service accounts), team, key, model, route, session, day (UTC).
+// group_by: user (users and service accounts), team, key, model, route, session, or a time
+// bucket in UTC: day, hour, minute.
 Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect dialect);
 
 class Meter {

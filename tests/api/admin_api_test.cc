@@ -541,6 +541,10 @@ TEST_F(MeteringTest, SpendGroupsByUserModelAndDay) {
   Reply by_day = call("GET", "/api/v1/spend?scope=user:" + dana + "&group_by=day", kAdminKey);
   ASSERT_EQ(by_day.body["data"].size(), 1u);
   EXPECT_EQ(by_day.body["data"][0]["group"], "2026-01-01");
+  Reply by_hour = call("GET", "/api/v1/spend?scope=user:" + dana + "&group_by=hour", kAdminKey);
+  ASSERT_EQ(by_hour.body["data"].size(), 1u);
+  EXPECT_EQ(by_hour.body["data"][0]["group"], "2026-01-01T00:00");
+  EXPECT_EQ(by_hour.body["data"][0]["cost"], "1.50");
   // A member sees their own spend, not their colleague's.
   EXPECT_EQ(call("GET", "/api/v1/spend?scope=user:" + dana, dana_key).status, 200);
   EXPECT_EQ(call("GET", "/api/v1/spend?scope=service_account:" + bot, dana_key).status, 403);
