@@ -6,7 +6,10 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <nlohmann/json.hpp>
 
 #include "api/async_store.h"
@@ -923,6 +926,22 @@ Result<std::pair<ledger::UsageEvent, int64_t>> ownReservation(const Principal& w
   return *r;
 }
 
+// Delivers one alert; failures are logged, never retried forever (the audit log has the alert).
+asio::awaitable<void> postWebhook(http::HttpClient& client, std::string url, std::string body) {
+  http::ClientRequest req;
+  req.method = Method::kPost;
+  req.url = std::move(url);
+  req.headers.add("Content-Type", "application/json");
+  req.body = std::move(body);
+  req.timeout = std::chrono::seconds(10);
+  auto res = co_await client.request(std::move(req));
+  if (!res) {
+    spdlog::warn("alerts: webhook failed: {}", res.error().message);
+  } else if (res->status >= 300) {
+    spdlog::warn("alerts: webhook answered {}", res->status);
+  }
+}
+
 asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   const std::string id(*req.param("id"));
@@ -984,6 +1003,24 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
                       {"threshold", a.threshold},
                       {"spent", a.spent.toString()},
                       {"limit", a.limit.toString()}});
+  }
+  if (!settled->alerts.empty() && !s.alert_webhook.empty() && s.http_clients != nullptr) {
+    for (const auto& a : settled->alerts) {
+      json payload = {{"type", "budget.alert"},
+                      {"wallet", a.wallet_id},
+                      {"tenant", event.tenant_id},
+                      {"threshold", a.threshold},
+                      {"spent", a.spent.toString()},
+                      {"limit", a.limit.toString()},
+                      {"at", formatRfc3339(s.clock.now())}};
+      if (a.window.end != SystemTime::max()) {
+        payload["window"] = {{"start", formatRfc3339(a.window.start)},
+                             {"end", formatRfc3339(a.window.end)}};
+      }
+      asio::co_spawn(co_await asio::this_coro::executor,
+                     postWebhook(s.http_clients->current(), s.alert_webhook, payload.dump()),
+                     asio::detached);
+    }
   }
   if (!settled->alerts.empty()) {
     (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {

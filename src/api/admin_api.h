@@ -13,7 +13,9 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
+#include "http/client.h"
 #include "http/router.h"
+#include "http/workers.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
 #include "ledger/meter.h"
@@ -35,6 +37,10 @@ struct Services {
   ledger::Meter& meter;
   ledger::RateLimiter& limiter;
   const ledger::PriceBook& prices;
+  // Budget alerts are also POSTed here as JSON when set (best effort; the audit entry is the
+  // record). Needs `http_clients` for the workers the API runs on.
+  std::string alert_webhook = {};
+  http::WorkerLocal<http::HttpClient>* http_clients = nullptr;
 };
 
 // Applies the identity and ledger migrations, then loads the directory and the wallets (with

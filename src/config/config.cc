@@ -123,6 +123,16 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     store.optional("busy_timeout", cfg.store.busy_timeout);
     store.finish();
   }
+  if (top.present("alerts")) {
+    YamlReader::Map alerts = top.map("alerts");
+    alerts.optional("webhook_url", cfg.alerts.webhook_url);
+    alerts.finish();
+    const auto& url = cfg.alerts.webhook_url;
+    if (!url.empty() && !url.starts_with("http://") && !url.starts_with("https://")) {
+      reader.addError(top.get("alerts")["webhook_url"], "alerts.webhook_url",
+                      "expected an http:// or https:// URL");
+    }
+  }
   if (top.present("console")) {
     YamlReader::Map console = top.map("console");
     console.optional("enabled", cfg.console.enabled);

@@ -57,6 +57,10 @@ struct ModelPriceConfig {
   std::optional<Money> reasoning;
 };
 
+struct AlertsConfig {
+  std::string webhook_url;  // empty: alerts go to the audit log only
+};
+
 struct GpuPriceConfig {
   std::string flavor;
   Money per_gpu_hour;
@@ -75,6 +79,7 @@ struct Config {
   ConsoleConfig console;
   std::vector<ModelPriceConfig> prices;
   std::vector<GpuPriceConfig> gpu_prices;
+  AlertsConfig alerts;
 };
 
 // Command-line values that replace the file's (and satisfy `listen` when the file has none).

@@ -20,6 +20,7 @@
 #include "common/id.h"
 #include "common/random.h"
 #include "http/builtin.h"
+#include "http/client.h"
 #include "http/metrics.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -112,9 +113,22 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   std::vector<ledger::GpuPrice> gpu_prices;
   for (const auto& g : config.gpu_prices) gpu_prices.push_back({g.flavor, g.per_gpu_hour});
   const ledger::PriceBook prices(std::move(model_prices), std::move(gpu_prices));
-  const api::Services services{
-      clock, SystemRandom::instance(), ids, *store, directory, wallets, audit, meter, limiter,
-      prices};
+  http::Workers workers(config.threads);
+  http::WorkerLocal<http::HttpClient> http_clients(workers, [](boost::asio::io_context& ctx) {
+    return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
+  });
+  const api::Services services{clock,
+                               SystemRandom::instance(),
+                               ids,
+                               *store,
+                               directory,
+                               wallets,
+                               audit,
+                               meter,
+                               limiter,
+                               prices,
+                               config.alerts.webhook_url,
+                               &http_clients};
   PURSER_TRY(api::loadState(services));
   if (const int recovered = PURSER_TRY_VALUE(meter.recover()); recovered > 0) {
     spdlog::warn("ledger: {} request(s) cut off by the last shutdown were recovered and charged",
@@ -126,7 +140,6 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   }
   const auto generated = PURSER_TRY_VALUE(api::bootstrap(services, admin_key));
 
-  http::Workers workers(config.threads);
   http::MetricsRegistry metrics;
   http::Router router;
   http::Readiness readiness;

@@ -2,11 +2,15 @@
 #include "api/admin_api.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <mutex>
+#include <thread>
 #include <tuple>
 
+#include "fakes/fake_upstream.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
 #include "fakes/test_server.h"
@@ -32,8 +36,13 @@ class AdminApiTest : public ::testing::Test {
     ASSERT_TRUE(s.has_value());
     store = std::move(*s);
     meter = std::make_unique<ledger::Meter>(*store, wallets, clock);
+    clients = std::make_unique<http::WorkerLocal<http::HttpClient>>(
+        server.workers, [](boost::asio::io_context& ctx) {
+          return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
+        });
     services.emplace(
-        Services{clock, random, ids, *store, directory, wallets, audit, *meter, limiter, prices});
+        Services{clock, random, ids, *store, directory, wallets, audit, *meter, limiter, prices,
+                 "http://127.0.0.1:" + std::to_string(webhook.port()) + "/alerts", clients.get()});
     ASSERT_TRUE(loadState(*services).has_value());
     auto generated = bootstrap(*services, std::string(kAdminKey));
     ASSERT_TRUE(generated.has_value()) << generated.error().toString();
@@ -98,6 +107,27 @@ class AdminApiTest : public ::testing::Test {
                                  {}};
   std::optional<Services> services;
   testing::TestServer server;
+  std::unique_ptr<http::WorkerLocal<http::HttpClient>> clients;
+  // Receives budget alert webhooks.
+  std::mutex webhook_mu;
+  std::vector<std::string> webhook_bodies;
+  testing::FakeUpstream webhook{[this](int fd) {
+    const std::string head = testing::FakeUpstream::readRequestHead(fd);
+    const size_t at = head.find("Content-Length: ");
+    size_t length = at == std::string::npos ? 0 : std::stoul(head.substr(at + 16));
+    std::string body(length, '\0');
+    size_t got = 0;
+    while (got < length) {
+      const ssize_t n = ::recv(fd, body.data() + got, length - got, 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    {
+      std::lock_guard lock(webhook_mu);
+      webhook_bodies.push_back(body);
+    }
+    testing::FakeUpstream::writeAll(fd, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+  }};
 };
 
 TEST_F(AdminApiTest, RequestsWithoutAValidKeyAreRefused) {
@@ -474,6 +504,23 @@ TEST_F(MeteringTest, ReserveThenSettleChargesEveryWalletInTheChain) {
   ASSERT_EQ(s.status, 200) << s.body.dump();
   EXPECT_EQ(s.body["charged"], "2.60");
   EXPECT_EQ(s.body["alerts"].size(), 1u);  // dana's 50 % threshold
+  // ... also delivered to the webhook, in the background.
+  for (int i = 0; i < 5000; ++i) {
+    std::lock_guard lock(webhook_mu);
+    if (!webhook_bodies.empty()) break;
+    webhook_mu.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    webhook_mu.lock();
+  }
+  {
+    std::lock_guard lock(webhook_mu);
+    ASSERT_EQ(webhook_bodies.size(), 1u);
+    const json alert = json::parse(webhook_bodies[0]);
+    EXPECT_EQ(alert["type"], "budget.alert");
+    EXPECT_EQ(alert["threshold"], 50);
+    EXPECT_EQ(alert["spent"], "2.60");
+    EXPECT_EQ(alert["limit"], "5.00");
+  }
   EXPECT_EQ(walletStatus("user:" + dana)["spent"], "2.60");
   EXPECT_EQ(walletStatus("user:" + dana)["reserved"], "0.00");
   EXPECT_EQ(walletStatus("team:" + team)["spent"], "2.60");

@@ -92,8 +92,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "purser.yaml:3:3: http.max_bdy_bytes: unknown field; did you mean "
                 "\"max_body_bytes\"?"},
         BadCase{"listen: 127.0.0.1:80\nflavours: []\n",
-                "purser.yaml:2:1: flavours: unknown field; expected one of: console, data_dir, "
-                "gpu_prices, http, listen, log, prices, store, threads"},
+                "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
+                "data_dir, gpu_prices, http, listen, log, prices, store, threads"},
         // A missing required field.
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
         BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
