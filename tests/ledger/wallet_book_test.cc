@@ -242,3 +242,59 @@ TEST_F(WalletBookTest, ConcurrentMixedCostsNeverOverspend) {
 
 }  // namespace
 }  // namespace purser::ledger
+
+namespace purser::ledger {
+namespace {
+
+// A daily wallet in Berlin resets at Berlin midnight: 23:00 UTC in winter, 22:00 UTC in summer,
+// and the day clocks spring forward is 23 hours long.
+TEST(WalletPeriodTest, ADailyBerlinWalletResetsAtLocalMidnightAcrossDaylightSaving) {
+  // 2026-03-28 22:30 UTC = 23:30 Berlin (UTC+1), the day before the change.
+  ManualClock clock(SystemTime(std::chrono::sys_days(std::chrono::year(2026) / 3 / 28)) +
+                    std::chrono::hours(22) + std::chrono::minutes(30));
+  WalletBook book(clock);
+  WalletSpec w = wallet("w", "10.00");
+  w.period = Period::kDaily;
+  w.zone = *TimeZone::find("Europe/Berlin");
+  ASSERT_TRUE(book.put(w));
+  const auto spend = [&](const std::string& id, const char* amount) {
+    ASSERT_TRUE(book.reserve({id, {"w"}, m(amount)}));
+    ASSERT_TRUE(book.settle(id, m(amount)));
+  };
+  spend("a", "9.00");
+  clock.advance(std::chrono::minutes(29));  // 23:59 Berlin: still the 28th
+  EXPECT_EQ(book.status("w")->spent, m("9.00"));
+  EXPECT_FALSE(book.reserve({"b", {"w"}, m("2.00")}).has_value());
+  clock.advance(std::chrono::minutes(1));  // 00:00 Berlin on the 29th = 23:00 UTC
+  EXPECT_EQ(book.status("w")->spent, m("0"));
+  EXPECT_EQ(formatRfc3339(book.status("w")->window.start), "2026-03-28T23:00:00.000Z");
+  // The 29th has 23 hours: the next reset is at 22:00 UTC, not 23:00.
+  EXPECT_EQ(formatRfc3339(book.status("w")->window.end), "2026-03-29T22:00:00.000Z");
+  spend("c", "8.00");
+  clock.advance(std::chrono::hours(22) + std::chrono::minutes(59));  // 21:59 UTC, 23:59 Berlin
+  EXPECT_EQ(book.status("w")->spent, m("8.00"));
+  clock.advance(std::chrono::minutes(1));  // 22:00 UTC = 00:00 Berlin summer time
+  EXPECT_EQ(book.status("w")->spent, m("0"));
+  EXPECT_EQ(formatRfc3339(book.status("w")->window.start), "2026-03-29T22:00:00.000Z");
+}
+
+// A monthly wallet in New York resets on the 1st at New York midnight.
+TEST(WalletPeriodTest, AMonthlyNewYorkWalletResetsOnTheFirst) {
+  ManualClock clock(SystemTime(std::chrono::sys_days(std::chrono::year(2026) / 4 / 1)) +
+                    std::chrono::hours(3));  // 23:00 on March 31st in New York (UTC-4)
+  WalletBook book(clock);
+  WalletSpec w = wallet("w", "10.00");
+  w.period = Period::kMonthly;
+  w.zone = *TimeZone::find("America/New_York");
+  ASSERT_TRUE(book.put(w));
+  ASSERT_TRUE(book.reserve({"a", {"w"}, m("7.00")}));
+  ASSERT_TRUE(book.settle("a", m("7.00")));
+  clock.advance(std::chrono::minutes(59));
+  EXPECT_EQ(book.status("w")->spent, m("7.00"));
+  clock.advance(std::chrono::minutes(1));  // 04:00 UTC = April 1st 00:00 in New York
+  EXPECT_EQ(book.status("w")->spent, m("0"));
+  EXPECT_EQ(formatRfc3339(book.status("w")->window.end), "2026-05-01T04:00:00.000Z");
+}
+
+}  // namespace
+}  // namespace purser::ledger
