@@ -854,7 +854,17 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     co_return co_await deny(s, who, why, "reservation.create", "key:" + key->id);
   }
   const int64_t token_estimate = tokens.value_or(input_tokens.value_or(0) + max_tokens.value_or(0));
-  const auto buckets = keyBuckets(*key, token_estimate);
+  const std::vector<ledger::Scope> scopes = {
+      {ledger::ScopeKind::kTenant, who.tenant_id},
+      {ledger::ScopeKind::kTeam, who.team_id},
+      {who.kind == identity::OwnerKind::kUser ? ledger::ScopeKind::kUser
+                                              : ledger::ScopeKind::kServiceAccount,
+       who.id},
+      {ledger::ScopeKind::kKey, key->id}};
+  auto buckets = keyBuckets(*key, token_estimate);
+  for (auto& b : s.rate_limits.buckets(scopes, model_name, token_estimate)) {
+    buckets.push_back(std::move(b));
+  }
   const ledger::RateDecision rate = s.limiter.acquire(buckets);
   if (!rate.allowed) {
     Error why(ErrorCode::kResourceExhausted,
@@ -887,13 +897,6 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   draft.route = route.value_or("");
   draft.model = model.value_or("");
   draft.provider = provider.value_or("");
-  const std::vector<ledger::Scope> scopes = {
-      {ledger::ScopeKind::kTenant, who.tenant_id},
-      {ledger::ScopeKind::kTeam, who.team_id},
-      {who.kind == identity::OwnerKind::kUser ? ledger::ScopeKind::kUser
-                                              : ledger::ScopeKind::kServiceAccount,
-       who.id},
-      {ledger::ScopeKind::kKey, key->id}};
   const auto chain = s.wallets.chain(scopes, model_name);
   auto reserved = co_await asyncReserve(s, draft, chain, amount, lease, asio::use_awaitable);
   if (!reserved) {
@@ -993,8 +996,19 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   if (!settled) co_return problem(settled.error());
   if (!settled->duplicate) {
     // The draft stays (bounded) so a retried settlement is answered as a duplicate.
+    const int64_t delta = event.tokens.total() - estimate;
     if (auto key = s.directory.key(event.key_id); key && key->tpm > 0) {
-      s.limiter.adjust({"key:" + key->id + ":tpm", key->tpm, 0}, event.tokens.total() - estimate);
+      s.limiter.adjust({"key:" + key->id + ":tpm", key->tpm, 0}, delta);
+    }
+    const std::vector<ledger::Scope> scopes = {
+        {ledger::ScopeKind::kTenant, event.tenant_id},
+        {ledger::ScopeKind::kTeam, event.team_id},
+        {ledger::ScopeKind::kUser, event.user_id},
+        {ledger::ScopeKind::kServiceAccount, event.service_account_id},
+        {ledger::ScopeKind::kKey, event.key_id}};
+    for (const auto& b :
+         s.rate_limits.buckets(scopes, event.model.empty() ? event.route : event.model, 1)) {
+      if (b.key.ends_with(":tpm")) s.limiter.adjust(b, delta);
     }
   }
   json alerts = json::array();
@@ -1051,6 +1065,70 @@ asio::awaitable<Response> releaseReservation(const Services& s, Request& req) {
   if (!released) co_return problem(released.error().withField("id"));
   reservations().erase(id);
   co_return jsonResponse(200, {{"id", id}, {"released", true}});
+}
+
+json toJson(const ledger::RateLimitSpec& l) {
+  return {{"id", l.id},
+          {"tenant", l.tenant_id},
+          {"scope", {{"kind", ledger::scopeKindName(l.scope.kind)}, {"id", l.scope.id}}},
+          {"model", l.model.empty() ? json(nullptr) : json(l.model)},
+          {"rpm", l.rpm},
+          {"tpm", l.tpm}};
+}
+
+asio::awaitable<Response> createRateLimit(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(scope, parseScopeObject(body));
+  API_TRY(target, scopeTarget(s, scope, /*for_write=*/true));
+  if (auto denied = identity::authorize(who, Action::kWriteWallet, target); !denied) {
+    co_return co_await deny(s, who, denied.error(), "rate_limit.create",
+                            std::string(ledger::scopeKindName(scope.kind)) + ":" + scope.id);
+  }
+  API_TRY(model, optionalString(body, "model"));
+  API_TRY(rpm, optionalInt(body, "rpm", 0, 1'000'000'000));
+  API_TRY(tpm, optionalInt(body, "tpm", 0, int64_t{1} << 40));
+  if (rpm.value_or(0) == 0 && tpm.value_or(0) == 0) {
+    co_return problem(400, "give \"rpm\", \"tpm\" or both (per minute, above zero)", "rpm");
+  }
+  ledger::RateLimitSpec l{s.ids.next(),       target.tenant_id, scope,
+                          model.value_or(""), rpm.value_or(0),  tpm.value_or(0)};
+  for (const auto& existing : s.rate_limits.all()) {
+    if (existing.scope == l.scope && existing.model == l.model) {
+      co_return problem(409,
+                        fmt::format("this scope already has a rate limit{} ({})",
+                                    l.model.empty() ? "" : " for model " + l.model, existing.id),
+                        "scope");
+    }
+  }
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return ledger::insertRateLimit(tx, l, now(s)); },
+      auditEntry(who, "rate_limit.create", "rate_limit:" + l.id, "", toJson(l).dump(),
+                 l.tenant_id));
+  if (!done) co_return problem(done.error().withField("scope"));
+  s.rate_limits.put(l);
+  co_return jsonResponse(201, toJson(l));
+}
+
+asio::awaitable<Response> listRateLimits(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  std::optional<ledger::Scope> only;
+  if (auto scope_text = req.queryParam("scope")) {
+    API_TRY(scope, parseScopeParam(*scope_text));
+    API_TRY(target, scopeTarget(s, scope, /*for_write=*/false));
+    if (auto denied = identity::authorize(who, Action::kReadWallet, target); !denied) {
+      co_return co_await deny(s, who, denied.error(), "rate_limit.read", *scope_text);
+    }
+    only = scope;
+  }
+  json items = json::array();
+  for (const auto& l : s.rate_limits.all()) {
+    if (only && !(l.scope == *only)) continue;
+    auto target = scopeTarget(s, l.scope, false);
+    if (!target || !identity::canSee(who, Action::kReadWallet, *target)) continue;
+    items.push_back(toJson(l));
+  }
+  co_return jsonResponse(200, listOf(std::move(items)));
 }
 
 // The scope and time range of a usage or spend query, authorized for the caller.
@@ -1151,6 +1229,7 @@ Result<void> loadState(const Services& s) {
     }));
     PURSER_TRY(s.wallets.put(spec, spent));
   }
+  for (auto& l : PURSER_TRY_VALUE(ledger::loadRateLimits(s.store))) s.rate_limits.put(std::move(l));
   return {};
 }
 
@@ -1202,6 +1281,8 @@ Result<void> addMeteringRoutes(http::Router& router, const Services& services) {
   PURSER_TRY(route(Method::kDelete, "/api/v1/reservations/{id}", releaseReservation));
   PURSER_TRY(route(Method::kGet, "/api/v1/usage", listUsage));
   PURSER_TRY(route(Method::kGet, "/api/v1/spend", spend));
+  PURSER_TRY(route(Method::kPost, "/api/v1/rate-limits", createRateLimit));
+  PURSER_TRY(route(Method::kGet, "/api/v1/rate-limits", listRateLimits));
   return {};
 }
 

@@ -36,6 +36,7 @@ struct Services {
   ledger::AuditLog& audit;
   ledger::Meter& meter;
   ledger::RateLimiter& limiter;
+  ledger::RateLimitBook& rate_limits;
   const ledger::PriceBook& prices;
   // Budget alerts are also POSTed here as JSON when set (best effort; the audit entry is the
   // record). Needs `http_clients` for the workers the API runs on.

@@ -388,6 +388,54 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
       code = run(*g, "POST", "/api/v1/wallets", body, kWalletColumns);
     });
   }
+  // rate limits
+  {
+    CLI::App* cmd = group("limits", "Requests and tokens per minute for a scope");
+    auto scope = std::make_shared<std::string>();
+    CLI::App* list = cmd->add_subcommand("list", "List rate limits");
+    list->add_option("--scope", *scope, "Only this scope, KIND:ID");
+    common(list);
+    list->callback([g, scope, &code] {
+      code = run(*g, "GET", "/api/v1/rate-limits" + query({{"scope", *scope}}), nullptr,
+                 {{"ID", "id"},
+                  {"SCOPE", "scope.kind"},
+                  {"SCOPE ID", "scope.id"},
+                  {"MODEL", "model"},
+                  {"RPM", "rpm"},
+                  {"TPM", "tpm"}});
+    });
+    struct L {
+      std::string scope, model;
+      int64_t rpm = 0, tpm = 0;
+    };
+    auto l = std::make_shared<L>();
+    CLI::App* create = cmd->add_subcommand("create", "Limit a scope (for one model, or all)");
+    create->add_option("--scope", l->scope, "KIND:ID")->required();
+    create->add_option("--model", l->model, "Only this model or route");
+    create->add_option("--rpm", l->rpm, "Requests per minute")->check(CLI::NonNegativeNumber);
+    create->add_option("--tpm", l->tpm, "Tokens per minute")->check(CLI::NonNegativeNumber);
+    common(create);
+    create->callback([g, l, &code] {
+      const size_t colon = l->scope.find(':');
+      if (colon == std::string::npos) {
+        std::cerr << "purser: --scope must read KIND:ID\n";
+        code = 2;
+        return;
+      }
+      json body = {
+          {"scope", {{"kind", l->scope.substr(0, colon)}, {"id", l->scope.substr(colon + 1)}}}};
+      if (!l->model.empty()) body["model"] = l->model;
+      if (l->rpm > 0) body["rpm"] = l->rpm;
+      if (l->tpm > 0) body["tpm"] = l->tpm;
+      code = run(*g, "POST", "/api/v1/rate-limits", body,
+                 {{"ID", "id"},
+                  {"SCOPE", "scope.kind"},
+                  {"SCOPE ID", "scope.id"},
+                  {"MODEL", "model"},
+                  {"RPM", "rpm"},
+                  {"TPM", "tpm"}});
+    });
+  }
   // spend
   {
     struct S {

@@ -12,6 +12,10 @@ const std::vector<store::Migration>& ledgerMigrations() {
        " period TEXT NOT NULL, timezone TEXT NOT NULL, hard INTEGER NOT NULL,"
        " alert_at TEXT NOT NULL, model TEXT NOT NULL, created_at TEXT NOT NULL);"
        "CREATE UNIQUE INDEX wallets_scope ON wallets (scope_kind, scope_id, model);"
+       "CREATE TABLE rate_limits (id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL,"
+       " scope_kind TEXT NOT NULL, scope_id TEXT NOT NULL, model TEXT NOT NULL,"
+       " rpm INTEGER NOT NULL, tpm INTEGER NOT NULL, created_at TEXT NOT NULL,"
+       " UNIQUE (scope_kind, scope_id, model));"
        // One row per request or workload interval; append-only.
        "CREATE TABLE usage_events (id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL,"
        " tenant_id TEXT NOT NULL, team_id TEXT NOT NULL, user_id TEXT NOT NULL,"
@@ -75,6 +79,37 @@ Result<std::vector<WalletSpec>> loadWallets(store::Store& store) {
       }
       w.model = r.getText(9);
       out.push_back(std::move(w));
+    }
+    return {};
+  }));
+  return out;
+}
+
+Result<void> insertRateLimit(store::Tx& tx, const RateLimitSpec& l, const std::string& created_at) {
+  PURSER_TRY(tx.exec(
+      "INSERT INTO rate_limits (id, tenant_id, scope_kind, scope_id, model, rpm, tpm, created_at)"
+      " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+      {l.id, l.tenant_id, std::string(scopeKindName(l.scope.kind)), l.scope.id, l.model, l.rpm,
+       l.tpm, created_at}));
+  return {};
+}
+
+Result<std::vector<RateLimitSpec>> loadRateLimits(store::Store& store) {
+  std::vector<RateLimitSpec> out;
+  PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
+    auto rows =
+        PURSER_TRY_VALUE(tx.query("SELECT id, tenant_id, scope_kind, scope_id, model, rpm, tpm "
+                                  "FROM rate_limits ORDER BY id"));
+    for (const auto& r : rows) {
+      auto kind = parseScopeKind(r.getText(2));
+      if (!kind)
+        return fail(Error(ErrorCode::kDataLoss, "a stored rate limit has an unknown scope"));
+      out.push_back({r.getText(0),
+                     r.getText(1),
+                     {*kind, r.getText(3)},
+                     r.getText(4),
+                     r.getInt(5),
+                     r.getInt(6)});
     }
     return {};
   }));

@@ -97,4 +97,35 @@ size_t RateLimiter::bucketsForTest() const {
   return buckets_.size();
 }
 
+void RateLimitBook::put(RateLimitSpec spec) {
+  std::lock_guard lock(mu_);
+  for (auto& existing : limits_) {
+    if (existing.id == spec.id) {
+      existing = std::move(spec);
+      return;
+    }
+  }
+  limits_.push_back(std::move(spec));
+}
+
+std::vector<RateLimitSpec> RateLimitBook::all() const {
+  std::lock_guard lock(mu_);
+  return limits_;
+}
+
+std::vector<BucketRequest> RateLimitBook::buckets(const std::vector<Scope>& scopes,
+                                                  std::string_view model, int64_t tokens) const {
+  std::vector<BucketRequest> out;
+  std::lock_guard lock(mu_);
+  for (const auto& l : limits_) {
+    if (!l.model.empty() && l.model != model) continue;
+    const bool applies =
+        std::any_of(scopes.begin(), scopes.end(), [&](const Scope& s) { return s == l.scope; });
+    if (!applies) continue;
+    if (l.rpm > 0) out.push_back({"limit:" + l.id + ":rpm", l.rpm, 1});
+    if (l.tpm > 0 && tokens > 0) out.push_back({"limit:" + l.id + ":tpm", l.tpm, tokens});
+  }
+  return out;
+}
+
 }  // namespace purser::ledger

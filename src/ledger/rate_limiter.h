@@ -16,8 +16,10 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "common/clock.h"
+#include "ledger/scope.h"
 
 namespace purser::ledger {
 
@@ -64,6 +66,31 @@ class RateLimiter {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Bucket> buckets_;  // guarded by mu_
   uint64_t ops_ = 0;                                 // guarded by mu_
+};
+
+// A configured limit: requests and/or tokens per minute for everything a scope does, or only
+// for one model.
+struct RateLimitSpec {
+  std::string id;
+  std::string tenant_id;
+  Scope scope;
+  std::string model;  // empty: every model
+  int64_t rpm = 0;    // 0: no request limit
+  int64_t tpm = 0;    // 0: no token limit
+};
+
+// The configured limits, indexed by scope. Thread-safe.
+class RateLimitBook {
+ public:
+  void put(RateLimitSpec spec);
+  std::vector<RateLimitSpec> all() const;
+  // The buckets one request by these scopes on `model` draws from: one request, `tokens` tokens.
+  std::vector<BucketRequest> buckets(const std::vector<Scope>& scopes, std::string_view model,
+                                     int64_t tokens) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<RateLimitSpec> limits_;  // guarded by mu_
 };
 
 }  // namespace purser::ledger

@@ -29,19 +29,9 @@
 #include "common/money.h"
 #include "common/result.h"
 #include "ledger/period.h"
+#include "ledger/scope.h"
 
 namespace purser::ledger {
-
-enum class ScopeKind { kTenant, kTeam, kUser, kServiceAccount, kKey };
-
-Result<ScopeKind> parseScopeKind(std::string_view name);  // tenant, team, user, ...
-std::string_view scopeKindName(ScopeKind kind);
-
-struct Scope {
-  ScopeKind kind = ScopeKind::kTenant;
-  std::string id;
-  friend bool operator==(const Scope&, const Scope&) = default;
-};
 
 struct WalletSpec {
   std::string id;

@@ -103,6 +103,7 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   ledger::AuditLog audit(clock);
   ledger::Meter meter(*store, wallets, clock);
   ledger::RateLimiter limiter(clock);
+  ledger::RateLimitBook rate_limits;
   std::vector<ledger::ModelPrice> model_prices;
   for (const auto& p : config.prices) {
     model_prices.push_back(
@@ -117,17 +118,12 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   http::WorkerLocal<http::HttpClient> http_clients(workers, [](boost::asio::io_context& ctx) {
     return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
   });
-  const api::Services services{clock,
-                               SystemRandom::instance(),
-                               ids,
-                               *store,
-                               directory,
-                               wallets,
-                               audit,
-                               meter,
-                               limiter,
-                               prices,
-                               config.alerts.webhook_url,
+  const api::Services services{clock,        SystemRandom::instance(),
+                               ids,          *store,
+                               directory,    wallets,
+                               audit,        meter,
+                               limiter,      rate_limits,
+                               prices,       config.alerts.webhook_url,
                                &http_clients};
   PURSER_TRY(api::loadState(services));
   if (const int recovered = PURSER_TRY_VALUE(meter.recover()); recovered > 0) {

@@ -40,9 +40,9 @@ class AdminApiTest : public ::testing::Test {
         server.workers, [](boost::asio::io_context& ctx) {
           return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
         });
-    services.emplace(
-        Services{clock, random, ids, *store, directory, wallets, audit, *meter, limiter, prices,
-                 "http://127.0.0.1:" + std::to_string(webhook.port()) + "/alerts", clients.get()});
+    services.emplace(Services{
+        clock, random, ids, *store, directory, wallets, audit, *meter, limiter, rate_limits, prices,
+        "http://127.0.0.1:" + std::to_string(webhook.port()) + "/alerts", clients.get()});
     ASSERT_TRUE(loadState(*services).has_value());
     auto generated = bootstrap(*services, std::string(kAdminKey));
     ASSERT_TRUE(generated.has_value()) << generated.error().toString();
@@ -99,6 +99,7 @@ class AdminApiTest : public ::testing::Test {
   ledger::AuditLog audit{clock};
   std::unique_ptr<ledger::Meter> meter;
   ledger::RateLimiter limiter{clock};
+  ledger::RateLimitBook rate_limits;
   // $2.50 in and $10.00 out per million tokens.
   const ledger::PriceBook prices{{{"openai",
                                    "gpt-4o",
@@ -637,6 +638,43 @@ TEST_F(MeteringTest, KeyRateLimitsAndModelAllowListsAreEnforced) {
   EXPECT_EQ(wrong_model.body["field"], "model");
 }
 
+TEST_F(MeteringTest, TeamAndModelRateLimitsApplyToEveryoneInScope) {
+  // The team may make 3 requests a minute in all; dana's gpt-4o use is capped at 1000 tokens.
+  ASSERT_EQ(call("POST", "/api/v1/rate-limits", kAdminKey,
+                 {{"scope", {{"kind", "team"}, {"id", team}}}, {"rpm", 3}})
+                .status,
+            201);
+  ASSERT_EQ(call("POST", "/api/v1/rate-limits", kAdminKey,
+                 {{"scope", {{"kind", "user"}, {"id", dana}}}, {"model", "gpt-4o"}, {"tpm", 1000}})
+                .status,
+            201);
+  EXPECT_EQ(reserve(dana_key, "0.01", {{"tokens", 900}}).status, 201);
+  Reply tokens = reserve(dana_key, "0.01", {{"tokens", 200}});
+  EXPECT_EQ(tokens.status, 429) << "dana's 1000 tokens a minute for gpt-4o";
+  EXPECT_EQ(reserve(dana_key, "0.01", {{"tokens", 200}, {"model", "claude"}}).status, 201)
+      << "the token cap is for gpt-4o only";
+  EXPECT_EQ(reserve(bot_key, "0.01").status, 201);
+  Reply team_full = reserve(bot_key, "0.01");
+  EXPECT_EQ(team_full.status, 429) << "the team's 3 requests a minute are used up";
+  EXPECT_NE(team_full.body["detail"].get<std::string>().find(":rpm"), std::string::npos);
+  Reply listed = call("GET", "/api/v1/rate-limits?scope=team:" + team, kAdminKey);
+  ASSERT_EQ(listed.body["data"].size(), 1u);
+  EXPECT_EQ(listed.body["data"][0]["rpm"], 3);
+  EXPECT_EQ(call("POST", "/api/v1/rate-limits", kAdminKey,
+                 {{"scope", {{"kind", "team"}, {"id", team}}}, {"rpm", 5}})
+                .status,
+            409);
+  EXPECT_EQ(call("POST", "/api/v1/rate-limits", kAdminKey,
+                 {{"scope", {{"kind", "team"}, {"id", team}}}, {"model", "x"}})
+                .status,
+            400);
+  EXPECT_EQ(call("POST", "/api/v1/rate-limits", dana_key,
+                 {{"scope", {{"kind", "user"}, {"id", dana}}}, {"rpm", 1000}})
+                .status,
+            403)
+      << "a member cannot lift their own limits";
+}
+
 TEST_F(MeteringTest, AnAbandonedReservationIsReleasedWhenItsLeaseExpires) {
   wallet({{"kind", "user"}, {"id", dana}}, "1.00");
   Reply r = reserve(dana_key, "0.90", {{"lease", "30s"}});
@@ -668,8 +706,9 @@ TEST_F(MeteringTest, ReservationsCutOffByARestartAreRecoveredAtTheirWorstCase) {
   ledger::Meter meter2(*store, book2, clock);
   identity::Directory directory2(clock);
   ledger::RateLimiter limiter2(clock);
-  Services restarted{clock, random, ids,    *store,   directory2,
-                     book2, audit,  meter2, limiter2, prices};
+  ledger::RateLimitBook rate_limits2;
+  Services restarted{clock, random, ids,      *store,       directory2, book2,
+                     audit, meter2, limiter2, rate_limits2, prices};
   ASSERT_TRUE(loadState(restarted).has_value());
   auto recovered = meter2.recover();
   ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
