@@ -788,8 +788,6 @@ json toJson(const ledger::UsageEvent& e) {
           {"recovered", e.recovered}};
 }
 
-Target principalTarget(const Principal& p) { return Target{p.tenant_id, p.team_id, p.id}; }
-
 std::vector<ledger::BucketRequest> keyBuckets(const identity::ApiKey& key, int64_t tokens) {
   std::vector<ledger::BucketRequest> out;
   if (key.rpm > 0) out.push_back({"key:" + key.id + ":rpm", key.rpm, 1});

@@ -30,7 +30,7 @@ Result<Url> parseUrl(std::string_view text) {
   const size_t slash = rest.find_first_of("/?");
   std::string_view authority = rest.substr(0, slash);
   url.target = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
-  if (url.target[0] == '?') url.target.insert(0, "/");
+  if (url.target[0] == '?') url.target = "/" + url.target;  // "http://h?q" means "/?q"
   if (authority.find('@') != std::string_view::npos) {
     return bad("credentials in URLs are not supported; use a provider key instead");
   }
