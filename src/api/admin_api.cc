@@ -598,25 +598,31 @@ asio::awaitable<Response> createWallet(const Services& s, Request& req) {
   co_return jsonResponse(201, toJson(status));
 }
 
-asio::awaitable<Response> listWallets(const Services& s, Request& req) {
-  API_TRY(who, authenticate(s, req));
-  std::optional<ledger::Scope> only;
-  if (auto scope_text = req.queryParam("scope")) {
-    API_TRY(scope, parseScopeParam(*scope_text));
-    API_TRY(target, scopeTarget(s, scope, /*for_write=*/false));
-    if (auto denied = identity::authorize(who, Action::kReadWallet, target); !denied) {
-      co_return co_await deny(s, who, denied.error(), "wallet.read", *scope_text);
+// GET on a collection of scoped things (wallets, rate limits): optionally narrowed to one scope
+// (which the caller must be allowed to read), else everything the caller may see.
+template <typename Fetch, typename ScopeOf, typename View>
+auto scopedList(const char* read_action, Fetch fetch, ScopeOf scope_of, View view) {
+  return [=](const Services& s, Request& req) -> asio::awaitable<Response> {
+    API_TRY(who, authenticate(s, req));
+    std::optional<ledger::Scope> only;
+    if (auto scope_text = req.queryParam("scope")) {
+      API_TRY(scope, parseScopeParam(*scope_text));
+      API_TRY(target, scopeTarget(s, scope, /*for_write=*/false));
+      if (auto denied = identity::authorize(who, Action::kReadWallet, target); !denied) {
+        co_return co_await deny(s, who, denied.error(), read_action, *scope_text);
+      }
+      only = scope;
     }
-    only = scope;
-  }
-  json items = json::array();
-  for (const auto& w : s.wallets.all()) {
-    if (only && !(w.spec.scope == *only)) continue;
-    auto target = scopeTarget(s, w.spec.scope, false);
-    if (!target || !identity::canSee(who, Action::kReadWallet, *target)) continue;
-    items.push_back(toJson(w));
-  }
-  co_return jsonResponse(200, listOf(std::move(items)));
+    json items = json::array();
+    for (const auto& item : fetch(s)) {
+      const ledger::Scope& scope = scope_of(item);
+      if (only && !(scope == *only)) continue;
+      auto target = scopeTarget(s, scope, false);
+      if (!target || !identity::canSee(who, Action::kReadWallet, *target)) continue;
+      items.push_back(view(item));
+    }
+    co_return jsonResponse(200, listOf(std::move(items)));
+  };
 }
 
 asio::awaitable<Response> listAudit(const Services& s, Request& req) {
@@ -1108,27 +1114,6 @@ asio::awaitable<Response> createRateLimit(const Services& s, Request& req) {
   co_return jsonResponse(201, toJson(l));
 }
 
-asio::awaitable<Response> listRateLimits(const Services& s, Request& req) {
-  API_TRY(who, authenticate(s, req));
-  std::optional<ledger::Scope> only;
-  if (auto scope_text = req.queryParam("scope")) {
-    API_TRY(scope, parseScopeParam(*scope_text));
-    API_TRY(target, scopeTarget(s, scope, /*for_write=*/false));
-    if (auto denied = identity::authorize(who, Action::kReadWallet, target); !denied) {
-      co_return co_await deny(s, who, denied.error(), "rate_limit.read", *scope_text);
-    }
-    only = scope;
-  }
-  json items = json::array();
-  for (const auto& l : s.rate_limits.all()) {
-    if (only && !(l.scope == *only)) continue;
-    auto target = scopeTarget(s, l.scope, false);
-    if (!target || !identity::canSee(who, Action::kReadWallet, *target)) continue;
-    items.push_back(toJson(l));
-  }
-  co_return jsonResponse(200, listOf(std::move(items)));
-}
-
 // The scope and time range of a usage or spend query, authorized for the caller.
 asio::awaitable<Result<ledger::UsageQuery>> usageQuery(const Services& s, const Principal& who,
                                                        Request& req, bool& denied_audited,
@@ -1280,7 +1265,12 @@ Result<void> addMeteringRoutes(http::Router& router, const Services& services) {
   PURSER_TRY(route(Method::kGet, "/api/v1/usage", listUsage));
   PURSER_TRY(route(Method::kGet, "/api/v1/spend", spend));
   PURSER_TRY(route(Method::kPost, "/api/v1/rate-limits", createRateLimit));
-  PURSER_TRY(route(Method::kGet, "/api/v1/rate-limits", listRateLimits));
+  PURSER_TRY(
+      route(Method::kGet, "/api/v1/rate-limits",
+            scopedList(
+                "rate_limit.read", [](const Services& s) { return s.rate_limits.all(); },
+                [](const ledger::RateLimitSpec& l) -> const ledger::Scope& { return l.scope; },
+                [](const ledger::RateLimitSpec& l) { return toJson(l); })));
   return {};
 }
 
@@ -1297,7 +1287,12 @@ Result<void> addAdminRoutes(http::Router& router, const Services& services) {
   PURSER_TRY(route(Method::kDelete, "/api/v1/keys/{id}", revokeKey));
   PURSER_TRY(route(Method::kPost, "/api/v1/keys/{id}/rotate", rotateKey));
   PURSER_TRY(route(Method::kPost, "/api/v1/wallets", createWallet));
-  PURSER_TRY(route(Method::kGet, "/api/v1/wallets", listWallets));
+  PURSER_TRY(
+      route(Method::kGet, "/api/v1/wallets",
+            scopedList(
+                "wallet.read", [](const Services& s) { return s.wallets.all(); },
+                [](const ledger::WalletStatus& w) -> const ledger::Scope& { return w.spec.scope; },
+                [](const ledger::WalletStatus& w) { return toJson(w); })));
   PURSER_TRY(route(Method::kGet, "/api/v1/audit", listAudit));
   PURSER_TRY(route(Method::kGet, "/api/v1/audit/verify", verifyAudit));
 

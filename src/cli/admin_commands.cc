@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/api_client.h"
@@ -135,6 +136,16 @@ std::string query(const std::vector<std::pair<std::string, std::string>>& params
     out += (out.empty() ? "?" : "&") + k + "=" + encode(v);
   }
   return out;
+}
+
+// "team:01jb..." -> {"kind": "team", "id": "01jb..."}; nullopt (with a message) if malformed.
+std::optional<json> scopeArg(const std::string& text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    std::cerr << "purser: --scope must read KIND:ID, e.g. team:01jb...\n";
+    return std::nullopt;
+  }
+  return json{{"kind", text.substr(0, colon)}, {"id", text.substr(colon + 1)}};
 }
 
 std::vector<std::string> splitList(const std::string& s) {
@@ -359,16 +370,12 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     create->add_option("--model", w->model, "Count only this model or route");
     common(create);
     create->callback([g, w, &code] {
-      const size_t colon = w->scope.find(':');
-      if (colon == std::string::npos) {
-        std::cerr << "purser: --scope must read KIND:ID\n";
+      auto scope = scopeArg(w->scope);
+      if (!scope) {
         code = 2;
         return;
       }
-      json body = {
-          {"scope", {{"kind", w->scope.substr(0, colon)}, {"id", w->scope.substr(colon + 1)}}},
-          {"limit", w->limit},
-          {"hard", !w->soft}};
+      json body = {{"scope", *scope}, {"limit", w->limit}, {"hard", !w->soft}};
       if (!w->period.empty()) body["period"] = w->period;
       if (!w->timezone.empty()) body["timezone"] = w->timezone;
       if (!w->model.empty()) body["model"] = w->model;
@@ -416,14 +423,12 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     create->add_option("--tpm", l->tpm, "Tokens per minute")->check(CLI::NonNegativeNumber);
     common(create);
     create->callback([g, l, &code] {
-      const size_t colon = l->scope.find(':');
-      if (colon == std::string::npos) {
-        std::cerr << "purser: --scope must read KIND:ID\n";
+      auto scope = scopeArg(l->scope);
+      if (!scope) {
         code = 2;
         return;
       }
-      json body = {
-          {"scope", {{"kind", l->scope.substr(0, colon)}, {"id", l->scope.substr(colon + 1)}}}};
+      json body = {{"scope", *scope}};
       if (!l->model.empty()) body["model"] = l->model;
       if (l->rpm > 0) body["rpm"] = l->rpm;
       if (l->tpm > 0) body["tpm"] = l->tpm;
