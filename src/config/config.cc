@@ -141,20 +141,20 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   if (top.present("prices")) {
     const YAML::Node list = top.get("prices");
     if (!list.IsSequence()) {
-      reader.addError(list, "prices", "expected a list of {provider, model, input, output}");
+      reader.addError(list, "prices", "expected a list of {provider, model, input_per_mtok, output_per_mtok}");
     } else {
       for (size_t i = 0; i < list.size(); ++i) {
         YamlReader::Map m = reader.map(list[i], fmt::format("prices[{}]", i));
         ModelPriceConfig p;
         m.required("provider", p.provider);
         m.required("model", p.model);
-        m.requiredMoney("input", p.input);
-        m.requiredMoney("output", p.output);
-        m.optionalMoney("cached_input", p.cached_input);
-        m.optionalMoney("cache_write", p.cache_write);
-        if (m.present("reasoning")) {
+        m.requiredMoney("input_per_mtok", p.input);
+        m.requiredMoney("output_per_mtok", p.output);
+        m.optionalMoney("cached_input_per_mtok", p.cached_input);
+        m.optionalMoney("cache_write_per_mtok", p.cache_write);
+        if (m.present("reasoning_per_mtok")) {
           Money r;
-          m.optionalMoney("reasoning", r);
+          m.optionalMoney("reasoning_per_mtok", r);
           p.reasoning = r;
         }
         m.finish();

@@ -45,8 +45,9 @@ struct ConsoleConfig {
   bool enabled = true;
 };
 
-// Prices per million tokens, as exact decimal strings ("2.50"). `reasoning` defaults to the
-// output price, the others to zero.
+// Prices per million tokens, as exact decimal strings: input_per_mtok, output_per_mtok,
+// cached_input_per_mtok, cache_write_per_mtok, reasoning_per_mtok ("2.50"). Reasoning defaults to
+// the output price, the others to zero.
 struct ModelPriceConfig {
   std::string provider;
   std::string model;

@@ -124,8 +124,8 @@ TEST(ConfigTest, ReadsPricesAsExactDecimals) {
   auto c = parseConfig(R"(
 listen: 127.0.0.1:80
 prices:
-  - {provider: openai, model: gpt-4o, input: "2.50", output: "10.00", cached_input: "1.25"}
-  - {provider: anthropic, model: claude-sonnet, input: 3, output: 15, reasoning: "15.00"}
+  - {provider: openai, model: gpt-4o, input_per_mtok: "2.50", output_per_mtok: "10.00", cached_input_per_mtok: "1.25"}
+  - {provider: anthropic, model: claude-sonnet, input_per_mtok: 3, output_per_mtok: 15, reasoning_per_mtok: "15.00"}
 gpu_prices:
   - {flavor: h100, per_gpu_hour: "2.40"}
 )",
@@ -139,11 +139,11 @@ gpu_prices:
   EXPECT_EQ(c->gpu_prices[0].per_gpu_hour.toString(), "2.40");
 
   auto bad = parseConfig(
-      "listen: 127.0.0.1:80\nprices:\n  - {provider: a, model: m, input: \"1.2.3\", output: 1}\n"
-      "  - {provider: a, model: m, input: 1, output: 1}\n",
+      "listen: 127.0.0.1:80\nprices:\n  - {provider: a, model: m, input_per_mtok: \"1.2.3\", output_per_mtok: 1}\n"
+      "  - {provider: a, model: m, input_per_mtok: 1, output_per_mtok: 1}\n",
       "p.yaml");
   ASSERT_FALSE(bad.has_value());
-  EXPECT_NE(bad.error().toString().find("p.yaml:3:36: prices[0].input: invalid amount \"1.2.3\""),
+  EXPECT_NE(bad.error().toString().find("p.yaml:3:45: prices[0].input_per_mtok: invalid amount \"1.2.3\""),
             std::string::npos)
       << bad.error().toString();
   EXPECT_NE(bad.error().toString().find("a m is priced twice"), std::string::npos);
