@@ -10,6 +10,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -79,6 +80,12 @@ class BodyWriter {
 
 using StreamProducer = std::function<asio::awaitable<void>(BodyWriter&)>;
 
+// Thrown by a StreamProducer to drop the connection mid-body on purpose (no terminating chunk,
+// no error logged): the client sees the stream cut.
+struct AbortStream : std::exception {
+  const char* what() const noexcept override { return "stream aborted"; }
+};
+
 struct Response {
   int status = 200;
   Headers headers;
@@ -87,6 +94,8 @@ struct Response {
   StreamProducer stream;
   // Close the connection after this response even if the client would keep it open.
   bool close = false;
+  // Close the connection without answering at all (a simulated vanishing server).
+  bool abort = false;
 
   static Response text(int status, std::string body,
                        std::string content_type = "text/plain; charset=utf-8");

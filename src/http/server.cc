@@ -566,6 +566,7 @@ class Server::Impl {
     auto& lowest = beast::get_lowest_layer(stream);
     const int version = request.version == 10 ? 10 : 11;
     error_code ec;
+    if (response.abort) co_return false;  // close without a word
     if (!response.headers.empty()) response = checkedHeaders(std::move(response), request);
     head.clear();
     if (response.stream && request.method != Method::kHead) {
@@ -580,6 +581,8 @@ class Server::Impl {
       StreamWriter<Stream> writer(stream, chunked, options_.write_timeout);
       try {
         co_await response.stream(writer);
+      } catch (const AbortStream&) {
+        co_return false;  // on purpose: the connection closes with the body unfinished
       } catch (const std::exception& e) {
         spdlog::error("http: stream for {} threw: {}", request.path(), e.what());
         co_return false;  // the body is incomplete: closing tells the client so

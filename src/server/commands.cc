@@ -9,6 +9,7 @@
 #include "cli/admin_commands.h"
 #include "config/config.h"
 #include "server/daemon.h"
+#include "sim/sim_command.h"
 
 namespace purser::server {
 
@@ -53,7 +54,7 @@ void registerServe(CLI::App& root, int& exit_code) {
 }  // namespace
 
 std::vector<cli::CommandRegistrar> allCommands() {
-  return {registerServe, cli::registerAdminCommands};
+  return {registerServe, cli::registerAdminCommands, sim::registerSimCommands};
 }
 
 }  // namespace purser::server

@@ -1,0 +1,143 @@
+#include "sim/sim_command.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include <iostream>
+#include <sstream>
+
+#include "common/logging.h"
+#include "config/config.h"
+#include "http/builtin.h"
+#include "http/server.h"
+#include "http/workers.h"
+#include "sim/llm_sim.h"
+
+namespace purser::sim {
+
+namespace {
+
+struct LlmFlags {
+  std::string listen = "127.0.0.1:9001";
+  std::string models;
+  std::string api_keys;
+  int64_t ttft_ms = 50;
+  int64_t tokens_per_s = 200;
+  double fail_rate = 0;
+  double cut_rate = 0;
+  int64_t kv_blocks = 4096;
+  int64_t max_running = 64;
+  uint64_t seed = 1;
+  size_t threads = 1;
+  std::string log_level = "warn";
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int runLlm(const LlmFlags& f) {
+  if (auto logged = setupLogging({.level = f.log_level}); !logged) {
+    std::cerr << "purser sim llm: " << logged.error().message << "\n";
+    return 2;
+  }
+  auto address = config::parseListenAddress(f.listen);
+  if (!address) {
+    std::cerr << "purser sim llm: --listen: " << address.error().message << "\n";
+    return 2;
+  }
+  http::Workers workers(f.threads);
+  http::Router router;
+  http::MetricsRegistry metrics;
+  http::Readiness readiness;
+  LlmSimOptions options;
+  options.models = split(f.models);
+  options.api_keys = split(f.api_keys);
+  options.ttft = std::chrono::milliseconds(f.ttft_ms);
+  options.tokens_per_s = f.tokens_per_s;
+  options.fail_rate = f.fail_rate;
+  options.cut_rate = f.cut_rate;
+  options.kv_blocks = f.kv_blocks;
+  options.max_running = f.max_running;
+  options.seed = f.seed;
+  LlmSim sim(options, metrics);
+  std::unique_ptr<http::Server> server;
+  if (auto r = sim.addRoutes(router); !r) {
+    std::cerr << "purser sim llm: " << r.error().message << "\n";
+    return 1;
+  }
+  if (auto r =
+          http::addBuiltinRoutes(router, metrics, readiness, [&] { return server->draining(); });
+      !r) {
+    std::cerr << "purser sim llm: " << r.error().message << "\n";
+    return 1;
+  }
+  http::ServerOptions so;
+  std::tie(so.host, so.port) = *address;
+  so.max_requests_per_connection = 0;
+  so.drain_timeout = std::chrono::seconds(2);
+  server = std::make_unique<http::Server>(so, router, workers, metrics);
+  if (auto r = server->listen(); !r) {
+    std::cerr << "purser sim llm: " << r.error().message << "\n";
+    return 1;
+  }
+  server->start();
+  boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) server->shutdown([&workers] { workers.stop(); });
+  });
+  workers.start();
+  std::cout << "purser sim llm: listening on " << server->url() << std::endl;
+  workers.join();
+  return 0;
+}
+
+}  // namespace
+
+void registerSimCommands(CLI::App& root, int& exit_code) {
+  CLI::App* sim = root.add_subcommand("sim", "Simulators for demos, tests and benchmarks");
+  sim->require_subcommand(1);
+  auto f = std::make_shared<LlmFlags>();
+  CLI::App* llm = sim->add_subcommand(
+      "llm", "A simulated OpenAI- and Anthropic-compatible model server with vLLM metrics");
+  llm->add_option("--listen", f->listen, "Address to listen on, host:port")->capture_default_str();
+  llm->add_option("--models", f->models,
+                  "Comma-separated model names to answer to (default: any name)");
+  llm->add_option("--api-keys", f->api_keys,
+                  "Comma-separated keys clients must present (default: none needed)");
+  llm->add_option("--ttft-ms", f->ttft_ms, "Time to first token, milliseconds")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  llm->add_option("--tokens-per-s", f->tokens_per_s, "Decoding speed per request (0: instant)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  llm->add_option("--fail-rate", f->fail_rate, "Fraction of requests answered with a 500")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  llm->add_option("--cut-rate", f->cut_rate, "Fraction of requests cut off midway")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  llm->add_option("--kv-blocks", f->kv_blocks, "KV-cache capacity in blocks of 16 tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  llm->add_option("--max-running", f->max_running, "Requests decoding at once; more wait")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  llm->add_option("--seed", f->seed, "Seed for the fault injection")->capture_default_str();
+  llm->add_option("--threads", f->threads, "I/O threads")->capture_default_str();
+  llm->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  llm->callback([f, &exit_code] { exit_code = runLlm(*f); });
+}
+
+}  // namespace purser::sim

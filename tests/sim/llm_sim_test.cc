@@ -1,0 +1,193 @@
+#include "sim/llm_sim.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <boost/asio/io_context.hpp>
+
+#include "fakes/test_server.h"
+#include "http/client.h"
+
+namespace purser::sim {
+namespace {
+
+using nlohmann::json;
+using purser::testing::runCoroutine;
+
+class LlmSimTest : public ::testing::Test {
+ protected:
+  void start(LlmSimOptions o) {
+    o.ttft = std::chrono::milliseconds(0);
+    o.tokens_per_s = 0;
+    sim = std::make_unique<LlmSim>(o, server.metrics);
+    ASSERT_TRUE(sim->addRoutes(server.router).has_value());
+    server.start();
+  }
+
+  http::ClientResponse post(const std::string& path, const json& body,
+                            const std::string& key = "") {
+    http::ClientRequest req;
+    req.method = http::Method::kPost;
+    req.url = server.url(path);
+    req.body = body.dump();
+    if (!key.empty()) req.headers.add("Authorization", "Bearer " + key);
+    auto r = runCoroutine(ctx, client.request(std::move(req)));
+    EXPECT_TRUE(r.has_value()) << r.error().toString();
+    return r ? *r : http::ClientResponse{};
+  }
+
+  // The whole streamed body, and whether it ended cleanly.
+  std::pair<std::string, bool> stream(const std::string& path, const json& body) {
+    return runCoroutine(ctx, [&]() -> boost::asio::awaitable<std::pair<std::string, bool>> {
+      http::ClientRequest req;
+      req.method = http::Method::kPost;
+      req.url = server.url(path);
+      req.body = body.dump();
+      auto s = co_await client.stream(std::move(req));
+      if (!s) co_return std::pair{std::string(), false};
+      std::string all;
+      for (;;) {
+        auto piece = co_await (*s)->next();
+        if (!piece) co_return std::pair{all, false};
+        if (!*piece) co_return std::pair{all, true};
+        all += **piece;
+      }
+    }());
+  }
+
+  testing::TestServer server;
+  std::unique_ptr<LlmSim> sim;
+  boost::asio::io_context ctx;
+  http::HttpClient client{ctx, {}};
+};
+
+const json kChat = {{"model", "m"},
+                    {"messages", {{{"role", "user"}, {"content", "tell me about budgets"}}}},
+                    {"max_tokens", 7}};
+
+TEST_F(LlmSimTest, ChatIsDeterministicWithRealUsage) {
+  start({});
+  auto a = post("/v1/chat/completions", kChat);
+  auto b = post("/v1/chat/completions", kChat);
+  ASSERT_EQ(a.status, 200);
+  const json ja = json::parse(a.body), jb = json::parse(b.body);
+  EXPECT_EQ(ja["choices"][0]["message"]["content"], jb["choices"][0]["message"]["content"]);
+  EXPECT_EQ(ja["usage"]["completion_tokens"], 7);
+  EXPECT_EQ(ja["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(ja["usage"]["prompt_tokens"], countTokens("tell me about budgets\n"));
+  EXPECT_EQ(ja["object"], "chat.completion");
+}
+
+TEST_F(LlmSimTest, StreamsChunksWithUsageThenDone) {
+  start({});
+  json body = kChat;
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto [text, clean] = stream("/v1/chat/completions", body);
+  ASSERT_TRUE(clean);
+  EXPECT_EQ(text.rfind("data: [DONE]\n\n"), text.size() - 14);
+  std::string content;
+  json usage;
+  size_t pos = 0;
+  while ((pos = text.find("data: {", pos)) != std::string::npos) {
+    const size_t end = text.find("\n\n", pos);
+    const json chunk = json::parse(text.substr(pos + 6, end - pos - 6));
+    if (chunk.contains("usage")) usage = chunk["usage"];
+    if (!chunk["choices"].empty()) content += chunk["choices"][0]["delta"].value("content", "");
+    pos = end;
+  }
+  const json whole = json::parse(post("/v1/chat/completions", kChat).body);
+  EXPECT_EQ(content, whole["choices"][0]["message"]["content"]);
+  EXPECT_EQ(usage, whole["usage"]) << "streamed usage equals the non-streamed usage";
+}
+
+TEST_F(LlmSimTest, AnthropicMessagesStreamTheirEventsInOrder) {
+  start({});
+  const json body = {{"model", "claude"},
+                     {"max_tokens", 3},
+                     {"system", "be brief"},
+                     {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                     {"stream", true}};
+  auto [text, clean] = stream("/v1/messages", body);
+  ASSERT_TRUE(clean);
+  std::vector<std::string> events;
+  size_t pos = 0;
+  while ((pos = text.find("event: ", pos)) != std::string::npos) {
+    const size_t end = text.find('\n', pos);
+    events.push_back(text.substr(pos + 7, end - pos - 7));
+    pos = end;
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"message_start", "content_block_start", "ping",
+                                              "content_block_delta", "content_block_delta",
+                                              "content_block_delta", "content_block_stop",
+                                              "message_delta", "message_stop"}));
+  EXPECT_NE(text.find("\"output_tokens\":3"), std::string::npos);
+  json whole_body = body;
+  whole_body.erase("stream");
+  const json whole = json::parse(post("/v1/messages", whole_body).body);
+  EXPECT_EQ(whole["type"], "message");
+  EXPECT_EQ(whole["stop_reason"], "max_tokens");
+  EXPECT_EQ(whole["usage"]["output_tokens"], 3);
+  auto missing = post("/v1/messages", {{"model", "claude"}, {"messages", json::array()}});
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_EQ(json::parse(missing.body)["error"]["type"], "invalid_request_error");
+}
+
+TEST_F(LlmSimTest, FaultsAreInjected) {
+  start({.fail_rate = 1.0});
+  auto failed = post("/v1/chat/completions", kChat);
+  EXPECT_EQ(failed.status, 500);
+  EXPECT_EQ(json::parse(failed.body)["error"]["type"], "server_error");
+}
+
+TEST_F(LlmSimTest, CutStreamsEndWithoutTheirEnding) {
+  start({.cut_rate = 1.0});
+  json body = kChat;
+  body["stream"] = true;
+  auto [text, clean] = stream("/v1/chat/completions", body);
+  EXPECT_FALSE(clean);
+  EXPECT_EQ(text.find("[DONE]"), std::string::npos);
+  EXPECT_NE(text.find("data: {"), std::string::npos) << "some bytes came before the cut";
+  http::ClientRequest req;
+  req.method = http::Method::kPost;
+  req.url = server.url("/v1/chat/completions");
+  req.body = kChat.dump();
+  auto whole = runCoroutine(ctx, client.request(std::move(req)));
+  EXPECT_FALSE(whole.has_value()) << "a cut non-streamed request gets no answer at all";
+}
+
+TEST_F(LlmSimTest, ModelsKeysAndEmbeddings) {
+  start({.models = {"a", "b"}, .api_keys = {"sk-1"}});
+  EXPECT_EQ(post("/v1/chat/completions", kChat).status, 401);
+  json body = kChat;
+  body["model"] = "a";
+  EXPECT_EQ(post("/v1/chat/completions", body, "sk-1").status, 200);
+  body["model"] = "zzz";
+  auto unknown = post("/v1/chat/completions", body, "sk-1");
+  EXPECT_EQ(unknown.status, 404);
+  auto emb = post("/v1/embeddings", {{"model", "a"}, {"input", {"x", "y"}}}, "sk-1");
+  ASSERT_EQ(emb.status, 200);
+  EXPECT_EQ(json::parse(emb.body)["data"].size(), 2u);
+  EXPECT_EQ(json::parse(emb.body)["usage"]["prompt_tokens"], 2);
+  const std::string metrics = server.metrics.render();
+  for (const char* name :
+       {"vllm:num_requests_running{model_name=\"a\"} 0",
+        "vllm:kv_cache_usage_perc{model_name=\"a\"} 0",
+        "vllm:prompt_tokens_total{model_name=\"a\"}",
+        "vllm:generation_tokens_total{model_name=\"a\"} 7",
+        "vllm:request_success_total{model_name=\"a\"} 2", "vllm:time_to_first_token_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_count{model_name=\"a\"} 1"}) {
+    EXPECT_NE(metrics.find(name), std::string::npos) << name << "\n" << metrics;
+  }
+}
+
+TEST_F(LlmSimTest, ARequestThatCanNeverFitTheKvCacheIsRefused) {
+  start({.kv_blocks = 1});
+  json body = kChat;
+  body["messages"][0]["content"] = std::string(400, 'x');  // 100 prompt tokens: 7 blocks
+  EXPECT_EQ(post("/v1/chat/completions", body).status, 400);
+  EXPECT_NE(server.metrics.render().find("vllm:num_requests_running"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace purser::sim
