@@ -73,6 +73,100 @@ void readHttp(YamlReader::Map m, HttpConfig& http) {
   m.finish();
 }
 
+void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
+  if (!top.present("providers")) return;
+  const YAML::Node list = top.get("providers");
+  if (!list.IsSequence()) {
+    reader.addError(list, "providers", "expected a list of {name, kind, base_url, api_keys}");
+    return;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = fmt::format("providers[{}]", i);
+    YamlReader::Map m = reader.map(list[i], path);
+    ProviderConfig p;
+    m.required("name", p.name);
+    m.requiredChoice("kind", p.kind, {"openai", "anthropic"});
+    m.required("base_url", p.base_url);
+    m.optionalStrings("api_keys", p.api_keys);
+    m.optional("timeout", p.timeout, std::chrono::milliseconds(1));
+    m.optional("connect_timeout", p.connect_timeout, std::chrono::milliseconds(1));
+    m.finish();
+    if (!p.base_url.empty() && !p.base_url.starts_with("http://") &&
+        !p.base_url.starts_with("https://")) {
+      reader.addError(list[i]["base_url"], path + ".base_url",
+                      "expected an http:// or https:// URL");
+    }
+    for (const auto& other : cfg.providers) {
+      if (other.name == p.name) {
+        reader.addError(list[i]["name"], path + ".name",
+                        fmt::format("provider \"{}\" is defined twice", p.name));
+      }
+    }
+    cfg.providers.push_back(std::move(p));
+  }
+}
+
+void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
+  if (!top.present("routes")) return;
+  const YAML::Node list = top.get("routes");
+  if (!list.IsSequence()) {
+    reader.addError(list, "routes", "expected a list of {model, strategy, targets}");
+    return;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = fmt::format("routes[{}]", i);
+    YamlReader::Map m = reader.map(list[i], path);
+    RouteConfig r;
+    m.required("model", r.model);
+    m.optionalChoice("strategy", r.strategy,
+                     {"fallback", "weighted", "least_latency", "least_cost", "least_loaded"});
+    m.optional("max_tokens", r.max_tokens, 1, int64_t{1} << 30);
+    m.optional("retries", r.retries, 0, 10);
+    if (m.present("allow")) {
+      YamlReader::Map allow = m.map("allow");
+      allow.optionalStrings("tenants", r.allow_tenants);
+      allow.optionalStrings("teams", r.allow_teams);
+      allow.finish();
+    }
+    if (!m.present("targets")) {
+      reader.addError(list[i], path + ".targets", "required field is missing");
+    } else {
+      const YAML::Node targets = m.get("targets");
+      if (!targets.IsSequence() || targets.size() == 0) {
+        reader.addError(targets, path + ".targets",
+                        "expected a non-empty list of {provider, model}");
+      } else {
+        for (size_t j = 0; j < targets.size(); ++j) {
+          const std::string tpath = fmt::format("{}.targets[{}]", path, j);
+          YamlReader::Map t = reader.map(targets[j], tpath);
+          TargetConfig target;
+          t.required("provider", target.provider);
+          t.required("model", target.model);
+          t.optional("weight", target.weight, 0, 1'000'000);
+          t.finish();
+          const bool known =
+              std::any_of(cfg.providers.begin(), cfg.providers.end(),
+                          [&](const ProviderConfig& p) { return p.name == target.provider; });
+          if (!target.provider.empty() && !known) {
+            reader.addError(targets[j]["provider"], tpath + ".provider",
+                            fmt::format("no provider named \"{}\" (providers must be listed first)",
+                                        target.provider));
+          }
+          r.targets.push_back(std::move(target));
+        }
+      }
+    }
+    m.finish();
+    for (const auto& other : cfg.routes) {
+      if (other.model == r.model) {
+        reader.addError(list[i]["model"], path + ".model",
+                        fmt::format("model \"{}\" is routed twice", r.model));
+      }
+    }
+    cfg.routes.push_back(std::move(r));
+  }
+}
+
 }  // namespace
 
 Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
@@ -141,7 +235,8 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   if (top.present("prices")) {
     const YAML::Node list = top.get("prices");
     if (!list.IsSequence()) {
-      reader.addError(list, "prices", "expected a list of {provider, model, input_per_mtok, output_per_mtok}");
+      reader.addError(list, "prices",
+                      "expected a list of {provider, model, input_per_mtok, output_per_mtok}");
     } else {
       for (size_t i = 0; i < list.size(); ++i) {
         YamlReader::Map m = reader.map(list[i], fmt::format("prices[{}]", i));
@@ -192,6 +287,8 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       }
     }
   }
+  readProviders(reader, top, cfg);
+  readRoutes(reader, top, cfg);
   top.finish();
   if (!reader.ok()) return fail(reader.error());
   return cfg;

@@ -58,6 +58,31 @@ struct ModelPriceConfig {
   std::optional<Money> reasoning;
 };
 
+struct ProviderConfig {
+  std::string name;
+  std::string kind;  // "openai" (any OpenAI-compatible server) or "anthropic"
+  std::string base_url;
+  std::vector<std::string> api_keys;             // used in turn
+  Duration timeout = std::chrono::seconds(120);  // for a whole non-streamed answer
+  Duration connect_timeout = std::chrono::seconds(5);
+};
+
+struct TargetConfig {
+  std::string provider;
+  std::string model;  // the upstream model name
+  int64_t weight = 1;
+};
+
+struct RouteConfig {
+  std::string model;                  // the name clients use
+  std::string strategy = "fallback";  // fallback, weighted, least_latency, least_cost, least_loaded
+  std::vector<TargetConfig> targets;
+  std::vector<std::string> allow_tenants;  // empty: every tenant
+  std::vector<std::string> allow_teams;    // empty: every team
+  int64_t max_tokens = 4096;               // the output cap reserved for when a request sets none
+  int64_t retries = 1;                     // retries per target before falling back
+};
+
 struct AlertsConfig {
   std::string webhook_url;  // empty: alerts go to the audit log only
 };
@@ -81,6 +106,8 @@ struct Config {
   std::vector<ModelPriceConfig> prices;
   std::vector<GpuPriceConfig> gpu_prices;
   AlertsConfig alerts;
+  std::vector<ProviderConfig> providers;
+  std::vector<RouteConfig> routes;
 };
 
 // Command-line values that replace the file's (and satisfy `listen` when the file has none).

@@ -263,6 +263,29 @@ void YamlReader::Map::optionalChoice(const std::string& key, std::string& out,
   out = *v;
 }
 
+void YamlReader::Map::requiredChoice(const std::string& key, std::string& out,
+                                     const std::vector<std::string>& choices) {
+  if (!has(key)) {
+    present(key);
+    if (valid_) reader_->addError(node_, child(key), "required field is missing");
+    return;
+  }
+  optionalChoice(key, out, choices);
+}
+
+void YamlReader::Map::optionalStrings(const std::string& key, std::vector<std::string>& out) {
+  if (!present(key)) return;
+  const YAML::Node n = get(key);
+  if (!n.IsSequence()) {
+    reader_->addError(n, child(key), "expected a list of strings");
+    return;
+  }
+  out.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (auto v = reader_->asString(n[i], fmt::format("{}[{}]", child(key), i))) out.push_back(*v);
+  }
+}
+
 void YamlReader::Map::finish() {
   if (!valid_) return;
   std::vector<std::string> known(read_.begin(), read_.end());

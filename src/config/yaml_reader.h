@@ -82,6 +82,9 @@ class YamlReader {
     // One of `choices`.
     void optionalChoice(const std::string& key, std::string& out,
                         const std::vector<std::string>& choices);
+    void requiredChoice(const std::string& key, std::string& out,
+                        const std::vector<std::string>& choices);
+    void optionalStrings(const std::string& key, std::vector<std::string>& out);
     // The value at `key` as a nested mapping.
     Map map(const std::string& key) { return reader_->map(get(key), child(key)); }
     // Reports every key that was not read.

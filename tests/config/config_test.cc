@@ -93,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"max_body_bytes\"?"},
         BadCase{"listen: 127.0.0.1:80\nflavours: []\n",
                 "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
-                "data_dir, gpu_prices, http, listen, log, prices, store, threads"},
+                "data_dir, gpu_prices, http, listen, log, prices, providers, routes, store, "
+                "threads"},
         // A missing required field.
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
         BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
@@ -139,14 +140,63 @@ gpu_prices:
   EXPECT_EQ(c->gpu_prices[0].per_gpu_hour.toString(), "2.40");
 
   auto bad = parseConfig(
-      "listen: 127.0.0.1:80\nprices:\n  - {provider: a, model: m, input_per_mtok: \"1.2.3\", output_per_mtok: 1}\n"
+      "listen: 127.0.0.1:80\nprices:\n  - {provider: a, model: m, input_per_mtok: \"1.2.3\", "
+      "output_per_mtok: 1}\n"
       "  - {provider: a, model: m, input_per_mtok: 1, output_per_mtok: 1}\n",
       "p.yaml");
   ASSERT_FALSE(bad.has_value());
-  EXPECT_NE(bad.error().toString().find("p.yaml:3:45: prices[0].input_per_mtok: invalid amount \"1.2.3\""),
+  EXPECT_NE(bad.error().toString().find(
+                "p.yaml:3:45: prices[0].input_per_mtok: invalid amount \"1.2.3\""),
             std::string::npos)
       << bad.error().toString();
   EXPECT_NE(bad.error().toString().find("a m is priced twice"), std::string::npos);
+}
+
+TEST(ConfigTest, ReadsProvidersAndRoutesOfTheContract) {
+  auto c = parseConfig(R"(
+listen: 127.0.0.1:8080
+providers:
+  - {name: sim-a, kind: openai, base_url: http://127.0.0.1:9001/v1, api_keys: [sk-test-1]}
+  - {name: sim-b, kind: anthropic, base_url: http://127.0.0.1:9002, api_keys: [sk-test-2, sk-3]}
+routes:
+  - model: chat-default
+    strategy: fallback
+    targets: [{provider: sim-a, model: sim-small}, {provider: sim-b, model: sim-claude}]
+  - model: cheap
+    strategy: weighted
+    allow: {teams: [ml]}
+    targets: [{provider: sim-a, model: sim-small, weight: 3}]
+prices:
+  - {provider: sim-a, model: sim-small, input_per_mtok: "0.15", output_per_mtok: "0.60"}
+)",
+                       "gw.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  ASSERT_EQ(c->providers.size(), 2u);
+  EXPECT_EQ(c->providers[1].kind, "anthropic");
+  EXPECT_EQ(c->providers[1].api_keys, (std::vector<std::string>{"sk-test-2", "sk-3"}));
+  ASSERT_EQ(c->routes.size(), 2u);
+  EXPECT_EQ(c->routes[0].targets[1].model, "sim-claude");
+  EXPECT_EQ(c->routes[1].targets[0].weight, 3);
+  EXPECT_EQ(c->routes[1].allow_teams, std::vector<std::string>{"ml"});
+
+  auto bad = parseConfig(R"(
+listen: 127.0.0.1:8080
+providers:
+  - {name: a, kind: grpc, base_url: ftp://x}
+routes:
+  - {model: m, strategy: random, targets: [{provider: nobody, model: x}]}
+)",
+                         "gw.yaml");
+  ASSERT_FALSE(bad.has_value());
+  const std::string text = bad.error().toString();
+  EXPECT_NE(text.find("providers[0].kind: expected one of openai, anthropic, got \"grpc\""),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("providers[0].base_url: expected an http:// or https:// URL"),
+            std::string::npos);
+  EXPECT_NE(text.find("routes[0].strategy: expected one of fallback, weighted"), std::string::npos);
+  EXPECT_NE(text.find("routes[0].targets[0].provider: no provider named \"nobody\""),
+            std::string::npos);
 }
 
 TEST(ConfigTest, SeveralErrorsAreReportedTogether) {
