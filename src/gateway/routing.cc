@@ -1,0 +1,150 @@
+#include "gateway/routing.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace purser::gateway {
+
+namespace {
+constexpr int kFailuresBeforeCooldown = 3;
+constexpr std::chrono::seconds kFirstCooldown{30};
+constexpr std::chrono::minutes kLongestCooldown{5};
+
+std::string withoutTrailingSlash(std::string url) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+int64_t ns(MonoTime t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+Result<Strategy> parseStrategy(std::string_view name) {
+  if (name == "fallback") return Strategy::kFallback;
+  if (name == "weighted") return Strategy::kWeighted;
+  if (name == "least_latency") return Strategy::kLeastLatency;
+  if (name == "least_cost") return Strategy::kLeastCost;
+  if (name == "least_loaded") return Strategy::kLeastLoaded;
+  return fail(invalidArgument(fmt::format(
+      "unknown strategy \"{}\"; expected fallback, weighted, least_latency, least_cost or "
+      "least_loaded",
+      name)));
+}
+
+Provider::Provider(std::string name, ProviderKind kind, std::string base_url,
+                   std::vector<std::string> keys, Duration timeout, Duration connect_timeout)
+    : name_(std::move(name)),
+      kind_(kind),
+      base_url_(withoutTrailingSlash(std::move(base_url))),
+      timeout_(timeout),
+      connect_timeout_(connect_timeout),
+      keys_(std::move(keys)) {}
+
+std::string Provider::nextKey() {
+  std::lock_guard lock(mu_);
+  if (keys_.empty()) return {};
+  return keys_[next_++ % keys_.size()];
+}
+
+void Provider::replaceKeys(std::vector<std::string> keys) {
+  std::lock_guard lock(mu_);
+  keys_ = std::move(keys);
+  next_ = 0;
+}
+
+size_t Provider::keyCount() const {
+  std::lock_guard lock(mu_);
+  return keys_.size();
+}
+
+bool coolingDown(const Target& t, MonoTime now) {
+  return t.health.cooldown_until_ns.load(std::memory_order_relaxed) > ns(now);
+}
+
+void recordSuccess(Target& t, Duration latency) {
+  t.health.consecutive_failures.store(0, std::memory_order_relaxed);
+  t.health.cooldown_until_ns.store(0, std::memory_order_relaxed);
+  t.health.cooldown_ns.store(0, std::memory_order_relaxed);
+  const int64_t us =
+      std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::microseconds>(latency).count());
+  // Moving average with weight 1/5 for the newest sample; the first sample is taken as it is.
+  int64_t old = t.health.ewma_latency_us.load(std::memory_order_relaxed);
+  int64_t next;
+  do {
+    next = old == 0 ? us : old + (us - old) / 5;
+  } while (!t.health.ewma_latency_us.compare_exchange_weak(old, next, std::memory_order_relaxed));
+}
+
+void recordFailure(Target& t, MonoTime now) {
+  const int failures = t.health.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (failures < kFailuresBeforeCooldown) return;
+  const int64_t previous = t.health.cooldown_ns.load(std::memory_order_relaxed);
+  const int64_t length = std::min<int64_t>(
+      previous == 0 ? std::chrono::nanoseconds(kFirstCooldown).count() : previous * 2,
+      std::chrono::nanoseconds(kLongestCooldown).count());
+  t.health.cooldown_ns.store(length, std::memory_order_relaxed);
+  t.health.cooldown_until_ns.store(ns(now) + length, std::memory_order_relaxed);
+  t.health.consecutive_failures.store(0, std::memory_order_relaxed);
+}
+
+std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random) {
+  std::vector<Target*> order;
+  order.reserve(route.targets.size());
+  for (const auto& t : route.targets) order.push_back(t.get());
+  switch (route.strategy) {
+    case Strategy::kFallback:
+      break;
+    case Strategy::kWeighted: {
+      // Weighted sampling without replacement: the first pick follows the weights exactly.
+      std::vector<Target*> rest = order;
+      order.clear();
+      while (!rest.empty()) {
+        int64_t total = 0;
+        for (Target* t : rest) total += std::max<int64_t>(t->weight, 0);
+        size_t pick = 0;
+        if (total > 0) {
+          int64_t r = static_cast<int64_t>(random.uniform(static_cast<uint64_t>(total)));
+          for (size_t i = 0; i < rest.size(); ++i) {
+            r -= std::max<int64_t>(rest[i]->weight, 0);
+            if (r < 0) {
+              pick = i;
+              break;
+            }
+          }
+        }
+        order.push_back(rest[pick]);
+        rest.erase(rest.begin() + static_cast<std::ptrdiff_t>(pick));
+      }
+      break;
+    }
+    case Strategy::kLeastLatency:
+      std::stable_sort(order.begin(), order.end(), [](const Target* a, const Target* b) {
+        return a->health.ewma_latency_us.load(std::memory_order_relaxed) <
+               b->health.ewma_latency_us.load(std::memory_order_relaxed);
+      });
+      break;
+    case Strategy::kLeastCost: {
+      const auto cost = [](const Target* t) -> __int128 {
+        if (t->price == nullptr) return static_cast<__int128>(INT64_MAX) * 2;  // unpriced: last
+        return static_cast<__int128>(t->price->input.nanos()) + t->price->output.nanos();
+      };
+      std::stable_sort(order.begin(), order.end(),
+                       [&](const Target* a, const Target* b) { return cost(a) < cost(b); });
+      break;
+    }
+    case Strategy::kLeastLoaded:
+      std::stable_sort(order.begin(), order.end(), [](const Target* a, const Target* b) {
+        return a->health.in_flight.load(std::memory_order_relaxed) <
+               b->health.in_flight.load(std::memory_order_relaxed);
+      });
+      break;
+  }
+  // Cooling-down targets go last, still in strategy order: tried only when all else failed.
+  std::stable_partition(order.begin(), order.end(),
+                        [&](const Target* t) { return !coolingDown(*t, now); });
+  return order;
+}
+
+}  // namespace purser::gateway

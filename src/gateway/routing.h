@@ -1,0 +1,96 @@
+// Routing: which upstream serves a request for a model alias, and in what order to try the rest.
+//
+// A Route maps a client-facing model name to targets (provider + upstream model + weight) and a
+// strategy: fallback (in order), weighted (random by weight), least_latency (moving average of
+// observed latency), least_cost (cheapest listed price), least_loaded (fewest requests in flight).
+// Every strategy yields a full order, so the rest are fallbacks. A target that fails 3 times in a
+// row is cooled down (30 s, doubling up to 5 min while it keeps failing): it goes to the back of
+// every order until the cooldown ends, then real traffic probes it again.
+//
+// Selection is pure given the time and the random source; the health counters are atomics, so
+// routes are shared by all workers without locks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/random.h"
+#include "common/result.h"
+#include "ledger/price.h"
+
+namespace purser::gateway {
+
+enum class ProviderKind { kOpenAi, kAnthropic };
+enum class Strategy { kFallback, kWeighted, kLeastLatency, kLeastCost, kLeastLoaded };
+
+Result<Strategy> parseStrategy(std::string_view name);
+
+// An upstream account: where it is and the keys to use, in turn. Keys can be replaced while
+// requests run (thread-safe); they are never logged.
+class Provider {
+ public:
+  Provider(std::string name, ProviderKind kind, std::string base_url, std::vector<std::string> keys,
+           Duration timeout, Duration connect_timeout);
+
+  const std::string& name() const { return name_; }
+  ProviderKind kind() const { return kind_; }
+  const std::string& baseUrl() const { return base_url_; }
+  Duration timeout() const { return timeout_; }
+  Duration connectTimeout() const { return connect_timeout_; }
+
+  // The next key in turn ("" when the provider has none).
+  std::string nextKey();
+  void replaceKeys(std::vector<std::string> keys);
+  size_t keyCount() const;
+
+ private:
+  const std::string name_;
+  const ProviderKind kind_;
+  const std::string base_url_;
+  const Duration timeout_;
+  const Duration connect_timeout_;
+  mutable std::mutex mu_;
+  std::vector<std::string> keys_;  // guarded by mu_
+  size_t next_ = 0;                // guarded by mu_
+};
+
+struct TargetHealth {
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<int64_t> ewma_latency_us{0};  // 0: nothing observed yet
+  std::atomic<int> consecutive_failures{0};
+  std::atomic<int64_t> cooldown_until_ns{0};  // monotonic; 0: not cooling down
+  std::atomic<int64_t> cooldown_ns{0};        // the length of the current/last cooldown
+};
+
+struct Target {
+  Provider* provider = nullptr;
+  std::string model;  // upstream model name
+  int64_t weight = 1;
+  const ledger::TokenPrice* price = nullptr;  // null when unpriced
+  TargetHealth health;
+};
+
+struct Route {
+  std::string alias;
+  Strategy strategy = Strategy::kFallback;
+  std::vector<std::unique_ptr<Target>> targets;
+  std::vector<std::string> allow_tenants;
+  std::vector<std::string> allow_teams;
+  int64_t max_tokens = 4096;
+  int64_t retries = 1;
+};
+
+// The order to try `route`'s targets in at `now`.
+std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random);
+
+bool coolingDown(const Target& t, MonoTime now);
+void recordSuccess(Target& t, Duration latency);
+void recordFailure(Target& t, MonoTime now);
+
+}  // namespace purser::gateway
