@@ -14,6 +14,7 @@
 
 #include "api/async_store.h"
 #include "api/problem.h"
+#include "gateway/async_meter.h"
 
 #include <deque>
 #include <mutex>
@@ -699,39 +700,6 @@ Response listVisible(const Services& s, const Principal& who, Action read,
 
 // --- Metering --------------------------------------------------------------------------------
 
-// Awaitable forms of the Meter's callbacks: the coroutine resumes on its own worker. Plain
-// initiating functions rather than coroutines: GCC 12 mishandles class-type parameters of
-// coroutines that are awaited from other coroutines.
-template <typename T>
-auto resumeOn(std::shared_ptr<T> handler) {
-  auto executor = asio::get_associated_executor(*handler);
-  return [handler, executor](auto result) {
-    asio::post(executor, [handler, r = std::move(result)]() mutable { (*handler)(std::move(r)); });
-  };
-}
-
-template <typename Token>
-auto asyncReserve(const Services& s, ledger::UsageEvent draft, std::vector<std::string> chain,
-                  Money amount, Duration lease, Token&& token) {
-  return asio::async_initiate<Token, void(Result<void>)>(
-      [&s](auto handler, ledger::UsageEvent draft, std::vector<std::string> chain, Money amount,
-           Duration lease) {
-        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        s.meter.reserve(std::move(draft), std::move(chain), amount, lease, resumeOn(shared));
-      },
-      token, std::move(draft), std::move(chain), amount, lease);
-}
-
-template <typename Token>
-auto asyncSettle(const Services& s, ledger::UsageEvent event, Token&& token) {
-  return asio::async_initiate<Token, void(Result<ledger::Settlement>)>(
-      [&s](auto handler, ledger::UsageEvent event) {
-        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        s.meter.settle(std::move(event), resumeOn(shared));
-      },
-      token, std::move(event));
-}
-
 // Who made each outstanding reservation, so only they (or their admins) can settle it.
 class Reservations {
  public:
@@ -902,7 +870,8 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   draft.model = model.value_or("");
   draft.provider = provider.value_or("");
   const auto chain = s.wallets.chain(scopes, model_name);
-  auto reserved = co_await asyncReserve(s, draft, chain, amount, lease, asio::use_awaitable);
+  auto reserved =
+      co_await gateway::asyncReserve(s.meter, draft, chain, amount, lease, asio::use_awaitable);
   if (!reserved) {
     // Give back what the rate limits took for a request that will not run.
     for (const auto& b : buckets) s.limiter.adjust(b, -b.cost);
@@ -996,7 +965,7 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   event.ttft_ms = ttft.value_or(0);
   event.estimated = estimated.value_or(false);
   event.at = s.clock.now();
-  auto settled = co_await asyncSettle(s, event, asio::use_awaitable);
+  auto settled = co_await gateway::asyncSettle(s.meter, event, asio::use_awaitable);
   if (!settled) co_return problem(settled.error());
   if (!settled->duplicate) {
     // The draft stays (bounded) so a retried settlement is answered as a duplicate.

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
+#include "gateway/gateway.h"
 #include "http/builtin.h"
 #include "http/client.h"
 #include "http/metrics.h"
@@ -169,6 +170,39 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
     };
     return http::Response::json(200, body.dump());
   }));
+  // The model API: providers and routes from the configuration.
+  std::vector<std::unique_ptr<gateway::Provider>> providers;
+  for (const auto& p : config.providers) {
+    providers.push_back(std::make_unique<gateway::Provider>(
+        p.name,
+        p.kind == "anthropic" ? gateway::ProviderKind::kAnthropic : gateway::ProviderKind::kOpenAi,
+        p.base_url, p.api_keys, p.timeout, p.connect_timeout));
+  }
+  std::vector<std::unique_ptr<gateway::Route>> routes;
+  for (const auto& r : config.routes) {
+    auto route = std::make_unique<gateway::Route>();
+    route->alias = r.model;
+    route->strategy = *gateway::parseStrategy(r.strategy);  // validated with the configuration
+    route->allow_tenants = r.allow_tenants;
+    route->allow_teams = r.allow_teams;
+    route->max_tokens = r.max_tokens;
+    route->retries = r.retries;
+    for (const auto& t : r.targets) {
+      auto target = std::make_unique<gateway::Target>();
+      for (auto& p : providers) {
+        if (p->name() == t.provider) target->provider = p.get();
+      }
+      target->model = t.model;
+      target->weight = t.weight;
+      target->price = prices.find(t.provider, t.model);
+      route->targets.push_back(std::move(target));
+    }
+    routes.push_back(std::move(route));
+  }
+  gateway::Gateway gateway({clock, SystemRandom::instance(), ids, directory, wallets, meter,
+                            limiter, rate_limits, prices, http_clients},
+                           std::move(providers), std::move(routes));
+  PURSER_TRY(gateway.addRoutes(router));
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));

@@ -1,0 +1,863 @@
+#include "gateway/gateway.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <optional>
+
+#include "gateway/async_meter.h"
+#include "gateway/sse.h"
+
+namespace purser::gateway {
+
+namespace asio = boost::asio;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+namespace {
+
+enum class Api { kOpenAi, kAnthropic };
+enum class Surface { kChat, kCompletions, kEmbeddings, kMessages };
+
+Api apiOf(Surface s) { return s == Surface::kMessages ? Api::kAnthropic : Api::kOpenAi; }
+
+// --- Errors in each API's own shape -----------------------------------------------------------
+
+// What went wrong, independent of the API that reports it.
+enum class Fault {
+  kBadRequest,
+  kUnauthenticated,
+  kForbidden,
+  kNotFound,
+  kTooLarge,
+  kRateLimited,
+  kBudget,
+  kUpstream,
+  kTimeout,
+};
+
+int statusOf(Fault f) {
+  switch (f) {
+    case Fault::kBadRequest:
+      return 400;
+    case Fault::kUnauthenticated:
+      return 401;
+    case Fault::kForbidden:
+      return 403;
+    case Fault::kNotFound:
+      return 404;
+    case Fault::kTooLarge:
+      return 413;
+    case Fault::kRateLimited:
+    case Fault::kBudget:
+      return 429;
+    case Fault::kUpstream:
+      return 502;
+    case Fault::kTimeout:
+      return 504;
+  }
+  return 500;
+}
+
+Response apiError(Api api, Fault fault, std::string_view message, std::string_view param = {},
+                  std::string_view code = {}) {
+  const int status = statusOf(fault);
+  json body;
+  if (api == Api::kOpenAi) {
+    std::string type = "invalid_request_error";
+    if (fault == Fault::kBudget) type = "insufficient_quota";
+    if (fault == Fault::kRateLimited) type = "rate_limit_exceeded";
+    if (fault == Fault::kUpstream || fault == Fault::kTimeout) type = "server_error";
+    body = {{"error",
+             {{"message", message},
+              {"type", type},
+              {"param", param.empty() ? json(nullptr) : json(param)},
+              {"code", code.empty() ? json(nullptr) : json(code)}}}};
+  } else {
+    std::string type = "invalid_request_error";
+    switch (fault) {
+      case Fault::kUnauthenticated:
+        type = "authentication_error";
+        break;
+      case Fault::kForbidden:
+        type = "permission_error";
+        break;
+      case Fault::kNotFound:
+        type = "not_found_error";
+        break;
+      case Fault::kTooLarge:
+        type = "request_too_large";
+        break;
+      case Fault::kRateLimited:
+      case Fault::kBudget:
+        type = "rate_limit_error";
+        break;
+      case Fault::kUpstream:
+        type = "api_error";
+        break;
+      case Fault::kTimeout:
+        type = "timeout_error";
+        break;
+      case Fault::kBadRequest:
+        break;
+    }
+    body = {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+  }
+  Response r = Response::json(status, body.dump());
+  if (fault == Fault::kBudget) r.headers.add("x-should-retry", "false");
+  return r;
+}
+
+// --- Usage in each API's terms -----------------------------------------------------------------
+
+int64_t intAt(const json& obj, std::initializer_list<const char*> path) {
+  const json* v = &obj;
+  for (const char* key : path) {
+    if (!v->is_object() || !v->contains(key)) return 0;
+    v = &(*v)[key];
+  }
+  return v->is_number_integer() ? v->get<int64_t>() : 0;
+}
+
+// OpenAI counts cached input inside prompt_tokens and reasoning inside completion_tokens;
+// Purser's kinds are disjoint.
+ledger::TokenCounts openAiUsage(const json& usage) {
+  ledger::TokenCounts t;
+  const int64_t cached = intAt(usage, {"prompt_tokens_details", "cached_tokens"});
+  const int64_t reasoning = intAt(usage, {"completion_tokens_details", "reasoning_tokens"});
+  t.input = std::max<int64_t>(0, intAt(usage, {"prompt_tokens"}) - cached);
+  t.cached_input = cached;
+  t.output = std::max<int64_t>(0, intAt(usage, {"completion_tokens"}) - reasoning);
+  t.reasoning = reasoning;
+  return t;
+}
+
+ledger::TokenCounts anthropicUsage(const json& usage) {
+  ledger::TokenCounts t;
+  t.input = intAt(usage, {"input_tokens"});
+  t.cached_input = intAt(usage, {"cache_read_input_tokens"});
+  t.cache_write = intAt(usage, {"cache_creation_input_tokens"});
+  t.output = intAt(usage, {"output_tokens"});
+  return t;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::string upstreamPath(Surface s) {
+  switch (s) {
+    case Surface::kChat:
+      return "/chat/completions";
+    case Surface::kCompletions:
+      return "/completions";
+    case Surface::kEmbeddings:
+      return "/embeddings";
+    case Surface::kMessages:
+      return "/v1/messages";
+  }
+  return "/";
+}
+
+bool retryable(int status) { return status == 429 || status >= 500; }
+
+// The Retry-After of an upstream answer, capped; zero when absent.
+std::chrono::milliseconds retryAfter(const http::Headers& h) {
+  auto v = h.get("retry-after");
+  if (!v) return std::chrono::milliseconds(0);
+  char* end = nullptr;
+  const double secs = std::strtod(std::string(*v).c_str(), &end);
+  if (secs <= 0) return std::chrono::milliseconds(0);
+  return std::min(std::chrono::milliseconds(static_cast<int64_t>(secs * 1000)),
+                  std::chrono::milliseconds(5000));
+}
+
+asio::awaitable<void> sleepFor(std::chrono::milliseconds d) {
+  if (d.count() <= 0) co_return;
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+int64_t micros(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+}  // namespace
+
+// --- The gateway ---------------------------------------------------------------------------
+
+class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
+ public:
+  Impl(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
+       std::vector<std::unique_ptr<Route>> routes)
+      : d_(deps), providers_(std::move(providers)) {
+    for (auto& r : routes) {
+      const std::string alias = r->alias;
+      routes_.emplace(alias, std::move(r));
+    }
+  }
+
+  Provider* provider(const std::string& name) {
+    for (auto& p : providers_) {
+      if (p->name() == name) return p.get();
+    }
+    return nullptr;
+  }
+  const Route* route(const std::string& alias) const {
+    auto it = routes_.find(alias);
+    return it == routes_.end() ? nullptr : it->second.get();
+  }
+
+  // Everything decided before a request goes upstream.
+  struct Call {
+    Surface surface;
+    Api api;
+    identity::Principal who;
+    identity::ApiKey key;
+    Route* route = nullptr;
+    json body;
+    bool stream = false;
+    bool client_wants_usage = false;  // OpenAI stream_options.include_usage as the client sent it
+    int64_t input_estimate = 0;
+    int64_t max_output = 0;
+    std::vector<ledger::BucketRequest> buckets;
+    ledger::UsageEvent event;
+    Money reserved;
+    SteadyTime started;
+    std::chrono::steady_clock::duration upstream_time{0};
+    std::string anthropic_version;
+    std::string anthropic_beta;
+  };
+
+  std::optional<std::string> presentedKey(const Request& req) const {
+    if (auto auth = req.headers.get("authorization")) {
+      std::string_view v = *auth;
+      if (v.size() > 7 && http::equalsIgnoreCase(v.substr(0, 7), "bearer ")) {
+        return std::string(v.substr(7));
+      }
+    }
+    if (auto key = req.headers.get("x-api-key")) return std::string(*key);
+    return std::nullopt;
+  }
+
+  // Authentication, parsing, routing and permission. A response when the request stops here.
+  std::optional<Response> admit(Call& c, Request& req) {
+    const Api api = c.api;
+    auto presented = presentedKey(req);
+    if (!presented) {
+      return apiError(api, Fault::kUnauthenticated,
+                      "You didn't provide an API key. Send it as \"Authorization: Bearer KEY\".",
+                      {}, "missing_api_key");
+    }
+    auto who = d_.directory.authenticate(*presented);
+    if (!who) {
+      return apiError(api, Fault::kUnauthenticated,
+                      who.error().message == "invalid API key"
+                          ? "Incorrect API key provided."
+                          : "Your API key is not valid: " + who.error().message + ".",
+                      {}, "invalid_api_key");
+    }
+    c.who = *who;
+    auto key = d_.directory.key(c.who.key_id);
+    if (!key) return apiError(api, Fault::kUnauthenticated, "Incorrect API key provided.");
+    c.key = *key;
+
+    try {
+      c.body = json::parse(req.body);
+    } catch (const json::parse_error& e) {
+      return apiError(api, Fault::kBadRequest,
+                      fmt::format("We could not parse the JSON body of your request: {} (at byte "
+                                  "{}).",
+                                  e.what(), e.byte));
+    }
+    if (!c.body.is_object()) {
+      return apiError(api, Fault::kBadRequest, "The request body must be a JSON object.");
+    }
+    if (!c.body.contains("model") || !c.body["model"].is_string() ||
+        c.body["model"].get<std::string>().empty()) {
+      return apiError(api, Fault::kBadRequest, "you must provide a model parameter", "model");
+    }
+    const std::string model = c.body["model"].get<std::string>();
+    const char* required = c.surface == Surface::kCompletions  ? "prompt"
+                           : c.surface == Surface::kEmbeddings ? "input"
+                                                               : "messages";
+    if (!c.body.contains(required) ||
+        (std::string_view(required) == "messages" && !c.body[required].is_array())) {
+      return apiError(api, Fault::kBadRequest, fmt::format("'{}' is a required property", required),
+                      required);
+    }
+    auto it = routes_.find(model);
+    if (it == routes_.end()) {
+      return apiError(
+          api, Fault::kNotFound,
+          fmt::format("The model `{}` does not exist or you do not have access to it.", model),
+          "model", "model_not_found");
+    }
+    c.route = it->second.get();
+    if (!allowed(c.key, c.who, *c.route)) {
+      return apiError(api, Fault::kForbidden,
+                      fmt::format("This key may not use the model `{}`.", model), "model",
+                      "model_not_allowed");
+    }
+    c.stream = c.body.value("stream", false) && c.surface != Surface::kEmbeddings;
+    if (c.stream && api == Api::kOpenAi && c.body.contains("stream_options") &&
+        c.body["stream_options"].is_object()) {
+      c.client_wants_usage = c.body["stream_options"].value("include_usage", false);
+    }
+    // The worst case: the input (an upper bound from its size) plus the output cap.
+    c.input_estimate = ceilDiv(static_cast<int64_t>(c.body[required].dump().size()), 3);
+    if (c.surface == Surface::kEmbeddings) {
+      c.max_output = 0;
+    } else {
+      c.max_output = c.route->max_tokens;
+      for (const char* field : {"max_completion_tokens", "max_tokens"}) {
+        if (c.body.contains(field) && c.body[field].is_number_integer()) {
+          c.max_output = std::max<int64_t>(0, c.body[field].get<int64_t>());
+          break;
+        }
+      }
+    }
+    if (auto v = req.headers.get("anthropic-version")) c.anthropic_version = std::string(*v);
+    if (auto v = req.headers.get("anthropic-beta")) c.anthropic_beta = std::string(*v);
+    return std::nullopt;
+  }
+
+  static bool allowed(const identity::ApiKey& key, const identity::Principal& who,
+                      const Route& route) {
+    if (!key.models.empty() &&
+        std::find(key.models.begin(), key.models.end(), route.alias) == key.models.end()) {
+      return false;
+    }
+    if (!route.allow_tenants.empty() &&
+        std::find(route.allow_tenants.begin(), route.allow_tenants.end(), who.tenant_id) ==
+            route.allow_tenants.end()) {
+      return false;
+    }
+    if (!route.allow_teams.empty() && std::find(route.allow_teams.begin(), route.allow_teams.end(),
+                                                who.team_id) == route.allow_teams.end()) {
+      return false;
+    }
+    return true;
+  }
+
+  std::vector<ledger::Scope> scopes(const Call& c) const {
+    return {{ledger::ScopeKind::kTenant, c.who.tenant_id},
+            {ledger::ScopeKind::kTeam, c.who.team_id},
+            {c.who.kind == identity::OwnerKind::kUser ? ledger::ScopeKind::kUser
+                                                      : ledger::ScopeKind::kServiceAccount,
+             c.who.id},
+            {ledger::ScopeKind::kKey, c.key.id}};
+  }
+
+  // Rate limits and the reservation. A response when the request stops here.
+  asio::awaitable<std::optional<Response>> reserve(Call& c, Request& req) {
+    const int64_t tokens = c.input_estimate + c.max_output;
+    if (c.key.rpm > 0) c.buckets.push_back({"key:" + c.key.id + ":rpm", c.key.rpm, 1});
+    if (c.key.tpm > 0) c.buckets.push_back({"key:" + c.key.id + ":tpm", c.key.tpm, tokens});
+    const auto scope_list = scopes(c);
+    for (auto& b : d_.rate_limits.buckets(scope_list, c.route->alias, tokens)) {
+      c.buckets.push_back(std::move(b));
+    }
+    const ledger::RateDecision rate = d_.limiter.acquire(c.buckets);
+    if (!rate.allowed) {
+      Response r = apiError(
+          c.api, Fault::kRateLimited,
+          rate.never
+              ? fmt::format("This request needs more than the whole limit of {} per minute "
+                            "({}).",
+                            rate.limit, rate.key)
+              : fmt::format("Rate limit reached for {} ({} per minute). Please try again "
+                            "in {}ms.",
+                            rate.key, rate.limit,
+                            std::chrono::ceil<std::chrono::milliseconds>(rate.retry_after).count()),
+          {}, "rate_limit_exceeded");
+      const bool tokens_bucket = rate.key.ends_with(":tpm");
+      const auto secs =
+          std::max<int64_t>(1, std::chrono::ceil<std::chrono::seconds>(rate.retry_after).count());
+      if (!rate.never) r.headers.add("retry-after", std::to_string(secs));
+      const std::string kind = tokens_bucket ? "tokens" : "requests";
+      r.headers.add("x-ratelimit-limit-" + kind, std::to_string(rate.limit));
+      r.headers.add("x-ratelimit-remaining-" + kind,
+                    std::to_string(std::max<int64_t>(0, rate.remaining)));
+      r.headers.add("x-ratelimit-reset-" + kind, fmt::format("{}s", secs));
+      co_return r;
+    }
+    // The worst case over every target the route may fall back to.
+    Money worst;
+    for (const auto& t : c.route->targets) {
+      if (t->price == nullptr) continue;
+      auto cost = ledger::tokenCost(*t->price, {.input = c.input_estimate, .output = c.max_output},
+                                    Rounding::kCeil);
+      if (cost && *cost > worst) worst = *cost;
+    }
+    c.reserved = worst;
+    ledger::UsageEvent& e = c.event;
+    e.id = d_.ids.next();
+    e.tenant_id = c.who.tenant_id;
+    e.team_id = c.who.team_id;
+    (c.who.kind == identity::OwnerKind::kUser ? e.user_id : e.service_account_id) = c.who.id;
+    e.key_id = c.key.id;
+    e.route = c.route->alias;
+    if (auto s = req.headers.get("x-purser-session")) {
+      e.session_id = std::string(*s);
+    } else if (c.body.contains("metadata") && c.body["metadata"].is_object() &&
+               c.body["metadata"].contains("session_id") &&
+               c.body["metadata"]["session_id"].is_string()) {
+      e.session_id = c.body["metadata"]["session_id"].get<std::string>();
+    }
+    const auto chain = d_.wallets.chain(scope_list, c.route->alias);
+    auto reserved = co_await asyncReserve(d_.meter, e, chain, worst, std::chrono::minutes(15),
+                                          asio::use_awaitable);
+    if (!reserved) {
+      giveBackRateLimits(c);
+      if (reserved.error().code == ErrorCode::kResourceExhausted) {
+        co_return apiError(c.api, Fault::kBudget,
+                           "You exceeded your budget: " + reserved.error().message + ".", {},
+                           "budget_exceeded");
+      }
+      co_return apiError(c.api, Fault::kUpstream, "The ledger is unavailable; try again.");
+    }
+    co_return std::nullopt;
+  }
+
+  void giveBackRateLimits(const Call& c) {
+    for (const auto& b : c.buckets) d_.limiter.adjust(b, -b.cost);
+  }
+
+  // Settles the event durably; logs (never fails the client) if the ledger cannot.
+  asio::awaitable<void> settle(Call& c, ledger::TokenCounts tokens, bool estimated, int status,
+                               const Target* target, std::chrono::steady_clock::duration ttft) {
+    ledger::UsageEvent& e = c.event;
+    e.at = d_.clock.now();
+    e.tokens = tokens;
+    e.estimated = estimated;
+    e.status = status;
+    e.provider = target != nullptr ? target->provider->name() : "";
+    e.model = target != nullptr ? target->model : "";
+    e.latency_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now() - c.started)
+                       .count();
+    e.ttft_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ttft).count();
+    e.cost = Money();
+    if (target != nullptr && target->price != nullptr) {
+      auto cost = ledger::tokenCost(*target->price, tokens, Rounding::kHalfEven);
+      if (cost) e.cost = *cost;
+    }
+    // Tokens-per-minute buckets took the estimate; reconcile with what was used.
+    const int64_t delta = tokens.total() - (c.input_estimate + c.max_output);
+    for (const auto& b : c.buckets) {
+      if (b.key.ends_with(":tpm")) d_.limiter.adjust(b, delta);
+    }
+    auto settled = co_await asyncSettle(d_.meter, e, asio::use_awaitable);
+    if (!settled) spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);
+  }
+
+  // The request as the target's provider expects it.
+  http::ClientRequest upstreamRequest(const Call& c, const Target& t) const {
+    json body = c.body;
+    body["model"] = t.model;
+    if (c.stream && c.api == Api::kOpenAi) {
+      if (!body.contains("stream_options") || !body["stream_options"].is_object()) {
+        body["stream_options"] = json::object();
+      }
+      body["stream_options"]["include_usage"] = true;
+    }
+    http::ClientRequest r;
+    r.method = Method::kPost;
+    r.url = t.provider->baseUrl() + upstreamPath(c.surface);
+    r.headers.add("Content-Type", "application/json");
+    const std::string key = t.provider->nextKey();
+    if (t.provider->kind() == ProviderKind::kAnthropic) {
+      if (!key.empty()) r.headers.add("x-api-key", key);
+      r.headers.add("anthropic-version",
+                    c.anthropic_version.empty() ? "2023-06-01" : c.anthropic_version);
+      if (!c.anthropic_beta.empty()) r.headers.add("anthropic-beta", c.anthropic_beta);
+    } else if (!key.empty()) {
+      r.headers.add("Authorization", "Bearer " + key);
+    }
+    if (c.stream) r.headers.add("Accept", "text/event-stream");
+    r.body = body.dump();
+    r.timeout = t.provider->timeout();
+    return r;
+  }
+
+  // Targets that can serve this surface (cross-kind translation is not done yet).
+  std::vector<Target*> candidates(const Call& c) {
+    std::vector<Target*> out;
+    const ProviderKind want =
+        c.api == Api::kAnthropic ? ProviderKind::kAnthropic : ProviderKind::kOpenAi;
+    for (Target* t : orderTargets(*c.route, d_.clock.monotonic(), d_.random)) {
+      if (t->provider->kind() == want) out.push_back(t);
+    }
+    return out;
+  }
+
+  void overhead(Response& r, const Call& c) const {
+    const auto inside = std::chrono::steady_clock::now() - c.started - c.upstream_time;
+    r.headers.add("x-purser-overhead-us", std::to_string(std::max<int64_t>(0, micros(inside))));
+  }
+
+  // --- Non-streamed ---------------------------------------------------------------------------
+
+  asio::awaitable<Response> whole(Call& c) {
+    http::HttpClient& client = d_.clients.current();
+    const auto targets = candidates(c);
+    Fault last_fault = Fault::kUpstream;
+    std::string last_error = "no target of this route can serve this API";
+    for (Target* t : targets) {
+      for (int64_t attempt = 0; attempt <= c.route->retries; ++attempt) {
+        if (attempt > 0) co_await sleepFor(std::chrono::milliseconds(100 << (attempt - 1)));
+        const auto sent = std::chrono::steady_clock::now();
+        t->health.in_flight.fetch_add(1, std::memory_order_relaxed);
+        auto res = co_await client.request(upstreamRequest(c, *t));
+        t->health.in_flight.fetch_sub(1, std::memory_order_relaxed);
+        c.upstream_time += std::chrono::steady_clock::now() - sent;
+        if (!res) {
+          recordFailure(*t, d_.clock.monotonic());
+          last_fault =
+              res.error().code == ErrorCode::kDeadlineExceeded ? Fault::kTimeout : Fault::kUpstream;
+          last_error = res.error().message;
+          continue;
+        }
+        if (retryable(res->status)) {
+          recordFailure(*t, d_.clock.monotonic());
+          last_fault = Fault::kUpstream;
+          last_error = fmt::format("{} answered {}", t->provider->name(), res->status);
+          co_await sleepFor(retryAfter(res->headers));
+          continue;
+        }
+        recordSuccess(*t, std::chrono::steady_clock::now() - sent);
+        if (res->status >= 400) {
+          // The upstream refused the request itself: nothing ran, nothing is charged.
+          (void)d_.meter.release(c.event.id);
+          giveBackRateLimits(c);
+          Response r = Response::json(res->status, res->body);
+          overhead(r, c);
+          co_return r;
+        }
+        json body = json::parse(res->body, nullptr, false);
+        ledger::TokenCounts tokens;
+        bool estimated = false;
+        if (body.is_object() && body.contains("usage") && body["usage"].is_object()) {
+          tokens =
+              c.api == Api::kAnthropic ? anthropicUsage(body["usage"]) : openAiUsage(body["usage"]);
+        } else {
+          estimated = true;
+          tokens.input = c.input_estimate;
+          tokens.output = ceilDiv(static_cast<int64_t>(res->body.size()), 4);
+        }
+        co_await settle(c, tokens, estimated, res->status, t,
+                        std::chrono::steady_clock::now() - c.started);
+        Response r = Response::json(res->status, std::move(res->body));
+        overhead(r, c);
+        co_return r;
+      }
+    }
+    (void)d_.meter.release(c.event.id);
+    giveBackRateLimits(c);
+    Response r = apiError(
+        c.api, last_fault,
+        fmt::format("The upstream models for `{}` failed: {}.", c.route->alias, last_error));
+    overhead(r, c);
+    co_return r;
+  }
+
+  // --- Streamed -------------------------------------------------------------------------------
+
+  // Reads what an answer carries about usage; decides whether to forward an event.
+  struct StreamState {
+    ledger::TokenCounts tokens;
+    bool usage_seen = false;
+    int64_t output_chars = 0;
+    bool first_byte = false;
+    SteadyTime first_byte_at;
+  };
+
+  // Returns false to drop the event (the usage-only chunk the client did not ask for), and
+  // whether it is the stream's final marker, held until the usage is settled.
+  std::pair<bool, bool> inspect(const Call& c, const SseEvent& e, StreamState& s) const {
+    if (c.api == Api::kOpenAi) {
+      if (e.data == "[DONE]") return {true, true};
+      json chunk = json::parse(e.data, nullptr, false);
+      if (!chunk.is_object()) return {true, false};
+      if (chunk.contains("usage") && chunk["usage"].is_object()) {
+        s.tokens = openAiUsage(chunk["usage"]);
+        s.usage_seen = true;
+        const bool usage_only = !chunk.contains("choices") || chunk["choices"].empty();
+        if (usage_only && !c.client_wants_usage) return {false, false};
+      }
+      if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
+        const json& ch = chunk["choices"][0];
+        if (ch.contains("delta") && ch["delta"].is_object() && ch["delta"].contains("content") &&
+            ch["delta"]["content"].is_string()) {
+          s.output_chars += static_cast<int64_t>(ch["delta"]["content"].get<std::string>().size());
+        } else if (ch.contains("text") && ch["text"].is_string()) {
+          s.output_chars += static_cast<int64_t>(ch["text"].get<std::string>().size());
+        }
+      }
+      return {true, false};
+    }
+    if (e.event == "message_stop") return {true, true};
+    if (e.event == "message_start" || e.event == "message_delta") {
+      json ev = json::parse(e.data, nullptr, false);
+      const json* usage = nullptr;
+      if (ev.is_object() && e.event == "message_start" && ev.contains("message") &&
+          ev["message"].is_object() && ev["message"].contains("usage")) {
+        usage = &ev["message"]["usage"];
+      } else if (ev.is_object() && e.event == "message_delta" && ev.contains("usage")) {
+        usage = &ev["usage"];
+      }
+      if (usage != nullptr && usage->is_object()) {
+        const ledger::TokenCounts u = anthropicUsage(*usage);
+        if (e.event == "message_start") {
+          s.tokens.input = u.input;
+          s.tokens.cached_input = u.cached_input;
+          s.tokens.cache_write = u.cache_write;
+          s.tokens.output = u.output;
+        } else {
+          s.tokens.output = u.output;  // cumulative
+          s.usage_seen = true;
+        }
+      }
+    } else if (e.event == "content_block_delta") {
+      json ev = json::parse(e.data, nullptr, false);
+      if (ev.is_object() && ev.contains("delta") && ev["delta"].is_object() &&
+          ev["delta"].contains("text") && ev["delta"]["text"].is_string()) {
+        s.output_chars += static_cast<int64_t>(ev["delta"]["text"].get<std::string>().size());
+      }
+    }
+    return {true, false};
+  }
+
+  ledger::TokenCounts estimate(const Call& c, const StreamState& s) const {
+    ledger::TokenCounts t = s.tokens;
+    if (t.input == 0 && t.cached_input == 0) t.input = c.input_estimate;
+    t.output = std::max(t.output, ceilDiv(s.output_chars, 4));
+    return t;
+  }
+
+  std::string errorEvent(Api api, std::string_view message) const {
+    if (api == Api::kOpenAi) {
+      return "data: " +
+             json{{"error",
+                   {{"message", message},
+                    {"type", "server_error"},
+                    {"param", nullptr},
+                    {"code", "upstream_disconnected"}}}}
+                 .dump() +
+             "\n\n";
+    }
+    return "event: error\ndata: " +
+           json{{"type", "error"}, {"error", {{"type", "api_error"}, {"message", message}}}}
+               .dump() +
+           "\n\n";
+  }
+
+  asio::awaitable<Response> streamed(const std::shared_ptr<Call>& c) {
+    http::HttpClient& client = d_.clients.current();
+    const auto targets = candidates(*c);
+    Fault last_fault = Fault::kUpstream;
+    std::string last_error = "no target of this route can serve this API";
+    for (Target* t : targets) {
+      for (int64_t attempt = 0; attempt <= c->route->retries; ++attempt) {
+        if (attempt > 0) co_await sleepFor(std::chrono::milliseconds(100 << (attempt - 1)));
+        const auto sent = std::chrono::steady_clock::now();
+        auto upstream = co_await client.stream(upstreamRequest(*c, *t));
+        c->upstream_time += std::chrono::steady_clock::now() - sent;
+        if (!upstream) {
+          recordFailure(*t, d_.clock.monotonic());
+          last_fault = upstream.error().code == ErrorCode::kDeadlineExceeded ? Fault::kTimeout
+                                                                             : Fault::kUpstream;
+          last_error = upstream.error().message;
+          continue;
+        }
+        const int status = (*upstream)->status();
+        if (retryable(status) || status >= 400) {
+          // Read the (small) error body; nothing has reached the client yet.
+          std::string error_body;
+          for (int i = 0; i < 64; ++i) {
+            auto piece = co_await (*upstream)->next();
+            if (!piece || !*piece) break;
+            error_body += **piece;
+          }
+          if (retryable(status)) {
+            recordFailure(*t, d_.clock.monotonic());
+            last_error = fmt::format("{} answered {}", t->provider->name(), status);
+            co_await sleepFor(retryAfter((*upstream)->headers()));
+            continue;
+          }
+          (void)d_.meter.release(c->event.id);
+          giveBackRateLimits(*c);
+          Response r = Response::json(status, error_body);
+          overhead(r, *c);
+          co_return r;
+        }
+        t->health.in_flight.fetch_add(1, std::memory_order_relaxed);
+        Response r;
+        r.status = 200;
+        r.headers.add("Content-Type", "text/event-stream");
+        r.headers.add("Cache-Control", "no-cache");
+        overhead(r, *c);
+        auto self = shared_from_this();
+        auto stream_ptr = std::shared_ptr<http::ClientStream>(std::move(*upstream));
+        r.stream = [self, c, t, stream_ptr, sent](http::BodyWriter& w) -> asio::awaitable<void> {
+          co_await self->relay(*c, *t, *stream_ptr, w, sent);
+        };
+        co_return r;
+      }
+    }
+    (void)d_.meter.release(c->event.id);
+    giveBackRateLimits(*c);
+    Response r = apiError(
+        c->api, last_fault,
+        fmt::format("The upstream models for `{}` failed: {}.", c->route->alias, last_error));
+    overhead(r, *c);
+    co_return r;
+  }
+
+  // Relays an upstream stream event by event; settles before the final marker goes out.
+  asio::awaitable<void> relay(Call& c, Target& t, http::ClientStream& upstream, http::BodyWriter& w,
+                              SteadyTime sent) {
+    SseParser parser;
+    StreamState s;
+    std::string held;  // the final marker, sent after the usage is durable
+    bool client_gone = false;
+    bool cut = false;
+    for (;;) {
+      auto piece = co_await upstream.next();
+      if (!piece) {
+        cut = true;
+        break;
+      }
+      if (!*piece) break;
+      auto events = parser.feed(**piece);
+      if (!events) {
+        cut = true;
+        break;
+      }
+      std::string out;
+      for (const auto& e : *events) {
+        auto [forward, final_marker] = inspect(c, e, s);
+        if (!forward) continue;
+        if (final_marker) {
+          held += e.raw;
+          continue;
+        }
+        out += e.raw;
+      }
+      if (!out.empty()) {
+        if (!s.first_byte) {
+          s.first_byte = true;
+          s.first_byte_at = std::chrono::steady_clock::now();
+        }
+        if (!co_await w.write(out)) {
+          client_gone = true;
+          break;
+        }
+      }
+    }
+    t.health.in_flight.fetch_sub(1, std::memory_order_relaxed);
+    const auto ttft =
+        s.first_byte ? s.first_byte_at - c.started : std::chrono::steady_clock::duration(0);
+    if (cut) {
+      recordFailure(t, d_.clock.monotonic());
+    } else {
+      recordSuccess(t, std::chrono::steady_clock::now() - sent);
+    }
+    const bool estimated = !s.usage_seen || cut || client_gone;
+    co_await settle(c, estimated ? estimate(c, s) : s.tokens, estimated, cut ? 502 : 200, &t, ttft);
+    if (client_gone) co_return;
+    if (cut) {
+      (void)co_await w.write(errorEvent(c.api, "The upstream connection was lost mid-stream."));
+      throw http::AbortStream();  // the client sees the stream end without its final marker
+    }
+    if (!held.empty()) (void)co_await w.write(held);
+  }
+
+  // --- Entry points ---------------------------------------------------------------------------
+
+  asio::awaitable<Response> handle(Surface surface, Request& req) {
+    auto c = std::make_shared<Call>();
+    c->surface = surface;
+    c->api = apiOf(surface);
+    c->started = std::chrono::steady_clock::now();
+    if (auto stop = admit(*c, req)) {
+      overhead(*stop, *c);
+      co_return std::move(*stop);
+    }
+    if (auto stop = co_await reserve(*c, req)) {
+      overhead(*stop, *c);
+      co_return std::move(*stop);
+    }
+    if (c->stream) co_return co_await streamed(c);
+    co_return co_await whole(*c);
+  }
+
+  Response models(Request& req) {
+    Call c;
+    c.api = Api::kOpenAi;
+    c.started = std::chrono::steady_clock::now();
+    auto presented = presentedKey(req);
+    if (!presented) {
+      return apiError(Api::kOpenAi, Fault::kUnauthenticated, "You didn't provide an API key.", {},
+                      "missing_api_key");
+    }
+    auto who = d_.directory.authenticate(*presented);
+    if (!who) {
+      return apiError(Api::kOpenAi, Fault::kUnauthenticated, "Incorrect API key provided.", {},
+                      "invalid_api_key");
+    }
+    auto key = d_.directory.key(who->key_id);
+    json data = json::array();
+    std::vector<std::string> names;
+    for (const auto& [alias, route] : routes_) {
+      if (key && allowed(*key, *who, *route)) names.push_back(alias);
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      data.push_back(
+          {{"id", n}, {"object", "model"}, {"created", 1767225600}, {"owned_by", "purser"}});
+    }
+    Response r = Response::json(200, json{{"object", "list"}, {"data", data}}.dump());
+    overhead(r, c);
+    return r;
+  }
+
+ private:
+  GatewayDeps d_;
+  std::vector<std::unique_ptr<Provider>> providers_;
+  std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
+};
+
+Gateway::Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
+                 std::vector<std::unique_ptr<Route>> routes)
+    : impl_(std::make_shared<Impl>(deps, std::move(providers), std::move(routes))) {}
+Gateway::~Gateway() = default;
+
+Provider* Gateway::provider(const std::string& name) { return impl_->provider(name); }
+const Route* Gateway::route(const std::string& alias) const { return impl_->route(alias); }
+
+Result<void> Gateway::addRoutes(http::Router& router) {
+  auto impl = impl_;
+  const auto surface = [&](const char* path, Surface s) {
+    return router.addAsync(Method::kPost, path,
+                           [impl, s](Request& req) { return impl->handle(s, req); });
+  };
+  PURSER_TRY(surface("/v1/chat/completions", Surface::kChat));
+  PURSER_TRY(surface("/v1/completions", Surface::kCompletions));
+  PURSER_TRY(surface("/v1/embeddings", Surface::kEmbeddings));
+  PURSER_TRY(surface("/v1/messages", Surface::kMessages));
+  PURSER_TRY(
+      router.add(Method::kGet, "/v1/models", [impl](Request& req) { return impl->models(req); }));
+  return {};
+}
+
+}  // namespace purser::gateway

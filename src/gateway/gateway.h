@@ -1,0 +1,69 @@
+// Gateway: the model API. One endpoint and one key for every model:
+//   POST /v1/chat/completions, /v1/completions, /v1/embeddings   (OpenAI-compatible)
+//   GET  /v1/models                                              (what the caller's key may use)
+//   POST /v1/messages                                            (Anthropic-compatible)
+//
+// Every request is governed: key -> principal; the model must be routed and allowed (key allow-
+// list, route allow-list); rate limits; the worst case is reserved on every wallet in the chain
+// (durably) before anything is sent upstream; the actual usage is settled after, durably, before
+// the response ends. Upstream targets are tried in the route's order with retries and backoff;
+// a stream falls back only before its first byte reached the client. Streams are relayed event
+// by event as they arrive; usage is read from the stream (OpenAI include_usage, Anthropic
+// message_start/message_delta), and a stream that ends without it is estimated and flagged.
+// Errors use each API's own shapes. Every response says how long Purser itself took, in
+// `x-purser-overhead-us`.
+//
+// Thread-safety: handlers run concurrently on every worker; routes and providers are shared
+// read-only (their health counters are atomics); each worker has its own upstream client.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/random.h"
+#include "gateway/routing.h"
+#include "http/client.h"
+#include "http/router.h"
+#include "http/workers.h"
+#include "identity/directory.h"
+#include "ledger/meter.h"
+#include "ledger/price.h"
+#include "ledger/rate_limiter.h"
+
+namespace purser::gateway {
+
+struct GatewayDeps {
+  const Clock& clock;
+  Random& random;
+  IdGenerator& ids;
+  identity::Directory& directory;
+  ledger::WalletBook& wallets;
+  ledger::Meter& meter;
+  ledger::RateLimiter& limiter;
+  ledger::RateLimitBook& rate_limits;
+  const ledger::PriceBook& prices;
+  http::WorkerLocal<http::HttpClient>& clients;
+};
+
+class Gateway {
+ public:
+  Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
+          std::vector<std::unique_ptr<Route>> routes);
+  ~Gateway();
+
+  Result<void> addRoutes(http::Router& router);
+
+  Provider* provider(const std::string& name);
+  const Route* route(const std::string& alias) const;
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace purser::gateway
