@@ -1,0 +1,312 @@
+// The model API end to end: `purser serve` in front of `purser sim llm` processes on loopback.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <thread>
+
+#include "common/money.h"
+#include "fakes/process.h"
+#include "fakes/raw_client.h"
+#include "fakes/temp_dir.h"
+
+namespace purser {
+namespace {
+
+using nlohmann::json;
+using testing::Process;
+using testing::RawClient;
+
+constexpr const char* kAdminKey = "gateway-test-admin-key-0123456789";
+
+struct Reply {
+  int status = 0;
+  std::map<std::string, std::string> headers;
+  std::string body;
+  json json_body() const { return json::parse(body, nullptr, false); }
+};
+
+std::string request(const std::string& method, const std::string& path,
+                    const std::vector<std::string>& headers, const std::string& body) {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
+  for (const auto& h : headers) req += h + "\r\n";
+  return req + "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+Reply call(uint16_t port, const std::string& method, const std::string& path,
+           const std::vector<std::string>& headers, const std::string& body = "") {
+  RawClient c(port);
+  if (!c.connected() || !c.send(request(method, path, headers, body))) return {};
+  auto r = c.readResponse();
+  if (!r) return {};
+  return {r->status, r->headers, r->body};
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  // Starts a simulated model server; returns its base URL.
+  std::string sim(std::vector<std::string> flags) {
+    std::vector<std::string> argv = {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    sims.push_back(std::make_unique<Process>(argv));
+    auto line = sims.back()->waitForStdout("listening on ");
+    EXPECT_TRUE(line.has_value()) << sims.back()->err();
+    return line ? line->substr(line->find("http")) : "";
+  }
+
+  void serve(const std::string& config) {
+    testing::writeFile(dir.file("purser.yaml"), "listen: 127.0.0.1:0\nthreads: 2\n" + config);
+    server = std::make_unique<Process>(
+        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
+                                 "--data", dir.file("var")},
+        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
+    auto line = server->waitForStdout("purser: listening on ");
+    ASSERT_TRUE(line.has_value()) << server->err();
+    port = testing::portFromListeningLine(*line);
+    const auto admin = [&](const std::string& path, const json& body) {
+      Reply r = call(port, "POST", path, {std::string("Authorization: Bearer ") + kAdminKey},
+                     body.dump());
+      EXPECT_EQ(r.status, 201) << path << ": " << r.body;
+      return r.json_body();
+    };
+    tenant = admin("/api/v1/tenants", {{"name", "acme"}})["id"];
+    team = admin("/api/v1/teams", {{"tenant", tenant}, {"name", "ml"}})["id"];
+    user = admin("/api/v1/users", {{"tenant", tenant}, {"team", team}, {"name", "dana"}})["id"];
+    key =
+        admin("/api/v1/keys", {{"owner", {{"kind", "user"}, {"id", user}}}, {"name", "k"}})["key"];
+  }
+
+  void TearDown() override {
+    if (server) {
+      server->signal(SIGTERM);
+      EXPECT_EQ(server->wait(), 0) << server->err();
+    }
+  }
+
+  Reply chat(const json& body, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> headers = {"Authorization: Bearer " + key};
+    headers.insert(headers.end(), extra.begin(), extra.end());
+    return call(port, "POST", "/v1/chat/completions", headers, body.dump());
+  }
+
+  std::vector<json> usage() {
+    Reply r = call(port, "GET", "/api/v1/usage?scope=user:" + user,
+                   {std::string("Authorization: Bearer ") + kAdminKey});
+    const json all = r.json_body();
+    std::vector<json> out;
+    if (all.is_object()) {
+      for (const auto& e : all["data"]) out.push_back(e);
+    }
+    return out;
+  }
+
+  json walletOf(const std::string& scope) {
+    Reply r = call(port, "GET", "/api/v1/wallets?scope=" + scope,
+                   {std::string("Authorization: Bearer ") + kAdminKey});
+    const json all = r.json_body();
+    return all["data"][0];
+  }
+
+  testing::TempDir dir;
+  std::vector<std::unique_ptr<Process>> sims;
+  std::unique_ptr<Process> server;
+  uint16_t port = 0;
+  std::string tenant, team, user, key;
+};
+
+const json kHello = {{"model", "chat"},
+                     {"messages", {{{"role", "user"}, {"content", "hello there"}}}},
+                     {"max_tokens", 5}};
+
+std::string twoTargets(const std::string& first_url, const std::string& second_url,
+                       const std::string& first_extra = "") {
+  return fmt::format(
+      "providers:\n"
+      "  - {{name: first, kind: openai, base_url: {}/v1{}}}\n"
+      "  - {{name: second, kind: openai, base_url: {}/v1}}\n"
+      "routes:\n"
+      "  - {{model: chat, retries: 0, targets: [{{provider: first, model: m1}}, {{provider: "
+      "second, "
+      "model: m2}}]}}\n"
+      "prices:\n"
+      "  - {{provider: second, model: m2, input_per_mtok: \"1\", output_per_mtok: \"2\"}}\n",
+      first_url, first_extra, second_url);
+}
+
+TEST_F(GatewayTest, FallsBackWhenTheFirstUpstreamAnswers500) {
+  serve(twoTargets(sim({"--fail-rate", "1", "--ttft-ms", "0"}), sim({"--ttft-ms", "0"})));
+  Reply r = chat(kHello);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json_body()["model"], "m2");
+  EXPECT_FALSE(r.headers["x-purser-overhead-us"].empty());
+  const auto events = usage();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["provider"], "second");
+  EXPECT_EQ(events[0]["model"], "m2");
+  EXPECT_EQ(events[0]["estimated"], false);
+  EXPECT_EQ(events[0]["tokens"]["output"], 5);
+}
+
+TEST_F(GatewayTest, FallsBackWhenTheFirstUpstreamRefusesConnections) {
+  serve(twoTargets("http://127.0.0.1:1", sim({"--ttft-ms", "0"})));
+  Reply r = chat(kHello);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json_body()["model"], "m2");
+}
+
+TEST_F(GatewayTest, FallsBackWhenTheFirstUpstreamTimesOut) {
+  const std::string slow = sim({"--ttft-ms", "30000"});
+  serve(twoTargets(slow, sim({"--ttft-ms", "0"}), ", timeout: 300ms"));
+  Reply r = chat(kHello);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json_body()["model"], "m2");
+}
+
+TEST_F(GatewayTest, WhenEveryTargetFailsTheClientGets502AndNothingIsCharged) {
+  serve(twoTargets(sim({"--fail-rate", "1", "--ttft-ms", "0"}),
+                   sim({"--fail-rate", "1", "--ttft-ms", "0"})));
+  Reply r = chat(kHello);
+  EXPECT_EQ(r.status, 502);
+  EXPECT_EQ(r.json_body()["error"]["type"], "server_error");
+  EXPECT_TRUE(usage().empty());
+}
+
+TEST_F(GatewayTest, ACutMidStreamEndsWithAnErrorEventAndAnEstimatedUsageEvent) {
+  const std::string cut = sim({"--cut-rate", "1", "--ttft-ms", "0"});
+  serve(fmt::format(
+      "providers:\n  - {{name: p, kind: openai, base_url: {}/v1}}\n"
+      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
+      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"1\", output_per_mtok: \"1\"}}\n",
+      cut));
+  json body = kHello;
+  body["stream"] = true;
+  body["max_tokens"] = 20;
+  RawClient c(port);
+  ASSERT_TRUE(c.send(
+      request("POST", "/v1/chat/completions", {"Authorization: Bearer " + key}, body.dump())));
+  // The relay is chunked; read until the connection ends.
+  EXPECT_TRUE(c.readUntil("upstream_disconnected"));
+  EXPECT_TRUE(c.waitForClose());
+  const auto events = usage();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["estimated"], true);
+  EXPECT_NE(events[0]["cost"], "0.00") << "a cut stream is never recorded as zero";
+}
+
+TEST_F(GatewayTest, ErrorsHaveTheShapesTheSdksExpect) {
+  const std::string up = sim({"--ttft-ms", "0"});
+  serve(
+      fmt::format("http: {{max_body_bytes: 4Ki}}\n"
+                  "providers:\n  - {{name: p, kind: openai, base_url: {}/v1}}\n"
+                  "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
+                  "  - {{model: other, targets: [{{provider: p, model: m}}]}}\n",
+                  up));
+  EXPECT_EQ(call(port, "POST", "/v1/chat/completions", {}, kHello.dump()).status, 401);
+  Reply wrong = call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer nope-nope-nope"},
+                     kHello.dump());
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(wrong.json_body()["error"]["code"], "invalid_api_key");
+  json unknown = kHello;
+  unknown["model"] = "gpt-99";
+  Reply nf = chat(unknown);
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_EQ(nf.json_body()["error"]["code"], "model_not_found");
+  Reply malformed = call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + key},
+                         "{\"model\": chat}");
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_NE(malformed.json_body()["error"]["message"].get<std::string>().find("at byte"),
+            std::string::npos);
+  Reply no_messages = chat({{"model", "chat"}});
+  EXPECT_EQ(no_messages.status, 400);
+  EXPECT_EQ(no_messages.json_body()["error"]["param"], "messages");
+  json huge = kHello;
+  huge["messages"][0]["content"] = std::string(8000, 'x');
+  EXPECT_EQ(chat(huge).status, 413);
+  // A key limited to one model may not use another.
+  Reply limited =
+      call(port, "POST", "/api/v1/keys", {std::string("Authorization: Bearer ") + kAdminKey},
+           json{{"owner", {{"kind", "user"}, {"id", user}}},
+                {"name", "only-chat"},
+                {"models", {"chat"}},
+                {"rpm", 1}}
+               .dump());
+  const std::string only_chat = limited.json_body()["key"];
+  json other = kHello;
+  other["model"] = "other";
+  Reply forbidden = call(port, "POST", "/v1/chat/completions",
+                         {"Authorization: Bearer " + only_chat}, other.dump());
+  EXPECT_EQ(forbidden.status, 403);
+  Reply models = call(port, "GET", "/v1/models", {"Authorization: Bearer " + only_chat});
+  ASSERT_EQ(models.json_body()["data"].size(), 1u) << "only what the key may use";
+  EXPECT_EQ(models.json_body()["data"][0]["id"], "chat");
+  // rpm 1: the second request is rate limited, with OpenAI's headers.
+  EXPECT_EQ(call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + only_chat},
+                 kHello.dump())
+                .status,
+            200);
+  Reply limited_reply = call(port, "POST", "/v1/chat/completions",
+                             {"Authorization: Bearer " + only_chat}, kHello.dump());
+  EXPECT_EQ(limited_reply.status, 429);
+  EXPECT_EQ(limited_reply.json_body()["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(limited_reply.headers["x-ratelimit-limit-requests"], "1");
+  EXPECT_EQ(limited_reply.headers["x-ratelimit-remaining-requests"], "0");
+  EXPECT_FALSE(limited_reply.headers["retry-after"].empty());
+  // Nothing was charged for any refused request.
+  EXPECT_EQ(usage().size(), 1u);
+}
+
+// 200 streaming requests at once against a budget that fits only some of them: every one either
+// runs or gets 429 budget_exceeded, and the wallet never goes over its limit.
+TEST_F(GatewayTest, BudgetExhaustionUnder200ConcurrentStreamsNeverOverspends) {
+  const std::string up = sim({"--ttft-ms", "200", "--tokens-per-s", "200"});
+  serve(
+      fmt::format("providers:\n  - {{name: p, kind: openai, base_url: {}/v1}}\n"
+                  "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
+                  "prices:\n  - {{provider: p, model: m, input_per_mtok: \"100\", output_per_mtok: "
+                  "\"1000\"}}\n",
+                  up));
+  ASSERT_EQ(
+      call(port, "POST", "/api/v1/wallets", {std::string("Authorization: Bearer ") + kAdminKey},
+           json{{"scope", {{"kind", "user"}, {"id", user}}}, {"limit", "0.50"}}.dump())
+          .status,
+      201);
+  json body = kHello;
+  body["stream"] = true;
+  body["max_tokens"] = 10;  // worst case about 0.011 each: about 45 fit
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 200; ++i) {
+    clients.push_back(std::make_unique<RawClient>(port));
+    ASSERT_TRUE(clients.back()->send(
+        request("POST", "/v1/chat/completions", {"Authorization: Bearer " + key}, body.dump())));
+  }
+  int ok = 0, refused = 0;
+  for (auto& c : clients) {
+    auto r = c->readResponse();
+    ASSERT_TRUE(r.has_value());
+    if (r->status == 200) {
+      ++ok;
+      EXPECT_NE(r->body.find("[DONE]"), std::string::npos);
+    } else {
+      ++refused;
+      EXPECT_EQ(r->status, 429);
+      EXPECT_EQ(json::parse(r->body)["error"]["code"], "budget_exceeded") << r->body;
+      EXPECT_EQ(r->header("x-should-retry"), "false");
+    }
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(refused, 0);
+  EXPECT_EQ(ok + refused, 200);
+  const json w = walletOf("user:" + user);
+  EXPECT_LE(*Money::parse(w["spent"].get<std::string>()), *Money::parse("0.50")) << w.dump();
+  EXPECT_EQ(w["reserved"], "0.00") << "no reservation is left behind";
+  EXPECT_EQ(static_cast<int>(usage().size()), ok);
+  std::printf("200 concurrent streams: %d ran, %d refused; spent %s of 0.50\n", ok, refused,
+              w["spent"].get<std::string>().c_str());
+}
+
+}  // namespace
+}  // namespace purser
