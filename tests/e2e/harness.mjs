@@ -7,13 +7,52 @@ import { join } from "node:path";
 
 export const purserBinary = process.env.PURSER_BINARY ?? "build/debug/purser";
 
+// Starts a process and resolves with the URL it prints in "listening on URL".
+function startListening(args, env = {}) {
+  const child = spawn(purserBinary, args, {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
+  });
+  let stderr = "";
+  child.stderr.on("data", (d) => (stderr += d));
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  const url = new Promise((resolve, reject) => {
+    let out = "";
+    const timer = setTimeout(() => reject(new Error(`${args[0]} did not start:\n${stderr}`)), 60_000);
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/listening on (http\S+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    child.on("exit", () => reject(new Error(`${args.join(" ")} exited before listening:\n${stderr}`)));
+  });
+  return { child, exited, url, stderr: () => stderr };
+}
+
+// Starts `purser sim llm` with extra flags; resolves with { url, stop() }.
+export async function startSim(flags = []) {
+  const p = startListening(["sim", "llm", "--listen", "127.0.0.1:0", ...flags]);
+  const url = await p.url;
+  return {
+    url,
+    async stop() {
+      p.child.kill("SIGTERM");
+      await p.exited;
+    },
+  };
+}
+
 // Starts purser with `configText` (a YAML document without `listen`) and resolves once it
 // listens. Returns { url, process, stop(), stderr() }.
-export async function startPurser(configText = "") {
+export async function startPurser(configText = "", env = {}) {
   const dir = mkdtempSync(join(tmpdir(), "purser-e2e-"));
   writeFileSync(join(dir, "purser.yaml"), `listen: 127.0.0.1:0\n${configText}`);
   const child = spawn(purserBinary, ["serve", "--config", join(dir, "purser.yaml"), "--data", join(dir, "var")], {
     stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
   });
   let stderr = "";
   child.stderr.on("data", (d) => (stderr += d));
