@@ -1223,6 +1223,50 @@ Result<std::optional<std::string>> bootstrap(const Services& s,
   return std::optional<std::string>(secret.secret);
 }
 
+// --- Providers (platform admins): names, kinds and key counts; keys go in, never out ------------
+
+asio::awaitable<Response> listProviders(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  if (auto denied = identity::authorize(who, Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "provider.read", "providers");
+  }
+  json items = json::array();
+  if (s.gateway != nullptr) {
+    for (const auto* p : s.gateway->providers()) {
+      items.push_back(
+          {{"name", p->name()},
+           {"kind", p->kind() == gateway::ProviderKind::kAnthropic ? "anthropic" : "openai"},
+           {"base_url", p->baseUrl()},
+           {"keys", p->keyCount()}});
+    }
+  }
+  co_return jsonResponse(200, listOf(std::move(items)));
+}
+
+asio::awaitable<Response> replaceProviderKeys(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string name(*req.param("name"));
+  if (auto denied = identity::authorize(who, Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "provider.keys.replace", "provider:" + name);
+  }
+  gateway::Provider* provider = s.gateway != nullptr ? s.gateway->provider(name) : nullptr;
+  if (provider == nullptr || s.provider_keys == nullptr) {
+    co_return problem(404, fmt::format("provider \"{}\" not found", name), "name");
+  }
+  API_TRY(body, parseObject(req));
+  API_TRY(keys, stringList(body, "api_keys"));
+  if (keys.empty()) co_return problem(400, "\"api_keys\" must list at least one key", "api_keys");
+  // The audit entry records that the keys changed and how many there are, never the keys.
+  ledger::AuditEntry entry = auditEntry(who, "provider.keys.replace", "provider:" + name,
+                                        json{{"keys", provider->keyCount()}}.dump(),
+                                        json{{"keys", keys.size()}}.dump(), std::string());
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return s.provider_keys->put(tx, name, keys); }, entry);
+  if (!done) co_return problem(done.error());
+  provider->replaceKeys(keys);
+  co_return jsonResponse(200, {{"name", name}, {"keys", keys.size()}});
+}
+
 Result<void> addMeteringRoutes(http::Router& router, const Services& services) {
   auto s = std::make_shared<const Services>(services);
   const auto route = [&](Method m, const char* path, auto handler) {
@@ -1264,6 +1308,8 @@ Result<void> addAdminRoutes(http::Router& router, const Services& services) {
                 [](const ledger::WalletStatus& w) { return toJson(w); })));
   PURSER_TRY(route(Method::kGet, "/api/v1/audit", listAudit));
   PURSER_TRY(route(Method::kGet, "/api/v1/audit/verify", verifyAudit));
+  PURSER_TRY(route(Method::kGet, "/api/v1/providers", listProviders));
+  PURSER_TRY(route(Method::kPut, "/api/v1/providers/{name}/keys", replaceProviderKeys));
 
   const auto list = [&](const char* path, auto handler) {
     return router.addAsync(Method::kGet, path,

@@ -13,6 +13,8 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
+#include "gateway/gateway.h"
+#include "gateway/secrets.h"
 #include "http/client.h"
 #include "http/router.h"
 #include "http/workers.h"
@@ -42,6 +44,9 @@ struct Services {
   // record). Needs `http_clients` for the workers the API runs on.
   std::string alert_webhook = {};
   http::WorkerLocal<http::HttpClient>* http_clients = nullptr;
+  // The model gateway and its sealed provider keys, for /api/v1/providers (platform admins).
+  gateway::Gateway* gateway = nullptr;
+  gateway::ProviderKeyStore* provider_keys = nullptr;
 };
 
 // Applies the identity and ledger migrations, then loads the directory and the wallets (with

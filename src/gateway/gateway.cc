@@ -167,7 +167,11 @@ std::string upstreamPath(Surface s) {
   return "/";
 }
 
-bool retryable(int status) { return status == 429 || status >= 500; }
+// Worth another try elsewhere: overloaded or failing upstreams, and upstreams that refuse the
+// provider's own key (the client's request is not at fault; another target may serve it).
+bool retryable(int status) {
+  return status == 429 || status >= 500 || status == 401 || status == 403;
+}
 
 // The Retry-After of an upstream answer, capped; zero when absent.
 std::chrono::milliseconds retryAfter(const http::Headers& h) {
@@ -210,6 +214,11 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       if (p->name() == name) return p.get();
     }
     return nullptr;
+  }
+  std::vector<Provider*> providers() {
+    std::vector<Provider*> out;
+    for (auto& p : providers_) out.push_back(p.get());
+    return out;
   }
   const Route* route(const std::string& alias) const {
     auto it = routes_.find(alias);
@@ -843,6 +852,7 @@ Gateway::Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> provid
 Gateway::~Gateway() = default;
 
 Provider* Gateway::provider(const std::string& name) { return impl_->provider(name); }
+std::vector<Provider*> Gateway::providers() { return impl_->providers(); }
 const Route* Gateway::route(const std::string& alias) const { return impl_->route(alias); }
 
 Result<void> Gateway::addRoutes(http::Router& router) {

@@ -58,6 +58,7 @@ class Gateway {
   Result<void> addRoutes(http::Router& router);
 
   Provider* provider(const std::string& name);
+  std::vector<Provider*> providers();
   const Route* route(const std::string& alias) const;
 
   class Impl;

@@ -20,6 +20,7 @@
 #include "common/id.h"
 #include "common/random.h"
 #include "gateway/gateway.h"
+#include "gateway/secrets.h"
 #include "http/builtin.h"
 #include "http/client.h"
 #include "http/metrics.h"
@@ -119,13 +120,13 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
   http::WorkerLocal<http::HttpClient> http_clients(workers, [](boost::asio::io_context& ctx) {
     return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
   });
-  const api::Services services{clock,        SystemRandom::instance(),
-                               ids,          *store,
-                               directory,    wallets,
-                               audit,        meter,
-                               limiter,      rate_limits,
-                               prices,       config.alerts.webhook_url,
-                               &http_clients};
+  api::Services services{clock,        SystemRandom::instance(),
+                         ids,          *store,
+                         directory,    wallets,
+                         audit,        meter,
+                         limiter,      rate_limits,
+                         prices,       config.alerts.webhook_url,
+                         &http_clients};
   PURSER_TRY(api::loadState(services));
   if (const int recovered = PURSER_TRY_VALUE(meter.recover()); recovered > 0) {
     spdlog::warn("ledger: {} request(s) cut off by the last shutdown were recovered and charged",
@@ -203,6 +204,22 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
                             limiter, rate_limits, prices, http_clients},
                            std::move(providers), std::move(routes));
   PURSER_TRY(gateway.addRoutes(router));
+  // Provider keys replaced through the API are kept sealed (AES-256-GCM) and win over the
+  // configuration's.
+  std::optional<std::string> master_key;
+  if (const char* env = std::getenv("PURSER_MASTER_KEY"); env != nullptr && *env != '\0') {
+    master_key = env;
+  }
+  auto sealer = PURSER_TRY_VALUE(
+      gateway::Sealer::open(master_key, data_dir->file("master.key"), SystemRandom::instance()));
+  PURSER_TRY(store->migrate("gateway", gateway::ProviderKeyStore::migrations()));
+  gateway::ProviderKeyStore provider_keys(*store, std::move(sealer), SystemRandom::instance(),
+                                          clock);
+  for (auto& [name, keys] : PURSER_TRY_VALUE(provider_keys.loadAll())) {
+    if (auto* p = gateway.provider(name)) p->replaceKeys(std::move(keys));
+  }
+  services.gateway = &gateway;
+  services.provider_keys = &provider_keys;
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));

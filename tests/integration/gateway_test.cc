@@ -5,7 +5,10 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/money.h"
@@ -257,6 +260,103 @@ TEST_F(GatewayTest, ErrorsHaveTheShapesTheSdksExpect) {
   EXPECT_FALSE(limited_reply.headers["retry-after"].empty());
   // Nothing was charged for any refused request.
   EXPECT_EQ(usage().size(), 1u);
+}
+
+TEST_F(GatewayTest, KeysRotateAndProviderKeysAreReplacedWithoutRestartOrFailure) {
+  const std::string up = sim({"--ttft-ms", "0", "--api-keys", "sk-old,sk-new"});
+  const std::string config = fmt::format(
+      "providers:\n  - {{name: p, kind: openai, base_url: {}/v1, api_keys: [sk-old]}}\n"
+      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n",
+      up);
+  serve(config);
+  const std::vector<std::string> as_admin = {std::string("Authorization: Bearer ") + kAdminKey};
+  std::mutex mu;
+  std::string current = key;
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::thread traffic([&] {
+    while (!stop) {
+      std::string k;
+      {
+        std::lock_guard lock(mu);
+        k = current;
+      }
+      Reply r =
+          call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + k}, kHello.dump());
+      (r.status == 200 ? ok : failed)++;
+    }
+  });
+  const auto until = [&](int n) {
+    for (int i = 0; i < 20'000 && ok.load() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  until(20);
+  // The provider key is replaced through the API while requests run.
+  Reply replaced = call(port, "PUT", "/api/v1/providers/p/keys", as_admin,
+                        json{{"api_keys", {"sk-new"}}}.dump());
+  ASSERT_EQ(replaced.status, 200) << replaced.body;
+  until(40);
+  // The client's key is rotated; the client moves to the new secret a little later.
+  const std::string key_id = [&] {
+    const json keys = call(port, "GET", "/api/v1/keys", as_admin).json_body();
+    for (const auto& k : keys["data"]) {
+      if (k["name"] == "k") return k["id"].get<std::string>();
+    }
+    return std::string();
+  }();
+  Reply rotated = call(port, "POST", "/api/v1/keys/" + key_id + "/rotate", as_admin, "{}");
+  ASSERT_EQ(rotated.status, 200);
+  until(60);
+  {
+    std::lock_guard lock(mu);
+    current = rotated.json_body()["key"];
+  }
+  until(80);
+  stop = true;
+  traffic.join();
+  EXPECT_EQ(failed.load(), 0) << "no request failed across both changes";
+  EXPECT_GE(ok.load(), 80);
+  // The listing never shows keys.
+  Reply providers = call(port, "GET", "/api/v1/providers", as_admin);
+  EXPECT_EQ(providers.json_body()["data"][0]["keys"], 1);
+  EXPECT_EQ(providers.body.find("sk-"), std::string::npos);
+  // A key the upstream refuses takes effect at once, and survives a restart (sealed in the store).
+  ASSERT_EQ(
+      call(port, "PUT", "/api/v1/providers/p/keys", as_admin, json{{"api_keys", {"sk-bad"}}}.dump())
+          .status,
+      200);
+  Reply refused = call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + current},
+                       kHello.dump());
+  EXPECT_EQ(refused.status, 502) << refused.body;
+  server->signal(SIGTERM);
+  ASSERT_EQ(server->wait(), 0);
+  server = std::make_unique<Process>(std::vector<std::string>{
+      PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"), "--data", dir.file("var")});
+  auto line = server->waitForStdout("purser: listening on ");
+  ASSERT_TRUE(line.has_value()) << server->err();
+  port = testing::portFromListeningLine(*line);
+  EXPECT_EQ(call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + current},
+                 kHello.dump())
+                .status,
+            502)
+      << "the stored key wins over the configuration's";
+  ASSERT_EQ(
+      call(port, "PUT", "/api/v1/providers/p/keys", as_admin, json{{"api_keys", {"sk-new"}}}.dump())
+          .status,
+      200);
+  EXPECT_EQ(call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + current},
+                 kHello.dump())
+                .status,
+            200);
+  EXPECT_EQ(
+      call(port, "PUT", "/api/v1/providers/nope/keys", as_admin, json{{"api_keys", {"x"}}}.dump())
+          .status,
+      404);
+  EXPECT_EQ(call(port, "GET", "/api/v1/providers", {"Authorization: Bearer " + current}).status,
+            403);
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("var/master.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 // 200 streaming requests at once against a budget that fits only some of them: every one either

@@ -1,0 +1,176 @@
+#include "gateway/secrets.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+namespace purser::gateway {
+
+namespace {
+
+constexpr size_t kNonce = 12;
+constexpr size_t kTag = 16;
+
+using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)>;
+
+Error cryptoError(std::string_view what) {
+  return internalError(fmt::format("AES-256-GCM {} failed", what));
+}
+
+}  // namespace
+
+Result<Sealer> Sealer::fromHex(std::string_view hex) {
+  if (hex.size() != 64) {
+    return fail(invalidArgument("the master key must be 64 hex characters (32 bytes)"));
+  }
+  std::array<unsigned char, 32> key{};
+  for (size_t i = 0; i < 32; ++i) {
+    unsigned value = 0;
+    for (size_t j = 0; j < 2; ++j) {
+      const char c = hex[2 * i + j];
+      unsigned d;
+      if (c >= '0' && c <= '9') {
+        d = static_cast<unsigned>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        d = static_cast<unsigned>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        d = static_cast<unsigned>(c - 'A' + 10);
+      } else {
+        return fail(invalidArgument("the master key must be 64 hex characters (32 bytes)"));
+      }
+      value = value * 16 + d;
+    }
+    key[i] = static_cast<unsigned char>(value);
+  }
+  return Sealer(key);
+}
+
+Result<Sealer> Sealer::open(const std::optional<std::string>& env_value,
+                            const std::string& key_file, Random& random) {
+  if (env_value) {
+    auto s = fromHex(*env_value);
+    if (!s) return fail(invalidArgument("PURSER_MASTER_KEY: " + s.error().message));
+    return s;
+  }
+  std::ifstream in(key_file);
+  if (in) {
+    std::string hex;
+    std::getline(in, hex);
+    auto s = fromHex(hex);
+    if (!s) return fail(invalidArgument(fmt::format("{}: {}", key_file, s.error().message)));
+    return s;
+  }
+  // First use: a new random master key, readable by this user only.
+  std::array<uint8_t, 32> raw{};
+  random.fill(raw);
+  std::string hex;
+  for (uint8_t b : raw) hex += fmt::format("{:02x}", b);
+  const int fd = ::open(key_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return fail(unavailable(
+        fmt::format("cannot create master key file \"{}\": {}", key_file, std::strerror(errno))));
+  }
+  const std::string line = hex + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return fail(unavailable(fmt::format("cannot write master key file \"{}\"", key_file)));
+  return fromHex(hex);
+}
+
+Result<std::string> Sealer::seal(std::string_view plaintext, std::string_view associated,
+                                 Random& random) const {
+  std::string out(kNonce + plaintext.size() + kTag, '\0');
+  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
+  random.fill(std::span<uint8_t>(bytes, kNonce));
+  CipherCtx ctx(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free);
+  int len = 0;
+  if (!ctx || EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key_.data(), bytes) != 1 ||
+      EVP_EncryptUpdate(ctx.get(), nullptr, &len,
+                        reinterpret_cast<const unsigned char*>(associated.data()),
+                        static_cast<int>(associated.size())) != 1 ||
+      EVP_EncryptUpdate(ctx.get(), bytes + kNonce, &len,
+                        reinterpret_cast<const unsigned char*>(plaintext.data()),
+                        static_cast<int>(plaintext.size())) != 1 ||
+      EVP_EncryptFinal_ex(ctx.get(), bytes + kNonce + len, &len) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTag,
+                          bytes + kNonce + plaintext.size()) != 1) {
+    return fail(cryptoError("sealing"));
+  }
+  return out;
+}
+
+Result<std::string> Sealer::unseal(std::string_view sealed, std::string_view associated) const {
+  if (sealed.size() < kNonce + kTag)
+    return fail(Error(ErrorCode::kDataLoss, "a sealed value is truncated"));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(sealed.data());
+  const size_t n = sealed.size() - kNonce - kTag;
+  std::string out(n, '\0');
+  CipherCtx ctx(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free);
+  int len = 0;
+  std::array<unsigned char, kTag> tag{};
+  std::memcpy(tag.data(), bytes + kNonce + n, kTag);
+  if (!ctx || EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key_.data(), bytes) != 1 ||
+      EVP_DecryptUpdate(ctx.get(), nullptr, &len,
+                        reinterpret_cast<const unsigned char*>(associated.data()),
+                        static_cast<int>(associated.size())) != 1 ||
+      EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
+                        bytes + kNonce, static_cast<int>(n)) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTag, tag.data()) != 1 ||
+      EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len, &len) !=
+          1) {
+    return fail(Error(ErrorCode::kDataLoss,
+                      "a sealed value does not open with this master key (wrong key or tampered)"));
+  }
+  return out;
+}
+
+const std::vector<store::Migration>& ProviderKeyStore::migrations() {
+  static const std::vector<store::Migration> kMigrations = {
+      {1, "sealed provider keys",
+       "CREATE TABLE provider_keys (provider TEXT PRIMARY KEY, sealed BLOB NOT NULL,"
+       " updated_at TEXT NOT NULL)"},
+  };
+  return kMigrations;
+}
+
+Result<void> ProviderKeyStore::put(store::Tx& tx, const std::string& provider,
+                                   const std::vector<std::string>& keys) {
+  const std::string sealed =
+      PURSER_TRY_VALUE(sealer_.seal(nlohmann::json(keys).dump(), provider, random_));
+  PURSER_TRY(
+      tx.exec("INSERT INTO provider_keys (provider, sealed, updated_at) VALUES ($1, $2, $3)"
+              " ON CONFLICT (provider) DO UPDATE SET sealed = excluded.sealed, updated_at = "
+              "excluded.updated_at",
+              {provider, store::Blob{sealed}, formatRfc3339(clock_.now())}));
+  return {};
+}
+
+Result<std::vector<std::pair<std::string, std::vector<std::string>>>> ProviderKeyStore::loadAll() {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
+    auto rows =
+        PURSER_TRY_VALUE(tx.query("SELECT provider, sealed FROM provider_keys ORDER BY provider"));
+    for (const auto& r : rows) {
+      const std::string provider = r.getText(0);
+      const std::string plain = PURSER_TRY_VALUE(sealer_.unseal(r.getBlob(1).bytes, provider));
+      auto list = nlohmann::json::parse(plain, nullptr, false);
+      if (!list.is_array()) return fail(Error(ErrorCode::kDataLoss, "unreadable provider keys"));
+      std::vector<std::string> keys;
+      for (const auto& k : list) keys.push_back(k.get<std::string>());
+      out.emplace_back(provider, std::move(keys));
+    }
+    return {};
+  }));
+  return out;
+}
+
+}  // namespace purser::gateway
