@@ -10,10 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 #include "gateway/async_meter.h"
 #include "gateway/sse.h"
+#include "gateway/translate.h"
 
 namespace purser::gateway {
 
@@ -116,6 +118,32 @@ Response apiError(Api api, Fault fault, std::string_view message, std::string_vi
   Response r = Response::json(status, body.dump());
   if (fault == Fault::kBudget) r.headers.add("x-should-retry", "false");
   return r;
+}
+
+ProviderKind kindOf(Api api) {
+  return api == Api::kAnthropic ? ProviderKind::kAnthropic : ProviderKind::kOpenAi;
+}
+
+// An upstream's refusal in the client's API's error shape (the status is kept).
+Response translatedError(Api api, int status, const std::string& upstream_body) {
+  const json parsed = json::parse(upstream_body, nullptr, false);
+  std::string message = "The upstream model refused the request.";
+  std::string type = "invalid_request_error";
+  if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
+    const json& err = parsed["error"];
+    if (err.contains("message") && err["message"].is_string()) message = err["message"];
+  }
+  if (status == 401) type = "authentication_error";
+  if (status == 403) type = "permission_error";
+  if (status == 404) type = "not_found_error";
+  json body;
+  if (api == Api::kOpenAi) {
+    body = {
+        {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}};
+  } else {
+    body = {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+  }
+  return Response::json(status, body.dump());
 }
 
 // --- Usage in each API's terms -----------------------------------------------------------------
@@ -469,11 +497,27 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     if (!settled) spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);
   }
 
-  // The request as the target's provider expects it.
-  http::ClientRequest upstreamRequest(const Call& c, const Target& t) const {
-    json body = c.body;
-    body["model"] = t.model;
-    if (c.stream && c.api == Api::kOpenAi) {
+  // Whether the target speaks the other API than the client (chat <-> messages translation).
+  static bool crosses(const Call& c, const Target& t) {
+    return t.provider->kind() != kindOf(c.api);
+  }
+
+  // The request as the target's provider expects it, translated when the target speaks the
+  // other API.
+  Result<http::ClientRequest> upstreamRequest(const Call& c, const Target& t) const {
+    json body;
+    Surface path = c.surface;
+    if (!crosses(c, t)) {
+      body = c.body;
+      body["model"] = t.model;
+    } else if (c.surface == Surface::kChat) {
+      body = PURSER_TRY_VALUE(chatToMessagesRequest(c.body, t.model, c.max_output));
+      path = Surface::kMessages;
+    } else {
+      body = PURSER_TRY_VALUE(messagesToChatRequest(c.body, t.model));
+      path = Surface::kChat;
+    }
+    if (c.stream && t.provider->kind() == ProviderKind::kOpenAi) {
       if (!body.contains("stream_options") || !body["stream_options"].is_object()) {
         body["stream_options"] = json::object();
       }
@@ -481,7 +525,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     }
     http::ClientRequest r;
     r.method = Method::kPost;
-    r.url = t.provider->baseUrl() + upstreamPath(c.surface);
+    r.url = t.provider->baseUrl() + upstreamPath(path);
     r.headers.add("Content-Type", "application/json");
     const std::string key = t.provider->nextKey();
     if (t.provider->kind() == ProviderKind::kAnthropic) {
@@ -498,13 +542,13 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     return r;
   }
 
-  // Targets that can serve this surface (cross-kind translation is not done yet).
+  // Targets that can serve this surface: any kind for chat and messages (translated), the
+  // client's own kind for completions and embeddings.
   std::vector<Target*> candidates(const Call& c) {
     std::vector<Target*> out;
-    const ProviderKind want =
-        c.api == Api::kAnthropic ? ProviderKind::kAnthropic : ProviderKind::kOpenAi;
+    const bool translatable = c.surface == Surface::kChat || c.surface == Surface::kMessages;
     for (Target* t : orderTargets(*c.route, d_.clock.monotonic(), d_.random)) {
-      if (t->provider->kind() == want) out.push_back(t);
+      if (translatable || t->provider->kind() == kindOf(c.api)) out.push_back(t);
     }
     return out;
   }
@@ -524,9 +568,16 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     for (Target* t : targets) {
       for (int64_t attempt = 0; attempt <= c.route->retries; ++attempt) {
         if (attempt > 0) co_await sleepFor(std::chrono::milliseconds(100 << (attempt - 1)));
+        auto request = upstreamRequest(c, *t);
+        if (!request) {
+          // The request cannot be put in this target's API; another target may take it as is.
+          last_fault = Fault::kBadRequest;
+          last_error = request.error().message;
+          break;
+        }
         const auto sent = std::chrono::steady_clock::now();
         t->health.in_flight.fetch_add(1, std::memory_order_relaxed);
-        auto res = co_await client.request(upstreamRequest(c, *t));
+        auto res = co_await client.request(std::move(*request));
         t->health.in_flight.fetch_sub(1, std::memory_order_relaxed);
         c.upstream_time += std::chrono::steady_clock::now() - sent;
         if (!res) {
@@ -548,7 +599,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           // The upstream refused the request itself: nothing ran, nothing is charged.
           (void)d_.meter.release(c.event.id);
           giveBackRateLimits(c);
-          Response r = Response::json(res->status, res->body);
+          Response r = crosses(c, *t) ? translatedError(c.api, res->status, res->body)
+                                      : Response::json(res->status, res->body);
           overhead(r, c);
           co_return r;
         }
@@ -556,8 +608,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         ledger::TokenCounts tokens;
         bool estimated = false;
         if (body.is_object() && body.contains("usage") && body["usage"].is_object()) {
-          tokens =
-              c.api == Api::kAnthropic ? anthropicUsage(body["usage"]) : openAiUsage(body["usage"]);
+          tokens = t->provider->kind() == ProviderKind::kAnthropic ? anthropicUsage(body["usage"])
+                                                                   : openAiUsage(body["usage"]);
         } else {
           estimated = true;
           tokens.input = c.input_estimate;
@@ -565,6 +617,11 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
         co_await settle(c, tokens, estimated, res->status, t,
                         std::chrono::steady_clock::now() - c.started);
+        if (crosses(c, *t) && body.is_object()) {
+          const json answer =
+              c.api == Api::kOpenAi ? messagesToChatResponse(body) : chatToMessagesResponse(body);
+          res->body = answer.dump();
+        }
         Response r = Response::json(res->status, std::move(res->body));
         overhead(r, c);
         co_return r;
@@ -592,8 +649,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
 
   // Returns false to drop the event (the usage-only chunk the client did not ask for), and
   // whether it is the stream's final marker, held until the usage is settled.
-  std::pair<bool, bool> inspect(const Call& c, const SseEvent& e, StreamState& s) const {
-    if (c.api == Api::kOpenAi) {
+  std::pair<bool, bool> inspect(const Call& c, ProviderKind upstream, const SseEvent& e,
+                                StreamState& s) const {
+    if (upstream == ProviderKind::kOpenAi) {
       if (e.data == "[DONE]") return {true, true};
       json chunk = json::parse(e.data, nullptr, false);
       if (!chunk.is_object()) return {true, false};
@@ -678,8 +736,14 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     for (Target* t : targets) {
       for (int64_t attempt = 0; attempt <= c->route->retries; ++attempt) {
         if (attempt > 0) co_await sleepFor(std::chrono::milliseconds(100 << (attempt - 1)));
+        auto request = upstreamRequest(*c, *t);
+        if (!request) {
+          last_fault = Fault::kBadRequest;
+          last_error = request.error().message;
+          break;
+        }
         const auto sent = std::chrono::steady_clock::now();
-        auto upstream = co_await client.stream(upstreamRequest(*c, *t));
+        auto upstream = co_await client.stream(std::move(*request));
         c->upstream_time += std::chrono::steady_clock::now() - sent;
         if (!upstream) {
           recordFailure(*t, d_.clock.monotonic());
@@ -705,7 +769,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           }
           (void)d_.meter.release(c->event.id);
           giveBackRateLimits(*c);
-          Response r = Response::json(status, error_body);
+          Response r = crosses(*c, *t) ? translatedError(c->api, status, error_body)
+                                       : Response::json(status, error_body);
           overhead(r, *c);
           co_return r;
         }
@@ -737,6 +802,15 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
                               SteadyTime sent) {
     SseParser parser;
     StreamState s;
+    std::function<std::vector<TranslatedEvent>(const SseEvent&)> translator;
+    if (crosses(c, t) && c.api == Api::kOpenAi) {
+      translator = [tr = std::make_shared<MessagesToChatStream>(c.client_wants_usage)](
+                       const SseEvent& e) { return tr->translate(e); };
+    } else if (crosses(c, t)) {
+      translator = [tr = std::make_shared<ChatToMessagesStream>()](const SseEvent& e) {
+        return tr->translate(e);
+      };
+    }
     std::string held;  // the final marker, sent after the usage is durable
     bool client_gone = false;
     bool cut = false;
@@ -754,7 +828,12 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       }
       std::string out;
       for (const auto& e : *events) {
-        auto [forward, final_marker] = inspect(c, e, s);
+        auto [forward, final_marker] = inspect(c, t.provider->kind(), e, s);
+        if (translator) {
+          // The client speaks the other API: its events are made from the upstream's.
+          for (auto& te : translator(e)) (te.final ? held : out) += te.raw;
+          continue;
+        }
         if (!forward) continue;
         if (final_marker) {
           held += e.raw;

@@ -200,6 +200,90 @@ TEST_F(GatewayTest, ACutMidStreamEndsWithAnErrorEventAndAnEstimatedUsageEvent) {
   EXPECT_NE(events[0]["cost"], "0.00") << "a cut stream is never recorded as zero";
 }
 
+// One alias may be served by both kinds of provider: a chat request falls back from a failing
+// OpenAI-kind upstream to an Anthropic-kind one (and the reverse for /v1/messages), translated
+// both ways, streamed or not, and metered from the upstream's own usage.
+TEST_F(GatewayTest, FallbackCrossesApiKindsWithTranslation) {
+  const std::string broken_openai = sim({"--fail-rate", "1", "--ttft-ms", "0"});
+  const std::string anthropic = sim({"--ttft-ms", "0", "--api-keys", "sk-ant"});
+  const std::string openai = sim({"--ttft-ms", "0", "--api-keys", "sk-oai"});
+  serve(fmt::format(
+      "providers:\n"
+      "  - {{name: broken, kind: openai, base_url: {}/v1}}\n"
+      "  - {{name: claude, kind: anthropic, base_url: {}, api_keys: [sk-ant]}}\n"
+      "  - {{name: gpt, kind: openai, base_url: {}/v1, api_keys: [sk-oai]}}\n"
+      "routes:\n"
+      "  - {{model: chat, retries: 0, targets: [{{provider: broken, model: m1}}, "
+      "{{provider: claude, model: c1}}]}}\n"
+      "  - {{model: claude-alias, targets: [{{provider: gpt, model: g1}}]}}\n"
+      "prices:\n"
+      "  - {{provider: claude, model: c1, input_per_mtok: \"1\", output_per_mtok: \"2\"}}\n"
+      "  - {{provider: gpt, model: g1, input_per_mtok: \"1\", output_per_mtok: \"2\"}}\n",
+      broken_openai, anthropic, openai));
+
+  // Chat, whole: an OpenAI chat.completion made from the Anthropic answer.
+  json body = {{"model", "chat"},
+               {"messages",
+                {{{"role", "system"}, {"content", "be brief"}},
+                 {{"role", "user"}, {"content", "hello there"}}}},
+               {"max_tokens", 6}};
+  Reply whole = chat(body);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json completion = whole.json_body();
+  EXPECT_EQ(completion["object"], "chat.completion");
+  EXPECT_EQ(completion["choices"][0]["message"]["role"], "assistant");
+  EXPECT_FALSE(completion["choices"][0]["message"]["content"].get<std::string>().empty());
+  EXPECT_EQ(completion["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(completion["usage"]["completion_tokens"], 6);
+  EXPECT_GT(completion["usage"]["prompt_tokens"].get<int64_t>(), 0);
+
+  // Chat, streamed, with the usage chunk asked for.
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  Reply streamed = chat(body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_NE(streamed.body.find("\"chat.completion.chunk\""), std::string::npos);
+  EXPECT_NE(streamed.body.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_NE(streamed.body.find("\"completion_tokens\":6"), std::string::npos);
+  EXPECT_EQ(streamed.body.find("message_start"), std::string::npos) << "no Anthropic events leak";
+  EXPECT_EQ(streamed.body.rfind("data: [DONE]\n\n"), streamed.body.size() - 14);
+
+  // Messages, whole and streamed, served by an OpenAI-kind upstream.
+  const json msg = {{"model", "claude-alias"},
+                    {"max_tokens", 4},
+                    {"system", "be brief"},
+                    {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  const std::vector<std::string> anthropic_headers = {"x-api-key: " + key,
+                                                      "anthropic-version: 2023-06-01"};
+  Reply message = call(port, "POST", "/v1/messages", anthropic_headers, msg.dump());
+  ASSERT_EQ(message.status, 200) << message.body;
+  const json answer = message.json_body();
+  EXPECT_EQ(answer["type"], "message");
+  EXPECT_EQ(answer["role"], "assistant");
+  EXPECT_EQ(answer["content"][0]["type"], "text");
+  EXPECT_EQ(answer["stop_reason"], "max_tokens");
+  EXPECT_EQ(answer["usage"]["output_tokens"], 4);
+  json stream_msg = msg;
+  stream_msg["stream"] = true;
+  Reply message_stream = call(port, "POST", "/v1/messages", anthropic_headers, stream_msg.dump());
+  ASSERT_EQ(message_stream.status, 200) << message_stream.body;
+  for (const char* event :
+       {"event: message_start", "event: content_block_start", "event: content_block_delta",
+        "event: content_block_stop", "event: message_delta", "event: message_stop"}) {
+    EXPECT_NE(message_stream.body.find(event), std::string::npos) << event;
+  }
+  EXPECT_EQ(message_stream.body.find("[DONE]"), std::string::npos) << "no OpenAI events leak";
+  EXPECT_NE(message_stream.body.find("\"stop_reason\":\"max_tokens\""), std::string::npos);
+
+  // Every answer was metered from the upstream's own counts, by the provider that served it.
+  const auto events = usage();
+  ASSERT_EQ(events.size(), 4u);
+  for (const auto& e : events) {
+    EXPECT_EQ(e["estimated"], false) << e.dump();
+    EXPECT_NE(e["provider"], "broken") << e.dump();
+  }
+}
+
 TEST_F(GatewayTest, ErrorsHaveTheShapesTheSdksExpect) {
   const std::string up = sim({"--ttft-ms", "0"});
   serve(
