@@ -138,6 +138,38 @@ test("errors surface as the SDKs' own exception classes", async () => {
   );
 });
 
+test("each SDK reaches a model of the other API kind through one alias", async () => {
+  // The OpenAI SDK, served by an Anthropic-kind upstream.
+  const whole = await openai.chat.completions.create({ model: "claude", messages, max_tokens: 6 });
+  assert.equal(whole.object, "chat.completion");
+  assert.equal(whole.usage.completion_tokens, 6);
+  assert.equal(whole.choices[0].finish_reason, "length");
+  const stream = await openai.chat.completions.create({
+    model: "claude", messages, max_tokens: 6, stream: true, stream_options: { include_usage: true },
+  });
+  let text = "";
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    text += chunk.choices[0]?.delta?.content ?? "";
+  }
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(usage?.completion_tokens, 6);
+
+  // The Anthropic SDK, served by an OpenAI-kind upstream.
+  const msg = await anthropic.messages.create({ model: "chat-default", max_tokens: 5, messages });
+  assert.equal(msg.type, "message");
+  assert.equal(msg.stop_reason, "max_tokens");
+  assert.equal(msg.usage.output_tokens, 5);
+  const events = [];
+  const s = anthropic.messages.stream({ model: "chat-default", max_tokens: 5, messages });
+  for await (const e of s) events.push(e.type);
+  const final = await s.finalMessage();
+  assert.equal(final.content[0].text, msg.content[0].text);
+  assert.equal(final.usage.output_tokens, 5);
+  assert.deepEqual([events[0], events.at(-1)], ["message_start", "message_stop"]);
+});
+
 test("a budget runs out with insufficient_quota", async () => {
   await admin("/api/v1/wallets", { scope: { kind: "user", id: userId }, limit: "0.000001" });
   await assert.rejects(
