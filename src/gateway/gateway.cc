@@ -344,23 +344,41 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
                       fmt::format("This key may not use the model `{}`.", model), "model",
                       "model_not_allowed");
     }
+    if (c.body.contains("stream") && !c.body["stream"].is_boolean()) {
+      return apiError(api, Fault::kBadRequest, "'stream' must be a boolean", "stream");
+    }
+    for (const char* f : {"max_completion_tokens", "max_tokens"}) {
+      if (c.body.contains(f) && !c.body[f].is_null() &&
+          !(c.body[f].is_number_integer() && c.body[f].get<int64_t>() >= 1)) {
+        return apiError(api, Fault::kBadRequest, fmt::format("'{}' must be an integer >= 1", f), f);
+      }
+    }
     c.stream = c.body.value("stream", false) && c.surface != Surface::kEmbeddings;
     if (c.stream && api == Api::kOpenAi && c.body.contains("stream_options") &&
         c.body["stream_options"].is_object()) {
-      c.client_wants_usage = c.body["stream_options"].value("include_usage", false);
+      const json& options = c.body["stream_options"];
+      c.client_wants_usage = options.contains("include_usage") &&
+                             options["include_usage"].is_boolean() &&
+                             options["include_usage"].get<bool>();
     }
     // The worst case: the input (an upper bound from its size) plus the output cap.
     c.input_estimate = ceilDiv(static_cast<int64_t>(c.body[required].dump().size()), 3);
     if (c.surface == Surface::kEmbeddings) {
       c.max_output = 0;
     } else {
+      // The route's max_tokens caps the output and fills it in when the request sets none, so
+      // the upstream can never produce more than was reserved.
       c.max_output = c.route->max_tokens;
-      for (const char* field : {"max_completion_tokens", "max_tokens"}) {
-        if (c.body.contains(field) && c.body[field].is_number_integer()) {
-          c.max_output = std::max<int64_t>(0, c.body[field].get<int64_t>());
+      const char* field = "max_tokens";
+      for (const char* f : {"max_completion_tokens", "max_tokens"}) {
+        if (c.body.contains(f) && c.body[f].is_number_integer()) {
+          field = f;
+          c.max_output =
+              std::clamp<int64_t>(c.body[f].get<int64_t>(), int64_t{0}, c.route->max_tokens);
           break;
         }
       }
+      c.body[field] = c.max_output;
     }
     if (auto v = req.headers.get("anthropic-version")) c.anthropic_version = std::string(*v);
     if (auto v = req.headers.get("anthropic-beta")) c.anthropic_beta = std::string(*v);

@@ -290,7 +290,8 @@ TEST_F(GatewayTest, ErrorsHaveTheShapesTheSdksExpect) {
       fmt::format("http: {{max_body_bytes: 4Ki}}\n"
                   "providers:\n  - {{name: p, kind: openai, base_url: {}/v1}}\n"
                   "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
-                  "  - {{model: other, targets: [{{provider: p, model: m}}]}}\n",
+                  "  - {{model: other, targets: [{{provider: p, model: m}}]}}\n"
+                  "  - {{model: capped, max_tokens: 3, targets: [{{provider: p, model: m}}]}}\n",
                   up));
   EXPECT_EQ(call(port, "POST", "/v1/chat/completions", {}, kHello.dump()).status, 401);
   Reply wrong = call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer nope-nope-nope"},
@@ -310,6 +311,16 @@ TEST_F(GatewayTest, ErrorsHaveTheShapesTheSdksExpect) {
   Reply no_messages = chat({{"model", "chat"}});
   EXPECT_EQ(no_messages.status, 400);
   EXPECT_EQ(no_messages.json_body()["error"]["param"], "messages");
+  json not_bool = kHello;
+  not_bool["stream"] = "yes";
+  Reply bad_stream = chat(not_bool);
+  EXPECT_EQ(bad_stream.status, 400);
+  EXPECT_EQ(bad_stream.json_body()["error"]["param"], "stream");
+  json negative = kHello;
+  negative["max_tokens"] = -1;
+  Reply bad_max = chat(negative);
+  EXPECT_EQ(bad_max.status, 400);
+  EXPECT_EQ(bad_max.json_body()["error"]["param"], "max_tokens");
   json huge = kHello;
   huge["messages"][0]["content"] = std::string(8000, 'x');
   EXPECT_EQ(chat(huge).status, 413);
@@ -344,6 +355,17 @@ TEST_F(GatewayTest, ErrorsHaveTheShapesTheSdksExpect) {
   EXPECT_FALSE(limited_reply.headers["retry-after"].empty());
   // Nothing was charged for any refused request.
   EXPECT_EQ(usage().size(), 1u);
+  // A route's max_tokens caps what a request may ask for, and fills it in when it asks nothing.
+  json wants_more = kHello;
+  wants_more["model"] = "capped";
+  wants_more["max_tokens"] = 50;
+  Reply capped = chat(wants_more);
+  ASSERT_EQ(capped.status, 200) << capped.body;
+  EXPECT_EQ(capped.json_body()["usage"]["completion_tokens"], 3);
+  wants_more.erase("max_tokens");
+  Reply unset = chat(wants_more);
+  ASSERT_EQ(unset.status, 200) << unset.body;
+  EXPECT_EQ(unset.json_body()["usage"]["completion_tokens"], 3);
 }
 
 TEST_F(GatewayTest, KeysRotateAndProviderKeysAreReplacedWithoutRestartOrFailure) {
