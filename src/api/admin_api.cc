@@ -1237,7 +1237,8 @@ asio::awaitable<Response> listProviders(const Services& s, Request& req) {
           {{"name", p->name()},
            {"kind", p->kind() == gateway::ProviderKind::kAnthropic ? "anthropic" : "openai"},
            {"base_url", p->baseUrl()},
-           {"keys", p->keyCount()}});
+           {"keys", p->keyCount()},
+           {"keys_source", p->keysReplaced() ? "api" : "config"}});
     }
   }
   co_return jsonResponse(200, listOf(std::move(items)));
@@ -1265,6 +1266,36 @@ asio::awaitable<Response> replaceProviderKeys(const Services& s, Request& req) {
   if (!done) co_return problem(done.error());
   provider->replaceKeys(keys);
   co_return jsonResponse(200, {{"name", name}, {"keys", keys.size()}});
+}
+
+// Forgets the keys set through the API: the provider goes back to its configuration's keys.
+asio::awaitable<Response> restoreProviderKeys(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string name(*req.param("name"));
+  if (auto denied = identity::authorize(who, Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "provider.keys.restore", "provider:" + name);
+  }
+  gateway::Provider* provider = s.gateway != nullptr ? s.gateway->provider(name) : nullptr;
+  if (provider == nullptr || s.provider_keys == nullptr) {
+    co_return problem(404, fmt::format("provider \"{}\" not found", name), "name");
+  }
+  if (!provider->keysReplaced()) {
+    co_return problem(409, fmt::format("provider \"{}\" already uses its configured keys", name));
+  }
+  ledger::AuditEntry entry = auditEntry(who, "provider.keys.restore", "provider:" + name,
+                                        json{{"keys_source", "api"}}.dump(),
+                                        json{{"keys_source", "config"}}.dump(), std::string());
+  auto done = co_await commitAudited(
+      s,
+      [&](store::Tx& tx) -> Result<void> {
+        PURSER_TRY(s.provider_keys->remove(tx, name));
+        return {};
+      },
+      entry);
+  if (!done) co_return problem(done.error());
+  provider->clearReplacedKeys();
+  co_return jsonResponse(
+      200, {{"name", name}, {"keys", provider->keyCount()}, {"keys_source", "config"}});
 }
 
 Result<void> addMeteringRoutes(http::Router& router, const Services& services) {
@@ -1310,6 +1341,7 @@ Result<void> addAdminRoutes(http::Router& router, const Services& services) {
   PURSER_TRY(route(Method::kGet, "/api/v1/audit/verify", verifyAudit));
   PURSER_TRY(route(Method::kGet, "/api/v1/providers", listProviders));
   PURSER_TRY(route(Method::kPut, "/api/v1/providers/{name}/keys", replaceProviderKeys));
+  PURSER_TRY(route(Method::kDelete, "/api/v1/providers/{name}/keys", restoreProviderKeys));
 
   const auto list = [&](const char* path, auto handler) {
     return router.addAsync(Method::kGet, path,

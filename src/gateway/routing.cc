@@ -40,7 +40,8 @@ Provider::Provider(std::string name, ProviderKind kind, std::string base_url,
       base_url_(withoutTrailingSlash(std::move(base_url))),
       timeout_(timeout),
       connect_timeout_(connect_timeout),
-      keys_(std::move(keys)) {}
+      keys_(keys),
+      configured_keys_(std::move(keys)) {}
 
 std::string Provider::nextKey() {
   std::lock_guard lock(mu_);
@@ -51,7 +52,29 @@ std::string Provider::nextKey() {
 void Provider::replaceKeys(std::vector<std::string> keys) {
   std::lock_guard lock(mu_);
   keys_ = std::move(keys);
+  replaced_ = true;
   next_ = 0;
+}
+
+void Provider::clearReplacedKeys() {
+  std::lock_guard lock(mu_);
+  keys_ = configured_keys_;
+  replaced_ = false;
+  next_ = 0;
+}
+
+void Provider::setConfiguredKeys(std::vector<std::string> keys) {
+  std::lock_guard lock(mu_);
+  configured_keys_ = std::move(keys);
+  if (!replaced_) {
+    keys_ = configured_keys_;
+    next_ = 0;
+  }
+}
+
+bool Provider::keysReplaced() const {
+  std::lock_guard lock(mu_);
+  return replaced_;
 }
 
 size_t Provider::keyCount() const {

@@ -46,8 +46,15 @@ class Provider {
 
   // The next key in turn ("" when the provider has none).
   std::string nextKey();
+  // Keys set through the API: used instead of the configuration's until cleared.
   void replaceKeys(std::vector<std::string> keys);
+  // Goes back to the configuration's keys.
+  void clearReplacedKeys();
+  // The configuration's keys (at start and on reload); in use unless replaced through the API.
+  void setConfiguredKeys(std::vector<std::string> keys);
   size_t keyCount() const;
+  // Whether the keys in use were set through the API.
+  bool keysReplaced() const;
 
  private:
   const std::string name_;
@@ -56,8 +63,10 @@ class Provider {
   const Duration timeout_;
   const Duration connect_timeout_;
   mutable std::mutex mu_;
-  std::vector<std::string> keys_;  // guarded by mu_
-  size_t next_ = 0;                // guarded by mu_
+  std::vector<std::string> keys_;             // in use; guarded by mu_
+  std::vector<std::string> configured_keys_;  // guarded by mu_
+  bool replaced_ = false;                     // guarded by mu_
+  size_t next_ = 0;                           // guarded by mu_
 };
 
 struct TargetHealth {

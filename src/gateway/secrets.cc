@@ -154,6 +154,12 @@ Result<void> ProviderKeyStore::put(store::Tx& tx, const std::string& provider,
   return {};
 }
 
+Result<bool> ProviderKeyStore::remove(store::Tx& tx, const std::string& provider) {
+  const int64_t removed =
+      PURSER_TRY_VALUE(tx.exec("DELETE FROM provider_keys WHERE provider = $1", {provider}));
+  return removed > 0;
+}
+
 Result<std::vector<std::pair<std::string, std::vector<std::string>>>> ProviderKeyStore::loadAll() {
   std::vector<std::pair<std::string, std::vector<std::string>>> out;
   PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {

@@ -45,6 +45,8 @@ class ProviderKeyStore {
   // Seals and stores `keys` for `provider` inside the caller's transaction.
   Result<void> put(store::Tx& tx, const std::string& provider,
                    const std::vector<std::string>& keys);
+  // Forgets `provider`'s stored keys inside the caller's transaction; false if none were stored.
+  Result<bool> remove(store::Tx& tx, const std::string& provider);
   // Every stored provider's keys, unsealed.
   Result<std::vector<std::pair<std::string, std::vector<std::string>>>> loadAll();
 

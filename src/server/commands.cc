@@ -41,7 +41,9 @@ void registerServe(CLI::App& root, int& exit_code) {
       exit_code = 2;
       return;
     }
-    auto result = serve(*cfg, std::cout);
+    const std::string path = opts->config;
+    auto result =
+        serve(*cfg, std::cout, [path, overrides] { return config::loadConfig(path, overrides); });
     if (!result) {
       std::cerr << "purser: " << result.error().toString() << "\n";
       exit_code = 1;

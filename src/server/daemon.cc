@@ -85,7 +85,7 @@ http::ServerOptions serverOptions(const config::Config& c) {
 
 }  // namespace
 
-Result<int> serve(const config::Config& config, std::ostream& out) {
+Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader reload) {
   PURSER_TRY(setupLogging(config.log));
   const Clock& clock = SystemClock::instance();
   IdGenerator ids(clock, SystemRandom::instance());
@@ -247,6 +247,39 @@ Result<int> serve(const config::Config& config, std::ostream& out) {
         signals.async_wait(on_signal);
       };
   signals.async_wait(on_signal);
+
+  // SIGHUP re-reads the configuration and applies the providers' keys without a restart (keys
+  // set through the API keep precedence). A file with errors changes nothing.
+  boost::asio::signal_set hangups(workers.context(0), SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_hangup =
+      [&](const boost::system::error_code& ec, int) {
+        if (ec) return;
+        hangups.async_wait(on_hangup);
+        if (!reload) return;
+        auto fresh = reload();
+        if (!fresh) {
+          spdlog::error("reload: the configuration was not applied: {}", fresh.error().toString());
+          return;
+        }
+        size_t updated = 0;
+        for (const auto& p : fresh->providers) {
+          gateway::Provider* provider = gateway.provider(p.name);
+          if (provider == nullptr) {
+            spdlog::warn("reload: provider \"{}\" is new; it is used after a restart", p.name);
+            continue;
+          }
+          provider->setConfiguredKeys(p.api_keys);
+          if (provider->keysReplaced()) {
+            spdlog::info("reload: provider \"{}\" keeps the keys set through the API", p.name);
+          }
+          ++updated;
+        }
+        spdlog::info(
+            "reload: configuration re-read; keys of {} provider(s) updated (other changes take "
+            "effect at the next start)",
+            updated);
+      };
+  hangups.async_wait(on_hangup);
 
   // Reservations whose lease ended are released every second (a crashed or vanished client
   // never holds budget for long).

@@ -13,6 +13,7 @@
 // flight finish within http.drain_timeout, stop the workers, then flush and close the store.
 #pragma once
 
+#include <functional>
 #include <ostream>
 
 #include "common/result.h"
@@ -20,8 +21,13 @@
 
 namespace purser::server {
 
+// Re-reads the configuration (on SIGHUP).
+using ConfigLoader = std::function<Result<config::Config>()>;
+
 // Runs the server until SIGTERM or SIGINT. Prints the URLs it serves on `out` once listening.
+// On SIGHUP, `reload` (when given) is called and the providers' configured keys are replaced;
+// everything else in the file takes effect at the next start.
 // Returns the process exit code, or an error that stopped it from starting.
-Result<int> serve(const config::Config& config, std::ostream& out);
+Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader reload = {});
 
 }  // namespace purser::server

@@ -465,6 +465,63 @@ TEST_F(GatewayTest, KeysRotateAndProviderKeysAreReplacedWithoutRestartOrFailure)
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
+// Provider keys follow the configuration file on SIGHUP; keys set through the API win until
+// they are dropped again; a broken file changes nothing.
+TEST_F(GatewayTest, ProviderKeysFollowTheConfigurationOnSighup) {
+  const std::string up = sim({"--ttft-ms", "0", "--api-keys", "sk-current"});
+  const auto config = [&](const std::string& key_list) {
+    return fmt::format(
+        "providers:\n  - {{name: p, kind: openai, base_url: {}/v1, api_keys: [{}]}}\n"
+        "routes:\n  - {{model: chat, retries: 0, targets: [{{provider: p, model: m}}]}}\n",
+        up, key_list);
+  };
+  serve(config("sk-stale"));
+  const std::vector<std::string> as_admin = {std::string("Authorization: Bearer ") + kAdminKey};
+  EXPECT_EQ(chat(kHello).status, 502) << "the upstream refuses the stale key";
+
+  testing::writeFile(dir.file("purser.yaml"),
+                     "listen: 127.0.0.1:0\nthreads: 2\n" + config("sk-current"));
+  server->signal(SIGHUP);
+  ASSERT_TRUE(server->waitForStderr("keys of 1 provider(s) updated")) << server->err();
+  EXPECT_EQ(chat(kHello).status, 200);
+
+  // A file with an error is reported and changes nothing.
+  testing::writeFile(dir.file("purser.yaml"), "listen: 127.0.0.1:0\nproviders: 7\n");
+  server->signal(SIGHUP);
+  ASSERT_TRUE(server->waitForStderr("the configuration was not applied")) << server->err();
+  EXPECT_EQ(chat(kHello).status, 200);
+
+  // Keys set through the API take precedence over the file until they are dropped.
+  ASSERT_EQ(call(port, "PUT", "/api/v1/providers/p/keys", as_admin,
+                 json{{"api_keys", {"sk-wrong"}}}.dump())
+                .status,
+            200);
+  EXPECT_EQ(chat(kHello).status, 502);
+  Reply listed = call(port, "GET", "/api/v1/providers", as_admin);
+  EXPECT_EQ(listed.json_body()["data"][0]["keys_source"], "api");
+  Reply restored = call(port, "DELETE", "/api/v1/providers/p/keys", as_admin);
+  ASSERT_EQ(restored.status, 200) << restored.body;
+  EXPECT_EQ(restored.json_body()["keys_source"], "config");
+  EXPECT_EQ(chat(kHello).status, 200);
+  EXPECT_EQ(call(port, "DELETE", "/api/v1/providers/p/keys", as_admin).status, 409);
+  EXPECT_EQ(call(port, "DELETE", "/api/v1/providers/nope/keys", as_admin).status, 404);
+
+  // Dropped keys stay dropped across a restart: the file's keys are used.
+  server->signal(SIGTERM);
+  ASSERT_EQ(server->wait(), 0) << server->err();
+  testing::writeFile(dir.file("purser.yaml"),
+                     "listen: 127.0.0.1:0\nthreads: 2\n" + config("sk-current"));
+  server = std::make_unique<Process>(std::vector<std::string>{
+      PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"), "--data", dir.file("var")});
+  auto line = server->waitForStdout("purser: listening on ");
+  ASSERT_TRUE(line.has_value()) << server->err();
+  port = testing::portFromListeningLine(*line);
+  EXPECT_EQ(chat(kHello).status, 200);
+  const json audit = call(port, "GET", "/api/v1/audit", as_admin).json_body();
+  EXPECT_NE(audit.dump().find("provider.keys.restore"), std::string::npos);
+  EXPECT_EQ(audit.dump().find("sk-"), std::string::npos) << "keys never reach the audit log";
+}
+
 // 200 streaming requests at once against a budget that fits only some of them: every one either
 // runs or gets 429 budget_exceeded, and the wallet never goes over its limit.
 TEST_F(GatewayTest, BudgetExhaustionUnder200ConcurrentStreamsNeverOverspends) {
