@@ -103,14 +103,20 @@ read -r _ d_rps d_p50 d_p99 d_err < <(run_wrk direct "http://127.0.0.1:$sim_port
 read -r _ n_rps n_p50 n_p99 n_err < <(run_wrk nginx "http://127.0.0.1:$nginx_port/v1/chat/completions" "" bench)
 read -r _ p_rps p_p50 p_p99 p_err < <(run_wrk purser "http://127.0.0.1:$purser_port/v1/chat/completions" "$key" bench)
 
-# Median overhead reported by Purser itself, over 200 sequential requests.
+# Overhead reported by Purser itself over 200 sequential requests: all of it, the part spent
+# waiting for the ledger's durable commits (the disk's flushes), and the rest (processing).
 for _ in $(seq 200); do
   curl -s -o /dev/null -D - "http://127.0.0.1:$purser_port/v1/chat/completions" -H "Authorization: Bearer $key" \
     -d '{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":16}' |
-    awk -F': ' 'tolower($1) == "x-purser-overhead-us" {print $2+0}'
-done | sort -n >"$tmp/overhead.txt"
-overhead_p50=$(awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' "$tmp/overhead.txt")
-overhead_p99=$(awk '{a[NR]=$1} END {print a[int(NR*0.99)]}' "$tmp/overhead.txt")
+    awk -F': ' 'tolower($1) == "x-purser-overhead-us" {o=$2+0} tolower($1) == "x-purser-commit-us" {c=$2+0} END {print o, c, o-c}'
+done >"$tmp/overhead.txt"
+median_of() { cut -d' ' -f"$1" "$tmp/overhead.txt" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+p99_of() { cut -d' ' -f"$1" "$tmp/overhead.txt" | sort -n | awk '{a[NR]=$1} END {print a[int(NR*0.99)]}'; }
+overhead_p50=$(median_of 1)
+overhead_p99=$(p99_of 1)
+commit_p50=$(median_of 2)
+processing_p50=$(median_of 3)
+processing_p99=$(p99_of 3)
 
 # Streaming: 100 tokens at 500 tokens/s after a 20 ms first token; direct vs through Purser.
 stream_body='{"model":"MODEL","messages":[{"role":"user","content":"stream please"}],"max_tokens":100,"stream":true}'
@@ -130,6 +136,7 @@ printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' direct "$d_rps" "$d_
 printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' nginx "$n_rps" "$n_p50" "$n_p99" "$n_err"
 printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' purser "$p_rps" "$p_p50" "$p_p99" "$p_err"
 echo "  ratio purser/nginx: $ratio; x-purser-overhead-us median $overhead_p50, p99 $overhead_p99"
+echo "    of which waiting for durable commits (median): $commit_p50 us; processing median $processing_p50 us, p99 $processing_p99 us"
 echo "  streaming (100 tokens): direct ttfb ${sd_ttfb} ms, total ${sd_total} ms; purser ttfb ${sp_ttfb} ms, total ${sp_total} ms"
 mkdir -p bench/results
 cat >bench/results/gateway.json <<JSON
@@ -137,6 +144,7 @@ cat >bench/results/gateway.json <<JSON
  "direct_rps": $d_rps, "nginx_rps": $n_rps, "purser_rps": $p_rps, "ratio_purser_nginx": $ratio,
  "p50": {"direct": "$d_p50", "nginx": "$n_p50", "purser": "$p_p50"},
  "p99": {"direct": "$d_p99", "nginx": "$n_p99", "purser": "$p_p99"},
- "overhead_us": {"median": $overhead_p50, "p99": $overhead_p99},
+ "overhead_us": {"median": $overhead_p50, "p99": $overhead_p99, "commit_median": $commit_p50,
+                 "processing_median": $processing_p50, "processing_p99": $processing_p99},
  "stream_ms": {"direct_ttfb": $sd_ttfb, "direct_total": $sd_total, "purser_ttfb": $sp_ttfb, "purser_total": $sp_total}}
 JSON

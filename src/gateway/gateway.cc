@@ -270,6 +270,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     Money reserved;
     SteadyTime started;
     std::chrono::steady_clock::duration upstream_time{0};
+    std::chrono::steady_clock::duration commit_time{0};  // waiting for durable ledger commits
     std::string anthropic_version;
     std::string anthropic_beta;
   };
@@ -469,8 +470,10 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       e.session_id = c.body["metadata"]["session_id"].get<std::string>();
     }
     const auto chain = d_.wallets.chain(scope_list, c.route->alias);
+    const auto asked = std::chrono::steady_clock::now();
     auto reserved = co_await asyncReserve(d_.meter, e, chain, worst, std::chrono::minutes(15),
                                           asio::use_awaitable);
+    c.commit_time += std::chrono::steady_clock::now() - asked;
     if (!reserved) {
       giveBackRateLimits(c);
       if (reserved.error().code == ErrorCode::kResourceExhausted) {
@@ -511,7 +514,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     for (const auto& b : c.buckets) {
       if (b.key.ends_with(":tpm")) d_.limiter.adjust(b, delta);
     }
+    const auto asked = std::chrono::steady_clock::now();
     auto settled = co_await asyncSettle(d_.meter, e, asio::use_awaitable);
+    c.commit_time += std::chrono::steady_clock::now() - asked;
     if (!settled) spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);
   }
 
@@ -574,6 +579,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   void overhead(Response& r, const Call& c) const {
     const auto inside = std::chrono::steady_clock::now() - c.started - c.upstream_time;
     r.headers.add("x-purser-overhead-us", std::to_string(std::max<int64_t>(0, micros(inside))));
+    // The part of it spent waiting for the ledger's durable commits (the disk's flush time).
+    r.headers.add("x-purser-commit-us", std::to_string(micros(c.commit_time)));
   }
 
   // --- Non-streamed ---------------------------------------------------------------------------

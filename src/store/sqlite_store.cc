@@ -298,6 +298,11 @@ void SqliteStore::writerLoop() {
 
 void SqliteStore::runBatch(std::vector<Job>& batch) {
   SqliteConnection& db = *writer_;
+  // Transaction control statements are prepared once and reused (they run for every job).
+  const auto control = [&db](std::string_view sql) -> Result<void> {
+    PURSER_TRY(db.exec(sql, {}));
+    return {};
+  };
   std::vector<Result<void>> results(batch.size());
   size_t txn_start = 0;  // first job of the current transaction
   // Marks the jobs of the current transaction that had succeeded as failed with `e`.
@@ -306,15 +311,15 @@ void SqliteStore::runBatch(std::vector<Job>& batch) {
       if (results[k]) results[k] = fail(e);
     }
   };
-  auto begun = db.raw("BEGIN IMMEDIATE");
+  auto begun = control("BEGIN IMMEDIATE");
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!begun) {
       results[i] = fail(begun.error());
       txn_start = i + 1;
-      begun = db.raw("BEGIN IMMEDIATE");
+      begun = control("BEGIN IMMEDIATE");
       continue;
     }
-    Result<void> r = db.raw("SAVEPOINT job");
+    Result<void> r = control("SAVEPOINT job");
     if (r) {
       try {
         r = batch[i].fn(db);
@@ -328,22 +333,22 @@ void SqliteStore::runBatch(std::vector<Job>& batch) {
         failOpen(i, lost);
         results[i] = r ? fail(lost) : r;
         txn_start = i + 1;
-        begun = db.raw("BEGIN IMMEDIATE");
+        begun = control("BEGIN IMMEDIATE");
         continue;
       }
       if (r) {
-        r = db.raw("RELEASE job");
+        r = control("RELEASE job");
       } else {
-        (void)db.raw("ROLLBACK TO job");
-        (void)db.raw("RELEASE job");
+        (void)control("ROLLBACK TO job");
+        (void)control("RELEASE job");
       }
     }
     results[i] = std::move(r);
   }
   if (begun) {
-    auto committed = db.raw("COMMIT");
+    auto committed = control("COMMIT");
     if (!committed) {
-      (void)db.raw("ROLLBACK");
+      (void)control("ROLLBACK");
       failOpen(batch.size(), committed.error());
     }
   }
