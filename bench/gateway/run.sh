@@ -130,17 +130,22 @@ read -r sd_ttfb sd_total < <(measure_stream "http://127.0.0.1:$stream_port/v1/ch
 read -r sp_ttfb sp_total < <(measure_stream "http://127.0.0.1:$purser_port/v1/chat/completions" "$key" stream)
 
 ratio=$(awk -v a="$p_rps" -v b="$n_rps" 'BEGIN {printf "%.2f", a / b}')
+to_us() { awk -v v="$1" 'BEGIN {n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else print n * 1000000}'; }
+added_p50=$(awk -v a="$(to_us "$p_p50")" -v b="$(to_us "$d_p50")" 'BEGIN {printf "%.0f", a - b}')
+added_p99=$(awk -v a="$(to_us "$p_p99")" -v b="$(to_us "$d_p99")" 'BEGIN {printf "%.0f", a - b}')
 cores=$(nproc)
 echo "gateway ($cores cores; wrk -t1 -c$connections -d$duration; non-streamed chat, 16 tokens)"
 printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' direct "$d_rps" "$d_p50" "$d_p99" "$d_err"
 printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' nginx "$n_rps" "$n_p50" "$n_p99" "$n_err"
 printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' purser "$p_rps" "$p_p50" "$p_p99" "$p_err"
-echo "  ratio purser/nginx: $ratio; x-purser-overhead-us median $overhead_p50, p99 $overhead_p99"
+echo "  ratio purser/nginx: $ratio; purser - direct under load: p50 +$added_p50 us, p99 +$added_p99 us"
+echo "  x-purser-overhead-us (sequential requests): median $overhead_p50, p99 $overhead_p99"
 echo "    of which waiting for durable commits (median): $commit_p50 us; processing median $processing_p50 us, p99 $processing_p99 us"
 echo "  streaming (100 tokens): direct ttfb ${sd_ttfb} ms, total ${sd_total} ms; purser ttfb ${sp_ttfb} ms, total ${sp_total} ms"
 mkdir -p bench/results
 cat >bench/results/gateway.json <<JSON
 {"cores": $cores, "connections": $connections, "duration": "$duration",
+ "added_latency_us": {"p50": $added_p50, "p99": $added_p99},
  "direct_rps": $d_rps, "nginx_rps": $n_rps, "purser_rps": $p_rps, "ratio_purser_nginx": $ratio,
  "p50": {"direct": "$d_p50", "nginx": "$n_p50", "purser": "$p_p50"},
  "p99": {"direct": "$d_p99", "nginx": "$n_p99", "purser": "$p_p99"},
