@@ -46,6 +46,7 @@ enum class Fault {
   kBudget,
   kUpstream,
   kTimeout,
+  kInternal,
 };
 
 int statusOf(Fault f) {
@@ -67,6 +68,8 @@ int statusOf(Fault f) {
       return 502;
     case Fault::kTimeout:
       return 504;
+    case Fault::kInternal:
+      return 500;
   }
   return 500;
 }
@@ -79,7 +82,9 @@ Response apiError(Api api, Fault fault, std::string_view message, std::string_vi
     std::string type = "invalid_request_error";
     if (fault == Fault::kBudget) type = "insufficient_quota";
     if (fault == Fault::kRateLimited) type = "rate_limit_exceeded";
-    if (fault == Fault::kUpstream || fault == Fault::kTimeout) type = "server_error";
+    if (fault == Fault::kUpstream || fault == Fault::kTimeout || fault == Fault::kInternal) {
+      type = "server_error";
+    }
     body = {{"error",
              {{"message", message},
               {"type", type},
@@ -105,6 +110,7 @@ Response apiError(Api api, Fault fault, std::string_view message, std::string_vi
         type = "rate_limit_error";
         break;
       case Fault::kUpstream:
+      case Fault::kInternal:
         type = "api_error";
         break;
       case Fault::kTimeout:
@@ -533,12 +539,21 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     if (!crosses(c, t)) {
       body = c.body;
       body["model"] = t.model;
-    } else if (c.surface == Surface::kChat) {
-      body = PURSER_TRY_VALUE(chatToMessagesRequest(c.body, t.model, c.max_output));
-      path = Surface::kMessages;
     } else {
-      body = PURSER_TRY_VALUE(messagesToChatRequest(c.body, t.model));
-      path = Surface::kChat;
+      // A field of an unexpected type surfaces as a JSON type error: the client's request is
+      // at fault, not the upstream.
+      try {
+        if (c.surface == Surface::kChat) {
+          body = PURSER_TRY_VALUE(chatToMessagesRequest(c.body, t.model, c.max_output));
+          path = Surface::kMessages;
+        } else {
+          body = PURSER_TRY_VALUE(messagesToChatRequest(c.body, t.model));
+          path = Surface::kChat;
+        }
+      } catch (const json::exception& e) {
+        return fail(invalidArgument(
+            fmt::format("The request cannot be translated for this model's API: {}", e.what())));
+      }
     }
     if (c.stream && t.provider->kind() == ProviderKind::kOpenAi) {
       if (!body.contains("stream_options") || !body["stream_options"].is_object()) {
@@ -574,6 +589,11 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       if (translatable || t->provider->kind() == kindOf(c.api)) out.push_back(t);
     }
     return out;
+  }
+
+  static std::string failureMessage(const Call& c, Fault fault, const std::string& last_error) {
+    if (fault == Fault::kBadRequest) return last_error;
+    return fmt::format("The upstream models for `{}` failed: {}.", c.route->alias, last_error);
   }
 
   void overhead(Response& r, const Call& c) const {
@@ -643,9 +663,24 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         co_await settle(c, tokens, estimated, res->status, t,
                         std::chrono::steady_clock::now() - c.started);
         if (crosses(c, *t) && body.is_object()) {
-          const json answer =
-              c.api == Api::kOpenAi ? messagesToChatResponse(body) : chatToMessagesResponse(body);
-          res->body = answer.dump();
+          std::optional<std::string> translated;
+          try {
+            const json answer =
+                c.api == Api::kOpenAi ? messagesToChatResponse(body) : chatToMessagesResponse(body);
+            translated = answer.dump();
+          } catch (const json::exception& e) {
+            spdlog::warn("gateway: the answer of {} could not be translated: {}",
+                         t->provider->name(), e.what());
+          }
+          if (!translated) {
+            // The upstream ran and was metered; its answer was not what its API promises.
+            Response r = apiError(
+                c.api, Fault::kUpstream,
+                fmt::format("The answer of {} could not be translated.", t->provider->name()));
+            overhead(r, c);
+            co_return r;
+          }
+          res->body = std::move(*translated);
         }
         Response r = Response::json(res->status, std::move(res->body));
         overhead(r, c);
@@ -654,9 +689,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     }
     (void)d_.meter.release(c.event.id);
     giveBackRateLimits(c);
-    Response r = apiError(
-        c.api, last_fault,
-        fmt::format("The upstream models for `{}` failed: {}.", c.route->alias, last_error));
+    Response r = apiError(c.api, last_fault, failureMessage(c, last_fault, last_error));
     overhead(r, c);
     co_return r;
   }
@@ -815,9 +848,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     }
     (void)d_.meter.release(c->event.id);
     giveBackRateLimits(*c);
-    Response r = apiError(
-        c->api, last_fault,
-        fmt::format("The upstream models for `{}` failed: {}.", c->route->alias, last_error));
+    Response r = apiError(c->api, last_fault, failureMessage(*c, last_fault, last_error));
     overhead(r, *c);
     co_return r;
   }
@@ -855,8 +886,16 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       for (const auto& e : *events) {
         auto [forward, final_marker] = inspect(c, t.provider->kind(), e, s);
         if (translator) {
-          // The client speaks the other API: its events are made from the upstream's.
-          for (auto& te : translator(e)) (te.final ? held : out) += te.raw;
+          // The client speaks the other API: its events are made from the upstream's. An event
+          // that cannot be translated ends the stream as a cut one.
+          try {
+            for (auto& te : translator(e)) (te.final ? held : out) += te.raw;
+          } catch (const json::exception& ex) {
+            spdlog::warn("gateway: an event from {} could not be translated: {}",
+                         t.provider->name(), ex.what());
+            cut = true;
+            break;
+          }
           continue;
         }
         if (!forward) continue;
@@ -876,6 +915,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           break;
         }
       }
+      if (cut) break;
     }
     t.health.in_flight.fetch_sub(1, std::memory_order_relaxed);
     const auto ttft =
@@ -910,8 +950,18 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       overhead(*stop, *c);
       co_return std::move(*stop);
     }
-    if (c->stream) co_return co_await streamed(c);
-    co_return co_await whole(*c);
+    // A fault of Purser's own must not leave the reservation holding budget until its lease ends.
+    try {
+      if (c->stream) co_return co_await streamed(c);
+      co_return co_await whole(*c);
+    } catch (const std::exception& e) {
+      spdlog::error("gateway: request {} failed inside Purser: {}", c->event.id, e.what());
+    }
+    (void)d_.meter.release(c->event.id);
+    giveBackRateLimits(*c);
+    Response r = apiError(c->api, Fault::kInternal, "The request failed inside the gateway.");
+    overhead(r, *c);
+    co_return r;
   }
 
   Response models(Request& req) {

@@ -216,10 +216,16 @@ TEST_F(GatewayTest, FallbackCrossesApiKindsWithTranslation) {
       "  - {{model: chat, retries: 0, targets: [{{provider: broken, model: m1}}, "
       "{{provider: claude, model: c1}}]}}\n"
       "  - {{model: claude-alias, targets: [{{provider: gpt, model: g1}}]}}\n"
+      "  - {{model: via-claude, targets: [{{provider: claude, model: c1}}]}}\n"
       "prices:\n"
       "  - {{provider: claude, model: c1, input_per_mtok: \"1\", output_per_mtok: \"2\"}}\n"
       "  - {{provider: gpt, model: g1, input_per_mtok: \"1\", output_per_mtok: \"2\"}}\n",
       broken_openai, anthropic, openai));
+  ASSERT_EQ(
+      call(port, "POST", "/api/v1/wallets", {std::string("Authorization: Bearer ") + kAdminKey},
+           json{{"scope", {{"kind", "user"}, {"id", user}}}, {"limit", "100"}}.dump())
+          .status,
+      201);
 
   // Chat, whole: an OpenAI chat.completion made from the Anthropic answer.
   json body = {{"model", "chat"},
@@ -274,6 +280,16 @@ TEST_F(GatewayTest, FallbackCrossesApiKindsWithTranslation) {
   }
   EXPECT_EQ(message_stream.body.find("[DONE]"), std::string::npos) << "no OpenAI events leak";
   EXPECT_NE(message_stream.body.find("\"stop_reason\":\"max_tokens\""), std::string::npos);
+
+  // A request that cannot be translated is the client's error, and nothing is charged or held.
+  const json odd = {
+      {"model", "via-claude"},
+      {"max_tokens", 4},
+      {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", 5}}}}}}}};
+  Reply untranslatable = chat(odd);
+  EXPECT_EQ(untranslatable.status, 400) << untranslatable.body;
+  EXPECT_EQ(untranslatable.json_body()["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(walletOf("user:" + user)["reserved"], "0.00") << "nothing is held";
 
   // Every answer was metered from the upstream's own counts, by the provider that served it.
   const auto events = usage();
