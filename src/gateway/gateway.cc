@@ -376,7 +376,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       // The route's max_tokens caps the output and fills it in when the request sets none, so
       // the upstream can never produce more than was reserved.
       c.max_output = c.route->max_tokens;
-      const char* field = "max_tokens";
+      // When the request sets none: chat's current name (OpenAI's reasoning models refuse
+      // max_tokens); completions and messages know only max_tokens.
+      const char* field = c.surface == Surface::kChat ? "max_completion_tokens" : "max_tokens";
       for (const char* f : {"max_completion_tokens", "max_tokens"}) {
         if (c.body.contains(f) && c.body[f].is_number_integer()) {
           field = f;
@@ -662,12 +664,14 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
         co_await settle(c, tokens, estimated, res->status, t,
                         std::chrono::steady_clock::now() - c.started);
-        if (crosses(c, *t) && body.is_object()) {
+        if (crosses(c, *t)) {
           std::optional<std::string> translated;
           try {
-            const json answer =
-                c.api == Api::kOpenAi ? messagesToChatResponse(body) : chatToMessagesResponse(body);
-            translated = answer.dump();
+            if (body.is_object()) {
+              const json answer = c.api == Api::kOpenAi ? messagesToChatResponse(body)
+                                                        : chatToMessagesResponse(body);
+              translated = answer.dump();
+            }
           } catch (const json::exception& e) {
             spdlog::warn("gateway: the answer of {} could not be translated: {}",
                          t->provider->name(), e.what());
@@ -917,6 +921,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       }
       if (cut) break;
     }
+    // An upstream that closed without its final marker ([DONE], message_stop) did not finish.
+    if (!cut && !client_gone && held.empty()) cut = true;
     t.health.in_flight.fetch_sub(1, std::memory_order_relaxed);
     const auto ttft =
         s.first_byte ? s.first_byte_at - c.started : std::chrono::steady_clock::duration(0);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,8 @@ class MessagesToChatStream {
   int64_t input_tokens_ = 0;
   int64_t cached_tokens_ = 0;
   int64_t output_tokens_ = 0;
-  int tool_index_ = -1;  // OpenAI's index of the current tool call
+  int tool_index_ = -1;                 // OpenAI's index of the current tool call
+  std::map<int64_t, int> tool_blocks_;  // Anthropic content block index -> OpenAI tool index
   std::string finish_reason_;
 };
 
@@ -69,8 +71,10 @@ class ChatToMessagesStream {
   bool block_is_text_ = false;
   std::string stop_reason_;
   int64_t input_tokens_ = 0;
+  int64_t cached_tokens_ = 0;
   int64_t output_tokens_ = 0;
   bool usage_seen_ = false;
+  std::map<int64_t, int> tool_blocks_;  // OpenAI tool call index -> Anthropic block index
 };
 
 std::string openAiFinishReason(const std::string& anthropic_stop_reason);

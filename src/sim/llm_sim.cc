@@ -481,6 +481,10 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     if (!body.contains("messages") || !body["messages"].is_array()) {
       co_return error(Api::kAnthropic, 400, "invalid_request_error", "messages: Field required");
     }
+    if (body["messages"].empty()) {
+      co_return error(Api::kAnthropic, 400, "invalid_request_error",
+                      "messages: at least one message is required");
+    }
     std::string prompt = body.contains("system") ? contentText(body["system"]) + "\n" : "";
     for (const auto& m : body["messages"]) {
       if (m.is_object() && m.contains("content")) prompt += contentText(m["content"]) + "\n";

@@ -88,7 +88,7 @@ TEST(TranslateTest, MessagesRequestAndChatAnswerTranslateTheOtherWay) {
   auto c = messagesToChatRequest(req, "gpt-x");
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ((*c)["model"], "gpt-x");
-  EXPECT_EQ((*c)["max_tokens"], 50);
+  EXPECT_EQ((*c)["max_completion_tokens"], 50);
   EXPECT_EQ((*c)["stop"], json::array({"X"}));
   const json& msgs = (*c)["messages"];
   ASSERT_EQ(msgs.size(), 4u);
@@ -228,6 +228,124 @@ TEST(TranslateTest, AnOpenAiStreamBecomesAnthropicEvents) {
   EXPECT_EQ(stop, "tool_use");
   EXPECT_EQ(output, 3);
   EXPECT_TRUE(stop_final);
+}
+
+// Collects the data of translated events (OpenAI chunks or Anthropic events).
+std::vector<json> translatedData(const std::vector<TranslatedEvent>& out) {
+  std::vector<json> data;
+  for (const auto& e : out) {
+    const size_t at = e.raw.find("data: ");
+    const std::string d = e.raw.substr(at + 6, e.raw.size() - at - 8);
+    if (d != "[DONE]") data.push_back(json::parse(d));
+  }
+  return data;
+}
+
+TEST(TranslateTest, NullCountsAndNullFieldsAreTolerated) {
+  const json message = json::parse(R"({"id": null, "model": "c", "stop_reason": null,
+    "content": [{"type": "text", "text": "ok"}],
+    "usage": {"input_tokens": 3, "output_tokens": 2, "cache_read_input_tokens": null,
+              "cache_creation_input_tokens": null}})");
+  const json chat = messagesToChatResponse(message);
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
+  const json completion = json::parse(R"({"id": "x", "model": "g",
+    "choices": [{"message": {"content": "ok"}, "finish_reason": null}],
+    "usage": {"prompt_tokens": 4, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": null}}})");
+  EXPECT_EQ(chatToMessagesResponse(completion)["usage"]["input_tokens"], 4);
+  MessagesToChatStream t(true);
+  const auto start = t.translate(
+      {"message_start",
+       R"({"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":5,"cache_read_input_tokens":null}}})",
+       ""});
+  EXPECT_EQ(start.size(), 1u);
+}
+
+TEST(TranslateTest, ServerToolInputIsNotSentAsAClientToolCall) {
+  MessagesToChatStream t(false);
+  std::vector<TranslatedEvent> out;
+  const auto feed = [&](const char* name, const char* data) {
+    for (auto& e : t.translate({name, data, ""})) out.push_back(e);
+  };
+  feed("message_start", R"({"type":"message_start","message":{"id":"m","model":"c"}})");
+  feed(
+      "content_block_start",
+      R"({"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"s1","name":"web_search"}})");
+  feed(
+      "content_block_delta",
+      R"({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"q\":1}"}})");
+  feed(
+      "content_block_start",
+      R"({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t1","name":"f"}})");
+  feed(
+      "content_block_delta",
+      R"({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{}"}})");
+  std::string args;
+  int calls = 0;
+  for (const auto& c : translatedData(out)) {
+    for (const auto& call : c["choices"][0]["delta"].value("tool_calls", json::array())) {
+      EXPECT_EQ(call["index"], 0);
+      if (call.contains("id")) {
+        ++calls;
+        EXPECT_EQ(call["id"], "t1");
+      }
+      args += call["function"].value("arguments", "");
+    }
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(args, "{}") << "the server tool's input stays upstream";
+}
+
+TEST(TranslateTest, ToolCallFragmentsFollowTheirIndexNotTheirId) {
+  ChatToMessagesStream t;
+  std::vector<TranslatedEvent> out;
+  const auto feed = [&](const std::string& data) {
+    for (auto& e : t.translate({"", data, ""})) out.push_back(e);
+  };
+  // Some servers repeat the id on every fragment; parallel calls interleave.
+  feed(
+      R"({"id":"c","model":"g","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\""}}]}}]})");
+  feed(
+      R"({"id":"c","model":"g","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"arguments":":1}"}}]}}]})");
+  feed(
+      R"({"id":"c","model":"g","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":"{}"}}]},"finish_reason":"tool_calls"}]})");
+  feed(
+      R"({"id":"c","model":"g","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":6}}})");
+  feed("[DONE]");
+  std::map<int64_t, std::string> args;
+  std::vector<std::string> names;
+  json final_usage;
+  for (const auto& e : translatedData(out)) {
+    if (e["type"] == "content_block_start") names.push_back(e["content_block"]["name"]);
+    if (e["type"] == "content_block_delta") {
+      args[e["index"].get<int64_t>()] += e["delta"]["partial_json"].get<std::string>();
+    }
+    if (e["type"] == "message_delta") final_usage = e["usage"];
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"f", "g"}));
+  EXPECT_EQ(args[0], "{\"x\":1}");
+  EXPECT_EQ(args[1], "{}");
+  // Cached input is reported apart, as Anthropic does, not twice.
+  EXPECT_EQ(final_usage["input_tokens"], 4);
+  EXPECT_EQ(final_usage["cache_read_input_tokens"], 6);
+  EXPECT_EQ(final_usage["output_tokens"], 2);
+}
+
+TEST(TranslateTest, RequestsAvoidWhatTheOtherApiRefuses) {
+  const json chat = json::parse(R"({"model": "m", "temperature": 0.2, "top_p": 1,
+    "parallel_tool_calls": false,
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "messages": [{"role": "user", "content": ""},
+                 {"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "hi"}]},
+                 {"role": "assistant", "content": null}]})");
+  auto m = chatToMessagesRequest(chat, "claude", 100);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(m->contains("top_p")) << "recent Anthropic models refuse temperature with top_p";
+  EXPECT_EQ((*m)["temperature"], 0.2);
+  ASSERT_EQ((*m)["messages"].size(), 1u) << "no empty turns or empty text blocks";
+  EXPECT_EQ((*m)["messages"][0]["content"].size(), 1u);
+  EXPECT_EQ((*m)["tool_choice"]["disable_parallel_tool_use"], true);
+  EXPECT_EQ(openAiFinishReason("model_context_window_exceeded"), "length");
 }
 
 }  // namespace

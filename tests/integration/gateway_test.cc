@@ -281,14 +281,22 @@ TEST_F(GatewayTest, FallbackCrossesApiKindsWithTranslation) {
   EXPECT_EQ(message_stream.body.find("[DONE]"), std::string::npos) << "no OpenAI events leak";
   EXPECT_NE(message_stream.body.find("\"stop_reason\":\"max_tokens\""), std::string::npos);
 
-  // A request that cannot be translated is the client's error, and nothing is charged or held.
-  const json odd = {
-      {"model", "via-claude"},
-      {"max_tokens", 4},
-      {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", 5}}}}}}}};
+  // A request that cannot be translated is the client's error, and nothing is charged or held;
+  // so is one the upstream refuses after translation (here: nothing left to send).
+  const json odd = {{"model", "via-claude"},
+                    {"max_tokens", 4},
+                    {"messages", {{{"role", "wizard"}, {"content", "hi"}}}}};
   Reply untranslatable = chat(odd);
   EXPECT_EQ(untranslatable.status, 400) << untranslatable.body;
   EXPECT_EQ(untranslatable.json_body()["error"]["type"], "invalid_request_error");
+  EXPECT_NE(untranslatable.body.find("wizard"), std::string::npos) << untranslatable.body;
+  const json empty_text = {
+      {"model", "via-claude"},
+      {"max_tokens", 4},
+      {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", ""}}}}}}}};
+  Reply refused = chat(empty_text);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_TRUE(refused.json_body()["error"].contains("param")) << "in the client's (OpenAI) shape";
   EXPECT_EQ(walletOf("user:" + user)["reserved"], "0.00") << "nothing is held";
 
   // Every answer was metered from the upstream's own counts, by the provider that served it.
