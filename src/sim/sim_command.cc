@@ -12,6 +12,7 @@
 
 #include "common/logging.h"
 #include "config/config.h"
+#include "fleet/scenario.h"
 #include "http/builtin.h"
 #include "http/server.h"
 #include "http/workers.h"
@@ -138,6 +139,32 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
   llm->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   llm->callback([f, &exit_code] { exit_code = runLlm(*f); });
+
+  auto scenario = std::make_shared<std::string>();
+  CLI::App* admission = sim->add_subcommand(
+      "admission",
+      "Run an admission scenario (Kueue objects, workloads, a mode) and print the outcome as JSON");
+  admission->add_option("FILE", *scenario, "The scenario (YAML)")->required();
+  admission->footer(
+      "Modes: single_cycle (one scheduling cycle), preemption_targets (the victims for one "
+      "incoming workload), until_stable (cycles until nothing changes, then each step). Exit "
+      "code 0 whatever the outcome; 2 for an invalid file.");
+  admission->callback([scenario, &exit_code] {
+    auto loaded = fleet::loadScenario(*scenario);
+    if (!loaded) {
+      std::cerr << "purser: " << loaded.error().toString() << "\n";
+      exit_code = 2;
+      return;
+    }
+    auto out = fleet::runScenario(*loaded);
+    if (!out) {
+      std::cerr << "purser: " << *scenario << ": " << out.error().toString() << "\n";
+      exit_code = 2;
+      return;
+    }
+    std::cout << out->dump(2) << "\n";
+    exit_code = 0;
+  });
 }
 
 }  // namespace purser::sim

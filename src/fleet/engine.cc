@@ -1,0 +1,1764 @@
+#include "fleet/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <set>
+#include <unordered_map>
+
+#include "common/quantity.h"
+
+namespace purser::fleet {
+
+bool tolerates(const std::vector<Toleration>& tolerations, const Taint& taint) {
+  for (const auto& t : tolerations) {
+    if (!t.effect.empty() && t.effect != taint.effect) continue;
+    if (t.op == "Exists") {
+      if (t.key.empty() || t.key == taint.key) return true;
+    } else if (t.key == taint.key && t.value == taint.value) {
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+constexpr Amount kNone = -1;  // an unset limit
+
+// How a flavor serves one resource, worst to best.
+enum PMode { kNoFit = 0, kNoCandidates = 1, kPreempt = 2, kReclaim = 3, kFit = 4 };
+
+// The assignment's mode as Kueue reports it: NoFit < Preempt < Fit.
+enum class AssignMode { kNoFit = 0, kPreempt = 1, kFit = 2 };
+
+AssignMode assignModeOf(PMode m) {
+  if (m == kNoFit) return AssignMode::kNoFit;
+  if (m == kFit) return AssignMode::kFit;
+  return AssignMode::kPreempt;
+}
+
+struct Rep {
+  PMode pm = kFit;
+  int level = 0;
+};
+
+std::string amountText(Amount milli) { return Quantity::fromMilli(milli).toString(); }
+
+// Pending reason categories, least to most severe for "no fit" resolution.
+constexpr const char* kWaitingForQuota = "WaitingForQuota";
+constexpr const char* kExceedsMaxQuota = "ExceedsMaxQuota";
+constexpr const char* kNoMatchingFlavor = "NoMatchingFlavor";
+constexpr const char* kMisconfigured = "Misconfigured";
+constexpr const char* kWaitingForPreempted = "WaitingForPreemptedWorkloads";
+
+int severity(const std::string& reason) {
+  if (reason == kNoMatchingFlavor) return 3;
+  if (reason == kExceedsMaxQuota) return 2;
+  return 1;
+}
+
+enum class Variant {
+  kNever,
+  kWithinCq,
+  kHierarchicalReclaim,
+  kReclaimWithoutBorrowing,
+  kReclaimWhileBorrowing
+};
+
+const char* reasonOf(Variant v) {
+  switch (v) {
+    case Variant::kWithinCq:
+      return "InClusterQueue";
+    case Variant::kReclaimWhileBorrowing:
+      return "InCohortReclaimWhileBorrowing";
+    default:
+      return "InCohortReclamation";
+  }
+}
+
+}  // namespace
+
+class Engine::Impl {
+ public:
+  // --- The quota tree ------------------------------------------------------------------------
+
+  struct Node {
+    std::string name;
+    bool is_cq = false;
+    int cq = -1;  // index into cqs_ when is_cq
+    int parent = -1;
+    std::vector<int> children;
+    std::vector<Amount> nominal, bl, ll;  // per FR; bl/ll kNone when unset
+    std::vector<Amount> subtree, local, usage;
+    int height = 0;
+    int64_t weight_milli = 1000;
+  };
+
+  struct Cq {
+    ClusterQueue spec;
+    int node = -1;
+    std::unordered_map<std::string, int> group_of;  // covered resource -> resource group
+    bool covers_pods = false;
+    std::vector<int> pending;   // workload ids waiting here
+    std::vector<int> admitted;  // workload ids holding quota here
+    int sticky = -1;            // BestEffortFIFO: the preemptor waiting for its victims
+  };
+
+  enum class State { kPending, kAdmitted, kFinished };
+
+  struct Wl {
+    Workload spec;
+    int cq = -1;
+    State state = State::kPending;
+    bool inadmissible = false;
+    bool attempted = false;
+    bool evicting = false;  // chosen as a victim this cycle
+    int64_t admitted_seq = 0;
+    std::vector<std::pair<int, Amount>> usage;  // per FR while admitted
+    std::string reason, message;
+  };
+
+  // One pod set's flavors.
+  struct PodSetAssign {
+    std::string name;
+    int64_t count = 0;
+    std::map<std::string, int> flavor;  // resource -> flavor index
+    std::map<std::string, PMode> mode;  // resource -> mode
+    std::map<std::string, Amount> total;
+    bool failed = false;
+    std::vector<std::string> reasons;  // messages
+    std::string category;              // when failed
+  };
+
+  struct Assignment {
+    std::vector<PodSetAssign> pod_sets;
+    std::map<int, Amount> usage;  // FR -> total
+    std::set<int> need_preemption;
+    int borrowing = 0;
+    AssignMode mode = AssignMode::kFit;
+    std::string category;  // pending reason when not Fit
+    std::string message;
+  };
+
+  struct Target {
+    int wl;
+    Variant variant;
+  };
+
+  Impl(World world, EngineOptions options) : world_(std::move(world)), options_(options) {}
+
+  Result<void> build() {
+    // Flavors and resources.
+    for (const auto& f : world_.flavors) {
+      if (flavor_index_.count(f.name) != 0) {
+        return fail(invalidArgument(fmt::format("ResourceFlavor \"{}\" is defined twice", f.name)));
+      }
+      flavor_index_[f.name] = static_cast<int>(flavor_index_.size());
+    }
+    const auto noteResources = [&](const std::vector<ResourceGroup>& groups) {
+      for (const auto& g : groups) {
+        for (const auto& r : g.covered) resourceIndex(r, true);
+        for (const auto& f : g.flavors) {
+          for (const auto& [r, _] : f.resources) resourceIndex(r, true);
+        }
+      }
+    };
+    for (const auto& c : world_.cohorts) noteResources(c.quotas);
+    for (const auto& cq : world_.cluster_queues) noteResources(cq.resource_groups);
+    nfr_ = static_cast<int>(flavor_index_.size() * resources_.size());
+
+    // Cohorts (declared ones, then the implicit roots ClusterQueues name).
+    std::unordered_map<std::string, int> cohort_node;
+    for (const auto& c : world_.cohorts) {
+      if (cohort_node.count(c.name) != 0) {
+        return fail(invalidArgument(fmt::format("Cohort \"{}\" is defined twice", c.name)));
+      }
+      const int n = newNode(c.name, false);
+      nodes_[n].weight_milli = c.fair_weight_milli;
+      PURSER_TRY(applyQuotas(nodes_[n], c.quotas, "Cohort \"" + c.name + "\""));
+      cohort_node[c.name] = n;
+    }
+    for (const auto& c : world_.cohorts) {
+      if (c.parent.empty()) continue;
+      auto it = cohort_node.find(c.parent);
+      if (it == cohort_node.end()) {
+        it = cohort_node.emplace(c.parent, newNode(c.parent, false)).first;
+      }
+      nodes_[cohort_node[c.name]].parent = it->second;
+    }
+    // Cycles in the cohort tree.
+    for (const auto& [name, n] : cohort_node) {
+      int slow = n, steps = 0;
+      for (int p = nodes_[n].parent; p >= 0; p = nodes_[p].parent) {
+        if (p == slow || ++steps > static_cast<int>(nodes_.size())) {
+          return fail(
+              invalidArgument(fmt::format("Cohort \"{}\": its parents form a cycle", name)));
+        }
+      }
+    }
+    for (const auto& spec : world_.cluster_queues) {
+      if (cq_index_.count(spec.name) != 0) {
+        return fail(
+            invalidArgument(fmt::format("ClusterQueue \"{}\" is defined twice", spec.name)));
+      }
+      Cq cq;
+      cq.spec = spec;
+      cq.node = newNode(spec.name, true);
+      nodes_[cq.node].cq = static_cast<int>(cqs_.size());
+      nodes_[cq.node].weight_milli = spec.fair_weight_milli;
+      for (size_t g = 0; g < spec.resource_groups.size(); ++g) {
+        const auto& group = spec.resource_groups[g];
+        for (const auto& r : group.covered) {
+          if (cq.group_of.count(r) != 0) {
+            return fail(invalidArgument(fmt::format(
+                "ClusterQueue \"{}\": resource \"{}\" is covered by two resource groups", spec.name,
+                r)));
+          }
+          cq.group_of[r] = static_cast<int>(g);
+          if (r == "pods") cq.covers_pods = true;
+        }
+        for (const auto& f : group.flavors) {
+          for (const auto& [r, _] : f.resources) {
+            if (std::find(group.covered.begin(), group.covered.end(), r) == group.covered.end()) {
+              return fail(invalidArgument(fmt::format(
+                  "ClusterQueue \"{}\": flavor \"{}\" sets quota for \"{}\", which its resource "
+                  "group does not cover",
+                  spec.name, f.flavor, r)));
+            }
+          }
+          if (!f.resources.empty()) {
+            for (const auto& r : group.covered) {
+              if (f.resources.count(r) == 0) {
+                return fail(invalidArgument(fmt::format(
+                    "ClusterQueue \"{}\": flavor \"{}\" lists no quota for covered resource "
+                    "\"{}\"",
+                    spec.name, f.flavor, r)));
+              }
+            }
+          }
+        }
+      }
+      PURSER_TRY(
+          applyQuotas(nodes_[cq.node], spec.resource_groups, "ClusterQueue \"" + spec.name + "\""));
+      if (!spec.cohort.empty()) {
+        auto it = cohort_node.find(spec.cohort);
+        if (it == cohort_node.end()) {
+          it = cohort_node.emplace(spec.cohort, newNode(spec.cohort, false)).first;
+        }
+        nodes_[cq.node].parent = it->second;
+      }
+      cq_index_[spec.name] = static_cast<int>(cqs_.size());
+      cqs_.push_back(std::move(cq));
+    }
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (nodes_[n].parent >= 0) nodes_[nodes_[n].parent].children.push_back(static_cast<int>(n));
+    }
+    // Subtree quotas bottom-up (children before parents: deepest first).
+    std::vector<int> order(nodes_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::vector<int> depth(nodes_.size(), 0);
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      for (int p = nodes_[n].parent; p >= 0; p = nodes_[p].parent) ++depth[n];
+    }
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return depth[a] > depth[b]; });
+    for (int n : order) {
+      Node& node = nodes_[n];
+      for (int fr = 0; fr < nfr_; ++fr) {
+        Amount sub = node.nominal[fr];
+        for (int c : node.children) sub += nodes_[c].subtree[fr] - nodes_[c].local[fr];
+        node.subtree[fr] = sub;
+        node.local[fr] = node.ll[fr] == kNone ? 0 : std::max<Amount>(0, sub - node.ll[fr]);
+      }
+      int h = node.is_cq ? 0 : std::min<int>(static_cast<int>(node.children.size()), 1);
+      for (int c : node.children) {
+        if (!nodes_[c].is_cq) h = std::max(h, nodes_[c].height + 1);
+      }
+      node.height = h;
+    }
+    for (const auto& lq : world_.local_queues) {
+      if (cq_index_.count(lq.cluster_queue) == 0) {
+        return fail(
+            invalidArgument(fmt::format("LocalQueue \"{}/{}\": no ClusterQueue named \"{}\"",
+                                        lq.namespace_, lq.name, lq.cluster_queue)));
+      }
+      local_queues_[lq.namespace_ + "/" + lq.name] = cq_index_[lq.cluster_queue];
+    }
+    for (const auto& pc : world_.priority_classes) priority_classes_[pc.name] = pc.value;
+    return {};
+  }
+
+  int resourceIndex(const std::string& name, bool create) {
+    auto it = resource_index_.find(name);
+    if (it != resource_index_.end()) return it->second;
+    if (!create) return -1;
+    const int i = static_cast<int>(resources_.size());
+    resources_.push_back(name);
+    resource_index_[name] = i;
+    return i;
+  }
+  int fr(int flavor, int resource) const {
+    return flavor * static_cast<int>(resources_.size()) + resource;
+  }
+  int frOf(const std::string& flavor, const std::string& resource) const {
+    auto f = flavor_index_.find(flavor);
+    auto r = resource_index_.find(resource);
+    if (f == flavor_index_.end() || r == resource_index_.end()) return -1;
+    return fr(f->second, r->second);
+  }
+  const std::string& flavorName(int fr_index) const {
+    return world_.flavors[static_cast<size_t>(fr_index / static_cast<int>(resources_.size()))].name;
+  }
+  const std::string& resourceName(int fr_index) const {
+    return resources_[static_cast<size_t>(fr_index % static_cast<int>(resources_.size()))];
+  }
+
+  int newNode(const std::string& name, bool is_cq) {
+    Node n;
+    n.name = name;
+    n.is_cq = is_cq;
+    n.nominal.assign(static_cast<size_t>(nfr_), 0);
+    n.bl.assign(static_cast<size_t>(nfr_), kNone);
+    n.ll.assign(static_cast<size_t>(nfr_), kNone);
+    n.subtree.assign(static_cast<size_t>(nfr_), 0);
+    n.local.assign(static_cast<size_t>(nfr_), 0);
+    n.usage.assign(static_cast<size_t>(nfr_), 0);
+    nodes_.push_back(std::move(n));
+    return static_cast<int>(nodes_.size()) - 1;
+  }
+
+  Result<void> applyQuotas(Node& node, const std::vector<ResourceGroup>& groups,
+                           const std::string& what) {
+    for (const auto& g : groups) {
+      for (const auto& f : g.flavors) {
+        auto fi = flavor_index_.find(f.flavor);
+        if (fi == flavor_index_.end()) {
+          return fail(
+              invalidArgument(fmt::format("{}: no ResourceFlavor named \"{}\"", what, f.flavor)));
+        }
+        for (const auto& [r, q] : f.resources) {
+          const int i = fr(fi->second, resourceIndex(r, false));
+          node.nominal[static_cast<size_t>(i)] = q.nominal;
+          if (q.borrowing_limit) node.bl[static_cast<size_t>(i)] = *q.borrowing_limit;
+          if (q.lending_limit) {
+            if (*q.lending_limit > q.nominal && node.is_cq) {
+              return fail(invalidArgument(fmt::format(
+                  "{}: the lending limit of {} in flavor \"{}\" is above its nominal quota", what,
+                  r, f.flavor)));
+            }
+            node.ll[static_cast<size_t>(i)] = *q.lending_limit;
+          }
+        }
+      }
+    }
+    return {};
+  }
+
+  static size_t u(int i) { return static_cast<size_t>(i); }
+
+  Amount localAvailable(const Node& n, int f) const {
+    return std::max<Amount>(0, n.local[u(f)] - n.usage[u(f)]);
+  }
+
+  void addUsage(int n, int f, Amount v) {
+    Node& node = nodes_[u(n)];
+    const Amount la = localAvailable(node, f);
+    node.usage[u(f)] += v;
+    if (node.parent >= 0 && v > la) addUsage(node.parent, f, v - la);
+  }
+
+  void removeUsage(int n, int f, Amount v) {
+    Node& node = nodes_[u(n)];
+    const Amount stored = node.usage[u(f)] - node.local[u(f)];
+    node.usage[u(f)] -= v;
+    if (node.parent >= 0 && stored > 0) removeUsage(node.parent, f, std::min(v, stored));
+  }
+
+  Amount available(int n, int f) const {
+    const Node& node = nodes_[u(n)];
+    if (node.parent < 0) return node.subtree[u(f)] - node.usage[u(f)];
+    Amount p = available(node.parent, f);
+    if (node.bl[u(f)] != kNone) {
+      const Amount stored = node.subtree[u(f)] - node.local[u(f)];
+      const Amount used = std::max<Amount>(0, node.usage[u(f)] - node.local[u(f)]);
+      p = std::min(p, stored - used + node.bl[u(f)]);
+    }
+    return localAvailable(node, f) + p;
+  }
+
+  Amount cqAvailable(int cq, int f) const {
+    return std::max<Amount>(0, available(cqs_[u(cq)].node, f));
+  }
+
+  Amount potential(int n, int f) const {
+    const Node& node = nodes_[u(n)];
+    if (node.parent < 0) return node.subtree[u(f)];
+    Amount a = node.local[u(f)] + potential(node.parent, f);
+    if (node.bl[u(f)] != kNone) a = std::min(a, node.subtree[u(f)] + node.bl[u(f)]);
+    return a;
+  }
+
+  // The height of the lowest subtree whose quota holds `val`, and whether that subtree is below
+  // the root (so its quota may be reclaimed in the hierarchy).
+  std::pair<int, bool> findHeight(int cq, int f, Amount val) const {
+    const Node& node = nodes_[u(cqs_[u(cq)].node)];
+    if (!(node.nominal[u(f)] < node.usage[u(f)] + val) || node.parent < 0) {
+      return {0, node.parent >= 0};
+    }
+    Amount remaining = val - localAvailable(node, f);
+    int last = node.parent;
+    for (int c = node.parent; c >= 0; c = nodes_[u(c)].parent) {
+      const Node& cn = nodes_[u(c)];
+      if (!(cn.subtree[u(f)] < cn.usage[u(f)] + remaining)) return {cn.height, cn.parent >= 0};
+      remaining -= localAvailable(cn, f);
+      last = c;
+    }
+    return {nodes_[u(last)].height, false};
+  }
+
+  // --- Workloads -------------------------------------------------------------------------------
+
+  void addWorkloadUsage(int id) {
+    Wl& w = wls_[u(id)];
+    const int node = cqs_[u(w.cq)].node;
+    for (const auto& [f, v] : w.usage) addUsage(node, f, v);
+  }
+  void removeWorkloadUsage(int id) {
+    Wl& w = wls_[u(id)];
+    const int node = cqs_[u(w.cq)].node;
+    for (const auto& [f, v] : w.usage) removeUsage(node, f, v);
+  }
+
+  Result<int> resolveQueue(Workload& w) {
+    if (!w.priority_class.empty()) {
+      auto pc = priority_classes_.find(w.priority_class);
+      if (pc == priority_classes_.end()) {
+        return fail(invalidArgument(fmt::format(
+            "Workload \"{}\": no WorkloadPriorityClass named \"{}\"", w.name, w.priority_class)));
+      }
+      w.priority = pc->second;
+    }
+    if (!w.cluster_queue.empty() && w.local_queue.empty()) {
+      auto it = cq_index_.find(w.cluster_queue);
+      if (it == cq_index_.end()) {
+        return fail(invalidArgument(
+            fmt::format("Workload \"{}\": no ClusterQueue named \"{}\"", w.name, w.cluster_queue)));
+      }
+      return it->second;
+    }
+    auto it = local_queues_.find(w.namespace_ + "/" + w.local_queue);
+    if (it == local_queues_.end()) {
+      return fail(invalidArgument(
+          fmt::format("Workload \"{}\": no LocalQueue named \"{}\" in namespace \"{}\"", w.name,
+                      w.local_queue, w.namespace_)));
+    }
+    return it->second;
+  }
+
+  Result<int> newWorkload(Workload w) {
+    if (wl_index_.count(w.name) != 0 && wls_[u(wl_index_[w.name])].state != State::kFinished) {
+      return fail(invalidArgument(fmt::format("Workload \"{}\" already exists", w.name)));
+    }
+    if (w.pod_sets.empty()) {
+      return fail(invalidArgument(fmt::format("Workload \"{}\" has no pod sets", w.name)));
+    }
+    const int cq = PURSER_TRY_VALUE(resolveQueue(w));
+    Wl wl;
+    wl.spec = std::move(w);
+    wl.cq = cq;
+    const int id = static_cast<int>(wls_.size());
+    wl_index_[wl.spec.name] = id;
+    wls_.push_back(std::move(wl));
+    return id;
+  }
+
+  Result<void> addAdmitted(Workload w) {
+    if (!w.admission) {
+      return fail(invalidArgument(fmt::format("Workload \"{}\" has no admission", w.name)));
+    }
+    const std::string cq_name = w.admission->cluster_queue;
+    if (cq_index_.count(cq_name) == 0) {
+      return fail(invalidArgument(
+          fmt::format("Workload \"{}\": no ClusterQueue named \"{}\"", w.name, cq_name)));
+    }
+    if (w.cluster_queue.empty()) w.cluster_queue = cq_name;
+    std::vector<std::pair<int, Amount>> usage;
+    std::map<int, Amount> total;
+    for (const auto& ps : w.admission->pod_sets) {
+      for (const auto& [res, amount] : ps.usage) {
+        auto fl = ps.flavors.find(res);
+        if (fl == ps.flavors.end()) {
+          if (amount == 0) continue;
+          return fail(invalidArgument(fmt::format(
+              "Workload \"{}\": pod set \"{}\" uses {} without a flavor", w.name, ps.name, res)));
+        }
+        const int f = frOf(fl->second, res);
+        if (f < 0) {
+          return fail(invalidArgument(fmt::format(
+              "Workload \"{}\": no quota of {} in flavor \"{}\"", w.name, res, fl->second)));
+        }
+        total[f] += amount;
+      }
+    }
+    // An admitted workload is placed in its admission's queue directly.
+    Workload copy = w;
+    copy.local_queue.clear();
+    copy.cluster_queue = cq_name;
+    const int id = PURSER_TRY_VALUE(newWorkload(std::move(copy)));
+    Wl& wl = wls_[u(id)];
+    wl.cq = cq_index_[cq_name];
+    wl.state = State::kAdmitted;
+    wl.usage.assign(total.begin(), total.end());
+    wl.admitted_seq = wl.spec.admitted_ms;
+    cqs_[u(wl.cq)].admitted.push_back(id);
+    addWorkloadUsage(id);
+    return {};
+  }
+
+  Result<void> submit(Workload w) {
+    w.admission.reset();
+    const int id = PURSER_TRY_VALUE(newWorkload(std::move(w)));
+    Wl& wl = wls_[u(id)];
+    // A new workload goes straight to its queue's active list.
+    cqs_[u(wl.cq)].pending.push_back(id);
+    return {};
+  }
+
+  Result<void> finish(const std::string& name) {
+    auto it = wl_index_.find(name);
+    if (it == wl_index_.end() || wls_[u(it->second)].state == State::kFinished) {
+      return fail(Error(ErrorCode::kNotFound, fmt::format("no workload named \"{}\"", name)));
+    }
+    const int id = it->second;
+    Wl& w = wls_[u(id)];
+    Cq& cq = cqs_[u(w.cq)];
+    if (w.state == State::kAdmitted) {
+      removeWorkloadUsage(id);
+      std::erase(cq.admitted, id);
+      w.usage.clear();
+      w.spec.admission.reset();
+      retryInadmissible(w.cq);
+    } else {
+      std::erase(cq.pending, id);
+      if (cq.sticky == id) cq.sticky = -1;
+    }
+    w.state = State::kFinished;
+    events_.push_back({Event::Kind::kFinished, name, cq.spec.name, "", "", "", cycles_});
+    return {};
+  }
+
+  // Quota was released in `cq`'s tree: every parked workload there gets another chance.
+  void retryInadmissible(int cq) {
+    int root = cqs_[u(cq)].node;
+    while (nodes_[u(root)].parent >= 0) root = nodes_[u(root)].parent;
+    std::vector<int> stack = {root};
+    while (!stack.empty()) {
+      const int n = stack.back();
+      stack.pop_back();
+      if (nodes_[u(n)].is_cq) {
+        for (int id : cqs_[u(nodes_[u(n)].cq)].pending) {
+          Wl& w = wls_[u(id)];
+          if (w.inadmissible && namespaceMatches(nodes_[u(n)].cq, w.spec.namespace_)) {
+            w.inadmissible = false;
+          }
+        }
+      }
+      for (int c : nodes_[u(n)].children) stack.push_back(c);
+    }
+  }
+
+  bool namespaceMatches(int cq, const std::string& ns) const {
+    const auto& sel = cqs_[u(cq)].spec.namespace_selector;
+    if (!sel) return true;
+    auto labels = world_.namespaces.find(ns);
+    for (const auto& [key, values] : *sel) {
+      if (labels == world_.namespaces.end()) return false;
+      auto v = labels->second.find(key);
+      if (v == labels->second.end()) return false;
+      if (std::find(values.begin(), values.end(), v->second) == values.end()) return false;
+    }
+    return true;
+  }
+
+  // Kueue's queue order: the sticky preemptor, higher priority, earlier creation, then name.
+  bool queueBefore(const Cq& cq, int a, int b) const {
+    if ((a == cq.sticky) != (b == cq.sticky)) return a == cq.sticky;
+    const Workload& x = wls_[u(a)].spec;
+    const Workload& y = wls_[u(b)].spec;
+    if (x.priority != y.priority) return x.priority > y.priority;
+    if (x.created_ms != y.created_ms) return x.created_ms < y.created_ms;
+    if (x.uid != y.uid) return x.uid < y.uid;
+    return x.name < y.name;
+  }
+
+  // --- Flavor assignment ---------------------------------------------------------------------
+
+  bool flavorMatches(const ResourceFlavor& f, const PodSet& ps, std::string* why) const {
+    for (const auto& t : f.taints) {
+      if (t.effect != "NoSchedule" && t.effect != "NoExecute") continue;
+      if (!tolerates(ps.tolerations, t) && !tolerates(f.tolerations, t)) {
+        *why = fmt::format("untolerated taint {{{} {} {}}} in flavor {}", t.key, t.value, t.effect,
+                           f.name);
+        return false;
+      }
+    }
+    for (const auto& [key, value] : ps.node_selector) {
+      auto it = f.node_labels.find(key);
+      if (it != f.node_labels.end() && it->second != value) {
+        *why = fmt::format("flavor {} doesn't match node affinity", f.name);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static bool isPreferred(const Rep& a, const Rep& b, FungibilityPreference pref) {
+    if (a.pm == kNoFit) return false;
+    if (b.pm == kNoFit) return true;
+    if ((a.pm == kNoCandidates) != (b.pm == kNoCandidates)) return b.pm == kNoCandidates;
+    if (pref == FungibilityPreference::kPreemptionOverBorrowing) {
+      if (a.level != b.level) return a.level < b.level;
+      return a.pm > b.pm;
+    }
+    if (a.pm != b.pm) return a.pm > b.pm;
+    return a.level < b.level;
+  }
+
+  static bool shouldTryNextFlavor(const Rep& r, const FlavorFungibility& f) {
+    if (r.pm == kNoFit || r.pm == kNoCandidates) return true;
+    if ((r.pm == kPreempt || r.pm == kReclaim) &&
+        f.when_can_preempt == WhenCanPreempt::kTryNextFlavor) {
+      return true;
+    }
+    return r.level > 0 && f.when_can_borrow == WhenCanBorrow::kTryNextFlavor;
+  }
+
+  // Whether `cq` could take `val` of one FR, and how.
+  Rep fitsResourceQuota(int cq, const Wl& w, int f, Amount val, std::string* why,
+                        std::string* category) {
+    const Cq& q = cqs_[u(cq)];
+    const Node& node = nodes_[u(q.node)];
+    const Amount max_cap = potential(q.node, f);
+    if (val > max_cap) {
+      *why = fmt::format(
+          "insufficient quota for {} in flavor {}, request ({}) > maximum capacity ({})",
+          resourceName(f), flavorName(f), amountText(val), amountText(max_cap));
+      *category = kExceedsMaxQuota;
+      return {kNoFit, 0};
+    }
+    auto [level, may_reclaim] = findHeight(cq, f, val);
+    const Amount avail = cqAvailable(cq, f);
+    if (val <= avail) return {kFit, level};
+    *why = fmt::format("insufficient unused quota for {} in flavor {}, {} more needed",
+                       resourceName(f), flavorName(f), amountText(val - avail));
+    *category = kWaitingForQuota;
+    const bool while_borrowing =
+        q.spec.preemption.borrow_within_cohort != BorrowWithinCohort::kNever ||
+        (options_.fair_sharing &&
+         q.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::kNever);
+    if (node.nominal[u(f)] >= val || may_reclaim || while_borrowing) {
+      const std::map<int, Amount> request = {{f, val}};
+      const std::set<int> need = {f};
+      auto targets = getTargets(w, cq, request, need);
+      if (targets.empty()) return {kNoCandidates, level};
+      bool own = false;
+      for (const auto& t : targets) own = own || wls_[u(t.wl)].cq == cq;
+      // The borrowing level once the victims are gone.
+      for (const auto& t : targets) removeWorkloadUsage(t.wl);
+      const int after = findHeight(cq, f, val).first;
+      for (const auto& t : targets) addWorkloadUsage(t.wl);
+      return {own ? kPreempt : kReclaim, after};
+    }
+    return {kNoFit, 0};
+  }
+
+  // One attempt at assigning flavors to every pod set with the given counts.
+  Assignment assign(const Wl& w, int cq, const std::vector<int64_t>& counts) {
+    Assignment a;
+    const Cq& q = cqs_[u(cq)];
+    AssignMode worst = AssignMode::kFit;
+    for (size_t i = 0; i < w.spec.pod_sets.size(); ++i) {
+      const PodSet& ps = w.spec.pod_sets[i];
+      PodSetAssign psa;
+      psa.name = ps.name;
+      psa.count = counts[i];
+      for (const auto& [res, per_pod] : ps.requests) psa.total[res] = per_pod * counts[i];
+      if (q.covers_pods) psa.total["pods"] = counts[i] * 1000;  // one pod each, in milli-units
+      std::set<int> groups_done;
+      PMode ps_mode = kFit;
+      for (const auto& [res, total] : psa.total) {
+        auto g = q.group_of.find(res);
+        if (g == q.group_of.end()) {
+          if (total == 0) continue;
+          psa.failed = true;
+          psa.reasons.push_back(fmt::format("resource {} unavailable in ClusterQueue", res));
+          psa.category = kNoMatchingFlavor;
+          break;
+        }
+        if (!groups_done.insert(g->second).second) continue;
+        const ResourceGroup& group = q.spec.resource_groups[u(g->second)];
+        // The pod set's requests for this group's resources.
+        std::map<std::string, Amount> group_requests;
+        for (const auto& r : group.covered) {
+          auto t = psa.total.find(r);
+          if (t != psa.total.end()) group_requests[r] = t->second;
+        }
+        std::map<std::string, std::pair<int, PMode>> best;
+        Rep best_rep{kNoFit, 0};
+        std::vector<std::pair<std::string, std::string>> attempts;  // (category, message)
+        for (const auto& fq : group.flavors) {
+          const int flavor = flavor_index_.at(fq.flavor);
+          std::string why;
+          if (!flavorMatches(world_.flavors[u(flavor)], ps, &why)) {
+            attempts.emplace_back(kNoMatchingFlavor, why);
+            continue;
+          }
+          Rep rep{kFit, 0};
+          std::map<std::string, std::pair<int, PMode>> choice;
+          for (const auto& [r, v] : group_requests) {
+            const int f = fr(flavor, resourceIndex(r, false));
+            auto assumed = a.usage.find(f);
+            const Amount val = v + (assumed == a.usage.end() ? 0 : assumed->second);
+            std::string msg, cat;
+            const Rep one = fitsResourceQuota(cq, w, f, val, &msg, &cat);
+            if (!msg.empty()) attempts.emplace_back(cat, msg);
+            if (isPreferred(rep, one, q.spec.fungibility.preference) || one.pm == kNoFit) {
+              rep = one;
+            } else if (one.pm == rep.pm) {
+              rep.level = std::max(rep.level, one.level);
+            }
+            if (rep.pm == kNoFit) break;
+            choice[r] = {flavor, one.pm};
+          }
+          if (rep.pm == kNoFit) continue;
+          if (!shouldTryNextFlavor(rep, q.spec.fungibility)) {
+            best = choice;
+            best_rep = rep;
+            break;
+          }
+          if (isPreferred(rep, best_rep, q.spec.fungibility.preference)) {
+            best = choice;
+            best_rep = rep;
+          }
+        }
+        if (best.empty()) {
+          psa.failed = true;
+          // The alternatives' least severe reason stands for the group.
+          std::string cat = kNoMatchingFlavor;
+          int sev = 4;
+          for (const auto& [c, m] : attempts) {
+            if (severity(c) < sev) {
+              sev = severity(c);
+              cat = c;
+            }
+            psa.reasons.push_back(m);
+          }
+          if (attempts.empty()) psa.reasons.push_back("no flavor of its resource group fits");
+          psa.category = cat;
+          break;
+        }
+        for (const auto& [r, choice] : best) {
+          psa.flavor[r] = choice.first;
+          psa.mode[r] = choice.second;
+          ps_mode = std::min(ps_mode, choice.second);
+        }
+        // Reasons are kept for the message even when the pod set ends up fitting by preemption.
+        if (best_rep.pm != kFit) {
+          for (const auto& [c, m] : attempts) psa.reasons.push_back(m);
+        }
+        a.borrowing = std::max(a.borrowing, best_rep.level);
+      }
+      if (psa.failed) {
+        a.pod_sets.push_back(std::move(psa));
+        worst = AssignMode::kNoFit;
+        break;
+      }
+      for (const auto& [res, total] : psa.total) {
+        auto fl = psa.flavor.find(res);
+        if (fl == psa.flavor.end() || total == 0) continue;
+        const int f = fr(fl->second, resourceIndex(res, false));
+        a.usage[f] += total;
+        if (psa.mode[res] != kFit) a.need_preemption.insert(f);
+      }
+      worst = std::min(worst, assignModeOf(ps_mode));
+      a.pod_sets.push_back(std::move(psa));
+    }
+    a.mode = worst;
+    // The message and category of what did not fit.
+    std::vector<std::string> parts;
+    std::string category;
+    for (const auto& psa : a.pod_sets) {
+      if (!psa.failed && psa.reasons.empty()) continue;
+      std::vector<std::string> reasons = psa.reasons;
+      std::sort(reasons.begin(), reasons.end());
+      reasons.erase(std::unique(reasons.begin(), reasons.end()), reasons.end());
+      std::string joined;
+      for (const auto& r : reasons) joined += (joined.empty() ? "" : ", ") + r;
+      parts.push_back(fmt::format("couldn't assign flavors to pod set {}: {}", psa.name, joined));
+      if (psa.failed && (category.empty() || severity(psa.category) > severity(category))) {
+        category = psa.category;
+      }
+    }
+    for (const auto& p : parts) a.message += (a.message.empty() ? "" : "; ") + p;
+    a.category = category.empty() ? kWaitingForQuota : category;
+    return a;
+  }
+
+  // The assignment Kueue settles on, with its victims: the full counts if they fit or can
+  // preempt, else the largest partial counts that do, else the full counts with no victims.
+  std::pair<Assignment, std::vector<Target>> initialAssignment(const Wl& w, int cq) {
+    std::vector<int64_t> full;
+    for (const auto& ps : w.spec.pod_sets) full.push_back(ps.count);
+    Assignment a = assign(w, cq, full);
+    if (a.mode == AssignMode::kFit) return {std::move(a), {}};
+    if (a.mode == AssignMode::kPreempt) {
+      auto targets = getTargets(w, cq, a.usage, a.need_preemption);
+      if (!targets.empty()) return {std::move(a), std::move(targets)};
+    }
+    if (options_.partial_admission) {
+      int64_t total_delta = 0;
+      std::vector<int64_t> delta;
+      for (const auto& ps : w.spec.pod_sets) {
+        delta.push_back(ps.count - ps.min_count.value_or(ps.count));
+        total_delta += delta.back();
+      }
+      if (total_delta > 0) {
+        const auto countsAt = [&](int64_t i) {
+          std::vector<int64_t> c;
+          for (size_t k = 0; k < full.size(); ++k)
+            c.push_back(full[k] - delta[k] * i / total_delta);
+          return c;
+        };
+        std::optional<std::pair<Assignment, std::vector<Target>>> found;
+        const auto good = [&](int64_t i) -> bool {
+          Assignment t = assign(w, cq, countsAt(i));
+          if (t.mode == AssignMode::kFit) {
+            found = {std::move(t), {}};
+            return true;
+          }
+          if (t.mode == AssignMode::kPreempt) {
+            auto victims = getTargets(w, cq, t.usage, t.need_preemption);
+            if (!victims.empty()) {
+              found = {std::move(t), std::move(victims)};
+              return true;
+            }
+          }
+          return false;
+        };
+        // The smallest reduction that fits (fit is monotone in the reduction).
+        int64_t lo = 0, hi = total_delta;
+        if (good(hi)) {
+          while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (good(mid)) {
+              hi = mid;
+            } else {
+              lo = mid + 1;
+            }
+          }
+          found.reset();
+          good(hi);
+          if (found) return std::move(*found);
+        }
+      }
+    }
+    return {std::move(a), {}};
+  }
+
+  // --- Preemption ------------------------------------------------------------------------------
+
+  static bool satisfies(const Workload& pre, const Workload& cand, int policy_kind, int policy) {
+    // policy_kind 0: within cluster queue; 1: reclaim within cohort.
+    if (policy_kind == 0) {
+      switch (static_cast<WithinClusterQueue>(policy)) {
+        case WithinClusterQueue::kNever:
+          return false;
+        case WithinClusterQueue::kLowerPriority:
+          return cand.priority < pre.priority;
+        case WithinClusterQueue::kLowerOrNewerEqualPriority:
+          return cand.priority < pre.priority ||
+                 (cand.priority == pre.priority && pre.created_ms < cand.created_ms);
+      }
+      return false;
+    }
+    switch (static_cast<ReclaimWithinCohort>(policy)) {
+      case ReclaimWithinCohort::kNever:
+        return false;
+      case ReclaimWithinCohort::kLowerPriority:
+        return cand.priority < pre.priority;
+      case ReclaimWithinCohort::kAny:
+        return true;
+    }
+    return false;
+  }
+
+  bool usesAny(const Wl& w, const std::set<int>& frs) const {
+    for (const auto& [f, _] : w.usage) {
+      if (frs.count(f) != 0) return true;
+    }
+    return false;
+  }
+
+  bool withinNominal(int n, const std::set<int>& frs) const {
+    const Node& node = nodes_[u(n)];
+    for (int f : frs) {
+      if (node.usage[u(f)] > node.subtree[u(f)]) return false;
+    }
+    return true;
+  }
+
+  // Whether `request` fits in `cq` now (within its nominal quota unless borrowing is allowed).
+  bool fits(int cq, const std::map<int, Amount>& request, bool allow_borrowing) const {
+    const Node& node = nodes_[u(cqs_[u(cq)].node)];
+    for (const auto& [f, v] : request) {
+      if (!allow_borrowing && node.usage[u(f)] + v > node.nominal[u(f)]) return false;
+      if (v > cqAvailable(cq, f)) return false;
+    }
+    return true;
+  }
+
+  // Candidate order: evicted first, other queues before the preemptor's, lower priority, most
+  // recently admitted, then uid and name.
+  bool candidateBefore(int cq, int a, int b) const {
+    const Wl& x = wls_[u(a)];
+    const Wl& y = wls_[u(b)];
+    if (x.evicting != y.evicting) return x.evicting;
+    if ((x.cq == cq) != (y.cq == cq)) return y.cq == cq;
+    if (x.spec.priority != y.spec.priority) return x.spec.priority < y.spec.priority;
+    if (x.admitted_seq != y.admitted_seq) return x.admitted_seq > y.admitted_seq;
+    if (x.spec.uid != y.spec.uid) return x.spec.uid < y.spec.uid;
+    return x.spec.name < y.spec.name;
+  }
+
+  std::vector<Target> getTargets(const Wl& pre, int cq, const std::map<int, Amount>& request,
+                                 const std::set<int>& need) {
+    if (options_.fair_sharing) return fairTargets(pre, cq, request, need);
+    const Cq& q = cqs_[u(cq)];
+    const PreemptionPolicy& policy = q.spec.preemption;
+    struct Cand {
+      int wl;
+      int lca;
+      Variant variant;
+    };
+    std::vector<Cand> same, hierarchy, priority;
+    const auto classify = [&](const Wl& w, bool advantage) {
+      if (!usesAny(w, need)) return Variant::kNever;
+      if (w.cq == cq) {
+        return satisfies(pre.spec, w.spec, 0, static_cast<int>(policy.within_cluster_queue))
+                   ? Variant::kWithinCq
+                   : Variant::kNever;
+      }
+      if (!satisfies(pre.spec, w.spec, 1, static_cast<int>(policy.reclaim_within_cohort))) {
+        return Variant::kNever;
+      }
+      if (advantage) return Variant::kHierarchicalReclaim;
+      if (policy.borrow_within_cohort == BorrowWithinCohort::kNever) {
+        return Variant::kReclaimWithoutBorrowing;
+      }
+      if (w.spec.priority >= pre.spec.priority ||
+          (policy.max_priority_threshold && w.spec.priority > *policy.max_priority_threshold)) {
+        return Variant::kReclaimWithoutBorrowing;
+      }
+      return Variant::kReclaimWhileBorrowing;
+    };
+    if (policy.within_cluster_queue != WithinClusterQueue::kNever) {
+      for (int id : q.admitted) {
+        if (wls_[u(id)].evicting) continue;
+        const Variant v = classify(wls_[u(id)], false);
+        if (v != Variant::kNever) same.push_back({id, q.node, v});
+      }
+    }
+    const Node& pnode = nodes_[u(q.node)];
+    if (pnode.parent >= 0 && policy.reclaim_within_cohort != ReclaimWithinCohort::kNever) {
+      bool advantage = true;
+      std::map<int, Amount> remaining;
+      for (const auto& [f, v] : request) {
+        if (pnode.usage[u(f)] + v > pnode.nominal[u(f)]) advantage = false;
+        remaining[f] = std::max<Amount>(0, v - localAvailable(pnode, f));
+      }
+      std::function<void(int, int, int, bool)> collect = [&](int cohort, int skip, int lca,
+                                                             bool adv) {
+        for (int c : nodes_[u(cohort)].children) {
+          if (c == skip) continue;
+          const Node& cn = nodes_[u(c)];
+          if (withinNominal(c, need)) continue;
+          if (!cn.is_cq) {
+            collect(c, skip, lca, adv);
+            continue;
+          }
+          if (cn.cq == cq) continue;
+          for (int id : cqs_[u(cn.cq)].admitted) {
+            if (wls_[u(id)].evicting) continue;
+            const Variant v = classify(wls_[u(id)], adv);
+            if (v == Variant::kNever) continue;
+            (v == Variant::kHierarchicalReclaim ? hierarchy : priority).push_back({id, lca, v});
+          }
+        }
+      };
+      int prev = q.node;
+      for (int n = pnode.parent; n >= 0; n = nodes_[u(n)].parent) {
+        collect(n, prev, n, advantage);
+        const Node& cn = nodes_[u(n)];
+        bool fits_here = true;
+        for (auto& [f, rem] : remaining) {
+          if (cn.usage[u(f)] + rem > cn.subtree[u(f)]) fits_here = false;
+          rem = std::max<Amount>(0, rem - localAvailable(cn, f));
+        }
+        advantage = advantage || fits_here;
+        prev = n;
+      }
+    }
+    const auto byOrder = [&](std::vector<Cand>& v) {
+      std::sort(v.begin(), v.end(),
+                [&](const Cand& a, const Cand& b) { return candidateBefore(cq, a.wl, b.wl); });
+    };
+    byOrder(same);
+    byOrder(hierarchy);
+    byOrder(priority);
+    std::vector<Cand> ordered;
+    for (auto* seg : {&hierarchy, &priority, &same}) {
+      for (const auto& c : *seg) ordered.push_back(c);
+    }
+    const bool bwc_forbidden = policy.borrow_within_cohort == BorrowWithinCohort::kNever;
+    bool under_nominal = true;
+    for (int f : need) {
+      if (!(pnode.usage[u(f)] < pnode.nominal[u(f)])) under_nominal = false;
+    }
+    const bool no_other = hierarchy.empty() && priority.empty();
+    std::vector<bool> attempts;
+    if (no_other || (bwc_forbidden && !under_nominal)) {
+      attempts = {true};
+    } else if (bwc_forbidden && hierarchy.empty()) {
+      attempts = {false, true};
+    } else {
+      attempts = {true, false};
+    }
+    // Whether a cross-queue candidate is still worth taking.
+    const auto valid = [&](const Cand& c, bool borrow) {
+      const Wl& w = wls_[u(c.wl)];
+      if (w.cq == cq) return true;
+      if (borrow && c.variant == Variant::kReclaimWithoutBorrowing) return false;
+      const int wnode = cqs_[u(w.cq)].node;
+      if (withinNominal(wnode, need)) return false;
+      for (int n = nodes_[u(wnode)].parent; n >= 0 && n != c.lca; n = nodes_[u(n)].parent) {
+        if (withinNominal(n, need)) return false;
+      }
+      return true;
+    };
+    for (bool borrow : attempts) {
+      std::vector<Cand> taken;
+      bool done = false;
+      for (const auto& c : ordered) {
+        if (!valid(c, borrow)) continue;
+        removeWorkloadUsage(c.wl);
+        taken.push_back(c);
+        if (fits(cq, request, borrow)) {
+          done = true;
+          break;
+        }
+      }
+      if (done) {
+        // Put back every victim it can do without, newest first; the last one stays.
+        std::vector<bool> keep(taken.size(), true);
+        for (int i = static_cast<int>(taken.size()) - 2; i >= 0; --i) {
+          addWorkloadUsage(taken[u(i)].wl);
+          if (fits(cq, request, borrow)) {
+            keep[u(i)] = false;
+          } else {
+            removeWorkloadUsage(taken[u(i)].wl);
+          }
+        }
+        std::vector<Target> out;
+        for (size_t i = 0; i < taken.size(); ++i) {
+          if (keep[i]) {
+            addWorkloadUsage(taken[i].wl);
+            out.push_back({taken[i].wl, taken[i].variant});
+          }
+        }
+        return out;
+      }
+      for (const auto& c : taken) addWorkloadUsage(c.wl);
+    }
+    return {};
+  }
+
+  // --- Fair sharing ------------------------------------------------------------------------------
+
+  // The dominant resource share of a node (not the root) as Kueue computes it.
+  struct Share {
+    bool borrowing = false;
+    double value = 0;  // +inf when borrowing with weight 0
+    double unweighted = 0;
+  };
+
+  Share drs(int n) const {
+    const Node& node = nodes_[u(n)];
+    Share s;
+    if (node.parent < 0) return s;
+    const size_t nres = resources_.size();
+    std::vector<Amount> borrowed(nres, 0), lendable(nres, 0);
+    for (int f = 0; f < nfr_; ++f) {
+      const size_t r = u(f) % nres;
+      const Amount over = node.usage[u(f)] - node.subtree[u(f)];
+      if (over > 0) {
+        borrowed[r] += over;
+        s.borrowing = true;
+      }
+      lendable[r] += potential(node.parent, f);
+    }
+    double ratio = 0;
+    for (size_t r = 0; r < nres; ++r) {
+      if (lendable[r] > 0) {
+        ratio = std::max(
+            ratio, static_cast<double>(borrowed[r]) * 1000.0 / static_cast<double>(lendable[r]));
+      }
+    }
+    s.unweighted = ratio;
+    if (!s.borrowing) return s;
+    if (node.weight_milli == 0) {
+      s.value = std::numeric_limits<double>::infinity();
+    } else {
+      s.value = ratio * 1000.0 / static_cast<double>(node.weight_milli);
+    }
+    return s;
+  }
+
+  static int compareShare(const Share& a, const Share& b) {
+    if (std::isinf(a.value) && std::isinf(b.value)) {
+      return a.unweighted < b.unweighted ? -1 : (a.unweighted > b.unweighted ? 1 : 0);
+    }
+    return a.value < b.value ? -1 : (a.value > b.value ? 1 : 0);
+  }
+
+  std::vector<Target> fairTargets(const Wl& pre, int cq, const std::map<int, Amount>& request,
+                                  const std::set<int>& need) {
+    const Cq& q = cqs_[u(cq)];
+    const PreemptionPolicy& policy = q.spec.preemption;
+    // Candidates per queue, in candidate order.
+    std::map<int, std::vector<int>> by_cq;
+    if (policy.within_cluster_queue != WithinClusterQueue::kNever) {
+      for (int id : q.admitted) {
+        const Wl& w = wls_[u(id)];
+        if (w.evicting || !usesAny(w, need)) continue;
+        if (satisfies(pre.spec, w.spec, 0, static_cast<int>(policy.within_cluster_queue))) {
+          by_cq[cq].push_back(id);
+        }
+      }
+    }
+    int root = q.node;
+    while (nodes_[u(root)].parent >= 0) root = nodes_[u(root)].parent;
+    if (nodes_[u(q.node)].parent >= 0 &&
+        policy.reclaim_within_cohort != ReclaimWithinCohort::kNever) {
+      std::vector<int> stack = {root};
+      while (!stack.empty()) {
+        const int n = stack.back();
+        stack.pop_back();
+        const Node& node = nodes_[u(n)];
+        for (int c : node.children) stack.push_back(c);
+        if (!node.is_cq || node.cq == cq) continue;
+        bool borrowing = false;
+        for (int f : need) borrowing = borrowing || node.usage[u(f)] > node.nominal[u(f)];
+        if (!borrowing) continue;
+        for (int id : cqs_[u(node.cq)].admitted) {
+          const Wl& w = wls_[u(id)];
+          if (w.evicting || !usesAny(w, need)) continue;
+          if (satisfies(pre.spec, w.spec, 1, static_cast<int>(policy.reclaim_within_cohort))) {
+            by_cq[node.cq].push_back(id);
+          }
+        }
+      }
+    }
+    for (auto& [_, list] : by_cq) {
+      std::sort(list.begin(), list.end(), [&](int a, int b) { return candidateBefore(cq, a, b); });
+    }
+    if (by_cq.empty()) return {};
+    // The incoming usage counts in every share; it is taken out for each fit check.
+    const int pnode = q.node;
+    for (const auto& [f, v] : request) addUsage(pnode, f, v);
+    const auto fitsNow = [&]() {
+      for (const auto& [f, v] : request) removeUsage(pnode, f, v);
+      const bool ok = fits(cq, request, true);
+      for (const auto& [f, v] : request) addUsage(pnode, f, v);
+      return ok;
+    };
+    std::vector<Target> taken;
+    const auto take = [&](int id, Variant v) {
+      removeWorkloadUsage(id);
+      taken.push_back({id, v});
+    };
+    // The child of the least common ancestor on each side ("almost LCA").
+    const auto almostLca = [&](int a_node, int b_node) -> std::pair<int, int> {
+      std::vector<int> pa, pb;
+      for (int n = a_node; n >= 0; n = nodes_[u(n)].parent) pa.push_back(n);
+      for (int n = b_node; n >= 0; n = nodes_[u(n)].parent) pb.push_back(n);
+      std::reverse(pa.begin(), pa.end());
+      std::reverse(pb.begin(), pb.end());
+      size_t i = 0;
+      while (i < pa.size() && i < pb.size() && pa[i] == pb[i]) ++i;
+      return {pa[std::min(i, pa.size() - 1)], pb[std::min(i, pb.size() - 1)]};
+    };
+    bool done = false;
+    std::map<int, std::vector<int>> retry;
+    // The tournament: the queue whose share is highest gives up a workload next.
+    std::set<int> pruned;
+    std::function<int(int)> nextTarget = [&](int cohort) -> int {
+      int best_cq = -1;
+      Share best_cq_share;
+      int best_cohort = -1;
+      Share best_cohort_share;
+      for (int c : nodes_[u(cohort)].children) {
+        if (pruned.count(c) != 0) continue;
+        const Node& cn = nodes_[u(c)];
+        const Share s = drs(c);
+        if (cn.is_cq) {
+          auto list = by_cq.find(cn.cq);
+          if ((s.value == 0 && !s.borrowing && cn.cq != cq) || list == by_cq.end() ||
+              list->second.empty()) {
+            continue;
+          }
+          if (best_cq < 0 || compareShare(s, best_cq_share) > 0 ||
+              (compareShare(s, best_cq_share) == 0 &&
+               candidateBefore(cq, list->second.front(), by_cq[nodes_[u(best_cq)].cq].front()))) {
+            best_cq = c;
+            best_cq_share = s;
+          }
+        } else {
+          bool ancestor = false;
+          for (int n = pnode; n >= 0; n = nodes_[u(n)].parent) ancestor = ancestor || n == c;
+          if (s.value == 0 && !s.borrowing && !ancestor) continue;
+          if (best_cohort < 0 || compareShare(s, best_cohort_share) >= 0) {
+            best_cohort = c;
+            best_cohort_share = s;
+          }
+        }
+      }
+      if (best_cq < 0 && best_cohort < 0) {
+        pruned.insert(cohort);
+        return -1;
+      }
+      if (best_cohort >= 0 &&
+          (best_cq < 0 || compareShare(best_cohort_share, best_cq_share) >= 0)) {
+        const int t = nextTarget(best_cohort);
+        if (t >= 0) return t;
+        return nextTarget(cohort);
+      }
+      return best_cq;
+    };
+    const auto withinNominalWithIncoming = [&]() {
+      const Node& node = nodes_[u(pnode)];
+      for (int f : need) {
+        if (node.usage[u(f)] > node.nominal[u(f)]) return false;
+      }
+      return true;
+    };
+    if (nodes_[u(pnode)].parent < 0) {
+      // No cohort: only the queue's own workloads.
+      for (int id : by_cq[cq]) {
+        take(id, Variant::kWithinCq);
+        if (fitsNow()) {
+          done = true;
+          break;
+        }
+      }
+    } else {
+      const bool pre_within = withinNominalWithIncoming();
+      for (;;) {
+        const int t = nextTarget(root);
+        if (t < 0) break;
+        const int tcq = nodes_[u(t)].cq;
+        auto& list = by_cq[tcq];
+        if (tcq == cq) {
+          const int id = list.front();
+          list.erase(list.begin());
+          take(id, Variant::kWithinCq);
+        } else if (pre_within) {
+          const int id = list.front();
+          list.erase(list.begin());
+          take(id, Variant::kHierarchicalReclaim);
+        } else {
+          auto [pre_side, tgt_side] = almostLca(pnode, t);
+          const Share pre_new = drs(pre_side);
+          const Share tgt_old = drs(tgt_side);
+          if (std::isinf(pre_new.value) && !std::isinf(tgt_old.value)) {
+            for (int id : list) retry[tcq].push_back(id);
+            list.clear();
+            continue;
+          }
+          bool removed = false;
+          while (!list.empty()) {
+            const int id = list.front();
+            list.erase(list.begin());
+            removeWorkloadUsage(id);
+            const Share tgt_new = drs(tgt_side);
+            addWorkloadUsage(id);
+            if (compareShare(pre_new, tgt_new) <= 0) {
+              take(id, Variant::kReclaimWhileBorrowing);
+              removed = true;
+              break;
+            }
+            retry[tcq].push_back(id);
+          }
+          if (!removed) continue;
+        }
+        if (fitsNow()) {
+          done = true;
+          break;
+        }
+      }
+      if (!done && !retry.empty()) {
+        pruned.clear();
+        by_cq = retry;
+        std::set<int> used;
+        for (;;) {
+          const int t = nextTarget(root);
+          if (t < 0) break;
+          const int tcq = nodes_[u(t)].cq;
+          auto [pre_side, tgt_side] = almostLca(pnode, t);
+          const Share pre_new = drs(pre_side);
+          const Share tgt_old = drs(tgt_side);
+          auto& list = by_cq[tcq];
+          if (compareShare(pre_new, tgt_old) < 0 && !list.empty()) {
+            take(list.front(), Variant::kReclaimWhileBorrowing);
+            list.clear();
+            if (fitsNow()) {
+              done = true;
+              break;
+            }
+          }
+          list.clear();
+        }
+      }
+    }
+    std::vector<Target> out;
+    if (done) {
+      std::vector<bool> keep(taken.size(), true);
+      for (int i = static_cast<int>(taken.size()) - 2; i >= 0; --i) {
+        addWorkloadUsage(taken[u(i)].wl);
+        if (fitsNow()) {
+          keep[u(i)] = false;
+        } else {
+          removeWorkloadUsage(taken[u(i)].wl);
+        }
+      }
+      for (size_t i = 0; i < taken.size(); ++i) {
+        if (keep[i]) out.push_back(taken[i]);
+      }
+    }
+    for (size_t i = 0; i < taken.size(); ++i) {
+      bool already = false;
+      for (const auto& o : out) already = already || o.wl == taken[i].wl;
+      // Everything taken is put back; dropped ones were put back during the fill-back pass.
+      if (already || !done) addWorkloadUsage(taken[i].wl);
+    }
+    for (const auto& [f, v] : request) removeUsage(pnode, f, v);
+    // Fair-sharing reasons: in-queue stays, reclaim within nominal, otherwise fair sharing.
+    for (auto& t : out) {
+      if (t.variant == Variant::kReclaimWhileBorrowing) t.variant = Variant::kNever;
+    }
+    return out;
+  }
+
+  // --- The cycle -------------------------------------------------------------------------------
+
+  struct Entry {
+    int wl;
+    int cq;
+    Assignment assignment;
+    std::vector<Target> targets;
+    bool inadmissible = false;  // could not even be nominated (namespace, misconfiguration)
+    std::string reason, message;
+  };
+
+  std::vector<Entry> nominate() {
+    std::vector<Entry> entries;
+    for (size_t c = 0; c < cqs_.size(); ++c) {
+      Cq& q = cqs_[c];
+      if (q.spec.stop_policy != StopPolicy::kNone) continue;
+      int head = -1;
+      for (int id : q.pending) {
+        if (wls_[u(id)].inadmissible) continue;
+        if (head < 0 || queueBefore(q, id, head)) head = id;
+      }
+      if (head < 0) continue;
+      Wl& w = wls_[u(head)];
+      w.attempted = true;
+      Entry e;
+      e.wl = head;
+      e.cq = static_cast<int>(c);
+      if (!namespaceMatches(static_cast<int>(c), w.spec.namespace_)) {
+        e.inadmissible = true;
+        e.reason = kMisconfigured;
+        e.message = "Workload namespace doesn't match ClusterQueue selector";
+        entries.push_back(std::move(e));
+        continue;
+      }
+      auto [a, targets] = initialAssignment(w, static_cast<int>(c));
+      e.assignment = std::move(a);
+      e.targets = std::move(targets);
+      entries.push_back(std::move(e));
+    }
+    return entries;
+  }
+
+  bool entryBefore(const Entry& a, const Entry& b) const {
+    if (a.assignment.borrowing != b.assignment.borrowing) {
+      return a.assignment.borrowing < b.assignment.borrowing;
+    }
+    const Workload& x = wls_[u(a.wl)].spec;
+    const Workload& y = wls_[u(b.wl)].spec;
+    if (options_.priority_sorting_within_cohort && x.priority != y.priority) {
+      return x.priority > y.priority;
+    }
+    if (x.created_ms != y.created_ms) return x.created_ms < y.created_ms;
+    return x.name < y.name;
+  }
+
+  // Fair sharing: the next entry by the dominant-resource-share tournament over each tree.
+  int fairNext(const std::vector<Entry>& entries, const std::vector<bool>& done) {
+    int best = -1;
+    bool best_borrowing = false;
+    Share best_share;
+    std::vector<int> best_path;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (done[i]) continue;
+      const Entry& e = entries[i];
+      const int node = cqs_[u(e.cq)].node;
+      // Simulate the entry's admission; collect its shares along the path.
+      for (const auto& [f, v] : e.assignment.usage) addUsage(node, f, v);
+      bool borrowing = false;
+      const Node& n = nodes_[u(node)];
+      for (const auto& [f, v] : e.assignment.usage) {
+        borrowing = borrowing || n.usage[u(f)] > n.subtree[u(f)];
+      }
+      const Share s = drs(node);
+      for (const auto& [f, v] : e.assignment.usage) removeUsage(node, f, v);
+      if (n.parent < 0) borrowing = false;
+      bool better = best < 0;
+      if (!better) {
+        if (borrowing != best_borrowing) {
+          better = !borrowing;
+        } else if (compareShare(s, best_share) != 0) {
+          better = compareShare(s, best_share) < 0;
+        } else {
+          const Workload& x = wls_[u(e.wl)].spec;
+          const Workload& y = wls_[u(entries[u(best)].wl)].spec;
+          if (options_.priority_sorting_within_cohort && x.priority != y.priority) {
+            better = x.priority > y.priority;
+          } else if (x.created_ms != y.created_ms) {
+            better = x.created_ms < y.created_ms;
+          } else {
+            better = x.name < y.name;
+          }
+        }
+      }
+      if (better) {
+        best = static_cast<int>(i);
+        best_borrowing = borrowing;
+        best_share = s;
+      }
+    }
+    return best;
+  }
+
+  CycleResult cycle() {
+    ++cycles_;
+    CycleResult result;
+    std::vector<Entry> entries = nominate();
+    // The cycle works on a copy of the usage; reservations and preemptors' usage end with it.
+    std::vector<std::vector<Amount>> saved;
+    saved.reserve(nodes_.size());
+    for (const auto& n : nodes_) saved.push_back(n.usage);
+    std::vector<size_t> order(entries.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (!options_.fair_sharing) {
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return entryBefore(entries[a], entries[b]); });
+    }
+    std::set<int> victims;
+    std::vector<int> admitted;
+    std::vector<std::pair<int, Variant>> preempted;
+    std::vector<bool> processed(entries.size(), false);
+    for (size_t k = 0; k < entries.size(); ++k) {
+      size_t i = order[k];
+      if (options_.fair_sharing) {
+        const int next = fairNext(entries, processed);
+        if (next < 0) break;
+        i = static_cast<size_t>(next);
+      }
+      processed[i] = true;
+      Entry& e = entries[i];
+      Wl& w = wls_[u(e.wl)];
+      Cq& q = cqs_[u(e.cq)];
+      const bool strict = q.spec.strategy == QueueingStrategy::kStrictFifo;
+      const auto park = [&](bool parked) {
+        if (parked && !w.inadmissible) result.changed = true;
+        w.inadmissible = parked;
+      };
+      if (e.inadmissible) {
+        w.reason = e.reason;
+        w.message = e.message;
+        park(true);
+        continue;
+      }
+      const Assignment& a = e.assignment;
+      if (a.mode == AssignMode::kNoFit) {
+        w.reason = a.category;
+        w.message = a.message;
+        if (q.sticky == e.wl) q.sticky = -1;
+        park(!strict);
+        continue;
+      }
+      if (a.mode == AssignMode::kPreempt && e.targets.empty()) {
+        w.reason = kWaitingForQuota;
+        w.message = a.message.empty() ? "no workload can be preempted to make room" : a.message;
+        if (q.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::kAny) {
+          reserve(e);
+        }
+        if (q.sticky == e.wl) q.sticky = -1;
+        park(!strict);
+        continue;
+      }
+      bool overlap = false;
+      for (const auto& t : e.targets) overlap = overlap || victims.count(t.wl) != 0;
+      if (overlap) {
+        w.reason = kWaitingForQuota;
+        w.message = "Workload has overlapping preemption targets with another workload";
+        continue;
+      }
+      // Does it still fit, with every victim so far (and its own) gone?
+      std::vector<int> gone(victims.begin(), victims.end());
+      for (const auto& t : e.targets) gone.push_back(t.wl);
+      for (int v : gone) removeWorkloadUsage(v);
+      bool ok = true;
+      for (const auto& [f, v] : a.usage) ok = ok && cqAvailable(e.cq, f) >= v;
+      for (int v : gone) addWorkloadUsage(v);
+      if (!ok) {
+        w.reason = kWaitingForQuota;
+        w.message = "Workload no longer fits after processing another workload";
+        continue;
+      }
+      const int node = q.node;
+      for (const auto& [f, v] : a.usage) addUsage(node, f, v);
+      if (a.mode == AssignMode::kPreempt) {
+        for (const auto& t : e.targets) {
+          victims.insert(t.wl);
+          preempted.emplace_back(t.wl, t.variant);
+          wls_[u(t.wl)].evicting = true;
+          events_.push_back({Event::Kind::kPreempted, wls_[u(t.wl)].spec.name,
+                             cqs_[u(wls_[u(t.wl)].cq)].spec.name, preemptionReason(t.variant),
+                             fmt::format("preempted to admit {}", w.spec.name), w.spec.name,
+                             cycles_});
+        }
+        w.reason = kWaitingForPreempted;
+        w.message = fmt::format("{}. Pending the preemption of {} workload(s)",
+                                a.message.empty() ? "waiting for preempted workloads" : a.message,
+                                e.targets.size());
+        if (!strict) {
+          if (q.sticky != e.wl) result.changed = true;
+          q.sticky = e.wl;
+        }
+        continue;
+      }
+      admitted.push_back(static_cast<int>(i));
+    }
+    // Back to the cache's usage; then apply what the cycle decided.
+    for (size_t n = 0; n < nodes_.size(); ++n) nodes_[n].usage = std::move(saved[n]);
+    for (int i : admitted) admit(entries[u(i)]);
+    for (const auto& [id, variant] : preempted) {
+      evict(id);
+      result.preempted.emplace_back(wls_[u(id)].spec.name, preemptionReason(variant));
+    }
+    for (int i : admitted) result.admitted.push_back(wls_[u(entries[u(i)].wl)].spec.name);
+    result.changed = result.changed || !admitted.empty() || !preempted.empty();
+    return result;
+  }
+
+  std::string preemptionReason(Variant v) const {
+    if (v == Variant::kNever) return "InCohortFairSharing";  // fair-sharing strategies
+    if (options_.fair_sharing && v == Variant::kHierarchicalReclaim) return "InCohortReclamation";
+    return reasonOf(v);
+  }
+
+  // A head that needs preemption but has no victims holds its queue's capacity this cycle.
+  void reserve(const Entry& e) {
+    const Cq& q = cqs_[u(e.cq)];
+    const Node& node = nodes_[u(q.node)];
+    for (const auto& [f, v] : e.assignment.usage) {
+      Amount r;
+      if (e.assignment.borrowing > 0) {
+        r = node.bl[u(f)] == kNone
+                ? v
+                : std::min(v, node.nominal[u(f)] + node.bl[u(f)] - node.usage[u(f)]);
+      } else {
+        r = std::max<Amount>(0, std::min(v, node.nominal[u(f)] - node.usage[u(f)]));
+      }
+      if (r > 0) addUsage(q.node, f, r);
+    }
+  }
+
+  void admit(const Entry& e) {
+    Wl& w = wls_[u(e.wl)];
+    Cq& q = cqs_[u(e.cq)];
+    std::erase(q.pending, e.wl);
+    if (q.sticky == e.wl) q.sticky = -1;
+    w.state = State::kAdmitted;
+    w.inadmissible = false;
+    w.evicting = false;
+    w.usage.assign(e.assignment.usage.begin(), e.assignment.usage.end());
+    w.admitted_seq = ++admit_seq_;
+    Admission adm;
+    adm.cluster_queue = q.spec.name;
+    for (const auto& psa : e.assignment.pod_sets) {
+      PodSetAssignment out;
+      out.name = psa.name;
+      out.count = psa.count;
+      for (const auto& [res, f] : psa.flavor) {
+        out.flavors[res] = world_.flavors[u(f)].name;
+        auto t = psa.total.find(res);
+        if (t != psa.total.end() && t->second != 0) out.usage[res] = t->second;
+      }
+      adm.pod_sets.push_back(std::move(out));
+    }
+    w.spec.admission = adm;
+    w.reason.clear();
+    w.message.clear();
+    q.admitted.push_back(e.wl);
+    addWorkloadUsage(e.wl);
+    events_.push_back({Event::Kind::kAdmitted, w.spec.name, q.spec.name, "", "", "", cycles_});
+  }
+
+  void evict(int id) {
+    Wl& w = wls_[u(id)];
+    Cq& q = cqs_[u(w.cq)];
+    if (w.state != State::kAdmitted) return;
+    removeWorkloadUsage(id);
+    std::erase(q.admitted, id);
+    w.usage.clear();
+    w.spec.admission.reset();
+    w.state = State::kPending;
+    w.evicting = false;
+    w.inadmissible = false;
+    w.reason = kWaitingForQuota;
+    w.message = "preempted; waiting for quota again";
+    q.pending.push_back(id);
+    events_.push_back(
+        {Event::Kind::kEvicted, w.spec.name, q.spec.name, "Preempted", "", "", cycles_});
+    retryInadmissible(w.cq);
+  }
+
+  CycleResult runUntilStable(int64_t max_cycles) {
+    CycleResult all;
+    for (int64_t i = 0; i < max_cycles; ++i) {
+      CycleResult r = cycle();
+      for (auto& a : r.admitted) all.admitted.push_back(std::move(a));
+      for (auto& p : r.preempted) all.preempted.push_back(std::move(p));
+      if (!r.changed) break;
+      all.changed = true;
+    }
+    return all;
+  }
+
+  Result<std::vector<std::pair<std::string, std::string>>> preemptionTargets(
+      const Workload& incoming, const std::string& cq_name, const GivenAssignment& given) {
+    auto cq = cq_index_.find(cq_name);
+    if (cq == cq_index_.end()) {
+      return fail(invalidArgument(fmt::format("no ClusterQueue named \"{}\"", cq_name)));
+    }
+    Wl pre;
+    pre.spec = incoming;
+    pre.cq = cq->second;
+    std::map<int, Amount> request;
+    std::set<int> need;
+    for (const auto& ps : incoming.pod_sets) {
+      auto g = given.pod_sets.find(ps.name);
+      if (g == given.pod_sets.end()) continue;
+      const int64_t count = g->second.count > 0 ? g->second.count : ps.count;
+      std::map<std::string, Amount> totals;
+      for (const auto& [res, per_pod] : ps.requests) totals[res] = per_pod * count;
+      if (cqs_[u(cq->second)].covers_pods) totals["pods"] = count * 1000;
+      for (const auto& [res, fl] : g->second.flavors) {
+        const int f = frOf(fl.first, res);
+        if (f < 0) continue;
+        auto t = totals.find(res);
+        if (t != totals.end()) request[f] += t->second;
+        if (fl.second) need.insert(f);
+      }
+    }
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& t : getTargets(pre, cq->second, request, need)) {
+      out.emplace_back(wls_[u(t.wl)].spec.name, preemptionReason(t.variant));
+    }
+    return out;
+  }
+
+  std::optional<WorkloadStatus> status(const std::string& name) const {
+    auto it = wl_index_.find(name);
+    if (it == wl_index_.end()) return std::nullopt;
+    const Wl& w = wls_[u(it->second)];
+    WorkloadStatus s;
+    s.state = w.state == State::kAdmitted   ? WorkloadStatus::State::kAdmitted
+              : w.state == State::kFinished ? WorkloadStatus::State::kFinished
+                                            : WorkloadStatus::State::kPending;
+    s.cluster_queue = cqs_[u(w.cq)].spec.name;
+    s.admission = w.spec.admission;
+    s.reason = w.reason;
+    s.message = w.message;
+    s.inadmissible = w.inadmissible;
+    s.attempted = w.attempted;
+    return s;
+  }
+
+  std::vector<std::string> workloadNames() const {
+    std::vector<std::string> out;
+    for (const auto& w : wls_) out.push_back(w.spec.name);
+    return out;
+  }
+
+  World world_;
+  EngineOptions options_;
+  std::unordered_map<std::string, int> flavor_index_;
+  std::vector<std::string> resources_;
+  std::unordered_map<std::string, int> resource_index_;
+  int nfr_ = 0;
+  std::vector<Node> nodes_;
+  std::vector<Cq> cqs_;
+  std::unordered_map<std::string, int> cq_index_;
+  std::unordered_map<std::string, int> local_queues_;  // "namespace/name" -> cq
+  std::unordered_map<std::string, int32_t> priority_classes_;
+  std::vector<Wl> wls_;
+  std::unordered_map<std::string, int> wl_index_;
+  std::vector<Event> events_;
+  int64_t cycles_ = 0;
+  int64_t admit_seq_ = 0;
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(World world, EngineOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(world), options);
+  PURSER_TRY(impl->build());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Result<void> Engine::addAdmitted(Workload workload) {
+  return impl_->addAdmitted(std::move(workload));
+}
+Result<void> Engine::submit(Workload workload) { return impl_->submit(std::move(workload)); }
+Result<void> Engine::finish(const std::string& name) { return impl_->finish(name); }
+CycleResult Engine::cycle() { return impl_->cycle(); }
+CycleResult Engine::runUntilStable(int64_t max_cycles) { return impl_->runUntilStable(max_cycles); }
+Result<std::vector<std::pair<std::string, std::string>>> Engine::preemptionTargets(
+    const Workload& incoming, const std::string& cluster_queue, const GivenAssignment& given) {
+  return impl_->preemptionTargets(incoming, cluster_queue, given);
+}
+std::optional<WorkloadStatus> Engine::status(const std::string& name) const {
+  return impl_->status(name);
+}
+std::vector<std::string> Engine::workloadNames() const { return impl_->workloadNames(); }
+const std::vector<Event>& Engine::events() const { return impl_->events_; }
+int64_t Engine::cycles() const { return impl_->cycles_; }
+
+}  // namespace purser::fleet

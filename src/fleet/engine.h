@@ -1,0 +1,125 @@
+// The admission engine: Kueue's quota, cohort, borrowing, preemption and fair-sharing semantics,
+// as a pure state machine. No I/O, no clocks: time comes in with the workloads. Not thread-safe:
+// `purser serve` drives it from one strand.
+//
+// What Kueue does, this engine does (the conformance cases are Kueue's own scheduler tests):
+//   - quota lives in a tree of ClusterQueues and Cohorts; a ClusterQueue may lend what its
+//     lending limit allows and borrow up to its borrowing limit from its cohort tree;
+//   - flavors are tried in order per resource group, with flavor fungibility deciding between
+//     borrowing, preempting and trying the next flavor;
+//   - a workload that does not fit may preempt within its ClusterQueue, reclaim from cohort
+//     members above their nominal quota, or preempt while borrowing, per the queue's policies,
+//     choosing a minimal set of victims in Kueue's candidate order;
+//   - with fair sharing, heads are ordered and victims chosen by dominant resource share.
+// cycle() runs exactly one Kueue scheduling cycle (one head per ClusterQueue). runUntilStable()
+// repeats cycles, evicting victims and requeueing between them, until nothing changes.
+//
+// Every decision leaves a reason: a pending workload carries its category (WaitingForQuota,
+// ExceedsMaxQuota, NoMatchingFlavor, Misconfigured, WaitingForPreemptedWorkloads) and a message in
+// plain words; every admission, preemption and eviction is an Event.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "fleet/model.h"
+
+namespace purser::fleet {
+
+struct EngineOptions {
+  bool partial_admission = true;
+  bool fair_sharing = false;
+  bool priority_sorting_within_cohort = true;
+};
+
+// The fleet's configuration objects.
+struct World {
+  std::vector<ResourceFlavor> flavors;
+  std::map<std::string, std::map<std::string, std::string>> namespaces;  // name -> labels
+  std::vector<Cohort> cohorts;
+  std::vector<ClusterQueue> cluster_queues;
+  std::vector<LocalQueue> local_queues;
+  std::vector<WorkloadPriorityClass> priority_classes;
+};
+
+struct Event {
+  enum class Kind { kAdmitted, kPreempted, kEvicted, kFinished, kPending };
+  Kind kind;
+  std::string workload;
+  std::string cluster_queue;
+  std::string reason;   // preemption reason, pending reason
+  std::string message;  // in plain words
+  std::string by;       // the preemptor, for preemptions
+  int64_t cycle = 0;
+};
+
+// A workload's state as the engine sees it.
+struct WorkloadStatus {
+  enum class State { kPending, kAdmitted, kFinished };
+  State state = State::kPending;
+  std::string cluster_queue;
+  std::optional<Admission> admission;
+  std::string reason;   // when pending
+  std::string message;  // when pending
+  bool inadmissible = false;
+  bool attempted = false;  // was ever considered by a cycle
+};
+
+// The outcome of one cycle.
+struct CycleResult {
+  std::vector<std::string> admitted;
+  std::vector<std::pair<std::string, std::string>> preempted;  // victim, reason
+  bool changed = false;  // anything admitted, preempted, or a queue's state moved
+};
+
+// preemption_targets: a flavor per resource, and whether that resource needs preemption.
+struct GivenAssignment {
+  struct PodSet {
+    int64_t count = 0;
+    std::map<std::string, std::pair<std::string, bool>> flavors;  // resource -> (flavor, preempt)
+  };
+  std::map<std::string, PodSet> pod_sets;
+};
+
+class Engine {
+ public:
+  // Checks the world (unknown flavors or cohorts, cohort cycles, covered resources without quota,
+  // duplicate names) and builds the quota tree.
+  static Result<std::unique_ptr<Engine>> create(World world, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // A workload that already holds quota (its admission says where and with what).
+  Result<void> addAdmitted(Workload workload);
+  // A new pending workload, queued through its LocalQueue.
+  Result<void> submit(Workload workload);
+  // The workload ends (admitted: its quota is released; pending: it leaves its queue).
+  Result<void> finish(const std::string& name);
+
+  // One Kueue scheduling cycle; victims of preemption are evicted at the end of it.
+  CycleResult cycle();
+  // Cycles until one changes nothing; returns every cycle's admissions and preemptions.
+  CycleResult runUntilStable(int64_t max_cycles = 1'000'000);
+
+  // The victims Kueue would choose for `incoming` in its ClusterQueue with the given flavors.
+  Result<std::vector<std::pair<std::string, std::string>>> preemptionTargets(
+      const Workload& incoming, const std::string& cluster_queue, const GivenAssignment& given);
+
+  std::optional<WorkloadStatus> status(const std::string& name) const;
+  std::vector<std::string> workloadNames() const;
+  const std::vector<Event>& events() const;
+  int64_t cycles() const;
+
+ private:
+  class Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace purser::fleet

@@ -1,0 +1,152 @@
+// The fleet's objects, with Kueue's names and meanings: ResourceFlavor, Cohort, ClusterQueue,
+// LocalQueue, WorkloadPriorityClass and Workload. Plain values: the admission engine owns a set
+// of them and reads them without I/O.
+//
+// Amounts are int64 milli-units of the resource (1 cpu = 1000, 1Gi = 1073741824000), converted
+// exactly from Kubernetes quantities (Quantity::milliValue rounds finer input up, as Kubernetes
+// does). Nothing here uses floating point.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace purser::fleet {
+
+using Amount = int64_t;  // milli-units
+using Resources = std::map<std::string, Amount>;
+
+struct Taint {
+  std::string key;
+  std::string value;
+  std::string effect;  // NoSchedule, PreferNoSchedule, NoExecute
+};
+
+struct Toleration {
+  std::string key;
+  std::string op = "Equal";  // Equal or Exists
+  std::string value;
+  std::string effect;  // empty: every effect
+};
+
+bool tolerates(const std::vector<Toleration>& tolerations, const Taint& taint);
+
+struct ResourceFlavor {
+  std::string name;
+  std::map<std::string, std::string> node_labels;
+  std::vector<Taint> taints;
+  std::vector<Toleration> tolerations;
+};
+
+// One resource's quota in one flavor.
+struct Quota {
+  Amount nominal = 0;
+  std::optional<Amount> borrowing_limit;  // none: unlimited
+  std::optional<Amount> lending_limit;    // none: all of nominal may be lent
+};
+
+struct FlavorQuotas {
+  std::string flavor;
+  std::map<std::string, Quota> resources;
+};
+
+struct ResourceGroup {
+  std::vector<std::string> covered;
+  std::vector<FlavorQuotas> flavors;  // in order of preference
+};
+
+enum class QueueingStrategy { kBestEffortFifo, kStrictFifo };
+enum class WithinClusterQueue { kNever, kLowerPriority, kLowerOrNewerEqualPriority };
+enum class ReclaimWithinCohort { kNever, kLowerPriority, kAny };
+enum class BorrowWithinCohort { kNever, kLowerPriority };
+
+struct PreemptionPolicy {
+  WithinClusterQueue within_cluster_queue = WithinClusterQueue::kNever;
+  ReclaimWithinCohort reclaim_within_cohort = ReclaimWithinCohort::kNever;
+  BorrowWithinCohort borrow_within_cohort = BorrowWithinCohort::kNever;
+  std::optional<int32_t> max_priority_threshold;  // for borrow_within_cohort
+};
+
+enum class WhenCanBorrow { kMayStopSearch, kTryNextFlavor };
+enum class WhenCanPreempt { kTryNextFlavor, kMayStopSearch };
+enum class FungibilityPreference { kNone, kBorrowingOverPreemption, kPreemptionOverBorrowing };
+
+struct FlavorFungibility {
+  WhenCanBorrow when_can_borrow = WhenCanBorrow::kMayStopSearch;
+  WhenCanPreempt when_can_preempt = WhenCanPreempt::kTryNextFlavor;
+  FungibilityPreference preference = FungibilityPreference::kNone;
+};
+
+enum class StopPolicy { kNone, kHold, kHoldAndDrain };
+
+struct Cohort {
+  std::string name;
+  std::string parent;                 // empty: a root
+  std::vector<ResourceGroup> quotas;  // the cohort's own quota
+  int64_t fair_weight_milli = 1000;
+};
+
+struct ClusterQueue {
+  std::string name;
+  std::string cohort;  // empty: none
+  QueueingStrategy strategy = QueueingStrategy::kBestEffortFifo;
+  // label -> allowed values; absent: every namespace.
+  std::optional<std::map<std::string, std::vector<std::string>>> namespace_selector;
+  PreemptionPolicy preemption;
+  FlavorFungibility fungibility;
+  std::vector<ResourceGroup> resource_groups;
+  int64_t fair_weight_milli = 1000;
+  StopPolicy stop_policy = StopPolicy::kNone;
+};
+
+struct LocalQueue {
+  std::string namespace_;
+  std::string name;
+  std::string cluster_queue;
+};
+
+struct WorkloadPriorityClass {
+  std::string name;
+  int32_t value = 0;
+};
+
+struct PodSet {
+  std::string name;
+  int64_t count = 1;
+  std::optional<int64_t> min_count;  // partial admission down to this count
+  Resources requests;                // per pod
+  std::vector<Toleration> tolerations;
+  std::map<std::string, std::string> node_selector;
+};
+
+// What a pod set was admitted with.
+struct PodSetAssignment {
+  std::string name;
+  int64_t count = 0;
+  std::map<std::string, std::string> flavors;  // resource -> flavor
+  Resources usage;                             // for all `count` pods
+};
+
+struct Admission {
+  std::string cluster_queue;
+  std::vector<PodSetAssignment> pod_sets;
+};
+
+struct Workload {
+  std::string name;  // "namespace/name" (bare name when the namespace is empty)
+  std::string namespace_;
+  std::string local_queue;    // in the workload's namespace
+  std::string cluster_queue;  // resolved from the local queue (or given, for admitted ones)
+  int32_t priority = 0;
+  std::string priority_class;
+  // Creation time in milliseconds; INT64_MIN stands for "never set" (earlier than any time).
+  int64_t created_ms = INT64_MIN;
+  int64_t admitted_ms = 0;  // quota reservation time (for candidate ordering)
+  std::string uid;
+  std::vector<PodSet> pod_sets;
+  std::optional<Admission> admission;  // set while it holds quota
+};
+
+}  // namespace purser::fleet

@@ -1,0 +1,154 @@
+// Kueue conformance: every scenario in the shared admission cases (translated from Kueue's own
+// scheduler tests) gives Kueue's outcome. Normative: which workloads are admitted (queue, counts,
+// flavors, usage by value), which are preempted (with reasons) and which stay pending.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "common/quantity.h"
+#include "fleet/scenario.h"
+
+namespace purser::fleet {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::vector<std::string> caseFiles() {
+  std::vector<std::string> out;
+  const fs::path dir = fs::path(PURSER_SOURCE_DIR) / ".." / "shared" / "specs" / "admission-cases";
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".yaml") out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool sameQuantity(const json& a, const json& b) {
+  const auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  auto x = Quantity::parse(text(a));
+  auto y = Quantity::parse(text(b));
+  return x && y && *x == *y;
+}
+
+// Compares one checkpoint's outcome with its `expect` block; returns the differences.
+std::vector<std::string> compare(const json& expect, const json& actual) {
+  std::vector<std::string> diffs;
+  const json admitted = expect.value("admitted", json::object());
+  const json got_admitted = actual.value("admitted", json::object());
+  for (const auto& [name, want] : admitted.items()) {
+    if (!got_admitted.contains(name)) {
+      diffs.push_back(name + " should be admitted");
+      continue;
+    }
+    const json& got = got_admitted[name];
+    if (want.contains("cluster_queue") && want["cluster_queue"] != got["cluster_queue"]) {
+      diffs.push_back(name + ": cluster_queue " + got["cluster_queue"].dump() +
+                      " != " + want["cluster_queue"].dump());
+    }
+    const json want_pod_sets = want.value("pod_sets", json::object());
+    for (const auto& [ps, w] : want_pod_sets.items()) {
+      const json g = got["pod_sets"].value(ps, json::object());
+      if (w.contains("count") && w["count"] != g.value("count", json())) {
+        diffs.push_back(name + "/" + ps + ": count " + g.value("count", json()).dump() +
+                        " != " + w["count"].dump());
+      }
+      if (w.contains("flavors") && w["flavors"] != g.value("flavors", json::object())) {
+        diffs.push_back(name + "/" + ps + ": flavors " + g.value("flavors", json()).dump() +
+                        " != " + w["flavors"].dump());
+      }
+      const json gu = g.value("usage", json::object());
+      const json want_usage = w.value("usage", json::object());
+      for (const auto& [res, q] : want_usage.items()) {
+        if (!gu.contains(res) || !sameQuantity(gu[res], q)) {
+          diffs.push_back(name + "/" + ps + ": usage of " + res + " " + gu.dump() +
+                          " != " + w["usage"].dump());
+        }
+      }
+    }
+  }
+  for (const auto& [name, _] : got_admitted.items()) {
+    if (!admitted.contains(name)) diffs.push_back(name + " should not be admitted");
+  }
+  const json got_preempted = actual.value("preempted", json::object());
+  if (expect.contains("preempted_one_of")) {
+    const json one_of = expect["preempted_one_of"];
+    if (expect.contains("preempted_count") &&
+        got_preempted.size() != expect["preempted_count"].get<size_t>()) {
+      diffs.push_back("preempted " + got_preempted.dump() + ", count should be " +
+                      expect["preempted_count"].dump());
+    }
+    for (const auto& [name, _] : got_preempted.items()) {
+      if (std::find(one_of.begin(), one_of.end(), name) == one_of.end()) {
+        diffs.push_back(name + " should not be preempted");
+      }
+    }
+  } else {
+    const json preempted = expect.value("preempted", json::object());
+    for (const auto& [name, want] : preempted.items()) {
+      if (!got_preempted.contains(name)) {
+        diffs.push_back(name + " should be preempted");
+      } else if (want.contains("reason") && got_preempted[name]["reason"] != want["reason"]) {
+        diffs.push_back(name + ": preemption reason " + got_preempted[name]["reason"].dump() +
+                        " != " + want["reason"].dump());
+      }
+    }
+    for (const auto& [name, _] : got_preempted.items()) {
+      if (!preempted.contains(name)) diffs.push_back(name + " should not be preempted");
+    }
+  }
+  const json still = expect.value("still_admitted", json::array());
+  for (const auto& name : still) {
+    if (got_preempted.contains(name.get<std::string>())) {
+      diffs.push_back(name.get<std::string>() + " should keep its quota");
+    }
+  }
+  const json got_pending = actual.value("pending", json::object());
+  const json pending = expect.value("pending", json::object());
+  for (const auto& [name, _] : pending.items()) {
+    if (!got_pending.contains(name)) diffs.push_back(name + " should be pending");
+  }
+  return diffs;
+}
+
+class ConformanceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConformanceTest, MatchesKueue) {
+  auto scenario = loadScenario(GetParam());
+  ASSERT_TRUE(scenario.has_value()) << scenario.error().toString();
+  auto out = runScenario(*scenario);
+  ASSERT_TRUE(out.has_value()) << out.error().toString();
+  for (const auto& d : compare(scenario->expect, *out)) ADD_FAILURE() << d;
+  const json steps = out->value("steps", json::array());
+  ASSERT_EQ(steps.size(), scenario->steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (scenario->steps[i].expect.is_null()) continue;
+    for (const auto& d : compare(scenario->steps[i].expect, steps[i])) {
+      ADD_FAILURE() << "step " << i + 1 << ": " << d;
+    }
+  }
+  if (HasFailure()) ADD_FAILURE() << "outcome: " << out->dump(1);
+}
+
+std::string caseName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = fs::path(info.param).stem().string();
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return "case_" + name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AdmissionCases, ConformanceTest, ::testing::ValuesIn(caseFiles()),
+                         caseName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ConformanceTest);
+
+TEST(ConformanceCases, ArePresent) {
+  // The shared cases are part of the checkout; without them this suite would pass vacuously.
+  EXPECT_GE(caseFiles().size(), 16u);
+}
+
+}  // namespace
+}  // namespace purser::fleet
