@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <set>
 #include <unordered_map>
 
@@ -97,12 +98,22 @@ class Engine::Impl {
     int64_t weight_milli = 1000;
   };
 
+  // Kueue's queue order without the sticky preemptor: higher priority, earlier creation, uid,
+  // then name. A workload's keys do not change while it is queued.
+  struct QueueOrder {
+    const Impl* impl;
+    bool operator()(int a, int b) const { return impl->queueOrderBefore(a, b); }
+  };
+
   struct Cq {
     ClusterQueue spec;
     int node = -1;
     std::unordered_map<std::string, int> group_of;  // covered resource -> resource group
     bool covers_pods = false;
-    std::vector<int> pending;   // workload ids waiting here
+    // Pending workloads: `active` in Kueue's queue order (heads come from here); `parked` are
+    // the inadmissible ones, back to `active` when quota is released in the tree.
+    std::set<int, QueueOrder> active;
+    std::vector<int> parked;
     std::vector<int> admitted;  // workload ids holding quota here
     int sticky = -1;            // BestEffortFIFO: the preemptor waiting for its victims
   };
@@ -119,6 +130,7 @@ class Engine::Impl {
     int64_t admitted_seq = 0;
     std::vector<std::pair<int, Amount>> usage;  // per FR while admitted
     std::string reason, message;
+    std::string signature;  // what nomination depends on (drain mode's memo key)
   };
 
   // One pod set's flavors.
@@ -204,7 +216,7 @@ class Engine::Impl {
         return fail(
             invalidArgument(fmt::format("ClusterQueue \"{}\" is defined twice", spec.name)));
       }
-      Cq cq;
+      Cq cq{.active = std::set<int, QueueOrder>(QueueOrder{this})};
       cq.spec = spec;
       cq.node = newNode(spec.name, true);
       nodes_[cq.node].cq = static_cast<int>(cqs_.size());
@@ -287,8 +299,19 @@ class Engine::Impl {
       local_queues_[lq.namespace_ + "/" + lq.name] = cq_index_[lq.cluster_queue];
     }
     for (const auto& pc : world_.priority_classes) priority_classes_[pc.name] = pc.value;
+    root_of_.resize(nodes_.size());
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      int r = static_cast<int>(n);
+      while (nodes_[u(r)].parent >= 0) r = nodes_[u(r)].parent;
+      root_of_[n] = r;
+    }
+    tree_version_.assign(nodes_.size(), 0);
+    memo_.resize(cqs_.size());
     return {};
   }
+
+  // The cache's usage or admitted set changed somewhere in `cq`'s cohort tree.
+  void touch(int cq) { ++tree_version_[u(root_of_[u(cqs_[u(cq)].node)])]; }
 
   int resourceIndex(const std::string& name, bool create) {
     auto it = resource_index_.find(name);
@@ -514,6 +537,7 @@ class Engine::Impl {
     wl.admitted_seq = wl.spec.admitted_ms;
     cqs_[u(wl.cq)].admitted.push_back(id);
     addWorkloadUsage(id);
+    touch(wl.cq);
     return {};
   }
 
@@ -522,7 +546,7 @@ class Engine::Impl {
     const int id = PURSER_TRY_VALUE(newWorkload(std::move(w)));
     Wl& wl = wls_[u(id)];
     // A new workload goes straight to its queue's active list.
-    cqs_[u(wl.cq)].pending.push_back(id);
+    cqs_[u(wl.cq)].active.insert(id);
     return {};
   }
 
@@ -536,12 +560,13 @@ class Engine::Impl {
     Cq& cq = cqs_[u(w.cq)];
     if (w.state == State::kAdmitted) {
       removeWorkloadUsage(id);
+      touch(w.cq);
       std::erase(cq.admitted, id);
       w.usage.clear();
       w.spec.admission.reset();
       retryInadmissible(w.cq);
     } else {
-      std::erase(cq.pending, id);
+      unqueue(id);
       if (cq.sticky == id) cq.sticky = -1;
     }
     w.state = State::kFinished;
@@ -558,15 +583,47 @@ class Engine::Impl {
       const int n = stack.back();
       stack.pop_back();
       if (nodes_[u(n)].is_cq) {
-        for (int id : cqs_[u(nodes_[u(n)].cq)].pending) {
+        Cq& q = cqs_[u(nodes_[u(n)].cq)];
+        std::vector<int> still;
+        for (int id : q.parked) {
           Wl& w = wls_[u(id)];
-          if (w.inadmissible && namespaceMatches(nodes_[u(n)].cq, w.spec.namespace_)) {
+          if (namespaceMatches(nodes_[u(n)].cq, w.spec.namespace_)) {
             w.inadmissible = false;
+            q.active.insert(id);
+          } else {
+            still.push_back(id);
           }
         }
+        q.parked = std::move(still);
       }
       for (int c : nodes_[u(n)].children) stack.push_back(c);
     }
+  }
+
+  // Takes a pending workload out of its queue, parked or not.
+  void unqueue(int id) {
+    Wl& w = wls_[u(id)];
+    Cq& q = cqs_[u(w.cq)];
+    if (w.inadmissible) {
+      std::erase(q.parked, id);
+      w.inadmissible = false;
+    } else {
+      q.active.erase(id);
+    }
+  }
+
+  void setParked(int id, bool parked) {
+    Wl& w = wls_[u(id)];
+    if (w.inadmissible == parked) return;
+    Cq& q = cqs_[u(w.cq)];
+    if (parked) {
+      q.active.erase(id);
+      q.parked.push_back(id);
+    } else {
+      std::erase(q.parked, id);
+      q.active.insert(id);
+    }
+    w.inadmissible = parked;
   }
 
   bool namespaceMatches(int cq, const std::string& ns) const {
@@ -583,8 +640,7 @@ class Engine::Impl {
   }
 
   // Kueue's queue order: the sticky preemptor, higher priority, earlier creation, then name.
-  bool queueBefore(const Cq& cq, int a, int b) const {
-    if ((a == cq.sticky) != (b == cq.sticky)) return a == cq.sticky;
+  bool queueOrderBefore(int a, int b) const {
     const Workload& x = wls_[u(a)].spec;
     const Workload& y = wls_[u(b)].spec;
     if (x.priority != y.priority) return x.priority > y.priority;
@@ -1362,25 +1418,49 @@ class Engine::Impl {
 
   // --- The cycle -------------------------------------------------------------------------------
 
+  struct Nomination {
+    Assignment assignment;
+    std::vector<Target> targets;
+  };
+
   struct Entry {
     int wl;
     int cq;
-    Assignment assignment;
-    std::vector<Target> targets;
+    std::shared_ptr<const Nomination> nomination;
+    const Assignment& assignment() const { return nomination->assignment; }
+    const std::vector<Target>& targets() const { return nomination->targets; }
     bool inadmissible = false;  // could not even be nominated (namespace, misconfiguration)
     std::string reason, message;
   };
+
+  // Everything about a workload its nomination reads: pod sets (names, counts, requests,
+  // tolerations, selectors), priority, and its creation time and identity where the queue's
+  // preemption policy compares them (LowerOrNewerEqualPriority).
+  std::string signatureOf(const Wl& w) const {
+    std::string s = fmt::format("p{}|", w.spec.priority);
+    for (const auto& ps : w.spec.pod_sets) {
+      s += fmt::format("{}:{}:{}", ps.name, ps.count, ps.min_count.value_or(-1));
+      for (const auto& [r, v] : ps.requests) s += fmt::format(",{}={}", r, v);
+      for (const auto& t : ps.tolerations) {
+        s += fmt::format(",t{}/{}/{}/{}", t.key, t.op, t.value, t.effect);
+      }
+      for (const auto& [k, v] : ps.node_selector) s += fmt::format(",s{}={}", k, v);
+      s += '|';
+    }
+    if (cqs_[u(w.cq)].spec.preemption.within_cluster_queue ==
+        WithinClusterQueue::kLowerOrNewerEqualPriority) {
+      s += fmt::format("c{}|{}|{}", w.spec.created_ms, w.spec.uid, w.spec.name);
+    }
+    return s;
+  }
 
   std::vector<Entry> nominate() {
     std::vector<Entry> entries;
     for (size_t c = 0; c < cqs_.size(); ++c) {
       Cq& q = cqs_[c];
       if (q.spec.stop_policy != StopPolicy::kNone) continue;
-      int head = -1;
-      for (int id : q.pending) {
-        if (wls_[u(id)].inadmissible) continue;
-        if (head < 0 || queueBefore(q, id, head)) head = id;
-      }
+      int head = q.sticky >= 0 && !wls_[u(q.sticky)].inadmissible ? q.sticky : -1;
+      if (head < 0 && !q.active.empty()) head = *q.active.begin();
       if (head < 0) continue;
       Wl& w = wls_[u(head)];
       w.attempted = true;
@@ -1394,17 +1474,35 @@ class Engine::Impl {
         entries.push_back(std::move(e));
         continue;
       }
-      auto [a, targets] = initialAssignment(w, static_cast<int>(c));
-      e.assignment = std::move(a);
-      e.targets = std::move(targets);
+      if (options_.mode == CycleMode::kDrain) {
+        // Nomination is a pure function of the tree's state and what the head asks for: a head
+        // asking what an earlier one asked, in an unchanged tree, gets its answer.
+        Memo& m = memo_[c];
+        const int64_t version = tree_version_[u(root_of_[u(q.node)])];
+        if (m.version != version) {
+          m.by_signature.clear();
+          m.version = version;
+        }
+        if (w.signature.empty()) w.signature = signatureOf(w);
+        auto& slot = m.by_signature[w.signature];
+        if (!slot) {
+          auto [a, targets] = initialAssignment(w, static_cast<int>(c));
+          slot = std::make_shared<const Nomination>(Nomination{std::move(a), std::move(targets)});
+        }
+        e.nomination = slot;
+      } else {
+        auto [a, targets] = initialAssignment(w, static_cast<int>(c));
+        e.nomination =
+            std::make_shared<const Nomination>(Nomination{std::move(a), std::move(targets)});
+      }
       entries.push_back(std::move(e));
     }
     return entries;
   }
 
   bool entryBefore(const Entry& a, const Entry& b) const {
-    if (a.assignment.borrowing != b.assignment.borrowing) {
-      return a.assignment.borrowing < b.assignment.borrowing;
+    if (a.assignment().borrowing != b.assignment().borrowing) {
+      return a.assignment().borrowing < b.assignment().borrowing;
     }
     const Workload& x = wls_[u(a.wl)].spec;
     const Workload& y = wls_[u(b.wl)].spec;
@@ -1426,14 +1524,14 @@ class Engine::Impl {
       const Entry& e = entries[i];
       const int node = cqs_[u(e.cq)].node;
       // Simulate the entry's admission; collect its shares along the path.
-      for (const auto& [f, v] : e.assignment.usage) addUsage(node, f, v);
+      for (const auto& [f, v] : e.assignment().usage) addUsage(node, f, v);
       bool borrowing = false;
       const Node& n = nodes_[u(node)];
-      for (const auto& [f, v] : e.assignment.usage) {
+      for (const auto& [f, v] : e.assignment().usage) {
         borrowing = borrowing || n.usage[u(f)] > n.subtree[u(f)];
       }
       const Share s = drs(node);
-      for (const auto& [f, v] : e.assignment.usage) removeUsage(node, f, v);
+      for (const auto& [f, v] : e.assignment().usage) removeUsage(node, f, v);
       if (n.parent < 0) borrowing = false;
       bool better = best < 0;
       if (!better) {
@@ -1494,7 +1592,7 @@ class Engine::Impl {
       const bool strict = q.spec.strategy == QueueingStrategy::kStrictFifo;
       const auto park = [&](bool parked) {
         if (parked && !w.inadmissible) result.changed = true;
-        w.inadmissible = parked;
+        setParked(e.wl, parked);
       };
       if (e.inadmissible) {
         w.reason = e.reason;
@@ -1502,7 +1600,7 @@ class Engine::Impl {
         park(true);
         continue;
       }
-      const Assignment& a = e.assignment;
+      const Assignment& a = e.assignment();
       if (a.mode == AssignMode::kNoFit) {
         w.reason = a.category;
         w.message = a.message;
@@ -1510,7 +1608,7 @@ class Engine::Impl {
         park(!strict);
         continue;
       }
-      if (a.mode == AssignMode::kPreempt && e.targets.empty()) {
+      if (a.mode == AssignMode::kPreempt && e.targets().empty()) {
         w.reason = kWaitingForQuota;
         w.message = a.message.empty() ? "no workload can be preempted to make room" : a.message;
         if (q.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::kAny) {
@@ -1521,7 +1619,7 @@ class Engine::Impl {
         continue;
       }
       bool overlap = false;
-      for (const auto& t : e.targets) overlap = overlap || victims.count(t.wl) != 0;
+      for (const auto& t : e.targets()) overlap = overlap || victims.count(t.wl) != 0;
       if (overlap) {
         w.reason = kWaitingForQuota;
         w.message = "Workload has overlapping preemption targets with another workload";
@@ -1529,7 +1627,7 @@ class Engine::Impl {
       }
       // Does it still fit, with every victim so far (and its own) gone?
       std::vector<int> gone(victims.begin(), victims.end());
-      for (const auto& t : e.targets) gone.push_back(t.wl);
+      for (const auto& t : e.targets()) gone.push_back(t.wl);
       for (int v : gone) removeWorkloadUsage(v);
       bool ok = true;
       for (const auto& [f, v] : a.usage) ok = ok && cqAvailable(e.cq, f) >= v;
@@ -1542,7 +1640,7 @@ class Engine::Impl {
       const int node = q.node;
       for (const auto& [f, v] : a.usage) addUsage(node, f, v);
       if (a.mode == AssignMode::kPreempt) {
-        for (const auto& t : e.targets) {
+        for (const auto& t : e.targets()) {
           victims.insert(t.wl);
           preempted.emplace_back(t.wl, t.variant);
           wls_[u(t.wl)].evicting = true;
@@ -1554,7 +1652,7 @@ class Engine::Impl {
         w.reason = kWaitingForPreempted;
         w.message = fmt::format("{}. Pending the preemption of {} workload(s)",
                                 a.message.empty() ? "waiting for preempted workloads" : a.message,
-                                e.targets.size());
+                                e.targets().size());
         if (!strict) {
           if (q.sticky != e.wl) result.changed = true;
           q.sticky = e.wl;
@@ -1585,9 +1683,9 @@ class Engine::Impl {
   void reserve(const Entry& e) {
     const Cq& q = cqs_[u(e.cq)];
     const Node& node = nodes_[u(q.node)];
-    for (const auto& [f, v] : e.assignment.usage) {
+    for (const auto& [f, v] : e.assignment().usage) {
       Amount r;
-      if (e.assignment.borrowing > 0) {
+      if (e.assignment().borrowing > 0) {
         r = node.bl[u(f)] == kNone
                 ? v
                 : std::min(v, node.nominal[u(f)] + node.bl[u(f)] - node.usage[u(f)]);
@@ -1601,16 +1699,15 @@ class Engine::Impl {
   void admit(const Entry& e) {
     Wl& w = wls_[u(e.wl)];
     Cq& q = cqs_[u(e.cq)];
-    std::erase(q.pending, e.wl);
+    unqueue(e.wl);
     if (q.sticky == e.wl) q.sticky = -1;
     w.state = State::kAdmitted;
-    w.inadmissible = false;
     w.evicting = false;
-    w.usage.assign(e.assignment.usage.begin(), e.assignment.usage.end());
+    w.usage.assign(e.assignment().usage.begin(), e.assignment().usage.end());
     w.admitted_seq = ++admit_seq_;
     Admission adm;
     adm.cluster_queue = q.spec.name;
-    for (const auto& psa : e.assignment.pod_sets) {
+    for (const auto& psa : e.assignment().pod_sets) {
       PodSetAssignment out;
       out.name = psa.name;
       out.count = psa.count;
@@ -1626,6 +1723,7 @@ class Engine::Impl {
     w.message.clear();
     q.admitted.push_back(e.wl);
     addWorkloadUsage(e.wl);
+    touch(e.cq);
     events_.push_back({Event::Kind::kAdmitted, w.spec.name, q.spec.name, "", "", "", cycles_});
   }
 
@@ -1634,6 +1732,7 @@ class Engine::Impl {
     Cq& q = cqs_[u(w.cq)];
     if (w.state != State::kAdmitted) return;
     removeWorkloadUsage(id);
+    touch(w.cq);
     std::erase(q.admitted, id);
     w.usage.clear();
     w.spec.admission.reset();
@@ -1642,7 +1741,7 @@ class Engine::Impl {
     w.inadmissible = false;
     w.reason = kWaitingForQuota;
     w.message = "preempted; waiting for quota again";
-    q.pending.push_back(id);
+    q.active.insert(id);
     events_.push_back(
         {Event::Kind::kEvicted, w.spec.name, q.spec.name, "Preempted", "", "", cycles_});
     retryInadmissible(w.cq);
@@ -1731,6 +1830,15 @@ class Engine::Impl {
   std::unordered_map<std::string, int> wl_index_;
   std::vector<Event> events_;
   int64_t cycles_ = 0;
+  // Drain mode: each queue's nominations by the head's signature, valid while its tree is
+  // unchanged.
+  struct Memo {
+    int64_t version = -1;
+    std::unordered_map<std::string, std::shared_ptr<const Nomination>> by_signature;
+  };
+  std::vector<Memo> memo_;
+  std::vector<int> root_of_;
+  std::vector<int64_t> tree_version_;
   int64_t admit_seq_ = 0;
 };
 

@@ -31,7 +31,15 @@
 
 namespace purser::fleet {
 
+// kKueue: every cycle nominates every ClusterQueue's head afresh, as Kueue does. kDrain: the same
+// cycles, back to back, but a head whose cohort tree has not changed since its last nomination
+// reuses it (nomination is a pure function of the tree's state and the head), so a backlog in
+// one tree costs nothing while another drains. Both reach the same states; a property test over
+// generated scenarios holds them to it.
+enum class CycleMode { kDrain, kKueue };
+
 struct EngineOptions {
+  CycleMode mode = CycleMode::kDrain;
   bool partial_admission = true;
   bool fair_sharing = false;
   bool priority_sorting_within_cohort = true;

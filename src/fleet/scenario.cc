@@ -55,6 +55,7 @@ Result<json> runScenario(const Scenario& s) {
   world.cluster_queues = s.cluster_queues;
   world.local_queues = s.local_queues;
   EngineOptions options;
+  options.mode = CycleMode::kKueue;  // conformance: Kueue's cycles exactly
   options.partial_admission = s.features.partial_admission;
   options.fair_sharing = s.features.fair_sharing;
   options.priority_sorting_within_cohort = s.features.priority_sorting_within_cohort;

@@ -1,0 +1,254 @@
+// bench/admission: the admission engine alone, in virtual time, on the shapes of Kueue's own
+// scheduler performance tests, and the time of one cycle as pending workloads grow.
+//
+//   admission_bench SHAPE [MODE]      SHAPE: baseline | large; MODE: drain (default) | kueue
+//   admission_bench cycle-scaling     one cycle with 10^3 .. 10^6 pending workloads
+//
+// The shapes (from Kueue's test/performance/scheduler configs): every ClusterQueue has nominal
+// 20 cpu, borrowing limit 100, reclaimWithinCohort Any, withinClusterQueue LowerPriority, and
+// receives three classes of one-pod workloads, created at fixed intervals and running for a
+// fixed time once admitted:
+//   baseline: 5 cohorts x 6 queues; per queue 350 small (1 cpu, every 100 ms, runs 200 ms,
+//             priority 50), 100 medium (5 cpu, every 500 ms, 500 ms, 100), 50 large (20 cpu,
+//             every 1200 ms, 1000 ms, 200): 15,000 workloads.
+//   large:    10 cohorts x 100 queues; per queue 35 small (every 20 ms, runs 50 ms), 10 medium
+//             (every 50 ms, 100 ms), 5 large (every 200 ms, 200 ms): 50,000 workloads.
+// Virtual time jumps from event to event (creations, completions); at each instant the engine
+// schedules until nothing changes. Prints one JSON object.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "fleet/engine.h"
+
+using namespace purser;
+using namespace purser::fleet;
+
+namespace {
+
+struct Class {
+  const char* name;
+  int count;
+  int64_t interval_ms;
+  int64_t runtime_ms;
+  int32_t priority;
+  Amount cpu_milli;
+};
+
+struct Shape {
+  int cohorts;
+  int queues_per_cohort;
+  std::vector<Class> classes;
+};
+
+Shape shapeOf(const std::string& name) {
+  if (name == "large") {
+    return {10,
+            100,
+            {{"small", 35, 20, 50, 50, 1000},
+             {"medium", 10, 50, 100, 100, 5000},
+             {"large", 5, 200, 200, 200, 20000}}};
+  }
+  return {5,
+          6,
+          {{"small", 350, 100, 200, 50, 1000},
+           {"medium", 100, 500, 500, 100, 5000},
+           {"large", 50, 1200, 1000, 200, 20000}}};
+}
+
+World worldOf(const Shape& shape) {
+  World w;
+  w.flavors.push_back({"default", {}, {}, {}});
+  for (int c = 0; c < shape.cohorts; ++c) {
+    for (int q = 0; q < shape.queues_per_cohort; ++q) {
+      ClusterQueue cq;
+      cq.name = "cohort-" + std::to_string(c) + "-cq-" + std::to_string(q);
+      cq.cohort = "cohort-" + std::to_string(c);
+      cq.preemption.within_cluster_queue = WithinClusterQueue::kLowerPriority;
+      cq.preemption.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+      ResourceGroup g;
+      g.covered = {"cpu"};
+      FlavorQuotas fq;
+      fq.flavor = "default";
+      fq.resources["cpu"] = Quota{20000, 100000, std::nullopt};
+      g.flavors.push_back(fq);
+      cq.resource_groups.push_back(g);
+      w.cluster_queues.push_back(cq);
+      w.local_queues.push_back({"ns", cq.name, cq.name});
+    }
+  }
+  w.namespaces["ns"] = {};
+  return w;
+}
+
+Workload workloadOf(const std::string& name, const std::string& queue, const Class& k,
+                    int64_t created_ms) {
+  Workload w;
+  w.name = "ns/" + name;
+  w.namespace_ = "ns";
+  w.local_queue = queue;
+  w.priority = k.priority;
+  w.created_ms = created_ms;
+  PodSet ps;
+  ps.name = "main";
+  ps.count = 1;
+  ps.requests["cpu"] = k.cpu_milli;
+  w.pod_sets.push_back(ps);
+  return w;
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+int runShape(const std::string& shape_name, const std::string& mode) {
+  const Shape shape = shapeOf(shape_name);
+  EngineOptions options;
+  options.mode = mode == "kueue" ? CycleMode::kKueue : CycleMode::kDrain;
+  auto engine = Engine::create(worldOf(shape), options);
+  if (!engine) {
+    std::fprintf(stderr, "%s\n", engine.error().message.c_str());
+    return 1;
+  }
+  // Events in virtual time: (time, kind 0 = finish first, 1 = create, index).
+  struct Pending {
+    int64_t at;
+    int kind;
+    int64_t index;
+    int64_t generation = 0;  // a finish is stale once its admission was preempted
+    bool operator>(const Pending& o) const {
+      return at != o.at ? at > o.at : (kind != o.kind ? kind > o.kind : index > o.index);
+    }
+  };
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>> events;
+  std::vector<Workload> workloads;
+  std::vector<int64_t> runtime;
+  std::vector<int64_t> generation;
+  for (int c = 0; c < shape.cohorts; ++c) {
+    for (int q = 0; q < shape.queues_per_cohort; ++q) {
+      const std::string queue = "cohort-" + std::to_string(c) + "-cq-" + std::to_string(q);
+      for (const auto& k : shape.classes) {
+        for (int i = 0; i < k.count; ++i) {
+          const int64_t at = k.interval_ms * i;
+          workloads.push_back(
+              workloadOf(queue + "-" + k.name + "-" + std::to_string(i), queue, k, at));
+          runtime.push_back(k.runtime_ms);
+          generation.push_back(0);
+          events.push({at, 1, static_cast<int64_t>(workloads.size()) - 1});
+        }
+      }
+    }
+  }
+  std::map<std::string, int64_t> index_of;
+  for (size_t i = 0; i < workloads.size(); ++i)
+    index_of[workloads[i].name] = static_cast<int64_t>(i);
+  int64_t admissions = 0, preemptions = 0, finished = 0, now = 0;
+  std::chrono::steady_clock::duration engine_time{0};
+  while (!events.empty()) {
+    now = events.top().at;
+    const auto started = std::chrono::steady_clock::now();
+    while (!events.empty() && events.top().at == now) {
+      const Pending e = events.top();
+      events.pop();
+      if (e.kind == 1) {
+        (void)(*engine)->submit(workloads[static_cast<size_t>(e.index)]);
+      } else if (e.generation == generation[static_cast<size_t>(e.index)] &&
+                 (*engine)->finish(workloads[static_cast<size_t>(e.index)].name)) {
+        ++finished;
+      }
+    }
+    CycleResult r = (*engine)->runUntilStable();
+    engine_time += std::chrono::steady_clock::now() - started;
+    admissions += static_cast<int64_t>(r.admitted.size());
+    preemptions += static_cast<int64_t>(r.preempted.size());
+    for (const auto& [name, reason] : r.preempted)
+      ++generation[static_cast<size_t>(index_of[name])];
+    for (const auto& name : r.admitted) {
+      const int64_t i = index_of[name];
+      // Admitted (again, after a preemption) at this instant: it runs its whole time from now.
+      events.push(
+          {now + runtime[static_cast<size_t>(i)], 0, i, generation[static_cast<size_t>(i)]});
+    }
+  }
+  const double secs = seconds(engine_time);
+  std::printf(
+      "{\"shape\": \"%s\", \"mode\": \"%s\", \"cluster_queues\": %d, \"workloads\": %zu, "
+      "\"admissions\": %lld, \"preemptions\": %lld, \"finished\": %lld, \"cycles\": %lld, "
+      "\"virtual_seconds\": %.3f, \"engine_seconds\": %.3f, \"admissions_per_second\": %.0f}\n",
+      shape_name.c_str(), mode.c_str(), shape.cohorts * shape.queues_per_cohort, workloads.size(),
+      static_cast<long long>(admissions), static_cast<long long>(preemptions),
+      static_cast<long long>(finished), static_cast<long long>((*engine)->cycles()),
+      static_cast<double>(now) / 1000.0, secs, static_cast<double>(admissions) / secs);
+  return finished == static_cast<int64_t>(workloads.size()) ? 0 : 1;
+}
+
+// One cycle's time with N pending workloads spread over the large shape's queues, all of them
+// full, so every queue's head is tried and fails (a deep backlog), in both modes. Kueue mode
+// nominates every head afresh; drain mode answers heads that ask what an earlier one asked from
+// its memo. Submitting the N workloads is timed too.
+int cycleScaling() {
+  const Shape shape = shapeOf("large");
+  const int queues = shape.cohorts * shape.queues_per_cohort;
+  const auto queueName = [&](int q) {
+    return "cohort-" + std::to_string(q / shape.queues_per_cohort) + "-cq-" +
+           std::to_string(q % shape.queues_per_cohort);
+  };
+  std::printf("[");
+  bool first = true;
+  for (int64_t n : {1000, 10000, 100000, 1000000}) {
+    for (const char* mode : {"drain", "kueue"}) {
+      EngineOptions options;
+      options.mode = std::string(mode) == "kueue" ? CycleMode::kKueue : CycleMode::kDrain;
+      auto engine = Engine::create(worldOf(shape), options);
+      if (!engine) return 1;
+      for (int q = 0; q < queues; ++q) {
+        // Fill every queue to its borrowing limit so nothing more fits.
+        Workload w = workloadOf(queueName(q) + "-filler", queueName(q),
+                                {"filler", 1, 0, 0, 1000, 120000}, 0);
+        Admission a;
+        a.cluster_queue = queueName(q);
+        a.pod_sets.push_back({"main", 1, {{"cpu", "default"}}, {{"cpu", 120000}}});
+        w.admission = a;
+        if (!(*engine)->addAdmitted(w)) return 1;
+      }
+      const auto submit_started = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < n; ++i) {
+        const int q = static_cast<int>(i % queues);
+        (void)(*engine)->submit(
+            workloadOf("w" + std::to_string(i), queueName(q), {"w", 1, 0, 0, 10, 5000}, i));
+      }
+      const double submit = seconds(std::chrono::steady_clock::now() - submit_started);
+      // Each cycle parks one head per queue; measure while every queue still has heads left.
+      const int64_t rounds = std::max<int64_t>(1, std::min<int64_t>(5, n / queues));
+      const auto started = std::chrono::steady_clock::now();
+      int64_t heads = 0;
+      for (int64_t i = 0; i < rounds; ++i) {
+        (*engine)->cycle();
+        heads += std::min<int64_t>(queues, n - i * queues);
+      }
+      const double per_cycle =
+          seconds(std::chrono::steady_clock::now() - started) / static_cast<double>(rounds);
+      std::printf(
+          "%s{\"pending\": %lld, \"mode\": \"%s\", \"cluster_queues\": %d, "
+          "\"heads_per_cycle\": %lld, \"seconds_per_cycle\": %.6f, \"submit_seconds\": %.3f}",
+          first ? "" : ",\n ", static_cast<long long>(n), mode, queues,
+          static_cast<long long>(heads / rounds), per_cycle, submit);
+      first = false;
+      std::fflush(stdout);
+    }
+  }
+  std::printf("]\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string what = argc > 1 ? argv[1] : "baseline";
+  if (what == "cycle-scaling") return cycleScaling();
+  return runShape(what, argc > 2 ? argv[2] : "drain");
+}
