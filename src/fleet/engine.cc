@@ -131,6 +131,7 @@ class Engine::Impl {
     std::vector<std::pair<int, Amount>> usage;  // per FR while admitted
     std::string reason, message;
     std::string signature;  // what nomination depends on (drain mode's memo key)
+    bool held = false;      // kept out of admission from outside (hold())
   };
 
   // One pod set's flavors.
@@ -587,7 +588,7 @@ class Engine::Impl {
         std::vector<int> still;
         for (int id : q.parked) {
           Wl& w = wls_[u(id)];
-          if (namespaceMatches(nodes_[u(n)].cq, w.spec.namespace_)) {
+          if (!w.held && namespaceMatches(nodes_[u(n)].cq, w.spec.namespace_)) {
             w.inadmissible = false;
             q.active.insert(id);
           } else {
@@ -1815,6 +1816,227 @@ class Engine::Impl {
     return out;
   }
 
+  Result<int> pendingId(const std::string& name) const {
+    auto it = wl_index_.find(name);
+    if (it == wl_index_.end() || wls_[u(it->second)].state == State::kFinished) {
+      return fail(Error(ErrorCode::kNotFound, fmt::format("no workload named \"{}\"", name)));
+    }
+    return it->second;
+  }
+
+  Result<void> hold(const std::string& name, const std::string& reason,
+                    const std::string& message) {
+    const int id = PURSER_TRY_VALUE(pendingId(name));
+    Wl& w = wls_[u(id)];
+    if (w.state != State::kPending) return {};
+    w.held = true;
+    w.reason = reason;
+    w.message = message;
+    Cq& q = cqs_[u(w.cq)];
+    if (q.sticky == id) q.sticky = -1;
+    setParked(id, true);
+    return {};
+  }
+
+  Result<void> release(const std::string& name) {
+    const int id = PURSER_TRY_VALUE(pendingId(name));
+    Wl& w = wls_[u(id)];
+    if (!w.held) return {};
+    w.held = false;
+    if (w.state == State::kPending) setParked(id, false);
+    return {};
+  }
+
+  std::vector<QueueStatus> queues() const {
+    // Borrowed capacity in each tree, attributed to the queues lending it in proportion to what
+    // each has idle and lendable.
+    std::vector<std::vector<Amount>> borrowed_in(nodes_.size(), std::vector<Amount>(u(nfr_), 0));
+    std::vector<std::vector<Amount>> lendable_in(nodes_.size(), std::vector<Amount>(u(nfr_), 0));
+    const auto lendable = [&](const Node& n, int f) {
+      const Amount idle = std::max<Amount>(0, n.nominal[u(f)] - n.usage[u(f)]);
+      return n.ll[u(f)] == kNone ? idle : std::min(idle, n.ll[u(f)]);
+    };
+    for (const auto& q : cqs_) {
+      const Node& n = nodes_[u(q.node)];
+      const size_t root = u(root_of_[u(q.node)]);
+      for (int f = 0; f < nfr_; ++f) {
+        borrowed_in[root][u(f)] += std::max<Amount>(0, n.usage[u(f)] - n.nominal[u(f)]);
+        lendable_in[root][u(f)] += lendable(n, f);
+      }
+    }
+    std::vector<QueueStatus> out;
+    for (const auto& q : cqs_) {
+      const Node& n = nodes_[u(q.node)];
+      const size_t root = u(root_of_[u(q.node)]);
+      QueueStatus st;
+      st.name = q.spec.name;
+      st.cohort = q.spec.cohort;
+      st.pending = static_cast<int64_t>(q.active.size() + q.parked.size());
+      st.admitted = static_cast<int64_t>(q.admitted.size());
+      for (const auto& g : q.spec.resource_groups) {
+        for (const auto& fq : g.flavors) {
+          for (const auto& res : g.covered) {
+            const int f = frOf(fq.flavor, res);
+            if (f < 0) continue;
+            QueueStatus::Usage use;
+            use.flavor = fq.flavor;
+            use.resource = res;
+            use.nominal = n.nominal[u(f)];
+            if (n.bl[u(f)] != kNone) use.borrowing_limit = n.bl[u(f)];
+            if (n.ll[u(f)] != kNone) use.lending_limit = n.ll[u(f)];
+            use.usage = n.usage[u(f)];
+            use.borrowed = std::max<Amount>(0, n.usage[u(f)] - n.nominal[u(f)]);
+            const Amount mine = lendable(n, f);
+            const Amount pool = lendable_in[root][u(f)];
+            const Amount want = borrowed_in[root][u(f)];
+            use.lent =
+                pool == 0
+                    ? 0
+                    : std::min<Amount>(
+                          mine, static_cast<Amount>(static_cast<__int128>(want) * mine / pool));
+            use.available = cqAvailable(static_cast<int>(&q - cqs_.data()), f);
+            st.usage.push_back(std::move(use));
+          }
+        }
+      }
+      out.push_back(std::move(st));
+    }
+    return out;
+  }
+
+  // Why `name` is where it is, recomputed against the current state.
+  Result<nlohmann::json> explain(const std::string& name) {
+    using nlohmann::json;
+    auto it = wl_index_.find(name);
+    if (it == wl_index_.end()) {
+      return fail(Error(ErrorCode::kNotFound, fmt::format("no workload named \"{}\"", name)));
+    }
+    const int id = it->second;
+    Wl& w = wls_[u(id)];
+    const Cq& q = cqs_[u(w.cq)];
+    json out = {{"workload", w.spec.name},
+                {"cluster_queue", q.spec.name},
+                {"local_queue", w.spec.local_queue},
+                {"priority", w.spec.priority}};
+    if (w.state == State::kFinished) {
+      out["state"] = "finished";
+      return out;
+    }
+    if (w.state == State::kAdmitted) {
+      out["state"] = "admitted";
+      return out;
+    }
+    out["state"] = "pending";
+    out["reason"] = w.reason.empty() ? json("NotYetAttempted") : json(w.reason);
+    out["message"] = w.message;
+    out["held"] = w.held;
+    out["inadmissible"] = w.inadmissible;
+    int64_t ahead = 0;
+    if (!w.inadmissible) {
+      for (int other : q.active) {
+        if (other == id) break;
+        ++ahead;
+      }
+    }
+    out["ahead_in_queue"] = ahead;
+    if (q.spec.stop_policy != StopPolicy::kNone) {
+      out["stopped"] = "the ClusterQueue is stopped (stopPolicy); nothing is admitted from it";
+    }
+    if (!namespaceMatches(w.cq, w.spec.namespace_)) {
+      out["namespace_mismatch"] =
+          fmt::format("namespace \"{}\" is not selected by ClusterQueue \"{}\"", w.spec.namespace_,
+                      q.spec.name);
+    }
+    json pod_sets = json::array();
+    for (const auto& ps : w.spec.pod_sets) {
+      json flavors = json::array();
+      for (const auto& [res, per_pod] : ps.requests) {
+        auto g = q.group_of.find(res);
+        if (g == q.group_of.end()) {
+          flavors.push_back({{"resource", res},
+                             {"verdict", "not covered"},
+                             {"detail", fmt::format("ClusterQueue \"{}\" has no quota for {}",
+                                                    q.spec.name, res)}});
+          continue;
+        }
+        for (const auto& fq : q.spec.resource_groups[u(g->second)].flavors) {
+          const ResourceFlavor& flavor = world_.flavors[u(flavor_index_.at(fq.flavor))];
+          std::string mismatch;
+          json entry = {{"flavor", fq.flavor}, {"resource", res}};
+          if (!flavorMatches(flavor, ps, &mismatch)) {
+            entry["verdict"] = "does not match";
+            entry["detail"] = mismatch;
+            flavors.push_back(std::move(entry));
+            continue;
+          }
+          const int f = frOf(fq.flavor, res);
+          const Node& n = nodes_[u(q.node)];
+          const Amount requested = per_pod * ps.count;
+          const Amount available = cqAvailable(w.cq, f);
+          const Amount idle_own = std::max<Amount>(0, n.nominal[u(f)] - n.usage[u(f)]);
+          const Amount most = potential(q.node, f);
+          entry["requested"] = requested;
+          entry["nominal"] = n.nominal[u(f)];
+          entry["in_use"] = n.usage[u(f)];
+          entry["available"] = available;
+          entry["borrowable"] = std::max<Amount>(0, available - idle_own);
+          entry["at_most"] = most;
+          if (requested <= available) {
+            entry["verdict"] = "fits";
+          } else if (requested <= most) {
+            entry["verdict"] = "needs preemption or released quota";
+          } else {
+            entry["verdict"] = "never fits";
+          }
+          flavors.push_back(std::move(entry));
+        }
+      }
+      pod_sets.push_back({{"name", ps.name},
+                          {"count", ps.count},
+                          {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
+                          {"flavors", std::move(flavors)}});
+    }
+    out["pod_sets"] = std::move(pod_sets);
+    // What preemption would take, and what the queue's policy allows.
+    const PreemptionPolicy& p = q.spec.preemption;
+    json preemption = {
+        {"within_cluster_queue", p.within_cluster_queue == WithinClusterQueue::kNever ? "Never"
+                                 : p.within_cluster_queue == WithinClusterQueue::kLowerPriority
+                                     ? "LowerPriority"
+                                     : "LowerOrNewerEqualPriority"},
+        {"reclaim_within_cohort", p.reclaim_within_cohort == ReclaimWithinCohort::kNever ? "Never"
+                                  : p.reclaim_within_cohort == ReclaimWithinCohort::kAny
+                                      ? "Any"
+                                      : "LowerPriority"},
+        {"borrow_within_cohort",
+         p.borrow_within_cohort == BorrowWithinCohort::kNever ? "Never" : "LowerPriority"}};
+    if (q.spec.stop_policy == StopPolicy::kNone && !w.held) {
+      auto [a, targets] = initialAssignment(w, w.cq);
+      preemption["mode"] = a.mode == AssignMode::kFit       ? "fit"
+                           : a.mode == AssignMode::kPreempt ? "preempt"
+                                                            : "no fit";
+      json victims = json::array();
+      for (const auto& t : targets) {
+        victims.push_back({{"workload", wls_[u(t.wl)].spec.name},
+                           {"cluster_queue", cqs_[u(wls_[u(t.wl)].cq)].spec.name},
+                           {"priority", wls_[u(t.wl)].spec.priority},
+                           {"reason", preemptionReason(t.variant)}});
+      }
+      preemption["would_preempt"] = std::move(victims);
+      if (a.mode == AssignMode::kPreempt && targets.empty()) {
+        preemption["why_not"] = fmt::format(
+            "no set of workloads this queue's policy lets it preempt frees enough quota "
+            "(withinClusterQueue {}, reclaimWithinCohort {}, borrowWithinCohort {})",
+            preemption["within_cluster_queue"].get<std::string>(),
+            preemption["reclaim_within_cohort"].get<std::string>(),
+            preemption["borrow_within_cohort"].get<std::string>());
+      }
+      if (!a.message.empty()) preemption["assignment"] = a.message;
+    }
+    out["preemption"] = std::move(preemption);
+    return out;
+  }
+
   World world_;
   EngineOptions options_;
   std::unordered_map<std::string, int> flavor_index_;
@@ -1866,6 +2088,13 @@ std::optional<WorkloadStatus> Engine::status(const std::string& name) const {
   return impl_->status(name);
 }
 std::vector<std::string> Engine::workloadNames() const { return impl_->workloadNames(); }
+Result<void> Engine::hold(const std::string& name, const std::string& reason,
+                          const std::string& message) {
+  return impl_->hold(name, reason, message);
+}
+Result<void> Engine::release(const std::string& name) { return impl_->release(name); }
+std::vector<QueueStatus> Engine::queues() const { return impl_->queues(); }
+Result<nlohmann::json> Engine::explain(const std::string& name) { return impl_->explain(name); }
 const std::vector<Event>& Engine::events() const { return impl_->events_; }
 int64_t Engine::cycles() const { return impl_->cycles_; }
 

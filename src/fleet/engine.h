@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 #include "fleet/model.h"
 
@@ -78,6 +80,25 @@ struct WorkloadStatus {
   bool attempted = false;  // was ever considered by a cycle
 };
 
+struct QueueStatus {
+  struct Usage {
+    std::string flavor;
+    std::string resource;
+    Amount nominal = 0;
+    std::optional<Amount> borrowing_limit;
+    std::optional<Amount> lending_limit;
+    Amount usage = 0;
+    Amount borrowed = 0;   // usage above nominal
+    Amount lent = 0;       // idle lendable quota others borrow, attributed pro rata in the tree
+    Amount available = 0;  // what a new workload could use now, borrowing included
+  };
+  std::string name;
+  std::string cohort;
+  int64_t pending = 0;
+  int64_t admitted = 0;
+  std::vector<Usage> usage;
+};
+
 // The outcome of one cycle.
 struct CycleResult {
   std::vector<std::string> admitted;
@@ -118,6 +139,17 @@ class Engine {
   // The victims Kueue would choose for `incoming` in its ClusterQueue with the given flavors.
   Result<std::vector<std::pair<std::string, std::string>>> preemptionTargets(
       const Workload& incoming, const std::string& cluster_queue, const GivenAssignment& given);
+
+  // Keeps a pending workload out of admission (a budget gate, say) with this reason and
+  // message, until release(). Admitted workloads are not touched.
+  Result<void> hold(const std::string& name, const std::string& reason, const std::string& message);
+  Result<void> release(const std::string& name);
+
+  // Every ClusterQueue's quota and usage per flavor and resource.
+  std::vector<QueueStatus> queues() const;
+  // Why a workload is where it is: per pod set, flavor and resource what it asks for, what the
+  // queue has and could borrow, and what preemption would take or why it may not.
+  Result<nlohmann::json> explain(const std::string& name);
 
   std::optional<WorkloadStatus> status(const std::string& name) const;
   std::vector<std::string> workloadNames() const;
