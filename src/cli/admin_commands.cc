@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -75,8 +76,10 @@ void printTable(const json& rows, const std::vector<std::pair<std::string, std::
 
 // Runs one API call and prints its result; returns the exit code.
 // `must_be_ok`: a reply whose "ok" is false exits 3 (audit verification for scripts).
+// `text`: a body sent as it is (a YAML file) instead of `body`.
 int run(const Globals& g, const std::string& method, const std::string& path, const json& body,
-        const std::vector<std::pair<std::string, std::string>>& columns, bool must_be_ok = false) {
+        const std::vector<std::pair<std::string, std::string>>& columns, bool must_be_ok = false,
+        const std::optional<std::string>& text = std::nullopt) {
   const char* key = std::getenv("PURSER_KEY");
   if (key == nullptr || *key == '\0') {
     std::cerr << "purser: set PURSER_KEY to your API key\n";
@@ -88,7 +91,8 @@ int run(const Globals& g, const std::string& method, const std::string& path, co
     server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
   }
   ApiClient client(server, key);
-  auto reply = client.call(method, path, body);
+  auto reply = text ? client.callText(method, path, *text, "application/yaml")
+                    : client.call(method, path, body);
   if (!reply) {
     std::cerr << "purser: " << reply.error().message << "\n";
     return 1;
@@ -105,6 +109,13 @@ int run(const Globals& g, const std::string& method, const std::string& path, co
   const json& data = reply->body.is_object() && reply->body.contains("data")
                          ? reply->body["data"]
                          : json::array({reply->body});
+  if (columns.size() == 1 && columns[0].first.empty()) {
+    // A list of sentences, one per line.
+    for (const auto& line : reply->body.value(columns[0].second, json::array())) {
+      std::cout << (line.is_string() ? line.get<std::string>() : line.dump()) << "\n";
+    }
+    return verdict;
+  }
   printTable(data, columns);
   if (reply->body.is_object() && reply->body.contains("key")) {
     std::cout << "\nkey (shown once; store it now): " << reply->body["key"].get<std::string>()
@@ -192,6 +203,191 @@ const std::vector<std::pair<std::string, std::string>> kAuditColumns = {
     {"ROLE", "actor_role"}, {"ACTION", "action"}, {"TARGET", "target"}};
 
 }  // namespace
+
+// Reads a whole file for sending; nullopt (with a message) if it cannot be read.
+std::optional<std::string> readFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << "purser: cannot read " << path << "\n";
+    return std::nullopt;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// "team-a/train-1" -> "/team-a/train-1" with both parts encoded; nullopt (with a message) if the
+// name is not NAMESPACE/NAME.
+std::optional<std::string> workloadPath(const std::string& name) {
+  const size_t slash = name.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == name.size() ||
+      name.find('/', slash + 1) != std::string::npos) {
+    std::cerr << "purser: name the workload as NAMESPACE/NAME, e.g. team-a/train-1\n";
+    return std::nullopt;
+  }
+  return "/" + encode(name.substr(0, slash)) + "/" + encode(name.substr(slash + 1));
+}
+
+const std::vector<std::pair<std::string, std::string>> kWorkloadColumns = {
+    {"NAME", "name"},
+    {"STATE", "state"},
+    {"QUEUE", "queue"},
+    {"CLUSTER QUEUE", "cluster_queue"},
+    {"PRIORITY", "priority"},
+    {"REASON", "reason"},
+    {"GPU CHARGED", "gpu_charged"},
+    {"SUBMITTED", "submitted_at"}};
+
+template <typename Common>
+void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, const Common& common,
+                           int& code) {
+  {
+    auto file = std::make_shared<std::string>();
+    CLI::App* submit = root.add_subcommand(
+        "submit", "Submit a workload (Kueue's Workload object or the short form, YAML or JSON)");
+    submit->add_option("-f,--file", *file, "The workload file")->required();
+    common(submit);
+    submit->callback([g, file, &code] {
+      auto text = readFile(*file);
+      if (!text) {
+        code = 2;
+        return;
+      }
+      code = run(*g, "POST", "/api/v1/workloads", nullptr, kWorkloadColumns, false, *text);
+    });
+  }
+  {
+    CLI::App* cmd = root.add_subcommand("workloads", "List, show and delete workloads");
+    struct W {
+      std::string namespace_, state, name;
+    };
+    auto w = std::make_shared<W>();
+    cmd->add_option("--namespace", w->namespace_, "Only this namespace (team)");
+    cmd->add_option("--state", w->state, "Only pending, admitted or finished ones")
+        ->check(CLI::IsMember({"pending", "admitted", "finished"}));
+    common(cmd);
+    cmd->callback([g, w, cmd, &code] {
+      if (!cmd->get_subcommands().empty()) return;
+      code = run(*g, "GET",
+                 "/api/v1/workloads" + query({{"namespace", w->namespace_}, {"state", w->state}}),
+                 nullptr, kWorkloadColumns);
+    });
+    CLI::App* get = cmd->add_subcommand("get", "One workload, in full");
+    get->add_option("name", w->name, "NAMESPACE/NAME")->required();
+    common(get);
+    get->callback([g, w, &code] {
+      auto path = workloadPath(w->name);
+      code = path ? run(*g, "GET", "/api/v1/workloads" + *path, nullptr, kWorkloadColumns) : 2;
+    });
+    CLI::App* del = cmd->add_subcommand("delete", "Finish a workload: its quota is released");
+    del->add_option("name", w->name, "NAMESPACE/NAME")->required();
+    common(del);
+    del->callback([g, w, &code] {
+      auto path = workloadPath(w->name);
+      code = path ? run(*g, "DELETE", "/api/v1/workloads" + *path, nullptr, kWorkloadColumns) : 2;
+    });
+  }
+  {
+    CLI::App* queues = root.add_subcommand("queues", "ClusterQueues: quota, usage, borrowing");
+    common(queues);
+    queues->callback([g, &code] {
+      const char* key = std::getenv("PURSER_KEY");
+      if (g->output == "json" || key == nullptr) {
+        code = run(*g, "GET", "/api/v1/queues", nullptr, {{"NAME", "name"}});
+        return;
+      }
+      // One row per queue, flavor and resource.
+      std::string server = g->server;
+      if (server.empty()) {
+        const char* env = std::getenv("PURSER_SERVER");
+        server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
+      }
+      ApiClient client(server, key);
+      auto reply = client.call("GET", "/api/v1/queues");
+      if (!reply || reply->status >= 400) {
+        std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message)
+                  << "\n";
+        code = 1;
+        return;
+      }
+      json rows = json::array();
+      for (const auto& q : reply->body.value("data", json::array())) {
+        for (const auto& r : q.value("resources", json::array())) {
+          json row = r;
+          row["name"] = q["name"];
+          row["cohort"] = q["cohort"];
+          row["pending"] = q["pending"];
+          row["admitted"] = q["admitted"];
+          rows.push_back(row);
+        }
+      }
+      printTable(rows, {{"CLUSTER QUEUE", "name"},
+                        {"COHORT", "cohort"},
+                        {"FLAVOR", "flavor"},
+                        {"RESOURCE", "resource"},
+                        {"NOMINAL", "nominal"},
+                        {"USAGE", "usage"},
+                        {"BORROWED", "borrowed"},
+                        {"LENT", "lent"},
+                        {"AVAILABLE", "available"},
+                        {"PENDING", "pending"},
+                        {"ADMITTED", "admitted"}});
+      code = 0;
+    });
+  }
+  {
+    auto name = std::make_shared<std::string>();
+    CLI::App* why = root.add_subcommand("why", "Why a workload is pending, in words");
+    why->add_option("name", *name, "NAMESPACE/NAME")->required();
+    common(why);
+    why->callback([g, name, &code] {
+      auto path = workloadPath(*name);
+      code = path ? run(*g, "GET", "/api/v1/workloads" + *path + "/why", nullptr,
+                        {{"", "explanation"}})
+                  : 2;
+    });
+  }
+  {
+    CLI::App* cmd = root.add_subcommand("fleet", "The fleet's Kueue objects and events");
+    cmd->require_subcommand(1);
+    auto file = std::make_shared<std::string>();
+    CLI::App* apply = cmd->add_subcommand(
+        "apply",
+        "Apply Kueue manifests: ResourceFlavor, Cohort, ClusterQueue, LocalQueue, "
+        "WorkloadPriorityClass (platform admins)");
+    apply->add_option("-f,--file", *file, "A YAML stream of kueue.x-k8s.io objects")->required();
+    common(apply);
+    apply->callback([g, file, &code] {
+      auto text = readFile(*file);
+      if (!text) {
+        code = 2;
+        return;
+      }
+      code = run(*g, "POST", "/api/v1/fleet/manifests", nullptr,
+                 {{"FLAVORS", "applied.resource_flavors"},
+                  {"COHORTS", "applied.cohorts"},
+                  {"CLUSTER QUEUES", "applied.cluster_queues"},
+                  {"LOCAL QUEUES", "applied.local_queues"},
+                  {"PRIORITY CLASSES", "applied.workload_priority_classes"},
+                  {"WARNINGS", "warnings"}},
+                 false, *text);
+    });
+    auto workload = std::make_shared<std::string>();
+    CLI::App* events = cmd->add_subcommand("events", "Admissions, preemptions and evictions");
+    events->add_option("--workload", *workload, "Only this workload (NAMESPACE/NAME)");
+    common(events);
+    events->callback([g, workload, &code] {
+      code = run(*g, "GET", "/api/v1/fleet/events" + query({{"workload", *workload}}), nullptr,
+                 {{"AT", "at"},
+                  {"KIND", "kind"},
+                  {"WORKLOAD", "workload"},
+                  {"CLUSTER QUEUE", "cluster_queue"},
+                  {"REASON", "reason"},
+                  {"BY", "by"},
+                  {"MESSAGE", "message"}});
+    });
+  }
+}
 
 void registerAdminCommands(CLI::App& root, int& exit_code) {
   auto g = std::make_shared<Globals>();
@@ -492,6 +688,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
                  /*must_be_ok=*/true);
     });
   }
+  registerFleetCommands(root, g, common, code);
 }
 
 }  // namespace purser::cli

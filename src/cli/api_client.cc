@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include <optional>
+
 #include <fmt/format.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -28,14 +30,20 @@ class ApiClient::Impl {
 
   Result<ApiReply> call(const std::string& method, const std::string& path,
                         const nlohmann::json& body) {
+    if (body.is_null()) return send(method, path, std::nullopt, "");
+    return send(method, path, body.dump(), "application/json");
+  }
+
+  Result<ApiReply> send(const std::string& method, const std::string& path,
+                        const std::optional<std::string>& body, const std::string& content_type) {
     http::ClientRequest req;
     req.method = http::parseMethod(method);
     req.url = server_ + path;
     req.headers.add("Authorization", "Bearer " + key_);
     req.headers.add("Accept", "application/json");
-    if (!body.is_null()) {
-      req.headers.add("Content-Type", "application/json");
-      req.body = body.dump();
+    if (body) {
+      req.headers.add("Content-Type", content_type);
+      req.body = *body;
     }
     auto future =
         boost::asio::co_spawn(context_, client_.request(std::move(req)), boost::asio::use_future);
@@ -67,6 +75,11 @@ ApiClient::~ApiClient() = default;
 Result<ApiReply> ApiClient::call(const std::string& method, const std::string& path,
                                  const nlohmann::json& body) {
   return impl_->call(method, path, body);
+}
+
+Result<ApiReply> ApiClient::callText(const std::string& method, const std::string& path,
+                                     const std::string& body, const std::string& content_type) {
+  return impl_->send(method, path, body, content_type);
 }
 
 std::string describeProblem(const ApiReply& reply) {

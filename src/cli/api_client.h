@@ -25,6 +25,9 @@ class ApiClient {
   // Any HTTP status is a reply; only failing to talk to the server at all is an error.
   Result<ApiReply> call(const std::string& method, const std::string& path,
                         const nlohmann::json& body = nullptr);
+  // The same with a body sent as it is (a YAML file, say), with its content type.
+  Result<ApiReply> callText(const std::string& method, const std::string& path,
+                            const std::string& body, const std::string& content_type);
 
  private:
   class Impl;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -225,6 +226,17 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     if (!url.empty() && !url.starts_with("http://") && !url.starts_with("https://")) {
       reader.addError(top.get("alerts")["webhook_url"], "alerts.webhook_url",
                       "expected an http:// or https:// URL");
+    }
+  }
+  if (top.present("fleet")) {
+    YamlReader::Map fleet = top.map("fleet");
+    fleet.optionalStrings("manifests", cfg.fleet.manifests);
+    fleet.optionalChoice("cycle_mode", cfg.fleet.cycle_mode, {"drain", "kueue"});
+    fleet.optional("metering_interval", cfg.fleet.metering_interval, std::chrono::seconds(1));
+    fleet.finish();
+    const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
+    for (auto& m : cfg.fleet.manifests) {
+      if (std::filesystem::path(m).is_relative()) m = (base / m).string();
     }
   }
   if (top.present("console")) {

@@ -92,6 +92,14 @@ struct GpuPriceConfig {
   Money per_gpu_hour;
 };
 
+// The fleet: Kueue manifests (ResourceFlavor, ClusterQueue, LocalQueue, Cohort,
+// WorkloadPriorityClass) loaded at start, before those applied through the API.
+struct FleetConfig {
+  std::vector<std::string> manifests;  // files, relative to the configuration file
+  std::string cycle_mode = "drain";    // drain, or kueue (one head per ClusterQueue per cycle)
+  Duration metering_interval = std::chrono::seconds(60);  // GPU time charged at least this often
+};
+
 struct Config {
   std::string file;    // where this configuration was read from
   std::string listen;  // "host:port" as written
@@ -108,6 +116,7 @@ struct Config {
   AlertsConfig alerts;
   std::vector<ProviderConfig> providers;
   std::vector<RouteConfig> routes;
+  FleetConfig fleet;
 };
 
 // Command-line values that replace the file's (and satisfy `listen` when the file has none).

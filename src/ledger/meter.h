@@ -75,6 +75,10 @@ class Meter {
   void reserve(UsageEvent draft, std::vector<std::string> wallet_ids, Money amount, Duration lease,
                std::function<void(Result<void>)> done);
   void settle(UsageEvent event, std::function<void(Result<Settlement>)> done);
+  // Usage known only after it ran (GPU time already used): charges `wallet_ids` in memory now,
+  // idempotently by event id, and returns the write that records the event and its charges, for
+  // the caller to commit together with its own state so both are durable or neither is.
+  Result<store::TxFn> charge(UsageEvent event, std::vector<std::string> wallet_ids);
   // Drops a reservation whose work never ran; the intent is removed in the background.
   Result<void> release(const std::string& event_id);
   // Charges every leftover intent by the recovery rule; returns how many were recovered.

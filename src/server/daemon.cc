@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/admin_api.h"
+#include "api/fleet_api.h"
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/id.h"
@@ -222,6 +225,21 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   services.provider_keys = &provider_keys;
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
+  // The fleet: the configured Kueue manifests, then what was applied and submitted since.
+  api::FleetOptions fleet_options;
+  fleet_options.mode =
+      config.fleet.cycle_mode == "kueue" ? fleet::CycleMode::kKueue : fleet::CycleMode::kDrain;
+  fleet_options.metering_interval = config.fleet.metering_interval;
+  for (const auto& file : config.fleet.manifests) {
+    std::ifstream in(file);
+    if (!in) return fail(invalidArgument(fmt::format("fleet.manifests: cannot read {}", file)));
+    std::ostringstream text;
+    text << in.rdbuf();
+    fleet_options.manifests.emplace_back(file, text.str());
+  }
+  auto fleet = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_options)));
+  for (const auto& w : fleet->warnings()) spdlog::warn("fleet: {}", w);
+  PURSER_TRY(fleet->addRoutes(router));
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
 
   server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics);
@@ -295,6 +313,18 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       };
   lease_timer.expires_after(std::chrono::seconds(1));
   lease_timer.async_wait(expire_leases);
+
+  // The fleet meters GPU time that is due and re-checks budget holds every second.
+  boost::asio::steady_timer fleet_timer(workers.context(0));
+  std::function<void(const boost::system::error_code&)> fleet_tick =
+      [&](const boost::system::error_code& ec) {
+        if (ec) return;
+        fleet->tick();
+        fleet_timer.expires_after(std::chrono::seconds(1));
+        fleet_timer.async_wait(fleet_tick);
+      };
+  fleet_timer.expires_after(std::chrono::seconds(1));
+  fleet_timer.async_wait(fleet_tick);
 
   workers.start();
   spdlog::info("{} serving on {} with {} worker(s); data in {}", cli::versionLine(), server->url(),

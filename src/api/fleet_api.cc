@@ -1,0 +1,1139 @@
+#include "api/fleet_api.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "api/problem.h"
+#include "common/quantity.h"
+#include "fleet/manifest.h"
+#include "ledger/price.h"
+
+namespace purser::api {
+
+namespace asio = boost::asio;
+using fleet::Amount;
+using fleet::Workload;
+using http::Method;
+using http::Request;
+using http::Response;
+using identity::Principal;
+using identity::Role;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<store::Migration> kFleetMigrations = {
+    {1, "fleet workloads, applied manifests and events",
+     "CREATE TABLE fleet_workloads (name TEXT PRIMARY KEY, seq INTEGER NOT NULL,"
+     " state TEXT NOT NULL, record TEXT NOT NULL, updated_at TEXT NOT NULL);"
+     "CREATE TABLE fleet_manifests (seq INTEGER PRIMARY KEY, applied_at TEXT NOT NULL,"
+     " actor TEXT NOT NULL, file TEXT NOT NULL, text TEXT NOT NULL);"
+     "CREATE TABLE fleet_events (id INTEGER PRIMARY KEY, at TEXT NOT NULL, kind TEXT NOT NULL,"
+     " workload TEXT NOT NULL, cluster_queue TEXT NOT NULL, reason TEXT NOT NULL,"
+     " message TEXT NOT NULL, by_workload TEXT NOT NULL, tenant_id TEXT NOT NULL,"
+     " team_id TEXT NOT NULL);"
+     "CREATE INDEX fleet_events_workload ON fleet_events (workload, id)"},
+};
+
+constexpr const char* kGpu = "nvidia.com/gpu";
+constexpr const char* kGpuModel = "gpu-hours";  // what GPU time is metered as in the ledger
+
+// An amount in milli-units as a Kubernetes quantity: "2", "500m", "512Gi" (whole multiples of
+// a mebibyte and up read best in binary units).
+std::string quantity(Amount milli) {
+  if (milli % 1000 == 0 && milli != 0) {
+    const Amount v = milli / 1000;
+    static constexpr std::pair<Amount, const char*> kUnits[] = {{Amount{1} << 50, "Pi"},
+                                                                {Amount{1} << 40, "Ti"},
+                                                                {Amount{1} << 30, "Gi"},
+                                                                {Amount{1} << 20, "Mi"}};
+    for (const auto& [size, suffix] : kUnits) {
+      if (v % size == 0) return fmt::format("{}{}", v / size, suffix);
+    }
+  }
+  return Quantity::fromMilli(milli).toString();
+}
+
+json resourcesJson(const fleet::Resources& r) {
+  json out = json::object();
+  for (const auto& [name, v] : r) out[name] = quantity(v);
+  return out;
+}
+
+// --- The record of a workload, as stored -------------------------------------------------------
+
+struct Record {
+  Workload spec;  // as submitted (its admission lives below)
+  int64_t seq = 0;
+  std::string tenant_id, team_id, owner_kind, owner_id, key_id;
+  std::string state = "pending";  // pending, admitted, finished
+  std::optional<fleet::Admission> admission;
+  int64_t submitted_ms = 0, admitted_ms = 0, metered_until_ms = 0, finished_ms = 0;
+  Money charged;
+  int64_t preemptions = 0;
+  std::string hold;  // the budget hold's message while held
+};
+
+json admissionJson(const fleet::Admission& a) {
+  json sets = json::array();
+  for (const auto& ps : a.pod_sets) {
+    json usage = json::object();
+    for (const auto& [r, v] : ps.usage) usage[r] = v;
+    sets.push_back(
+        {{"name", ps.name}, {"count", ps.count}, {"flavors", ps.flavors}, {"usage", usage}});
+  }
+  return {{"cluster_queue", a.cluster_queue}, {"pod_sets", sets}};
+}
+
+fleet::Admission admissionFrom(const json& j) {
+  fleet::Admission a;
+  a.cluster_queue = j.at("cluster_queue").get<std::string>();
+  for (const auto& ps : j.at("pod_sets")) {
+    fleet::PodSetAssignment out;
+    out.name = ps.at("name").get<std::string>();
+    out.count = ps.at("count").get<int64_t>();
+    out.flavors = ps.at("flavors").get<std::map<std::string, std::string>>();
+    out.usage = ps.at("usage").get<std::map<std::string, Amount>>();
+    a.pod_sets.push_back(std::move(out));
+  }
+  return a;
+}
+
+json specJson(const Workload& w) {
+  json sets = json::array();
+  for (const auto& ps : w.pod_sets) {
+    json tolerations = json::array();
+    for (const auto& t : ps.tolerations) {
+      tolerations.push_back(
+          {{"key", t.key}, {"op", t.op}, {"value", t.value}, {"effect", t.effect}});
+    }
+    json requests = json::object();
+    for (const auto& [r, v] : ps.requests) requests[r] = v;
+    sets.push_back({{"name", ps.name},
+                    {"count", ps.count},
+                    {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
+                    {"requests", requests},
+                    {"tolerations", tolerations},
+                    {"node_selector", ps.node_selector}});
+  }
+  return {{"name", w.name},
+          {"namespace", w.namespace_},
+          {"queue", w.local_queue},
+          {"priority", w.priority},
+          {"priority_class", w.priority_class},
+          {"created_ms", w.created_ms},
+          {"uid", w.uid},
+          {"pod_sets", sets}};
+}
+
+Workload specFrom(const json& j) {
+  Workload w;
+  w.name = j.at("name").get<std::string>();
+  w.namespace_ = j.at("namespace").get<std::string>();
+  w.local_queue = j.at("queue").get<std::string>();
+  w.priority = j.at("priority").get<int32_t>();
+  w.priority_class = j.at("priority_class").get<std::string>();
+  w.created_ms = j.at("created_ms").get<int64_t>();
+  w.uid = j.at("uid").get<std::string>();
+  for (const auto& ps : j.at("pod_sets")) {
+    fleet::PodSet out;
+    out.name = ps.at("name").get<std::string>();
+    out.count = ps.at("count").get<int64_t>();
+    if (!ps.at("min_count").is_null()) out.min_count = ps.at("min_count").get<int64_t>();
+    out.requests = ps.at("requests").get<std::map<std::string, Amount>>();
+    for (const auto& t : ps.at("tolerations")) {
+      out.tolerations.push_back({t.at("key").get<std::string>(), t.at("op").get<std::string>(),
+                                 t.at("value").get<std::string>(),
+                                 t.at("effect").get<std::string>()});
+    }
+    out.node_selector = ps.at("node_selector").get<std::map<std::string, std::string>>();
+    w.pod_sets.push_back(std::move(out));
+  }
+  return w;
+}
+
+json recordJson(const Record& r) {
+  return {{"spec", specJson(r.spec)},
+          {"seq", r.seq},
+          {"tenant_id", r.tenant_id},
+          {"team_id", r.team_id},
+          {"owner_kind", r.owner_kind},
+          {"owner_id", r.owner_id},
+          {"key_id", r.key_id},
+          {"state", r.state},
+          {"admission", r.admission ? admissionJson(*r.admission) : json(nullptr)},
+          {"submitted_ms", r.submitted_ms},
+          {"admitted_ms", r.admitted_ms},
+          {"metered_until_ms", r.metered_until_ms},
+          {"finished_ms", r.finished_ms},
+          {"charged_nanos", r.charged.nanos()},
+          {"preemptions", r.preemptions}};
+}
+
+Result<Record> recordFrom(const std::string& text) {
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return fail(Error(ErrorCode::kDataLoss, "a workload record is unreadable"));
+  try {
+    Record r;
+    r.spec = specFrom(j.at("spec"));
+    r.seq = j.at("seq").get<int64_t>();
+    r.tenant_id = j.at("tenant_id").get<std::string>();
+    r.team_id = j.at("team_id").get<std::string>();
+    r.owner_kind = j.at("owner_kind").get<std::string>();
+    r.owner_id = j.at("owner_id").get<std::string>();
+    r.key_id = j.at("key_id").get<std::string>();
+    r.state = j.at("state").get<std::string>();
+    if (!j.at("admission").is_null()) r.admission = admissionFrom(j.at("admission"));
+    r.submitted_ms = j.at("submitted_ms").get<int64_t>();
+    r.admitted_ms = j.at("admitted_ms").get<int64_t>();
+    r.metered_until_ms = j.at("metered_until_ms").get<int64_t>();
+    r.finished_ms = j.at("finished_ms").get<int64_t>();
+    r.charged = Money::fromNanos(j.at("charged_nanos").get<int64_t>());
+    r.preemptions = j.at("preemptions").get<int64_t>();
+    return r;
+  } catch (const json::exception& e) {
+    return fail(
+        Error(ErrorCode::kDataLoss, fmt::format("a workload record is unreadable: {}", e.what())));
+  }
+}
+
+std::string rfc3339(int64_t ms) {
+  return ms == 0 ? std::string() : formatRfc3339(SystemTime(std::chrono::milliseconds(ms)));
+}
+
+bool requestsGpu(const Workload& w) {
+  for (const auto& ps : w.pod_sets) {
+    auto it = ps.requests.find(kGpu);
+    if (it != ps.requests.end() && it->second > 0) return true;
+  }
+  return false;
+}
+
+// The bare name of "namespace/name".
+std::string bareName(const std::string& name) {
+  const size_t slash = name.find('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+// A store write enqueued now and awaited later, from the coroutine that made it.
+struct WriteWaiter {
+  explicit WriteWaiter(const asio::any_io_executor& executor) : timer(executor) {}
+  asio::steady_timer timer;
+  bool done = false;
+  Result<void> result;
+};
+
+asio::awaitable<Result<void>> awaitWrite(std::shared_ptr<WriteWaiter> w) {
+  if (!w->done) {
+    w->timer.expires_at(asio::steady_timer::time_point::max());
+    boost::system::error_code ec;
+    co_await w->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  co_return w->result;
+}
+
+}  // namespace
+
+// --- The fleet --------------------------------------------------------------------------------
+
+class Fleet::Impl {
+ public:
+  Impl(const Services& s, FleetOptions options) : s_(s), options_(std::move(options)) {}
+
+  Result<void> open() {
+    PURSER_TRY(s_.store.migrate("fleet", kFleetMigrations));
+    for (const auto& [file, text] : options_.manifests) {
+      auto set = PURSER_TRY_VALUE(fleet::parseManifests(text, file));
+      for (auto& w : set.warnings) warnings_.push_back(w);
+      merge(base_, std::move(set));
+    }
+    // What was applied through the API, in order, then the workloads.
+    store::Rows manifests, records;
+    PURSER_TRY(s_.store.read([&](store::Tx& tx) -> Result<void> {
+      manifests = PURSER_TRY_VALUE(tx.query("SELECT file, text FROM fleet_manifests ORDER BY seq"));
+      records = PURSER_TRY_VALUE(
+          tx.query("SELECT record FROM fleet_workloads WHERE state <> 'finished' ORDER BY seq"));
+      auto max_seq = PURSER_TRY_VALUE(tx.query("SELECT MAX(seq) FROM fleet_workloads"));
+      if (!max_seq.empty() && std::holds_alternative<int64_t>(max_seq[0].at(0))) {
+        next_seq_ = max_seq[0].getInt(0) + 1;
+      }
+      return {};
+    }));
+    for (const auto& row : manifests) {
+      auto set = PURSER_TRY_VALUE(fleet::parseManifests(row.getText(1), row.getText(0)));
+      merge(base_, std::move(set));
+    }
+    for (const auto& row : records) {
+      Record r = PURSER_TRY_VALUE(recordFrom(row.getText(0)));
+      records_[r.spec.name] = std::move(r);
+    }
+    std::lock_guard lock(mu_);
+    engine_ = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
+    auto write = scheduleLocked();
+    if (write) PURSER_TRY(s_.store.write(*write));
+    spdlog::info("fleet: {} ClusterQueue(s), {} workload(s) restored", base_.cluster_queues.size(),
+                 records_.size());
+    return {};
+  }
+
+  // --- World ---------------------------------------------------------------------------------
+
+  template <typename T, typename Key>
+  static void upsert(std::vector<T>& into, std::vector<T> from, Key key) {
+    for (auto& x : from) {
+      auto it =
+          std::find_if(into.begin(), into.end(), [&](const T& y) { return key(y) == key(x); });
+      if (it != into.end()) {
+        *it = std::move(x);
+      } else {
+        into.push_back(std::move(x));
+      }
+    }
+  }
+
+  // Objects of `set` replace those of the same kind and name in `into`, or join them.
+  static void merge(fleet::ManifestSet& into, fleet::ManifestSet set) {
+    const auto byName = [](const auto& x) { return x.name; };
+    upsert(into.flavors, std::move(set.flavors), byName);
+    upsert(into.cohorts, std::move(set.cohorts), byName);
+    upsert(into.cluster_queues, std::move(set.cluster_queues), byName);
+    upsert(into.priority_classes, std::move(set.priority_classes), byName);
+    upsert(into.local_queues, std::move(set.local_queues),
+           [](const fleet::LocalQueue& q) { return q.namespace_ + "/" + q.name; });
+    for (auto& [ns, labels] : set.namespaces) into.namespaces[ns] = std::move(labels);
+  }
+
+  // The manifests' objects, with every team as a namespace labelled with its name and tenant.
+  fleet::World worldOf(const fleet::ManifestSet& set) const {
+    fleet::World w = fleet::toWorld(set);
+    std::map<std::string, std::string> tenant_names;
+    for (const auto& t : s_.directory.tenants()) tenant_names[t.id] = t.name;
+    for (const auto& team : s_.directory.teams()) {
+      auto& labels = w.namespaces[team.name];
+      labels.emplace("kubernetes.io/metadata.name", team.name);
+      labels.emplace("purser.dev/tenant", tenant_names[team.tenant_id]);
+    }
+    for (const auto& [name, r] : records_) {
+      w.namespaces[r.spec.namespace_].emplace("kubernetes.io/metadata.name", r.spec.namespace_);
+    }
+    return w;
+  }
+
+  // A new engine over `world` holding every live workload: admitted ones keep their quota.
+  Result<std::unique_ptr<fleet::Engine>> rebuild(fleet::World world) {
+    fleet::EngineOptions eo;
+    eo.mode = options_.mode;
+    eo.fair_sharing = false;
+    for (const auto& cq : world.cluster_queues) {
+      if (cq.fair_weight_milli != 1000) eo.fair_sharing = true;
+    }
+    std::set<std::string> namespaces;
+    for (const auto& [ns, labels] : world.namespaces) namespaces.insert(ns);
+    auto engine = PURSER_TRY_VALUE(fleet::Engine::create(std::move(world), eo));
+    std::vector<const Record*> order;
+    for (const auto& [name, r] : records_) order.push_back(&r);
+    std::sort(order.begin(), order.end(),
+              [](const Record* a, const Record* b) { return a->seq < b->seq; });
+    for (const Record* r : order) {
+      if (r->state != "admitted") continue;
+      Workload w = r->spec;
+      w.admission = r->admission;
+      w.admitted_ms = r->admitted_ms;
+      auto added = engine->addAdmitted(std::move(w));
+      if (!added) {
+        return fail(Error(ErrorCode::kFailedPrecondition,
+                          fmt::format("admitted workload \"{}\" would lose its quota: {}",
+                                      r->spec.name, added.error().message)));
+      }
+    }
+    for (const Record* r : order) {
+      if (r->state != "pending") continue;
+      auto added = engine->submit(r->spec);
+      if (!added) {
+        return fail(Error(ErrorCode::kFailedPrecondition,
+                          fmt::format("pending workload \"{}\" would have no queue: {}",
+                                      r->spec.name, added.error().message)));
+      }
+      if (!r->hold.empty()) (void)engine->hold(r->spec.name, "BudgetExhausted", r->hold);
+    }
+    events_seen_ = 0;
+    namespaces_ = std::move(namespaces);
+    return engine;
+  }
+
+  // --- Scheduling, metering and persistence (all with mu_ held) -------------------------------
+
+  int64_t nowMs() const { return unixMillis(s_.clock.now()); }
+
+  std::vector<ledger::Scope> scopesOf(const Record& r) const {
+    std::vector<ledger::Scope> scopes = {{ledger::ScopeKind::kTenant, r.tenant_id},
+                                         {ledger::ScopeKind::kTeam, r.team_id}};
+    if (!r.owner_id.empty()) {
+      scopes.push_back({r.owner_kind == "service_account" ? ledger::ScopeKind::kServiceAccount
+                                                          : ledger::ScopeKind::kUser,
+                        r.owner_id});
+    }
+    if (!r.key_id.empty()) scopes.push_back({ledger::ScopeKind::kKey, r.key_id});
+    return scopes;
+  }
+
+  // Why `r` may not start GPU work now (a hard wallet in its chain has nothing left); empty if
+  // it may.
+  std::string budgetHold(const Record& r) const {
+    if (r.tenant_id.empty() || !requestsGpu(r.spec)) return {};
+    for (const auto& id : s_.wallets.chain(scopesOf(r), kGpuModel)) {
+      auto st = s_.wallets.status(id);
+      if (!st || !st->spec.hard || !st->remaining.isZero()) continue;
+      return fmt::format(
+          "the GPU budget is used up: wallet {} ({} {}) has {} of {} left{}; new GPU workloads "
+          "wait until it is raised or its period resets",
+          id, ledger::scopeKindName(st->spec.scope.kind), st->spec.scope.id,
+          st->remaining.toString(), st->spec.limit.toString(),
+          st->spec.period == ledger::Period::kNone
+              ? std::string()
+              : fmt::format(" until {}", formatRfc3339(st->window.end)));
+    }
+    return {};
+  }
+
+  // Charges `r`'s GPU time up to `now_ms`; the returned write records it.
+  std::optional<store::TxFn> meterLocked(Record& r, int64_t now_ms) {
+    if (r.state != "admitted" || !r.admission) return std::nullopt;
+    const int64_t elapsed = now_ms - r.metered_until_ms;
+    if (elapsed <= 0) return std::nullopt;
+    r.metered_until_ms = now_ms;
+    Money cost;
+    Amount gpu_milli = 0;
+    std::string flavor;
+    for (const auto& ps : r.admission->pod_sets) {
+      auto use = ps.usage.find(kGpu);
+      if (use == ps.usage.end() || use->second <= 0) continue;
+      auto f = ps.flavors.find(kGpu);
+      if (f == ps.flavors.end()) continue;
+      gpu_milli += use->second;
+      if (flavor.empty()) flavor = f->second;
+      const Money* price = s_.prices.gpu(f->second);
+      if (price == nullptr) continue;
+      auto part = ledger::gpuCost(*price, use->second, std::chrono::milliseconds(elapsed),
+                                  Rounding::kHalfEven);
+      if (!part) {
+        spdlog::error("fleet: GPU time of {} not priced: {}", r.spec.name, part.error().message);
+        continue;
+      }
+      cost = cost.add(*part).value_or(Money::max());
+    }
+    if (gpu_milli == 0 || r.tenant_id.empty()) return std::nullopt;
+    ledger::UsageEvent e;
+    e.id = s_.ids.next();
+    e.at = SystemTime(std::chrono::milliseconds(now_ms));
+    e.tenant_id = r.tenant_id;
+    e.team_id = r.team_id;
+    if (r.owner_kind == "service_account") {
+      e.service_account_id = r.owner_id;
+    } else {
+      e.user_id = r.owner_id;
+    }
+    e.key_id = r.key_id;
+    e.session_id = r.spec.name;
+    e.route = flavor;
+    e.provider = "fleet";
+    e.model = kGpuModel;
+    e.cost = cost;
+    e.latency_ms = elapsed;
+    e.status = 200;
+    auto tx = s_.meter.charge(e, s_.wallets.chain(scopesOf(r), kGpuModel));
+    if (!tx) {
+      spdlog::error("fleet: GPU time of {} not charged: {}", r.spec.name, tx.error().message);
+      return std::nullopt;
+    }
+    r.charged = r.charged.add(cost).value_or(Money::max());
+    return std::move(*tx);
+  }
+
+  struct EventRow {
+    std::string at, kind, workload, cluster_queue, reason, message, by, tenant_id, team_id;
+  };
+
+  void noteEvent(std::string kind, const std::string& workload, std::string cluster_queue,
+                 std::string reason, std::string message, std::string by) {
+    const Record* r = nullptr;
+    if (auto it = records_.find(workload); it != records_.end()) r = &it->second;
+    new_events_.push_back({formatRfc3339(s_.clock.now()), std::move(kind), workload,
+                           std::move(cluster_queue), std::move(reason), std::move(message),
+                           std::move(by), r ? r->tenant_id : "", r ? r->team_id : ""});
+  }
+
+  // Applies budget holds, runs the engine to a stable state, and brings the records up to date;
+  // returns the write that records every change (nullopt when nothing changed).
+  std::optional<store::TxFn> scheduleLocked() {
+    const int64_t now = nowMs();
+    for (auto& [name, r] : records_) {
+      if (r.state != "pending") continue;
+      std::string hold = budgetHold(r);
+      if (hold == r.hold) continue;
+      if (hold.empty()) {
+        (void)engine_->release(name);
+        noteEvent("Released", name, "", "BudgetAvailable", "the GPU budget has room again", "");
+      } else {
+        (void)engine_->hold(name, "BudgetExhausted", hold);
+        noteEvent("Held", name, "", "BudgetExhausted", hold, "");
+      }
+      r.hold = std::move(hold);
+      dirty_.insert(name);
+    }
+    engine_->runUntilStable();
+    const auto& events = engine_->events();
+    for (; events_seen_ < events.size(); ++events_seen_) {
+      const fleet::Event& e = events[events_seen_];
+      auto it = records_.find(e.workload);
+      if (it == records_.end()) continue;
+      Record& r = it->second;
+      switch (e.kind) {
+        case fleet::Event::Kind::kAdmitted: {
+          auto st = engine_->status(e.workload);
+          r.state = "admitted";
+          r.admission = st ? st->admission : std::nullopt;
+          r.admitted_ms = now;
+          r.metered_until_ms = now;
+          noteEvent("Admitted", e.workload, e.cluster_queue, "", "", "");
+          break;
+        }
+        case fleet::Event::Kind::kPreempted:
+          noteEvent("Preempted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
+          break;
+        case fleet::Event::Kind::kEvicted:
+          if (auto tx = meterLocked(r, now)) metering_.push_back(std::move(*tx));
+          r.state = "pending";
+          r.admission.reset();
+          ++r.preemptions;
+          noteEvent("Evicted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
+          break;
+        default:
+          break;
+      }
+      dirty_.insert(e.workload);
+    }
+    return flushLocked();
+  }
+
+  // The write for everything changed since the last one.
+  std::optional<store::TxFn> flushLocked() {
+    if (dirty_.empty() && new_events_.empty() && metering_.empty() && finished_.empty()) {
+      return std::nullopt;
+    }
+    std::vector<std::pair<std::string, std::pair<int64_t, std::pair<std::string, std::string>>>>
+        rows;
+    const std::string at = formatRfc3339(s_.clock.now());
+    for (const auto& name : dirty_) {
+      auto it = records_.find(name);
+      if (it == records_.end()) continue;
+      rows.push_back({name, {it->second.seq, {it->second.state, recordJson(it->second).dump()}}});
+    }
+    for (auto& r : finished_) {
+      rows.push_back({r.spec.name, {r.seq, {r.state, recordJson(r).dump()}}});
+    }
+    dirty_.clear();
+    finished_.clear();
+    return [rows = std::move(rows), events = std::move(new_events_),
+            metering = std::move(metering_), at](store::Tx& tx) -> Result<void> {
+      for (const auto& m : metering) PURSER_TRY(m(tx));
+      for (const auto& [name, v] : rows) {
+        PURSER_TRY(tx.exec(
+            "INSERT INTO fleet_workloads (name, seq, state, record, updated_at) VALUES ($1, $2, "
+            "$3, $4, $5) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, state = "
+            "excluded.state, record = excluded.record, updated_at = excluded.updated_at",
+            {name, v.first, v.second.first, v.second.second, at}));
+      }
+      for (const auto& e : events) {
+        PURSER_TRY(
+            tx.exec("INSERT INTO fleet_events (at, kind, workload, cluster_queue, reason, message, "
+                    "by_workload, tenant_id, team_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    {e.at, e.kind, e.workload, e.cluster_queue, e.reason, e.message, e.by,
+                     e.tenant_id, e.team_id}));
+      }
+      return {};
+    };
+  }
+
+  // Enqueues `fn` now (so writes land in the order they were made); `waiter`, when given, learns
+  // when it is durable.
+  void enqueue(store::TxFn fn, std::shared_ptr<WriteWaiter> waiter) {
+    s_.store.writeAsync(std::move(fn), [waiter](Result<void> r) {
+      if (!r) spdlog::error("fleet: a state change was not recorded: {}", r.error().message);
+      if (!waiter) return;
+      asio::post(waiter->timer.get_executor(), [waiter, r = std::move(r)]() mutable {
+        waiter->done = true;
+        waiter->result = std::move(r);
+        waiter->timer.cancel();
+      });
+    });
+  }
+
+  void tick() {
+    std::lock_guard lock(mu_);
+    if (!engine_) return;
+    const int64_t now = nowMs();
+    const int64_t interval =
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval).count();
+    for (auto& [name, r] : records_) {
+      if (r.state != "admitted" || now - r.metered_until_ms < interval) continue;
+      if (auto tx = meterLocked(r, now)) metering_.push_back(std::move(*tx));
+      dirty_.insert(name);
+    }
+    if (auto write = scheduleLocked()) enqueue(std::move(*write), nullptr);
+  }
+
+  // --- Views -----------------------------------------------------------------------------------
+
+  json viewLocked(const Record& r) const {
+    json sets = json::array();
+    for (const auto& ps : r.spec.pod_sets) {
+      sets.push_back({{"name", ps.name},
+                      {"count", ps.count},
+                      {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
+                      {"requests", resourcesJson(ps.requests)}});
+    }
+    json out = {
+        {"name", r.spec.name},
+        {"namespace", r.spec.namespace_},
+        {"workload", bareName(r.spec.name)},
+        {"queue", r.spec.local_queue},
+        {"priority", r.spec.priority},
+        {"priority_class",
+         r.spec.priority_class.empty() ? json(nullptr) : json(r.spec.priority_class)},
+        {"state", r.state},
+        {"pod_sets", sets},
+        {"owner",
+         {{"tenant", r.tenant_id},
+          {"team", r.team_id},
+          {"kind", r.owner_kind},
+          {"id", r.owner_id}}},
+        {"submitted_at", rfc3339(r.submitted_ms)},
+        {"admitted_at", r.state == "admitted" ? json(rfc3339(r.admitted_ms)) : json(nullptr)},
+        {"finished_at", r.finished_ms ? json(rfc3339(r.finished_ms)) : json(nullptr)},
+        {"gpu_charged", r.charged.toString()},
+        {"preemptions", r.preemptions}};
+    if (r.admission) {
+      json a = json::array();
+      for (const auto& ps : r.admission->pod_sets) {
+        a.push_back({{"name", ps.name},
+                     {"count", ps.count},
+                     {"flavors", ps.flavors},
+                     {"usage", resourcesJson(ps.usage)}});
+      }
+      out["admission"] = {{"cluster_queue", r.admission->cluster_queue}, {"pod_sets", a}};
+    } else {
+      out["admission"] = nullptr;
+    }
+    if (r.state == "pending" && engine_) {
+      auto st = engine_->status(r.spec.name);
+      out["cluster_queue"] = st ? json(st->cluster_queue) : json(nullptr);
+      out["reason"] = st && !st->reason.empty() ? json(st->reason) : json("NotYetAttempted");
+      out["message"] = st ? json(st->message) : json("");
+    } else {
+      out["cluster_queue"] = r.admission ? json(r.admission->cluster_queue) : json(nullptr);
+    }
+    return out;
+  }
+
+  // May `who` see (and delete) workloads owned by this tenant and team?
+  static bool visible(const Principal& who, const std::string& tenant_id,
+                      const std::string& team_id) {
+    switch (who.role) {
+      case Role::kPlatformAdmin:
+        return true;
+      case Role::kTenantAdmin:
+        return who.tenant_id == tenant_id;
+      default:
+        return who.tenant_id == tenant_id && !who.team_id.empty() && who.team_id == team_id;
+    }
+  }
+
+  // --- Handlers --------------------------------------------------------------------------------
+
+  Result<Principal> authenticate(const Request& req) const {
+    auto header = req.headers.get("authorization");
+    if (!header) {
+      return fail(Error(ErrorCode::kUnauthenticated,
+                        "no API key: send it as \"Authorization: Bearer <key>\""));
+    }
+    std::string_view value = *header;
+    if (value.size() < 7 || !http::equalsIgnoreCase(value.substr(0, 7), "bearer ")) {
+      return fail(Error(ErrorCode::kUnauthenticated,
+                        "the Authorization header must read \"Bearer <key>\""));
+    }
+    value.remove_prefix(7);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    return s_.directory.authenticate(value);
+  }
+
+  // The namespace a submission names, if it names one.
+  static std::optional<std::string> namedNamespace(const std::string& body) {
+    try {
+      const YAML::Node doc = YAML::Load(body);
+      if (!doc.IsMap()) return std::nullopt;
+      if (doc["metadata"] && doc["metadata"].IsMap() && doc["metadata"]["namespace"]) {
+        return doc["metadata"]["namespace"].as<std::string>();
+      }
+      if (doc["namespace"] && doc["namespace"].IsScalar())
+        return doc["namespace"].as<std::string>();
+    } catch (const YAML::Exception&) {
+    }
+    return std::nullopt;
+  }
+
+  asio::awaitable<Response> submit(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    if (req.body.empty()) {
+      co_return problem(400, "send a workload: Kueue's Workload object or the short form");
+    }
+    auto parsed = fleet::parseWorkload(req.body, "request");
+    if (!parsed) co_return problem(400, parsed.error().message);
+    Workload w = std::move(parsed->workload);
+    // The namespace: the caller's team unless the caller may name another.
+    std::optional<identity::Team> team;
+    if (!who->team_id.empty()) team = s_.directory.team(who->team_id);
+    std::string ns;
+    if (auto named = namedNamespace(req.body)) {
+      ns = *named;
+    } else if (team) {
+      ns = team->name;
+    } else {
+      co_return problem(400, "name the workload's namespace (a team): you are not in a team",
+                        "namespace");
+    }
+    std::string tenant_id = who->tenant_id, team_id = who->team_id;
+    if (!team || ns != team->name) {
+      if (who->role == Role::kTenantAdmin) {
+        auto t = s_.directory.teamByName(who->tenant_id, ns);
+        if (!t) {
+          co_return problem(404, fmt::format("your tenant has no team named \"{}\"", ns),
+                            "namespace");
+        }
+        team_id = t->id;
+      } else if (who->role == Role::kPlatformAdmin) {
+        // A team of that name, if exactly one tenant has one, owns it (and pays for it).
+        std::vector<identity::Team> matches;
+        for (const auto& t : s_.directory.teams()) {
+          if (t.name == ns) matches.push_back(t);
+        }
+        tenant_id = matches.size() == 1 ? matches[0].tenant_id : "";
+        team_id = matches.size() == 1 ? matches[0].id : "";
+      } else {
+        co_return problem(403,
+                          fmt::format("you may submit only into your team's namespace \"{}\"",
+                                      team ? team->name : std::string()),
+                          "namespace");
+      }
+    }
+    w.namespace_ = ns;
+    w.name = ns + "/" + bareName(w.name);
+    const int64_t now = nowMs();
+    if (w.created_ms == INT64_MIN) w.created_ms = now;
+    Record r;
+    r.tenant_id = tenant_id;
+    r.team_id = team_id;
+    r.owner_kind = who->kind == identity::OwnerKind::kServiceAccount ? "service_account" : "user";
+    r.owner_id = who->role == Role::kPlatformAdmin && tenant_id.empty() ? "" : who->id;
+    r.key_id = r.owner_id.empty() ? "" : who->key_id;
+    r.submitted_ms = now;
+    auto executor = co_await asio::this_coro::executor;
+    auto waiter = std::make_shared<WriteWaiter>(executor);
+    json view;
+    {
+      std::lock_guard lock(mu_);
+      if (records_.count(w.name) != 0) {
+        co_return problem(409, fmt::format("a workload named \"{}\" already exists", w.name),
+                          "name");
+      }
+      // A namespace the engine has not seen yet (a team created since): rebuild with it.
+      if (namespaces_.count(ns) == 0) {
+        fleet::World world = worldOf(base_);
+        world.namespaces[ns].emplace("kubernetes.io/metadata.name", ns);
+        auto fresh = rebuild(std::move(world));
+        if (!fresh) co_return problem(fresh.error());
+        engine_ = std::move(*fresh);
+      }
+      // The engine checks the queue and the priority class; refused, nothing has changed.
+      auto submitted = engine_->submit(w);
+      if (!submitted) co_return problem(400, submitted.error().message, "queue");
+      r.spec = w;
+      r.seq = next_seq_++;
+      records_[w.name] = r;
+      dirty_.insert(w.name);
+      noteEvent("Submitted", w.name, "", "", "", "");
+      auto write = scheduleLocked();
+      if (write) enqueue(std::move(*write), waiter);
+      view = viewLocked(records_.at(w.name));
+    }
+    auto durable = co_await awaitWrite(waiter);
+    if (!durable) co_return problem(503, "the workload could not be recorded; submit it again");
+    co_return jsonResponse(201, view);
+  }
+
+  asio::awaitable<Response> list(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    const auto ns = req.queryParam("namespace");
+    const auto state = req.queryParam("state");
+    if (state && *state != "pending" && *state != "admitted" && *state != "finished") {
+      co_return problem(400, "\"state\" must be pending, admitted or finished", "state");
+    }
+    json items = json::array();
+    if (state && *state == "finished") {
+      store::Rows rows;
+      auto read = s_.store.read([&](store::Tx& tx) -> Result<void> {
+        rows = PURSER_TRY_VALUE(tx.query(
+            "SELECT record FROM fleet_workloads WHERE state = 'finished' ORDER BY seq DESC "
+            "LIMIT 1000"));
+        return {};
+      });
+      if (!read) co_return problem(read.error());
+      for (const auto& row : rows) {
+        auto r = recordFrom(row.getText(0));
+        if (!r || !visible(*who, r->tenant_id, r->team_id)) continue;
+        if (ns && r->spec.namespace_ != *ns) continue;
+        items.push_back(viewLocked(*r));
+      }
+      co_return jsonResponse(200, {{"data", items}});
+    }
+    std::lock_guard lock(mu_);
+    std::vector<const Record*> order;
+    for (const auto& [name, r] : records_) order.push_back(&r);
+    std::sort(order.begin(), order.end(),
+              [](const Record* a, const Record* b) { return a->seq < b->seq; });
+    for (const Record* r : order) {
+      if (!visible(*who, r->tenant_id, r->team_id)) continue;
+      if (ns && r->spec.namespace_ != *ns) continue;
+      if (state && r->state != *state) continue;
+      items.push_back(viewLocked(*r));
+    }
+    co_return jsonResponse(200, {{"data", items}});
+  }
+
+  static std::string nameOf(const Request& req) {
+    return std::string(req.param("namespace").value_or("")) + "/" +
+           std::string(req.param("name").value_or(""));
+  }
+
+  asio::awaitable<Response> get(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    const std::string name = nameOf(req);
+    {
+      std::lock_guard lock(mu_);
+      auto it = records_.find(name);
+      if (it != records_.end()) {
+        if (!visible(*who, it->second.tenant_id, it->second.team_id)) {
+          co_return problem(404, fmt::format("no workload named \"{}\"", name));
+        }
+        co_return jsonResponse(200, viewLocked(it->second));
+      }
+    }
+    store::Rows rows;
+    auto read = s_.store.read([&](store::Tx& tx) -> Result<void> {
+      rows =
+          PURSER_TRY_VALUE(tx.query("SELECT record FROM fleet_workloads WHERE name = $1", {name}));
+      return {};
+    });
+    if (!read) co_return problem(read.error());
+    if (!rows.empty()) {
+      auto r = recordFrom(rows[0].getText(0));
+      if (r && visible(*who, r->tenant_id, r->team_id)) co_return jsonResponse(200, viewLocked(*r));
+    }
+    co_return problem(404, fmt::format("no workload named \"{}\"", name));
+  }
+
+  asio::awaitable<Response> remove(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    const std::string name = nameOf(req);
+    auto executor = co_await asio::this_coro::executor;
+    auto waiter = std::make_shared<WriteWaiter>(executor);
+    json view;
+    {
+      std::lock_guard lock(mu_);
+      auto it = records_.find(name);
+      if (it == records_.end() || !visible(*who, it->second.tenant_id, it->second.team_id)) {
+        co_return problem(404, fmt::format("no workload named \"{}\"", name));
+      }
+      Record r = it->second;
+      const int64_t now = nowMs();
+      if (auto tx = meterLocked(r, now)) metering_.push_back(std::move(*tx));
+      const std::string queue = r.admission ? r.admission->cluster_queue : "";
+      (void)engine_->finish(name);
+      r.state = "finished";
+      r.finished_ms = now;
+      noteEvent("Finished", name, queue, "Deleted", fmt::format("deleted by {}", who->name), "");
+      records_.erase(it);
+      view = viewLocked(r);
+      finished_.push_back(std::move(r));
+      auto write = scheduleLocked();
+      if (write) enqueue(std::move(*write), waiter);
+    }
+    auto durable = co_await awaitWrite(waiter);
+    if (!durable) co_return problem(503, "the deletion could not be recorded; try again");
+    co_return jsonResponse(200, view);
+  }
+
+  asio::awaitable<Response> why(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    const std::string name = nameOf(req);
+    std::lock_guard lock(mu_);
+    auto it = records_.find(name);
+    if (it == records_.end() || !visible(*who, it->second.tenant_id, it->second.team_id)) {
+      co_return problem(404, fmt::format("no workload named \"{}\" (finished ones have no "
+                                         "reasons)",
+                                         name));
+    }
+    auto explained = engine_->explain(name);
+    if (!explained) co_return problem(explained.error());
+    json out = std::move(*explained);
+    if (!it->second.hold.empty()) out["budget"] = it->second.hold;
+    out["explanation"] = sentences(out);
+    co_return jsonResponse(200, out);
+  }
+
+  // The structured reasons in words.
+  static json sentences(const json& why) {
+    json out = json::array();
+    const std::string cq = why.value("cluster_queue", "");
+    const std::string state = why.value("state", "");
+    if (state == "admitted") {
+      out.push_back(fmt::format("admitted in ClusterQueue {}", cq));
+      return out;
+    }
+    if (why.contains("budget")) out.push_back(why["budget"].get<std::string>());
+    if (why.contains("stopped")) out.push_back(why["stopped"].get<std::string>());
+    if (why.contains("namespace_mismatch")) {
+      out.push_back(why["namespace_mismatch"].get<std::string>());
+    }
+    const std::string reason = why.value("reason", "");
+    const std::string message = why.value("message", "");
+    if (!message.empty()) out.push_back(fmt::format("last attempt: {} — {}", reason, message));
+    if (why.value("ahead_in_queue", 0) > 0) {
+      out.push_back(fmt::format("{} workload(s) are ahead of it in ClusterQueue {}",
+                                why["ahead_in_queue"].get<int64_t>(), cq));
+    }
+    for (const auto& ps : why.value("pod_sets", json::array())) {
+      for (const auto& f : ps.value("flavors", json::array())) {
+        const std::string verdict = f.value("verdict", "");
+        const std::string resource = f.value("resource", "");
+        if (!f.contains("requested")) {
+          out.push_back(fmt::format(
+              "pod set {}: {}{}: {}", ps.value("name", ""),
+              f.contains("flavor") ? "flavor " + f.value("flavor", "") + ", " : std::string(),
+              resource, f.value("detail", verdict)));
+          continue;
+        }
+        out.push_back(fmt::format(
+            "pod set {} in flavor {}: asks for {} {}; ClusterQueue {} has {} in use of its nominal "
+            "{}, can use {} now ({} of it borrowed from its cohort) and at most {} ever — {}",
+            ps.value("name", ""), f.value("flavor", ""), quantity(f["requested"].get<Amount>()),
+            resource, cq, quantity(f["in_use"].get<Amount>()), quantity(f["nominal"].get<Amount>()),
+            quantity(f["available"].get<Amount>()), quantity(f["borrowable"].get<Amount>()),
+            quantity(f["at_most"].get<Amount>()), verdict));
+      }
+    }
+    const json& p = why.value("preemption", json::object());
+    if (p.contains("would_preempt") && !p["would_preempt"].empty()) {
+      std::string victims;
+      for (const auto& v : p["would_preempt"]) {
+        victims += fmt::format("{}{} ({}, priority {}, {})", victims.empty() ? "" : ", ",
+                               v.value("workload", ""), v.value("cluster_queue", ""),
+                               v.value("priority", 0), v.value("reason", ""));
+      }
+      out.push_back("to make room it would preempt: " + victims);
+    }
+    if (p.contains("why_not")) out.push_back("preemption cannot help: " + p.value("why_not", ""));
+    if (why.value("ahead_in_queue", 0) == 0 && p.value("mode", "") == "fit" &&
+        !why.contains("budget")) {
+      out.push_back("it fits now and will be admitted at the next scheduling pass");
+    }
+    return out;
+  }
+
+  asio::awaitable<Response> queues(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    std::lock_guard lock(mu_);
+    json items = json::array();
+    for (const auto& q : engine_->queues()) {
+      json resources = json::array();
+      for (const auto& u : q.usage) {
+        resources.push_back(
+            {{"flavor", u.flavor},
+             {"resource", u.resource},
+             {"nominal", quantity(u.nominal)},
+             {"borrowing_limit",
+              u.borrowing_limit ? json(quantity(*u.borrowing_limit)) : json(nullptr)},
+             {"lending_limit", u.lending_limit ? json(quantity(*u.lending_limit)) : json(nullptr)},
+             {"usage", quantity(u.usage)},
+             {"borrowed", quantity(u.borrowed)},
+             {"lent", quantity(u.lent)},
+             {"available", quantity(u.available)}});
+      }
+      items.push_back({{"name", q.name},
+                       {"cohort", q.cohort.empty() ? json(nullptr) : json(q.cohort)},
+                       {"pending", q.pending},
+                       {"admitted", q.admitted},
+                       {"resources", resources}});
+    }
+    co_return jsonResponse(200, {{"data", items}});
+  }
+
+  asio::awaitable<Response> events(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    const auto workload = req.queryParam("workload");
+    store::Rows rows;
+    auto read = s_.store.read([&](store::Tx& tx) -> Result<void> {
+      const std::string sql =
+          "SELECT at, kind, workload, cluster_queue, reason, message, by_workload, tenant_id, "
+          "team_id FROM fleet_events";
+      if (workload) {
+        rows = PURSER_TRY_VALUE(
+            tx.query(sql + " WHERE workload = $1 ORDER BY id DESC LIMIT 1000", {*workload}));
+      } else {
+        rows = PURSER_TRY_VALUE(tx.query(sql + " ORDER BY id DESC LIMIT 1000"));
+      }
+      return {};
+    });
+    if (!read) co_return problem(read.error());
+    json items = json::array();
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+      const auto& row = *it;
+      if (!visible(*who, row.getText(7), row.getText(8))) continue;
+      items.push_back({{"at", row.getText(0)},
+                       {"kind", row.getText(1)},
+                       {"workload", row.getText(2)},
+                       {"cluster_queue", row.getText(3)},
+                       {"reason", row.getText(4)},
+                       {"message", row.getText(5)},
+                       {"by", row.getText(6)}});
+    }
+    co_return jsonResponse(200, {{"data", items}});
+  }
+
+  asio::awaitable<Response> apply(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    if (who->role != Role::kPlatformAdmin) {
+      co_return problem(403, "only platform admins may change the fleet's queues and flavors");
+    }
+    if (req.body.empty()) co_return problem(400, "send a YAML stream of Kueue objects");
+    auto set = fleet::parseManifests(req.body, "manifest");
+    if (!set) co_return problem(400, set.error().message);
+    const std::vector<std::string> warnings = set->warnings;
+    json counts = {{"resource_flavors", set->flavors.size()},
+                   {"cohorts", set->cohorts.size()},
+                   {"cluster_queues", set->cluster_queues.size()},
+                   {"local_queues", set->local_queues.size()},
+                   {"workload_priority_classes", set->priority_classes.size()}};
+    auto executor = co_await asio::this_coro::executor;
+    auto waiter = std::make_shared<WriteWaiter>(executor);
+    {
+      std::lock_guard lock(mu_);
+      fleet::ManifestSet merged = base_;
+      merge(merged, *set);
+      // Nothing changes unless the new objects hold every live workload where it is.
+      auto fresh = rebuild(worldOf(merged));
+      if (!fresh) {
+        co_return problem(fresh.error().code == ErrorCode::kFailedPrecondition ? 409 : 400,
+                          fresh.error().message);
+      }
+      base_ = std::move(merged);
+      engine_ = std::move(*fresh);
+      for (const auto& [name, r] : records_) dirty_.insert(name);
+      ledger::AuditEntry audit;
+      audit.actor = who->id;
+      audit.actor_role = std::string(identity::roleName(who->role));
+      audit.action = "fleet.apply";
+      audit.target = "fleet:manifests";
+      audit.after = counts.dump();
+      auto changes = scheduleLocked();
+      const std::string text = req.body;
+      const std::string at = formatRfc3339(s_.clock.now());
+      const std::string actor = who->id;
+      const ledger::AuditLog& log = s_.audit;
+      enqueue(
+          [changes = std::move(changes), text, at, actor, audit,
+           &log](store::Tx& tx) -> Result<void> {
+            PURSER_TRY(tx.exec(
+                "INSERT INTO fleet_manifests (applied_at, actor, file, text) VALUES ($1, $2, $3, "
+                "$4)",
+                {at, actor, std::string("fleet apply"), text}));
+            PURSER_TRY(log.append(tx, audit));
+            if (changes) PURSER_TRY((*changes)(tx));
+            return {};
+          },
+          waiter);
+    }
+    auto durable = co_await awaitWrite(waiter);
+    if (!durable) co_return problem(503, "the manifests could not be recorded; apply them again");
+    co_return jsonResponse(200, {{"applied", counts}, {"warnings", warnings}});
+  }
+
+  const Services s_;
+  FleetOptions options_;
+  std::vector<std::string> warnings_;
+  std::mutex mu_;
+  fleet::ManifestSet base_;                // configured, then applied objects; mu_
+  std::unique_ptr<fleet::Engine> engine_;  // mu_
+  std::map<std::string, Record> records_;  // live workloads by name; mu_
+  int64_t next_seq_ = 1;                   // mu_
+  size_t events_seen_ = 0;                 // engine events turned into records; mu_
+  std::set<std::string> namespaces_;       // the engine's namespaces; mu_
+  std::set<std::string> dirty_;            // records to write; mu_
+  std::vector<Record> finished_;           // finished records to write; mu_
+  std::vector<EventRow> new_events_;       // events to write; mu_
+  std::vector<store::TxFn> metering_;      // usage events to write; mu_
+};
+
+Fleet::Fleet(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Fleet::~Fleet() = default;
+
+Result<std::unique_ptr<Fleet>> Fleet::open(const Services& services, FleetOptions options) {
+  auto impl = std::make_unique<Impl>(services, std::move(options));
+  PURSER_TRY(impl->open());
+  return std::unique_ptr<Fleet>(new Fleet(std::move(impl)));
+}
+
+void Fleet::tick() { impl_->tick(); }
+
+const std::vector<std::string>& Fleet::warnings() const { return impl_->warnings_; }
+
+Result<void> Fleet::addRoutes(http::Router& router) {
+  Impl* f = impl_.get();
+  const auto route = [&](Method m, const char* path,
+                         asio::awaitable<Response> (Impl::*handler)(Request&)) {
+    return router.addAsync(m, path, [f, handler](Request& req) { return (f->*handler)(req); });
+  };
+  PURSER_TRY(route(Method::kPost, "/api/v1/workloads", &Impl::submit));
+  PURSER_TRY(route(Method::kGet, "/api/v1/workloads", &Impl::list));
+  PURSER_TRY(route(Method::kGet, "/api/v1/workloads/{namespace}/{name}", &Impl::get));
+  PURSER_TRY(route(Method::kDelete, "/api/v1/workloads/{namespace}/{name}", &Impl::remove));
+  PURSER_TRY(route(Method::kGet, "/api/v1/workloads/{namespace}/{name}/why", &Impl::why));
+  PURSER_TRY(route(Method::kGet, "/api/v1/queues", &Impl::queues));
+  PURSER_TRY(route(Method::kGet, "/api/v1/fleet/events", &Impl::events));
+  PURSER_TRY(route(Method::kPost, "/api/v1/fleet/manifests", &Impl::apply));
+  return {};
+}
+
+}  // namespace purser::api

@@ -1,0 +1,74 @@
+// The fleet in `purser serve`: Kueue's objects from the configuration and from
+// `purser fleet apply`, workloads submitted through the API, the admission engine driven by
+// every change, state kept in the store, and GPU time metered into the owners' wallets.
+//
+//   POST   /api/v1/workloads                        a Workload: Kueue's shape or the short form,
+//                                                   JSON, or YAML with Content-Type
+//                                                   application/yaml
+//   GET    /api/v1/workloads[?namespace=&state=]    the caller's (team, tenant, or all for admins)
+//   GET    /api/v1/workloads/{namespace}/{name}
+//   DELETE /api/v1/workloads/{namespace}/{name}     finished: quota released, GPU time charged
+//   GET    /api/v1/workloads/{namespace}/{name}/why why it is pending, in structured reasons
+//   GET    /api/v1/queues                           per ClusterQueue: quota, usage, borrowed, lent
+//   GET    /api/v1/fleet/events[?workload=NS/NAME]  admissions, preemptions, evictions, holds
+//   POST   /api/v1/fleet/manifests                  platform admins: a YAML stream of Kueue objects
+//
+// Teams are namespaces: a workload runs in its submitter's team (tenant and platform admins may
+// name another), and its GPU time is charged to the submitter's wallet chain for the model
+// "gpu-hours" (wallets without a model count it too) at the flavor's price per GPU-hour. While a
+// hard wallet in that chain has nothing left, the team's new GPU workloads stay pending with the
+// reason BudgetExhausted; workloads already admitted keep their quota and are charged each
+// metering interval, so a wallet can run over by at most one interval of their GPU time.
+//
+// Every change runs the engine to a stable state at once (drain mode by default), then writes the
+// changed workloads and the events in one store write, in order; a submission is acknowledged
+// only after its write is durable, so a restart finds every acknowledged workload, admitted ones
+// with their quota.
+//
+// Thread-safety: one mutex serializes the engine; handlers never block on the store while holding
+// it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/admin_api.h"
+#include "common/result.h"
+#include "fleet/engine.h"
+#include "http/router.h"
+
+namespace purser::api {
+
+struct FleetOptions {
+  fleet::CycleMode mode = fleet::CycleMode::kDrain;
+  Duration metering_interval = std::chrono::seconds(60);
+  // (file name, text) of the manifests named in the configuration, in order.
+  std::vector<std::pair<std::string, std::string>> manifests;
+};
+
+class Fleet {
+ public:
+  // Applies the fleet's migrations, reads the configured and the applied manifests and the
+  // workloads from the store, and schedules them. An invalid manifest is an error naming it.
+  static Result<std::unique_ptr<Fleet>> open(const Services& services, FleetOptions options);
+  ~Fleet();
+  Fleet(const Fleet&) = delete;
+  Fleet& operator=(const Fleet&) = delete;
+
+  Result<void> addRoutes(http::Router& router);
+
+  // Charges the GPU time that is due and re-evaluates budget holds. Call every second or so.
+  void tick();
+
+  // Warnings from the manifests read at start (unsupported fields), for the log.
+  const std::vector<std::string>& warnings() const;
+
+ private:
+  class Impl;
+  explicit Fleet(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace purser::api

@@ -1,0 +1,1117 @@
+// Reading Kueue manifests and workloads (see manifest.h).
+#include "fleet/manifest.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "common/clock.h"
+#include "common/quantity.h"
+#include "config/yaml_reader.h"
+
+namespace purser::fleet {
+
+using config::YamlReader;
+using Map = YamlReader::Map;
+
+namespace {
+
+constexpr std::string_view kGroup = "kueue.x-k8s.io";
+constexpr char kNameLabel[] = "kubernetes.io/metadata.name";
+constexpr char kQueueLabel[] = "kueue.x-k8s.io/queue-name";
+constexpr char kDefaultNamespace[] = "default";
+constexpr char kIgnored[] = "not supported by Purser; ignored";
+
+enum class Version { kV1alpha1, kV1beta1, kV1beta2 };
+
+// The kinds Purser reads, and Kueue's other kinds (reported, then skipped).
+constexpr std::array<std::string_view, 5> kFleetKinds = {"ResourceFlavor", "Cohort", "ClusterQueue",
+                                                         "LocalQueue", "WorkloadPriorityClass"};
+constexpr std::array<std::string_view, 7> kOtherKueueKinds = {
+    "AdmissionCheck",   "DynamicResourceAllocationConfig", "MultiKueueCluster",
+    "MultiKueueConfig", "ProvisioningRequestConfig",       "Topology",
+    "Workload"};
+
+std::string describe(const YAML::Node& n) {
+  if (n.IsScalar()) return fmt::format("\"{}\"", n.Scalar());
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+bool isNull(const YAML::Node& n) { return !n.IsDefined() || n.IsNull(); }
+
+template <typename Range>
+bool contains(const Range& range, std::string_view s) {
+  return std::find(range.begin(), range.end(), s) != range.end();
+}
+
+// RFC 1123: a DNS label ([a-z0-9-], starting and ending alphanumeric, at most 63 characters), and
+// a subdomain (labels joined by dots, at most 253). Kubernetes object names are subdomains.
+bool isDnsLabel(std::string_view s) {
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (s.empty() || s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+bool isDnsSubdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (size_t start = 0;;) {
+    const size_t dot = s.find('.', start);
+    if (!isDnsLabel(s.substr(start, dot == std::string_view::npos ? dot : dot - start))) {
+      return false;
+    }
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+// Kubernetes' extended resources (vendor-domain names such as nvidia.com/gpu) take only whole
+// numbers; cpu, memory and the kubernetes.io names do not.
+bool isExtendedResource(std::string_view name) {
+  const size_t slash = name.find('/');
+  if (slash == std::string_view::npos) return false;
+  const std::string_view domain = name.substr(0, slash);
+  if (domain == "kubernetes.io" || domain.ends_with(".kubernetes.io")) return false;
+  return !name.starts_with("requests.");
+}
+
+std::string where(const std::string& file, const YAML::Mark& at) {
+  if (at.is_null() || at.line < 0) return file;
+  return fmt::format("{}:{}:{}", file, at.line + 1, at.column + 1);
+}
+
+YAML::Mark keyMark(const Map& m, const std::string& key) {
+  for (auto it = m.node().begin(); it != m.node().end(); ++it) {
+    if (it->first.IsScalar() && it->first.Scalar() == key) return it->first.Mark();
+  }
+  return m.node().Mark();
+}
+
+Error combine(const std::vector<Error>& errors) {
+  if (errors.size() == 1) return errors.front();
+  std::string message = fmt::format("{} errors:", errors.size());
+  for (const auto& e : errors) message += "\n  " + e.toString();
+  return invalidArgument(std::move(message));
+}
+
+bool addChecked(Amount& into, Amount v) { return !__builtin_add_overflow(into, v, &into); }
+
+Result<std::vector<YAML::Node>> loadAll(const std::string& text, const std::string& file) {
+  try {
+    return YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    return fail(invalidArgument(fmt::format("invalid YAML: {}", e.msg))
+                    .at(file, e.mark.line + 1, e.mark.column + 1));
+  } catch (const YAML::Exception& e) {
+    return fail(invalidArgument(fmt::format("invalid YAML: {}", e.msg)).at(file, 0, 0));
+  }
+}
+
+// One object of a stream: its own YamlReader, so that its errors can name the object once its
+// name is known, and the stream's shared list of warnings.
+class ObjectReader {
+ public:
+  ObjectReader(const std::string& file, std::vector<std::string>& warnings, YAML::Mark at)
+      : r_(file), warnings_(warnings), at_(at) {}
+
+  YamlReader& reader() { return r_; }
+  void setLabel(std::string label) { label_ = std::move(label); }
+  const YAML::Mark& at() const { return at_; }
+
+  void moveErrorsTo(std::vector<Error>& out) const {
+    for (Error e : r_.errors()) {
+      e.message = fmt::format("{}: {}", label_, e.message);
+      out.push_back(std::move(e));
+    }
+  }
+
+  void warn(const YAML::Mark& at, const std::string& path, std::string_view message) {
+    warnings_.push_back(
+        path.empty() ? fmt::format("{}: {}: {}", where(r_.file(), at), label_, message)
+                     : fmt::format("{}: {}: {}: {}", where(r_.file(), at), label_, path, message));
+  }
+
+  // A known Kueue field Purser does not implement: accepted, and reported.
+  void unsupported(Map& m, const std::string& key, std::string_view message = kIgnored) {
+    if (!m.present(key) || isNull(m.get(key))) return;
+    warn(keyMark(m, key), m.child(key), message);
+  }
+
+  // A field under the other API version's name (cohort vs cohortName).
+  void renamed(Map& m, const std::string& key, std::string_view version,
+               const std::string& name_here) {
+    if (!m.present(key)) return;
+    r_.addError(keyMark(m, key), m.child(key),
+                fmt::format("this is the field's name in kueue.x-k8s.io/{}; this apiVersion calls "
+                            "it \"{}\"",
+                            version, name_here));
+  }
+
+  template <typename T>
+  void choice(Map& m, const std::string& key,
+              const std::vector<std::pair<std::string, std::type_identity_t<T>>>& table, T& out) {
+    if (!m.present(key) || isNull(m.get(key))) return;
+    const YAML::Node n = m.get(key);
+    auto s = r_.asString(n, m.child(key));
+    if (!s) return;
+    std::vector<std::string> names;
+    for (const auto& [name, value] : table) {
+      if (*s == name) {
+        out = value;
+        return;
+      }
+      names.push_back(name);
+    }
+    r_.addError(n, m.child(key),
+                fmt::format("expected one of {}, got \"{}\"", fmt::join(names, ", "), *s));
+  }
+
+  std::optional<int64_t> integer(Map& m, const std::string& key, int64_t min, int64_t max) {
+    if (!m.present(key) || isNull(m.get(key))) return std::nullopt;
+    return r_.asInt(m.get(key), m.child(key), min, max);
+  }
+
+  // A Kubernetes quantity as milli-units; never negative; `whole` for extended resources.
+  std::optional<Amount> amount(const YAML::Node& n, const std::string& path, bool whole = false) {
+    if (!n.IsScalar()) {
+      r_.addError(
+          n, path,
+          fmt::format("expected a quantity such as \"500m\" or \"16Gi\", got {}", describe(n)));
+      return std::nullopt;
+    }
+    auto q = Quantity::parse(n.Scalar());
+    if (!q) {
+      r_.addError(n, path,
+                  fmt::format("\"{}\" is not a quantity: {}", n.Scalar(), q.error().message));
+      return std::nullopt;
+    }
+    if (q->isNegative()) {
+      r_.addError(n, path, fmt::format("a quantity may not be negative, got \"{}\"", n.Scalar()));
+      return std::nullopt;
+    }
+    if (whole && !q->isInteger()) {
+      r_.addError(n, path,
+                  fmt::format("an extended resource takes a whole number, got \"{}\"", n.Scalar()));
+      return std::nullopt;
+    }
+    auto milli = q->milliValue();
+    if (!milli) {
+      r_.addError(n, path, fmt::format("\"{}\" is too large", n.Scalar()));
+      return std::nullopt;
+    }
+    return *milli;
+  }
+
+  // A ResourceList: resource name -> quantity.
+  Resources resourceList(const YAML::Node& n, const std::string& path) {
+    Resources out;
+    if (isNull(n)) return out;
+    if (!n.IsMap()) {
+      r_.addError(n, path,
+                  fmt::format("expected a mapping of resource to quantity, got {}", describe(n)));
+      return out;
+    }
+    for (const auto& kv : n) {
+      const std::string name = kv.first.Scalar();
+      if (auto a = amount(kv.second, path + "." + name, isExtendedResource(name))) out[name] = *a;
+    }
+    return out;
+  }
+
+  std::map<std::string, std::string> stringMap(const YAML::Node& n, const std::string& path) {
+    std::map<std::string, std::string> out;
+    if (isNull(n)) return out;
+    if (!n.IsMap()) {
+      r_.addError(n, path, fmt::format("expected a mapping of strings, got {}", describe(n)));
+      return out;
+    }
+    for (const auto& kv : n) {
+      if (auto v = r_.asString(kv.second, path + "." + kv.first.Scalar())) {
+        out[kv.first.Scalar()] = *v;
+      }
+    }
+    return out;
+  }
+
+  std::vector<Toleration> tolerations(const YAML::Node& n, const std::string& path) {
+    std::vector<Toleration> out;
+    if (isNull(n)) return out;
+    if (!n.IsSequence()) {
+      r_.addError(n, path, fmt::format("expected a list of tolerations, got {}", describe(n)));
+      return out;
+    }
+    for (size_t i = 0; i < n.size(); ++i) {
+      auto m = r_.map(n[i], fmt::format("{}[{}]", path, i));
+      Toleration t;
+      m.optional("key", t.key);
+      m.optionalChoice("operator", t.op, {"Equal", "Exists"});
+      m.optional("value", t.value);
+      m.optionalChoice("effect", t.effect, {"", "NoSchedule", "PreferNoSchedule", "NoExecute"});
+      unsupported(m, "tolerationSeconds");
+      m.finish();
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+ private:
+  YamlReader r_;
+  std::vector<std::string>& warnings_;
+  YAML::Mark at_;
+  std::string label_;
+};
+
+struct Meta {
+  std::string name;
+  std::string namespace_;
+  std::map<std::string, std::string> labels;
+  std::string uid;
+  std::optional<int64_t> created_ms;
+};
+
+// metadata: the name (and namespace) are read; the rest is Kubernetes bookkeeping (uid,
+// resourceVersion, managedFields, annotations, ...) and passes unread.
+Meta readMeta(ObjectReader& o, Map& top, bool namespaced) {
+  YamlReader& r = o.reader();
+  Meta meta;
+  if (!top.present("metadata")) {
+    r.addError(top.node(), top.child("metadata.name"), "required field is missing");
+    return meta;
+  }
+  Map m = top.map("metadata");
+  m.required("name", meta.name);
+  if (!meta.name.empty() && !isDnsSubdomain(meta.name)) {
+    r.addError(m.get("name"), m.child("name"),
+               fmt::format("\"{}\" is not a valid name: use lower-case letters, digits, '-' and "
+                           "'.', starting and ending with a letter or digit",
+                           meta.name));
+  }
+  if (namespaced) {
+    meta.namespace_ = kDefaultNamespace;
+    m.optional("namespace", meta.namespace_);
+    if (!isDnsLabel(meta.namespace_)) {
+      r.addError(m.get("namespace"), m.child("namespace"),
+                 fmt::format("\"{}\" is not a valid namespace", meta.namespace_));
+    }
+  }
+  if (m.present("labels")) meta.labels = o.stringMap(m.get("labels"), m.child("labels"));
+  m.optional("uid", meta.uid);
+  if (m.present("creationTimestamp") && !isNull(m.get("creationTimestamp"))) {
+    const YAML::Node n = m.get("creationTimestamp");
+    Result<SystemTime> t = fail(invalidArgument("not a string"));
+    if (n.IsScalar()) t = parseRfc3339(n.Scalar());
+    if (t) {
+      meta.created_ms = unixMillis(*t);
+    } else {
+      r.addError(n, m.child("creationTimestamp"),
+                 fmt::format("expected an RFC 3339 time, got {}", describe(n)));
+    }
+  }
+  return meta;
+}
+
+// Parses a stream of manifests into a ManifestSet.
+class StreamParser {
+ public:
+  explicit StreamParser(std::string file) : file_(std::move(file)) {}
+
+  void document(const YAML::Node& doc, const std::string& path, size_t index) {
+    if (isNull(doc)) return;
+    ObjectReader o(file_, set_.warnings, doc.Mark());
+    o.setLabel(fmt::format("document {}", index));
+    YamlReader& r = o.reader();
+    Map top = r.map(doc, path);
+    if (!top.valid()) {
+      o.moveErrorsTo(errors_);
+      return;
+    }
+    std::string api, kind;
+    top.required("apiVersion", api);
+    top.required("kind", kind);
+    if (api.empty() || kind.empty()) {
+      o.moveErrorsTo(errors_);
+      return;
+    }
+    // A const lookup of a missing key gives an invalid node: test IsDefined() first.
+    const YAML::Node meta = doc["metadata"];
+    const YAML::Node name_node = meta.IsDefined() && meta.IsMap() ? meta["name"] : YAML::Node();
+    const std::string name =
+        name_node.IsDefined() && name_node.IsScalar() ? name_node.Scalar() : std::string();
+    o.setLabel(name.empty() ? fmt::format("{} in document {}", kind, index)
+                            : fmt::format("{} \"{}\"", kind, name));
+
+    const size_t slash = api.find('/');
+    const std::string group = slash == std::string::npos ? "" : api.substr(0, slash);
+    const std::string version = slash == std::string::npos ? api : api.substr(slash + 1);
+    if (api == "v1" && kind == "List") {
+      (void)top.present("metadata");
+      const YAML::Node items = top.get("items");
+      if (items.IsSequence()) {
+        for (size_t i = 0; i < items.size(); ++i) {
+          document(items[i], fmt::format("{}[{}]", top.child("items"), i), index);
+        }
+      } else if (!isNull(items)) {
+        r.addError(items, top.child("items"), "expected a list of objects");
+      }
+      top.finish();
+    } else if (api == "v1" && kind == "Namespace") {
+      namespaceObject(o, top);
+    } else if (group != kGroup) {
+      o.warn(o.at(), "", fmt::format("{} is not a fleet object; ignored", api));
+      return;
+    } else if (contains(kOtherKueueKinds, kind)) {
+      o.warn(o.at(), "",
+             kind == "Workload"
+                 ? "a Workload in a manifest stream is ignored; workloads are submitted one by one"
+                 : "this Kueue kind is not supported by Purser; ignored");
+      return;
+    } else if (!contains(kFleetKinds, kind)) {
+      std::vector<std::string> all(kFleetKinds.begin(), kFleetKinds.end());
+      all.insert(all.end(), kOtherKueueKinds.begin(), kOtherKueueKinds.end());
+      const std::string hint = config::closestMatch(kind, all);
+      r.addError(top.get("kind"), top.child("kind"),
+                 hint.empty() ? fmt::format("unknown kueue.x-k8s.io kind \"{}\"", kind)
+                              : fmt::format("unknown kueue.x-k8s.io kind \"{}\"; did you mean "
+                                            "\"{}\"?",
+                                            kind, hint));
+    } else if (auto v = versionOf(version, kind)) {
+      if (kind == "ResourceFlavor") resourceFlavor(o, top);
+      if (kind == "Cohort") cohort(o, top, *v);
+      if (kind == "ClusterQueue") clusterQueue(o, top, *v);
+      if (kind == "LocalQueue") localQueue(o, top);
+      if (kind == "WorkloadPriorityClass") priorityClass(o, top);
+    } else {
+      r.addError(top.get("apiVersion"), top.child("apiVersion"),
+                 fmt::format("Purser reads {} as kueue.x-k8s.io/v1beta1 or v1beta2{}, not \"{}\"",
+                             kind, kind == "Cohort" ? " (or v1alpha1)" : "", api));
+    }
+    o.moveErrorsTo(errors_);
+  }
+
+  Result<ManifestSet> finish() {
+    if (!errors_.empty()) return fail(combine(errors_));
+    return std::move(set_);
+  }
+
+ private:
+  static std::optional<Version> versionOf(const std::string& v, const std::string& kind) {
+    if (v == "v1beta1") return Version::kV1beta1;
+    if (v == "v1beta2") return Version::kV1beta2;
+    if (v == "v1alpha1" && kind == "Cohort") return Version::kV1alpha1;
+    return std::nullopt;
+  }
+
+  // Records a definition; a second one of the same kind and name is an error.
+  void define(ObjectReader& o, Map& top, const std::string& kind, const std::string& name) {
+    if (name.empty()) return;
+    const YAML::Mark at = keyMark(top, "metadata");
+    auto [it, inserted] = defined_.emplace(kind + "/" + name, where(file_, at));
+    if (!inserted) {
+      o.reader().addError(at, top.child("metadata.name"),
+                          fmt::format("defined twice; first at {}", it->second));
+    }
+  }
+
+  void finishTop(Map& top) {
+    (void)top.present("status");  // what the cluster reported; not configuration
+    top.finish();
+  }
+
+  void namespaceObject(ObjectReader& o, Map& top) {
+    const Meta meta = readMeta(o, top, false);
+    define(o, top, "Namespace", meta.name);
+    (void)top.present("spec");
+    finishTop(top);
+    auto labels = meta.labels;
+    labels[kNameLabel] = meta.name;
+    set_.namespaces[meta.name] = std::move(labels);
+  }
+
+  void resourceFlavor(ObjectReader& o, Map& top) {
+    YamlReader& r = o.reader();
+    ResourceFlavor f;
+    f.name = readMeta(o, top, false).name;
+    define(o, top, "ResourceFlavor", f.name);
+    Map spec = top.map("spec");
+    if (spec.present("nodeLabels")) {
+      f.node_labels = o.stringMap(spec.get("nodeLabels"), spec.child("nodeLabels"));
+    }
+    if (spec.present("nodeTaints") && !isNull(spec.get("nodeTaints"))) {
+      const YAML::Node ts = spec.get("nodeTaints");
+      if (!ts.IsSequence()) {
+        r.addError(ts, spec.child("nodeTaints"), "expected a list of taints");
+      }
+      for (size_t i = 0; ts.IsSequence() && i < ts.size(); ++i) {
+        Map tm = r.map(ts[i], fmt::format("{}[{}]", spec.child("nodeTaints"), i));
+        Taint t;
+        tm.required("key", t.key);
+        tm.optional("value", t.value);
+        tm.requiredChoice("effect", t.effect, {"NoSchedule", "PreferNoSchedule", "NoExecute"});
+        (void)tm.present("timeAdded");  // set by the node controller; no meaning here
+        tm.finish();
+        f.taints.push_back(std::move(t));
+      }
+    }
+    if (spec.present("tolerations")) {
+      f.tolerations = o.tolerations(spec.get("tolerations"), spec.child("tolerations"));
+    }
+    o.unsupported(spec, "topologyName");
+    o.unsupported(spec, "resourceWeights");
+    spec.finish();
+    finishTop(top);
+    set_.flavors.push_back(std::move(f));
+  }
+
+  // resourceGroups of a ClusterQueue or Cohort. `limits_allowed`: borrowing and lending limits
+  // need a cohort (a parent, for a Cohort); `owner` says which field that is.
+  std::vector<ResourceGroup> resourceGroups(ObjectReader& o, Map& spec, bool limits_allowed,
+                                            std::string_view owner) {
+    YamlReader& r = o.reader();
+    std::vector<ResourceGroup> out;
+    if (!spec.present("resourceGroups") || isNull(spec.get("resourceGroups"))) return out;
+    const YAML::Node groups = spec.get("resourceGroups");
+    const std::string path = spec.child("resourceGroups");
+    if (!groups.IsSequence()) {
+      r.addError(groups, path, "expected a list of resource groups");
+      return out;
+    }
+    std::set<std::string> flavors_seen, resources_seen;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      Map g = r.map(groups[i], fmt::format("{}[{}]", path, i));
+      ResourceGroup group;
+      if (!g.present("coveredResources")) {
+        r.addError(g.node(), g.child("coveredResources"), "required field is missing");
+      }
+      g.optionalStrings("coveredResources", group.covered);
+      if (g.has("coveredResources") && group.covered.empty()) {
+        r.addError(g.get("coveredResources"), g.child("coveredResources"),
+                   "a resource group covers at least one resource");
+      }
+      for (const auto& res : group.covered) {
+        if (!resources_seen.insert(res).second) {
+          r.addError(g.get("coveredResources"), g.child("coveredResources"),
+                     fmt::format("resource \"{}\" is covered twice; each resource belongs to one "
+                                 "resource group",
+                                 res));
+        }
+      }
+      const YAML::Node fl = g.get("flavors");
+      if (!fl.IsSequence() || fl.size() == 0) {
+        r.addError(isNull(fl) ? g.node() : fl, g.child("flavors"),
+                   "expected a non-empty list of flavors");
+      }
+      for (size_t j = 0; fl.IsSequence() && j < fl.size(); ++j) {
+        const std::string fpath = fmt::format("{}[{}]", g.child("flavors"), j);
+        Map fm = r.map(fl[j], fpath);
+        FlavorQuotas fq;
+        fm.required("name", fq.flavor);
+        if (!fq.flavor.empty() && !flavors_seen.insert(fq.flavor).second) {
+          r.addError(fm.get("name"), fm.child("name"),
+                     fmt::format("flavor \"{}\" is listed twice; each flavor belongs to one "
+                                 "resource group",
+                                 fq.flavor));
+        }
+        std::vector<std::string> listed;
+        const YAML::Node rs = fm.get("resources");
+        if (!rs.IsSequence()) {
+          r.addError(isNull(rs) ? fm.node() : rs, fm.child("resources"),
+                     "expected a list of resource quotas");
+        }
+        for (size_t k = 0; rs.IsSequence() && k < rs.size(); ++k) {
+          Map qm = r.map(rs[k], fmt::format("{}[{}]", fm.child("resources"), k));
+          std::string res;
+          qm.required("name", res);
+          Quota quota;
+          if (!qm.present("nominalQuota")) {
+            r.addError(qm.node(), qm.child("nominalQuota"), "required field is missing");
+          } else {
+            quota.nominal = o.amount(qm.get("nominalQuota"), qm.child("nominalQuota")).value_or(0);
+          }
+          for (const char* limit : {"borrowingLimit", "lendingLimit"}) {
+            if (!qm.present(limit) || isNull(qm.get(limit))) continue;
+            auto& slot = std::string_view(limit) == "borrowingLimit" ? quota.borrowing_limit
+                                                                     : quota.lending_limit;
+            slot = o.amount(qm.get(limit), qm.child(limit));
+            if (!limits_allowed) {
+              r.addError(qm.get(limit), qm.child(limit),
+                         fmt::format("{} may only be set together with {}", limit, owner));
+            }
+          }
+          if (quota.lending_limit && *quota.lending_limit > quota.nominal) {
+            r.addError(
+                qm.get("lendingLimit"), qm.child("lendingLimit"),
+                fmt::format("lendingLimit {} exceeds nominalQuota {}",
+                            qm.get("lendingLimit").Scalar(), qm.get("nominalQuota").Scalar()));
+          }
+          qm.finish();
+          if (res.empty()) continue;
+          if (fq.resources.count(res) != 0) {
+            r.addError(qm.get("name"), qm.child("name"),
+                       fmt::format("resource \"{}\" is listed twice", res));
+          }
+          listed.push_back(res);
+          fq.resources[res] = quota;
+        }
+        if (rs.IsSequence() && !group.covered.empty() && listed != group.covered) {
+          r.addError(
+              rs, fm.child("resources"),
+              fmt::format("flavor \"{}\" lists [{}], but the group's coveredResources are "
+                          "[{}]; every flavor lists each covered resource, in the same "
+                          "order",
+                          fq.flavor, fmt::join(listed, ", "), fmt::join(group.covered, ", ")));
+        }
+        fm.finish();
+        group.flavors.push_back(std::move(fq));
+      }
+      g.finish();
+      out.push_back(std::move(group));
+    }
+    return out;
+  }
+
+  std::optional<int64_t> fairWeight(ObjectReader& o, Map& spec) {
+    if (!spec.present("fairSharing") || isNull(spec.get("fairSharing"))) return std::nullopt;
+    Map fs = spec.map("fairSharing");
+    std::optional<int64_t> weight;
+    if (fs.present("weight") && !isNull(fs.get("weight"))) {
+      weight = o.amount(fs.get("weight"), fs.child("weight"));
+    }
+    fs.finish();
+    return weight;
+  }
+
+  void cohort(ObjectReader& o, Map& top, Version v) {
+    Cohort c;
+    c.name = readMeta(o, top, false).name;
+    define(o, top, "Cohort", c.name);
+    Map spec = top.map("spec");
+    if (v == Version::kV1beta2) {
+      spec.optional("parentName", c.parent);
+      o.renamed(spec, "parent", "v1beta1", "parentName");
+    } else {
+      spec.optional("parent", c.parent);
+      o.renamed(spec, "parentName", "v1beta2", "parent");
+    }
+    c.quotas = resourceGroups(o, spec, !c.parent.empty(),
+                              v == Version::kV1beta2 ? "spec.parentName" : "spec.parent");
+    if (auto w = fairWeight(o, spec)) c.fair_weight_milli = *w;
+    spec.finish();
+    finishTop(top);
+    set_.cohorts.push_back(std::move(c));
+  }
+
+  void namespaceSelector(ObjectReader& o, Map& spec, ClusterQueue& cq) {
+    YamlReader& r = o.reader();
+    if (!spec.present("namespaceSelector") || isNull(spec.get("namespaceSelector"))) {
+      // Kueue's nil selector matches nothing: no label value satisfies an empty set.
+      cq.namespace_selector = std::map<std::string, std::vector<std::string>>{{kNameLabel, {}}};
+      o.warn(o.at(), spec.child("namespaceSelector"),
+             "not set, so (as in Kueue) no namespace may submit to this ClusterQueue; set "
+             "namespaceSelector: {} to admit every namespace");
+      return;
+    }
+    Map sel = spec.map("namespaceSelector");
+    std::map<std::string, std::vector<std::string>> out;
+    const auto require = [&](const std::string& key, std::vector<std::string> values) {
+      auto [it, inserted] = out.emplace(key, values);
+      if (inserted) return;
+      std::erase_if(it->second, [&](const std::string& v) { return !contains(values, v); });
+    };
+    if (sel.present("matchLabels")) {
+      for (auto& [k, v] : o.stringMap(sel.get("matchLabels"), sel.child("matchLabels"))) {
+        require(k, {v});
+      }
+    }
+    if (sel.present("matchExpressions") && !isNull(sel.get("matchExpressions"))) {
+      const YAML::Node exprs = sel.get("matchExpressions");
+      if (!exprs.IsSequence()) {
+        r.addError(exprs, sel.child("matchExpressions"), "expected a list of expressions");
+      }
+      for (size_t i = 0; exprs.IsSequence() && i < exprs.size(); ++i) {
+        Map e = r.map(exprs[i], fmt::format("{}[{}]", sel.child("matchExpressions"), i));
+        std::string key, op;
+        std::vector<std::string> values;
+        e.required("key", key);
+        e.requiredChoice("operator", op, {"In", "NotIn", "Exists", "DoesNotExist"});
+        e.optionalStrings("values", values);
+        if (op == "In") {
+          if (values.empty()) {
+            r.addError(e.node(), e.child("values"), "operator In needs at least one value");
+          }
+          require(key, values);
+        } else if (!op.empty()) {
+          r.addError(
+              e.get("operator"), e.child("operator"),
+              fmt::format("operator {} is not supported by Purser; use In or matchLabels", op));
+        }
+        e.finish();
+      }
+    }
+    sel.finish();
+    cq.namespace_selector = std::move(out);
+  }
+
+  void preemption(ObjectReader& o, Map& spec, ClusterQueue& cq) {
+    if (!spec.present("preemption") || isNull(spec.get("preemption"))) return;
+    Map p = spec.map("preemption");
+    PreemptionPolicy& pp = cq.preemption;
+    o.choice<WithinClusterQueue>(
+        p, "withinClusterQueue",
+        {{"Never", WithinClusterQueue::kNever},
+         {"LowerPriority", WithinClusterQueue::kLowerPriority},
+         {"LowerOrNewerEqualPriority", WithinClusterQueue::kLowerOrNewerEqualPriority}},
+        pp.within_cluster_queue);
+    o.choice<ReclaimWithinCohort>(p, "reclaimWithinCohort",
+                                  {{"Never", ReclaimWithinCohort::kNever},
+                                   {"LowerPriority", ReclaimWithinCohort::kLowerPriority},
+                                   {"Any", ReclaimWithinCohort::kAny}},
+                                  pp.reclaim_within_cohort);
+    if (p.present("borrowWithinCohort") && !isNull(p.get("borrowWithinCohort"))) {
+      Map b = p.map("borrowWithinCohort");
+      o.choice<BorrowWithinCohort>(b, "policy",
+                                   {{"Never", BorrowWithinCohort::kNever},
+                                    {"LowerPriority", BorrowWithinCohort::kLowerPriority}},
+                                   pp.borrow_within_cohort);
+      if (auto t = o.integer(b, "maxPriorityThreshold", INT32_MIN, INT32_MAX)) {
+        pp.max_priority_threshold = static_cast<int32_t>(*t);
+      }
+      b.finish();
+      if (pp.borrow_within_cohort != BorrowWithinCohort::kNever &&
+          pp.reclaim_within_cohort == ReclaimWithinCohort::kNever) {
+        o.reader().addError(b.node(), b.child("policy"),
+                            "borrowWithinCohort needs reclaimWithinCohort other than Never");
+      }
+    }
+    p.finish();
+  }
+
+  void fungibility(ObjectReader& o, Map& spec, ClusterQueue& cq, Version v) {
+    if (!spec.present("flavorFungibility") || isNull(spec.get("flavorFungibility"))) return;
+    Map f = spec.map("flavorFungibility");
+    FlavorFungibility& ff = cq.fungibility;
+    std::vector<std::pair<std::string, WhenCanBorrow>> borrow = {
+        {"MayStopSearch", WhenCanBorrow::kMayStopSearch},
+        {"TryNextFlavor", WhenCanBorrow::kTryNextFlavor}};
+    std::vector<std::pair<std::string, WhenCanPreempt>> preempt = {
+        {"MayStopSearch", WhenCanPreempt::kMayStopSearch},
+        {"TryNextFlavor", WhenCanPreempt::kTryNextFlavor}};
+    if (v == Version::kV1beta1) {  // v1beta1's deprecated names for MayStopSearch
+      borrow.emplace_back("Borrow", WhenCanBorrow::kMayStopSearch);
+      preempt.emplace_back("Preempt", WhenCanPreempt::kMayStopSearch);
+    }
+    o.choice<WhenCanBorrow>(f, "whenCanBorrow", borrow, ff.when_can_borrow);
+    o.choice<WhenCanPreempt>(f, "whenCanPreempt", preempt, ff.when_can_preempt);
+    o.choice<FungibilityPreference>(
+        f, "preference",
+        {{"BorrowingOverPreemption", FungibilityPreference::kBorrowingOverPreemption},
+         {"PreemptionOverBorrowing", FungibilityPreference::kPreemptionOverBorrowing}},
+        ff.preference);
+    if (ff.preference != FungibilityPreference::kNone &&
+        (ff.when_can_borrow != WhenCanBorrow::kTryNextFlavor ||
+         ff.when_can_preempt != WhenCanPreempt::kTryNextFlavor)) {
+      o.reader().addError(f.get("preference"), f.child("preference"),
+                          "preference needs whenCanBorrow and whenCanPreempt both TryNextFlavor");
+    }
+    f.finish();
+  }
+
+  void clusterQueue(ObjectReader& o, Map& top, Version v) {
+    ClusterQueue cq;
+    cq.name = readMeta(o, top, false).name;
+    define(o, top, "ClusterQueue", cq.name);
+    Map spec = top.map("spec");
+    const bool beta1 = v == Version::kV1beta1;
+    spec.optional(beta1 ? "cohort" : "cohortName", cq.cohort);
+    if (beta1) {
+      o.renamed(spec, "cohortName", "v1beta2", "cohort");
+    } else {
+      o.renamed(spec, "cohort", "v1beta1", "cohortName");
+    }
+    o.choice<QueueingStrategy>(spec, "queueingStrategy",
+                               {{"BestEffortFIFO", QueueingStrategy::kBestEffortFifo},
+                                {"StrictFIFO", QueueingStrategy::kStrictFifo}},
+                               cq.strategy);
+    namespaceSelector(o, spec, cq);
+    preemption(o, spec, cq);
+    fungibility(o, spec, cq, v);
+    cq.resource_groups =
+        resourceGroups(o, spec, !cq.cohort.empty(), beta1 ? "spec.cohort" : "spec.cohortName");
+    if (auto w = fairWeight(o, spec)) cq.fair_weight_milli = *w;
+    o.choice<StopPolicy>(spec, "stopPolicy",
+                         {{"None", StopPolicy::kNone},
+                          {"Hold", StopPolicy::kHold},
+                          {"HoldAndDrain", StopPolicy::kHoldAndDrain}},
+                         cq.stop_policy);
+    if (beta1) o.unsupported(spec, "admissionChecks");
+    for (const char* key : {"admissionChecksStrategy", "admissionScope", "excludeResourcePrefixes",
+                            "concurrentAdmissionPolicy"}) {
+      o.unsupported(spec, key);
+    }
+    spec.finish();
+    finishTop(top);
+    set_.cluster_queues.push_back(std::move(cq));
+  }
+
+  void localQueue(ObjectReader& o, Map& top) {
+    LocalQueue lq;
+    const Meta meta = readMeta(o, top, true);
+    lq.name = meta.name;
+    lq.namespace_ = meta.namespace_;
+    if (!lq.name.empty()) define(o, top, "LocalQueue", lq.namespace_ + "/" + lq.name);
+    Map spec = top.map("spec");
+    if (!top.has("spec")) {
+      o.reader().addError(top.node(), spec.child("clusterQueue"), "required field is missing");
+    } else {
+      spec.required("clusterQueue", lq.cluster_queue);
+    }
+    StopPolicy stop = StopPolicy::kNone;
+    o.choice<StopPolicy>(spec, "stopPolicy",
+                         {{"None", StopPolicy::kNone},
+                          {"Hold", StopPolicy::kHold},
+                          {"HoldAndDrain", StopPolicy::kHoldAndDrain}},
+                         stop);
+    if (stop != StopPolicy::kNone) {
+      o.warn(keyMark(spec, "stopPolicy"), spec.child("stopPolicy"),
+             "a LocalQueue's stopPolicy is not supported by Purser; ignored");
+    }
+    o.unsupported(spec, "fairSharing");
+    o.unsupported(spec, "wallTimePolicy");
+    spec.finish();
+    finishTop(top);
+    set_.local_queues.push_back(std::move(lq));
+  }
+
+  void priorityClass(ObjectReader& o, Map& top) {
+    WorkloadPriorityClass pc;
+    pc.name = readMeta(o, top, false).name;
+    define(o, top, "WorkloadPriorityClass", pc.name);
+    if (!top.present("value")) {
+      o.reader().addError(top.node(), top.child("value"), "required field is missing");
+    } else if (auto v = o.integer(top, "value", INT32_MIN, INT32_MAX)) {
+      pc.value = static_cast<int32_t>(*v);
+    }
+    std::string description;
+    top.optional("description", description);
+    finishTop(top);
+    set_.priority_classes.push_back(std::move(pc));
+  }
+
+  std::string file_;
+  ManifestSet set_;
+  std::vector<Error> errors_;
+  std::map<std::string, std::string> defined_;  // "Kind/name" -> where first defined
+};
+
+// --- Workloads ----------------------------------------------------------------------------------
+
+class WorkloadParser {
+ public:
+  explicit WorkloadParser(ObjectReader& o) : o_(o), r_(o.reader()) {}
+
+  // Kueue's Workload object.
+  Workload kueue(Map& top) {
+    Workload w;
+    std::string api, kind;
+    top.required("apiVersion", api);
+    top.required("kind", kind);
+    if (!kind.empty() && kind != "Workload") {
+      r_.addError(top.get("kind"), top.child("kind"),
+                  fmt::format("expected a Workload, got \"{}\"", kind));
+    }
+    std::optional<Version> v;
+    if (api == "kueue.x-k8s.io/v1beta1") v = Version::kV1beta1;
+    if (api == "kueue.x-k8s.io/v1beta2") v = Version::kV1beta2;
+    if (!api.empty() && !v) {
+      r_.addError(top.get("apiVersion"), top.child("apiVersion"),
+                  fmt::format("expected kueue.x-k8s.io/v1beta1 or v1beta2, got \"{}\"", api));
+    }
+    const Meta meta = readMeta(o_, top, true);
+    setName(w, meta.name, meta.namespace_);
+    w.uid = meta.uid;
+    if (meta.created_ms) w.created_ms = *meta.created_ms;
+
+    Map spec = top.map("spec");
+    spec.optional("queueName", w.local_queue);
+    if (w.local_queue.empty() && meta.labels.count(kQueueLabel) != 0) {
+      w.local_queue = meta.labels.at(kQueueLabel);
+    }
+    std::optional<int64_t> priority = o_.integer(spec, "priority", INT32_MIN, INT32_MAX);
+    if (priority) w.priority = static_cast<int32_t>(*priority);
+    // Purser knows WorkloadPriorityClasses; a pod PriorityClass contributes spec.priority only.
+    std::string class_name;
+    bool workload_class = false;
+    if (v == Version::kV1beta2) {
+      if (spec.present("priorityClassRef") && !isNull(spec.get("priorityClassRef"))) {
+        Map ref = spec.map("priorityClassRef");
+        std::string group, ref_kind;
+        ref.requiredChoice("group", group, {"kueue.x-k8s.io", "scheduling.k8s.io"});
+        ref.requiredChoice("kind", ref_kind, {"WorkloadPriorityClass", "PriorityClass"});
+        ref.required("name", class_name);
+        ref.finish();
+        workload_class = ref_kind == "WorkloadPriorityClass";
+      }
+      o_.renamed(spec, "priorityClassName", "v1beta1", "priorityClassRef");
+    } else {
+      spec.optional("priorityClassName", class_name);
+      std::string source;
+      spec.optionalChoice(
+          "priorityClassSource", source,
+          {"", "kueue.x-k8s.io/workloadpriorityclass", "scheduling.k8s.io/priorityclass"});
+      workload_class = source == "kueue.x-k8s.io/workloadpriorityclass";
+    }
+    if (workload_class) {
+      w.priority_class = class_name;
+    } else if (!class_name.empty()) {
+      o_.warn(o_.at(), spec.child("priority"),
+              fmt::format("pod PriorityClass \"{}\" is not known to Purser; the workload's "
+                          "priority is spec.priority ({})",
+                          class_name, w.priority));
+    }
+    bool active = true;
+    spec.optional("active", active);
+    if (!active) {
+      r_.addError(spec.get("active"), spec.child("active"),
+                  "an inactive Workload cannot be submitted to Purser");
+    }
+    o_.unsupported(spec, "maximumExecutionTimeSeconds");
+    if (!spec.present("podSets")) {
+      r_.addError(spec.node().IsDefined() ? spec.node() : top.node(), spec.child("podSets"),
+                  "required field is missing");
+    } else {
+      w.pod_sets = kueuePodSets(spec.get("podSets"), spec.child("podSets"));
+    }
+    spec.finish();
+    (void)top.present("status");
+    top.finish();
+    return w;
+  }
+
+  // Purser's short form.
+  Workload shortForm(Map& top) {
+    Workload w;
+    std::string name, ns = kDefaultNamespace;
+    top.required("name", name);
+    top.optional("namespace", ns);
+    if (!name.empty() && !isDnsSubdomain(name)) {
+      r_.addError(top.get("name"), top.child("name"),
+                  fmt::format("\"{}\" is not a valid name", name));
+    }
+    if (!isDnsLabel(ns)) {
+      r_.addError(top.get("namespace"), top.child("namespace"),
+                  fmt::format("\"{}\" is not a valid namespace", ns));
+    }
+    setName(w, name, ns);
+    top.required("queue", w.local_queue);
+    top.optional("priority_class", w.priority_class);
+    if (auto p = o_.integer(top, "priority", INT32_MIN, INT32_MAX)) {
+      w.priority = static_cast<int32_t>(*p);
+    }
+    const YAML::Node sets = top.get("pod_sets");
+    const std::string path = top.child("pod_sets");
+    if (!sets.IsSequence() || sets.size() == 0) {
+      r_.addError(isNull(sets) ? top.node() : sets, path, "expected a non-empty list of pod sets");
+    }
+    for (size_t i = 0; sets.IsSequence() && i < sets.size(); ++i) {
+      Map m = r_.map(sets[i], fmt::format("{}[{}]", path, i));
+      PodSet ps;
+      m.required("name", ps.name);
+      counts(m, "count", "min_count", ps);
+      if (m.present("requests"))
+        ps.requests = o_.resourceList(m.get("requests"), m.child("requests"));
+      if (m.present("tolerations")) {
+        ps.tolerations = o_.tolerations(m.get("tolerations"), m.child("tolerations"));
+      }
+      if (m.present("node_selector")) {
+        ps.node_selector = o_.stringMap(m.get("node_selector"), m.child("node_selector"));
+      }
+      m.finish();
+      addPodSet(w.pod_sets, std::move(ps), m);
+    }
+    top.finish();
+    return w;
+  }
+
+ private:
+  void setName(Workload& w, const std::string& name, const std::string& ns) {
+    w.namespace_ = ns;
+    w.name = ns.empty() ? name : ns + "/" + name;
+    o_.setLabel(fmt::format("Workload \"{}\"", w.name));
+  }
+
+  void counts(Map& m, const std::string& count_key, const std::string& min_key, PodSet& ps) {
+    if (auto c = o_.integer(m, count_key, 0, INT32_MAX)) ps.count = *c;
+    if (auto mc = o_.integer(m, min_key, 1, ps.count)) ps.min_count = *mc;
+  }
+
+  void addPodSet(std::vector<PodSet>& sets, PodSet ps, Map& m) {
+    if (!ps.name.empty() && !isDnsLabel(ps.name)) {
+      r_.addError(m.get("name"), m.child("name"),
+                  fmt::format("\"{}\" is not a valid pod set name", ps.name));
+    }
+    for (const auto& other : sets) {
+      if (other.name == ps.name) {
+        r_.addError(m.get("name"), m.child("name"),
+                    fmt::format("pod set \"{}\" is listed twice", ps.name));
+      }
+    }
+    sets.push_back(std::move(ps));
+  }
+
+  std::vector<PodSet> kueuePodSets(const YAML::Node& n, const std::string& path) {
+    std::vector<PodSet> out;
+    if (!n.IsSequence() || n.size() == 0) {
+      r_.addError(n, path, "expected a non-empty list of pod sets");
+      return {};
+    }
+    for (size_t i = 0; i < n.size(); ++i) {
+      Map m = r_.map(n[i], fmt::format("{}[{}]", path, i));
+      PodSet ps;
+      ps.name = "main";  // Kueue's default
+      m.optional("name", ps.name);
+      counts(m, "count", "minCount", ps);
+      if (!m.present("template")) {
+        r_.addError(m.node(), m.child("template"), "required field is missing");
+      } else {
+        Map t = m.map("template");
+        (void)t.present("metadata");
+        podSpec(t.map("spec"), ps);
+        t.finish();
+      }
+      o_.unsupported(m, "topologyRequest");
+      m.finish();
+      addPodSet(out, std::move(ps), m);
+    }
+    return out;
+  }
+
+  // A container's requests, with limits standing in for missing requests (as Kueue does).
+  Resources containerRequests(const YAML::Node& c, const std::string& path) {
+    Map cm = r_.map(c, path);  // the rest of a container is not Purser's concern
+    if (!cm.present("resources") || isNull(cm.get("resources"))) return {};
+    Map res = cm.map("resources");
+    Resources requests = o_.resourceList(res.get("requests"), res.child("requests"));
+    for (const auto& [name, v] : o_.resourceList(res.get("limits"), res.child("limits"))) {
+      requests.emplace(name, v);
+    }
+    o_.unsupported(res, "claims");
+    res.finish();
+    return requests;
+  }
+
+  bool add(Resources& into, const Resources& more, const YAML::Node& at, const std::string& path) {
+    for (const auto& [name, v] : more) {
+      if (!addChecked(into[name], v)) {
+        r_.addError(at, path, fmt::format("the pod's total \"{}\" is too large", name));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static void maxInto(Resources& into, const Resources& other) {
+    for (const auto& [name, v] : other) into[name] = std::max(into[name], v);
+  }
+
+  // Kubernetes' effective pod requests: the containers summed, plus restartable (sidecar) init
+  // containers; at least each regular init container with the sidecars started before it; plus
+  // the pod's overhead.
+  void podSpec(Map s, PodSet& ps) {
+    Resources containers, sidecars, init_peak;
+    const YAML::Node cs = s.get("containers");
+    for (size_t i = 0; cs.IsSequence() && i < cs.size(); ++i) {
+      const std::string at = fmt::format("{}[{}]", s.child("containers"), i);
+      if (!add(containers, containerRequests(cs[i], at), cs[i], at)) return;
+    }
+    const YAML::Node init = s.get("initContainers");
+    for (size_t i = 0; init.IsSequence() && i < init.size(); ++i) {
+      const std::string at = fmt::format("{}[{}]", s.child("initContainers"), i);
+      Resources req = containerRequests(init[i], at);
+      const YAML::Node restart = init[i].IsMap() ? init[i]["restartPolicy"] : YAML::Node();
+      if (restart.IsDefined() && restart.IsScalar() && restart.Scalar() == "Always") {
+        if (!add(sidecars, req, init[i], at)) return;
+        maxInto(init_peak, sidecars);
+      } else {
+        if (!add(req, sidecars, init[i], at)) return;
+        maxInto(init_peak, req);
+      }
+    }
+    if (!add(containers, sidecars, s.node(), s.path())) return;
+    maxInto(containers, init_peak);
+    if (s.present("overhead")) {
+      if (!add(containers, o_.resourceList(s.get("overhead"), s.child("overhead")), s.node(),
+               s.child("overhead"))) {
+        return;
+      }
+    }
+    ps.requests = std::move(containers);
+    if (s.present("tolerations")) {
+      ps.tolerations = o_.tolerations(s.get("tolerations"), s.child("tolerations"));
+    }
+    if (s.present("nodeSelector")) {
+      ps.node_selector = o_.stringMap(s.get("nodeSelector"), s.child("nodeSelector"));
+    }
+    if (s.present("affinity") && s.get("affinity").IsMap() &&
+        s.get("affinity")["nodeAffinity"].IsDefined()) {
+      o_.warn(keyMark(s, "affinity"), s.child("affinity.nodeAffinity"),
+              "not supported by Purser; flavors are matched on nodeSelector only");
+    }
+    // The rest of the pod spec (images, volumes, ...) is for the kubelet, not for admission.
+  }
+
+  ObjectReader& o_;
+  YamlReader& r_;
+};
+
+}  // namespace
+
+Result<ManifestSet> parseManifests(const std::string& yaml, const std::string& file_name) {
+  const std::vector<YAML::Node> docs = PURSER_TRY_VALUE(loadAll(yaml, file_name));
+  StreamParser parser(file_name);
+  for (size_t i = 0; i < docs.size(); ++i) parser.document(docs[i], "", i + 1);
+  return parser.finish();
+}
+
+World toWorld(ManifestSet set) {
+  World w;
+  w.flavors = std::move(set.flavors);
+  w.namespaces = std::move(set.namespaces);
+  w.cohorts = std::move(set.cohorts);
+  w.cluster_queues = std::move(set.cluster_queues);
+  w.local_queues = std::move(set.local_queues);
+  w.priority_classes = std::move(set.priority_classes);
+  return w;
+}
+
+Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json,
+                                     const std::string& file_name) {
+  std::vector<YAML::Node> docs = PURSER_TRY_VALUE(loadAll(yaml_or_json, file_name));
+  std::erase_if(docs, [](const YAML::Node& d) { return isNull(d); });
+  if (docs.size() != 1) {
+    return fail(invalidArgument(fmt::format("expected one workload, got {} documents", docs.size()))
+                    .at(file_name, 0, 0));
+  }
+  const YAML::Node& doc = docs.front();
+  ParsedWorkload out;
+  ObjectReader o(file_name, out.warnings, doc.Mark());
+  o.setLabel("Workload");
+  Map top = o.reader().map(doc, "");
+  if (top.valid()) {
+    WorkloadParser p(o);
+    out.workload = top.has("apiVersion") || top.has("kind") ? p.kueue(top) : p.shortForm(top);
+  }
+  std::vector<Error> errors;
+  o.moveErrorsTo(errors);
+  if (!errors.empty()) return fail(combine(errors));
+  return out;
+}
+
+}  // namespace purser::fleet

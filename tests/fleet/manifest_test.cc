@@ -1,0 +1,674 @@
+// Tests of reading Kueue manifests and workloads into fleet objects.
+#include "fleet/manifest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "fleet/engine.h"
+
+namespace purser::fleet {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The same fleet in each API version; {V} is the version, {COHORT} the ClusterQueue's cohort
+// field and {PARENT} the Cohort's parent field.
+std::string fleet(const std::string& version, const std::string& cohort_field,
+                  const std::string& parent_field, const std::string& cohort_version) {
+  std::string y = R"(apiVersion: kueue.x-k8s.io/V
+kind: ResourceFlavor
+metadata:
+  name: a100
+spec:
+  nodeLabels:
+    gpu: a100
+  nodeTaints:
+  - key: nvidia.com/gpu
+    value: "true"
+    effect: NoSchedule
+  tolerations:
+  - key: nvidia.com/gpu
+    operator: Exists
+    effect: NoSchedule
+---
+apiVersion: kueue.x-k8s.io/CV
+kind: Cohort
+metadata:
+  name: research
+spec:
+  PARENT: org
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: a100
+      resources:
+      - name: cpu
+        nominalQuota: 500m
+        lendingLimit: 250m
+  fairSharing:
+    weight: "1.5"
+---
+apiVersion: kueue.x-k8s.io/V
+kind: ClusterQueue
+metadata:
+  name: team-a
+spec:
+  COHORT: research
+  queueingStrategy: StrictFIFO
+  namespaceSelector:
+    matchLabels:
+      team: a
+    matchExpressions:
+    - key: tier
+      operator: In
+      values: [gold, silver]
+  preemption:
+    withinClusterQueue: LowerPriority
+    reclaimWithinCohort: Any
+    borrowWithinCohort:
+      policy: LowerPriority
+      maxPriorityThreshold: 100
+  flavorFungibility:
+    whenCanBorrow: TryNextFlavor
+    whenCanPreempt: MayStopSearch
+  stopPolicy: Hold
+  fairSharing:
+    weight: 2
+  resourceGroups:
+  - coveredResources: [cpu, memory, nvidia.com/gpu]
+    flavors:
+    - name: a100
+      resources:
+      - name: cpu
+        nominalQuota: 20
+      - name: memory
+        nominalQuota: 16Gi
+        borrowingLimit: 1Gi
+      - name: nvidia.com/gpu
+        nominalQuota: 4
+---
+apiVersion: kueue.x-k8s.io/V
+kind: LocalQueue
+metadata:
+  name: main
+  namespace: team-a
+spec:
+  clusterQueue: team-a
+---
+apiVersion: kueue.x-k8s.io/V
+kind: WorkloadPriorityClass
+metadata:
+  name: high
+value: 1000
+description: for deadlines
+)";
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    for (size_t at = y.find(from); at != std::string::npos; at = y.find(from, at + to.size())) {
+      y.replace(at, from.size(), to);
+    }
+  };
+  replace("/CV\n", "/" + cohort_version + "\n");
+  replace("/V\n", "/" + version + "\n");
+  replace("COHORT:", cohort_field + ":");
+  replace("PARENT:", parent_field + ":");
+  return y;
+}
+
+void expectFleet(const ManifestSet& m) {
+  ASSERT_EQ(m.flavors.size(), 1u);
+  EXPECT_EQ(m.flavors[0].name, "a100");
+  EXPECT_EQ(m.flavors[0].node_labels.at("gpu"), "a100");
+  ASSERT_EQ(m.flavors[0].taints.size(), 1u);
+  EXPECT_EQ(m.flavors[0].taints[0].effect, "NoSchedule");
+  ASSERT_EQ(m.flavors[0].tolerations.size(), 1u);
+  EXPECT_EQ(m.flavors[0].tolerations[0].op, "Exists");
+
+  ASSERT_EQ(m.cohorts.size(), 1u);
+  EXPECT_EQ(m.cohorts[0].name, "research");
+  EXPECT_EQ(m.cohorts[0].parent, "org");
+  EXPECT_EQ(m.cohorts[0].fair_weight_milli, 1500);
+  ASSERT_EQ(m.cohorts[0].quotas.size(), 1u);
+  EXPECT_EQ(m.cohorts[0].quotas[0].flavors[0].resources.at("cpu").nominal, 500);
+  EXPECT_EQ(m.cohorts[0].quotas[0].flavors[0].resources.at("cpu").lending_limit, 250);
+
+  ASSERT_EQ(m.cluster_queues.size(), 1u);
+  const ClusterQueue& cq = m.cluster_queues[0];
+  EXPECT_EQ(cq.name, "team-a");
+  EXPECT_EQ(cq.cohort, "research");
+  EXPECT_EQ(cq.strategy, QueueingStrategy::kStrictFifo);
+  ASSERT_TRUE(cq.namespace_selector.has_value());
+  EXPECT_EQ(cq.namespace_selector->at("team"), std::vector<std::string>{"a"});
+  EXPECT_EQ(cq.namespace_selector->at("tier"), (std::vector<std::string>{"gold", "silver"}));
+  EXPECT_EQ(cq.preemption.within_cluster_queue, WithinClusterQueue::kLowerPriority);
+  EXPECT_EQ(cq.preemption.reclaim_within_cohort, ReclaimWithinCohort::kAny);
+  EXPECT_EQ(cq.preemption.borrow_within_cohort, BorrowWithinCohort::kLowerPriority);
+  EXPECT_EQ(cq.preemption.max_priority_threshold, 100);
+  EXPECT_EQ(cq.fungibility.when_can_borrow, WhenCanBorrow::kTryNextFlavor);
+  EXPECT_EQ(cq.fungibility.when_can_preempt, WhenCanPreempt::kMayStopSearch);
+  EXPECT_EQ(cq.stop_policy, StopPolicy::kHold);
+  EXPECT_EQ(cq.fair_weight_milli, 2000);
+  ASSERT_EQ(cq.resource_groups.size(), 1u);
+  EXPECT_EQ(cq.resource_groups[0].covered,
+            (std::vector<std::string>{"cpu", "memory", "nvidia.com/gpu"}));
+  const auto& q = cq.resource_groups[0].flavors[0];
+  EXPECT_EQ(q.flavor, "a100");
+  EXPECT_EQ(q.resources.at("cpu").nominal, 20'000);
+  EXPECT_EQ(q.resources.at("memory").nominal, int64_t{16} * 1024 * 1024 * 1024 * 1000);
+  EXPECT_EQ(q.resources.at("memory").borrowing_limit, int64_t{1024} * 1024 * 1024 * 1000);
+  EXPECT_FALSE(q.resources.at("cpu").borrowing_limit.has_value());
+  EXPECT_EQ(q.resources.at("nvidia.com/gpu").nominal, 4000);
+
+  ASSERT_EQ(m.local_queues.size(), 1u);
+  EXPECT_EQ(m.local_queues[0].namespace_, "team-a");
+  EXPECT_EQ(m.local_queues[0].name, "main");
+  EXPECT_EQ(m.local_queues[0].cluster_queue, "team-a");
+
+  ASSERT_EQ(m.priority_classes.size(), 1u);
+  EXPECT_EQ(m.priority_classes[0].name, "high");
+  EXPECT_EQ(m.priority_classes[0].value, 1000);
+  EXPECT_TRUE(m.warnings.empty()) << m.warnings.front();
+}
+
+std::string errorOf(const std::string& yaml) {
+  auto m = parseManifests(yaml, "fleet.yaml");
+  return m ? std::string("no error") : m.error().toString();
+}
+
+TEST(ManifestTest, ReadsAllFiveKindsInV1beta1) {
+  auto m = parseManifests(fleet("v1beta1", "cohort", "parent", "v1beta1"), "fleet.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  expectFleet(*m);
+}
+
+TEST(ManifestTest, ReadsAllFiveKindsInV1beta2) {
+  auto m = parseManifests(fleet("v1beta2", "cohortName", "parentName", "v1beta2"), "fleet.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  expectFleet(*m);
+}
+
+TEST(ManifestTest, ReadsAV1alpha1Cohort) {
+  auto m = parseManifests(fleet("v1beta1", "cohort", "parent", "v1alpha1"), "fleet.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  expectFleet(*m);
+}
+
+TEST(ManifestTest, SaysWhenAFieldHasTheOtherVersionsName) {
+  const std::string v2_with_v1_name = fleet("v1beta2", "cohort", "parentName", "v1beta2");
+  EXPECT_THAT(errorOf(v2_with_v1_name), HasSubstr("spec.cohort: ClusterQueue \"team-a\": this is "
+                                                  "the field's name in kueue.x-k8s.io/v1beta1"));
+  EXPECT_THAT(errorOf(v2_with_v1_name), HasSubstr("calls it \"cohortName\""));
+  EXPECT_THAT(errorOf(fleet("v1beta1", "cohort", "parentName", "v1beta1")),
+              HasSubstr("spec.parentName: Cohort \"research\": this is the field's name in "
+                        "kueue.x-k8s.io/v1beta2"));
+}
+
+TEST(ManifestTest, ConvertsQuantitiesExactlyToMilliUnits) {
+  const std::string yaml = R"(
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: q}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, memory, pods, example.com/x, y]
+    flavors:
+    - name: f
+      resources:
+      - {name: cpu, nominalQuota: "500m"}
+      - {name: memory, nominalQuota: 1.5Gi}
+      - {name: pods, nominalQuota: 4}
+      - {name: example.com/x, nominalQuota: 1e3}
+      - {name: y, nominalQuota: 1n}
+)";
+  auto m = parseManifests(yaml, "q.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  const auto& r = m->cluster_queues[0].resource_groups[0].flavors[0].resources;
+  EXPECT_EQ(r.at("cpu").nominal, 500);
+  EXPECT_EQ(r.at("memory").nominal, int64_t{1536} * 1024 * 1024 * 1000);
+  EXPECT_EQ(r.at("pods").nominal, 4000);
+  EXPECT_EQ(r.at("example.com/x").nominal, 1'000'000);
+  EXPECT_EQ(r.at("y").nominal, 1);  // finer than a milli-unit rounds up, as in Kubernetes
+}
+
+TEST(ManifestTest, EmptyNamespaceSelectorAdmitsEveryNamespace) {
+  auto m = parseManifests(
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: q}\n"
+      "spec: {namespaceSelector: {}}\n",
+      "q.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  ASSERT_TRUE(m->cluster_queues[0].namespace_selector.has_value());
+  EXPECT_TRUE(m->cluster_queues[0].namespace_selector->empty());
+  EXPECT_TRUE(m->warnings.empty());
+}
+
+TEST(ManifestTest, AbsentNamespaceSelectorAdmitsNoNamespaceAndSaysSo) {
+  const std::string yaml =
+      "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {team: a}}\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: f}\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: closed}\n"
+      "spec:\n  resourceGroups:\n  - coveredResources: [cpu]\n    flavors:\n    - name: f\n"
+      "      resources: [{name: cpu, nominalQuota: 10}]\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\n"
+      "metadata: {name: lq, namespace: team-a}\nspec: {clusterQueue: closed}\n";
+  auto m = parseManifests(yaml, "q.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  ASSERT_EQ(m->warnings.size(), 1u);
+  EXPECT_THAT(m->warnings[0], HasSubstr("q.yaml:9:1: ClusterQueue \"closed\": "
+                                        "spec.namespaceSelector: not set"));
+  EXPECT_EQ(m->namespaces.at("team-a").at("team"), "a");
+  EXPECT_EQ(m->namespaces.at("team-a").at("kubernetes.io/metadata.name"), "team-a");
+
+  // The engine admits nothing from the queue's namespace.
+  auto engine = Engine::create(toWorld(*m));
+  ASSERT_TRUE(engine) << engine.error().toString();
+  Workload w;
+  w.name = "team-a/w";
+  w.namespace_ = "team-a";
+  w.local_queue = "lq";
+  w.pod_sets.push_back(PodSet{.name = "main", .count = 1, .requests = {{"cpu", 1000}}});
+  ASSERT_TRUE((*engine)->submit(w));
+  (*engine)->runUntilStable();
+  EXPECT_EQ((*engine)->status("team-a/w")->state, WorkloadStatus::State::kPending);
+}
+
+TEST(ManifestTest, MatchExpressionsOtherThanInAreErrors) {
+  const std::string yaml =
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: q}\n"
+      "spec:\n  namespaceSelector:\n    matchExpressions:\n"
+      "    - {key: team, operator: NotIn, values: [b]}\n";
+  EXPECT_THAT(errorOf(yaml),
+              HasSubstr("fleet.yaml:7:29: spec.namespaceSelector.matchExpressions[0].operator: "
+                        "ClusterQueue \"q\": operator NotIn is not supported by Purser"));
+}
+
+TEST(ManifestTest, InRequirementsOnOneKeyIntersect) {
+  auto m = parseManifests(
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: q}\n"
+      "spec:\n  namespaceSelector:\n    matchLabels: {team: a}\n    matchExpressions:\n"
+      "    - {key: team, operator: In, values: [a, b]}\n"
+      "    - {key: zone, operator: In, values: [x, y]}\n"
+      "    - {key: zone, operator: In, values: [y, z]}\n",
+      "q.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  const auto& sel = *m->cluster_queues[0].namespace_selector;
+  EXPECT_EQ(sel.at("team"), std::vector<std::string>{"a"});
+  EXPECT_EQ(sel.at("zone"), std::vector<std::string>{"y"});
+}
+
+TEST(ManifestTest, OtherObjectsAndKueueKindsAreWarnings) {
+  const std::string yaml =
+      "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 2}\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: AdmissionCheck\nmetadata: {name: prov}\n"
+      "spec: {controllerName: x}\n---\n"
+      "# an empty document\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: f}\n";
+  auto m = parseManifests(yaml, "mixed.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  EXPECT_EQ(m->flavors.size(), 1u);
+  ASSERT_EQ(m->warnings.size(), 2u);
+  EXPECT_EQ(m->warnings[0],
+            "mixed.yaml:1:1: Deployment \"web\": apps/v1 is not a fleet object; ignored");
+  EXPECT_THAT(m->warnings[1], HasSubstr("mixed.yaml:6:1: AdmissionCheck \"prov\": this Kueue "
+                                        "kind is not supported by Purser; ignored"));
+}
+
+TEST(ManifestTest, UnknownKueueKindsAndVersionsAreErrors) {
+  EXPECT_THAT(errorOf("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueu\n"
+                      "metadata: {name: q}\n"),
+              HasSubstr("fleet.yaml:2:7: kind: ClusterQueu \"q\": unknown "
+                        "kueue.x-k8s.io kind \"ClusterQueu\"; did you mean \"ClusterQueue\"?"));
+  EXPECT_THAT(errorOf("apiVersion: kueue.x-k8s.io/v1alpha1\nkind: ClusterQueue\n"
+                      "metadata: {name: q}\n"),
+              HasSubstr("Purser reads ClusterQueue as kueue.x-k8s.io/v1beta1 or v1beta2"));
+  EXPECT_THAT(errorOf("kind: ClusterQueue\nmetadata: {name: q}\n"),
+              HasSubstr("apiVersion: document 1: required field is missing"));
+}
+
+TEST(ManifestTest, UnsupportedKueueFieldsAreWarningsNamingTheField) {
+  const std::string yaml = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata:
+  name: team-a
+spec:
+  namespaceSelector: {}
+  admissionChecks: [prov]
+  admissionChecksStrategy:
+    admissionChecks: [{name: prov}]
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata:
+  name: tas
+spec:
+  nodeLabels: {rack: r1}
+  topologyName: default
+  tolerations:
+  - {key: k, operator: Exists, effect: NoExecute, tolerationSeconds: 30}
+)";
+  auto m = parseManifests(yaml, "fleet.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  ASSERT_EQ(m->warnings.size(), 4u);
+  EXPECT_EQ(m->warnings[0],
+            "fleet.yaml:7:3: ClusterQueue \"team-a\": spec.admissionChecks: not supported by "
+            "Purser; ignored");
+  EXPECT_EQ(m->warnings[1],
+            "fleet.yaml:8:3: ClusterQueue \"team-a\": spec.admissionChecksStrategy: not "
+            "supported by Purser; ignored");
+  EXPECT_THAT(m->warnings[2], HasSubstr("spec.tolerations[0].tolerationSeconds: not supported"));
+  EXPECT_THAT(m->warnings[3],
+              HasSubstr("fleet.yaml:17:3: ResourceFlavor \"tas\": spec.topologyName"));
+}
+
+TEST(ManifestTest, UnknownFieldsAreErrorsWithADidYouMean) {
+  EXPECT_THAT(errorOf("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\n"
+                      "metadata: {name: q}\nspec:\n  namespaceSelector: {}\n"
+                      "  queueingStrategi: StrictFIFO\n"),
+              HasSubstr("fleet.yaml:6:3: spec.queueingStrategi: ClusterQueue \"q\": unknown "
+                        "field; did you mean \"queueingStrategy\"?"));
+  // admissionChecks is not a v1beta2 field at all.
+  EXPECT_THAT(errorOf("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\n"
+                      "metadata: {name: q}\nspec:\n  namespaceSelector: {}\n"
+                      "  admissionChecks: [x]\n"),
+              HasSubstr("spec.admissionChecks: ClusterQueue \"q\": unknown field"));
+}
+
+TEST(ManifestTest, BadQuantitiesNameTheObjectAndTheFieldPath) {
+  const std::string yaml = R"(apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: team-a
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: on-demand
+      resources:
+      - name: cpu
+        nominalQuota: 10
+    - name: spot
+      resources:
+      - name: cpu
+        nominalQuota: -2
+  - coveredResources: [memory]
+    flavors:
+    - name: big
+      resources:
+      - name: memory
+        nominalQuota: 12 GB
+)";
+  auto m = parseManifests(yaml, "cq.yaml");
+  ASSERT_FALSE(m);
+  const std::string e = m.error().toString();
+  EXPECT_THAT(e, HasSubstr("2 errors:"));
+  EXPECT_THAT(e, HasSubstr("cq.yaml:17:23: spec.resourceGroups[0].flavors[1].resources[0]."
+                           "nominalQuota: ClusterQueue \"team-a\": a quantity may not be "
+                           "negative, got \"-2\""));
+  EXPECT_THAT(e, HasSubstr("cq.yaml:23:23: spec.resourceGroups[1].flavors[0].resources[0]."
+                           "nominalQuota: ClusterQueue \"team-a\": \"12 GB\" is not a quantity"));
+}
+
+TEST(ManifestTest, FlavorsMustListEveryCoveredResourceInOrder) {
+  const std::string head =
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: team-a}\n"
+      "spec:\n  namespaceSelector: {}\n  resourceGroups:\n"
+      "  - coveredResources: [cpu, memory]\n    flavors:\n    - name: f\n      resources:\n";
+  EXPECT_THAT(errorOf(head + "      - {name: cpu, nominalQuota: 1}\n"),
+              HasSubstr("spec.resourceGroups[0].flavors[0].resources: ClusterQueue \"team-a\": "
+                        "flavor \"f\" lists [cpu], but the group's coveredResources are [cpu, "
+                        "memory]"));
+  EXPECT_THAT(errorOf(head + "      - {name: memory, nominalQuota: 1}\n"
+                             "      - {name: cpu, nominalQuota: 1}\n"),
+              HasSubstr("lists [memory, cpu], but the group's coveredResources are [cpu, memory]"));
+}
+
+TEST(ManifestTest, MissingNamesAndDuplicatesAreErrors) {
+  EXPECT_THAT(errorOf("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\n"
+                      "metadata: {labels: {a: b}}\n"),
+              HasSubstr("fleet.yaml:3:11: metadata.name: ResourceFlavor in document 1: "
+                        "required field is missing"));
+  EXPECT_THAT(errorOf("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\n"),
+              HasSubstr("metadata.name: ResourceFlavor in document 1: required field"));
+  const std::string twice =
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: f}\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: f}\n";
+  EXPECT_THAT(errorOf(twice), HasSubstr("fleet.yaml:7:1: metadata.name: ResourceFlavor \"f\": "
+                                        "defined twice; first at fleet.yaml:3:1"));
+  // LocalQueues are unique per namespace.
+  const std::string lq =
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\n"
+      "metadata: {name: q, namespace: NS}\nspec: {clusterQueue: c}\n";
+  auto both = parseManifests(lq + "---\n" + lq, "lq.yaml");
+  EXPECT_FALSE(both);
+  std::string two_namespaces = lq + "---\n" + lq;
+  two_namespaces.replace(two_namespaces.find("NS"), 2, "a");
+  two_namespaces.replace(two_namespaces.find("NS"), 2, "b");
+  EXPECT_TRUE(parseManifests(two_namespaces, "lq.yaml"));
+}
+
+TEST(ManifestTest, LimitsNeedACohort) {
+  EXPECT_THAT(errorOf("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\n"
+                      "metadata: {name: solo}\nspec:\n  namespaceSelector: {}\n"
+                      "  resourceGroups:\n  - coveredResources: [cpu]\n    flavors:\n"
+                      "    - name: f\n      resources:\n"
+                      "      - {name: cpu, nominalQuota: 4, borrowingLimit: 2}\n"),
+              HasSubstr("resources[0].borrowingLimit: ClusterQueue \"solo\": borrowingLimit may "
+                        "only be set together with spec.cohortName"));
+}
+
+TEST(ManifestTest, ErrorsOfAllObjectsComeBackTogether) {
+  const std::string yaml =
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: WorkloadPriorityClass\nmetadata: {name: p}\n"
+      "value: high\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: q}\nspec: {}\n";
+  const std::string e = errorOf(yaml);
+  EXPECT_THAT(e, HasSubstr("2 errors:"));
+  EXPECT_THAT(e, HasSubstr("fleet.yaml:4:8: value: WorkloadPriorityClass \"p\": expected a whole "
+                           "number"));
+  EXPECT_THAT(e, HasSubstr("spec.clusterQueue: LocalQueue \"q\": required field is missing"));
+}
+
+TEST(ManifestTest, CohortCyclesAreCaughtByTheEngineWithTheirNames) {
+  const std::string yaml =
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {name: left}\n"
+      "spec: {parentName: right}\n---\n"
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {name: right}\n"
+      "spec: {parentName: left}\n";
+  auto m = parseManifests(yaml, "cycle.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  auto engine = Engine::create(toWorld(*m));
+  ASSERT_FALSE(engine);
+  EXPECT_THAT(engine.error().message, HasSubstr("its parents form a cycle"));
+  EXPECT_THAT(engine.error().message,
+              ::testing::AnyOf(HasSubstr("Cohort \"left\""), HasSubstr("Cohort \"right\"")));
+}
+
+TEST(ManifestTest, ALoadedFleetAdmitsAWorkload) {
+  auto m = parseManifests(fleet("v1beta2", "cohortName", "parentName", "v1beta2") +
+                              "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n"
+                              "  labels: {team: a, tier: gold}\n",
+                          "fleet.yaml");
+  ASSERT_TRUE(m) << m.error().toString();
+  m->cluster_queues[0].stop_policy = StopPolicy::kNone;
+  auto engine = Engine::create(toWorld(*m));
+  ASSERT_TRUE(engine) << engine.error().toString();
+  auto w = parseWorkload(
+      R"({"name": "train", "namespace": "team-a", "queue": "main", "priority_class": "high",
+          "pod_sets": [{"name": "workers", "count": 2,
+                        "requests": {"cpu": "2", "nvidia.com/gpu": 1},
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}]})",
+      "body.json");
+  ASSERT_TRUE(w) << w.error().toString();
+  ASSERT_TRUE((*engine)->submit(w->workload));
+  (*engine)->runUntilStable();
+  const auto status = (*engine)->status("team-a/train");
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->state, WorkloadStatus::State::kAdmitted);
+}
+
+TEST(ManifestTest, ReadsAListAsItsItems) {
+  auto m = parseManifests(
+      "apiVersion: v1\nkind: List\nitems:\n"
+      "- apiVersion: kueue.x-k8s.io/v1beta1\n  kind: ResourceFlavor\n  metadata: {name: a}\n"
+      "- apiVersion: kueue.x-k8s.io/v1beta1\n  kind: ResourceFlavor\n  metadata: {name: b}\n"
+      "  spec: {nodeLabelz: {}}\n",
+      "list.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_THAT(m.error().toString(), HasSubstr("list.yaml:10:10: items[1].spec.nodeLabelz: "
+                                              "ResourceFlavor \"b\": unknown field"));
+}
+
+TEST(ManifestTest, SyntaxErrorsHaveALine) {
+  EXPECT_THAT(errorOf("apiVersion: v1\nkind: [\n"), HasSubstr("fleet.yaml:3:"));
+}
+
+// --- Workloads ----------------------------------------------------------------------------------
+
+TEST(ManifestWorkloadTest, ReadsKueuesWorkloadShape) {
+  const std::string yaml = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata:
+  name: job-train-1
+  namespace: team-a
+  uid: 1234
+  creationTimestamp: "2025-01-02T03:04:05Z"
+spec:
+  queueName: main
+  priorityClassName: high
+  priorityClassSource: kueue.x-k8s.io/workloadpriorityclass
+  priority: 1000
+  podSets:
+  - name: workers
+    count: 4
+    minCount: 2
+    template:
+      metadata: {labels: {app: train}}
+      spec:
+        nodeSelector: {gpu: a100}
+        tolerations:
+        - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+        initContainers:
+        - name: proxy
+          restartPolicy: Always
+          resources: {requests: {cpu: 100m}}
+        - name: fetch
+          image: busybox
+          resources: {requests: {cpu: "4", memory: 1Gi}}
+        containers:
+        - name: main
+          image: trainer
+          resources:
+            requests: {cpu: "1", memory: 2Gi}
+            limits: {nvidia.com/gpu: 2, nvidia.com/gpumem: 3000, nvidia.com/gpucores: 30}
+        - name: logger
+          resources:
+            requests: {cpu: 250m, nvidia.com/gpumem-percentage: 50}
+        overhead: {memory: 64Mi}
+status:
+  conditions: []
+)";
+  auto w = parseWorkload(yaml, "wl.yaml");
+  ASSERT_TRUE(w) << w.error().toString();
+  EXPECT_TRUE(w->warnings.empty()) << w->warnings.front();
+  const Workload& wl = w->workload;
+  EXPECT_EQ(wl.name, "team-a/job-train-1");
+  EXPECT_EQ(wl.namespace_, "team-a");
+  EXPECT_EQ(wl.local_queue, "main");
+  EXPECT_EQ(wl.priority_class, "high");
+  EXPECT_EQ(wl.priority, 1000);
+  EXPECT_EQ(wl.uid, "1234");
+  EXPECT_EQ(wl.created_ms, int64_t{1735787045} * 1000);
+  ASSERT_EQ(wl.pod_sets.size(), 1u);
+  const PodSet& ps = wl.pod_sets[0];
+  EXPECT_EQ(ps.name, "workers");
+  EXPECT_EQ(ps.count, 4);
+  EXPECT_EQ(ps.min_count, 2);
+  EXPECT_EQ(ps.node_selector.at("gpu"), "a100");
+  ASSERT_EQ(ps.tolerations.size(), 1u);
+  // cpu: containers 1 + 0.25, plus the sidecar 0.1 = 1.35; the init container started after
+  // the sidecar needs 4 + 0.1.
+  EXPECT_EQ(ps.requests.at("cpu"), 4100);
+  // memory: 2Gi against the init container's 1Gi, plus 64Mi of overhead.
+  EXPECT_EQ(ps.requests.at("memory"), (int64_t{2048} + 64) * 1024 * 1024 * 1000);
+  // HAMi's resources are plain integers; limits stand in for missing requests.
+  EXPECT_EQ(ps.requests.at("nvidia.com/gpu"), 2000);
+  EXPECT_EQ(ps.requests.at("nvidia.com/gpumem"), 3'000'000);
+  EXPECT_EQ(ps.requests.at("nvidia.com/gpucores"), 30'000);
+  EXPECT_EQ(ps.requests.at("nvidia.com/gpumem-percentage"), 50'000);
+}
+
+TEST(ManifestWorkloadTest, ReadsV1beta2PriorityClassRef) {
+  const std::string yaml =
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\nmetadata: {name: w}\n"
+      "spec:\n  queueName: q\n  priority: 7\n"
+      "  priorityClassRef: {group: scheduling.k8s.io, kind: PriorityClass, name: urgent}\n"
+      "  podSets: [{name: main, count: 1, template: {spec: {containers: [{name: c}]}}}]\n";
+  auto w = parseWorkload(yaml, "wl.yaml");
+  ASSERT_TRUE(w) << w.error().toString();
+  EXPECT_EQ(w->workload.name, "default/w");
+  EXPECT_EQ(w->workload.priority, 7);
+  EXPECT_TRUE(w->workload.priority_class.empty());  // a pod PriorityClass: priority is spec's
+  ASSERT_EQ(w->warnings.size(), 1u);
+  EXPECT_THAT(w->warnings[0], HasSubstr("pod PriorityClass \"urgent\" is not known to Purser"));
+}
+
+TEST(ManifestWorkloadTest, ReadsTheShortFormInYamlAndJson) {
+  const std::string yaml =
+      "name: w\nnamespace: ns\nqueue: q\npriority: 5\npod_sets:\n"
+      "- name: main\n  count: 3\n  min_count: 1\n"
+      "  requests: {cpu: 500m, nvidia.com/gpu: 1, nvidia.com/gpumem: 4096, "
+      "nvidia.com/gpucores: 25}\n  node_selector: {zone: a}\n";
+  const std::string json =
+      R"({"name": "w", "namespace": "ns", "queue": "q", "priority": 5, "pod_sets": [
+           {"name": "main", "count": 3, "min_count": 1, "node_selector": {"zone": "a"},
+            "requests": {"cpu": "500m", "nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096,
+                         "nvidia.com/gpucores": 25}}]})";
+  for (const std::string& text : {yaml, json}) {
+    auto w = parseWorkload(text, "body");
+    ASSERT_TRUE(w) << w.error().toString();
+    EXPECT_EQ(w->workload.name, "ns/w");
+    EXPECT_EQ(w->workload.local_queue, "q");
+    EXPECT_EQ(w->workload.priority, 5);
+    ASSERT_EQ(w->workload.pod_sets.size(), 1u);
+    const PodSet& ps = w->workload.pod_sets[0];
+    EXPECT_EQ(ps.count, 3);
+    EXPECT_EQ(ps.min_count, 1);
+    EXPECT_EQ(ps.requests.at("cpu"), 500);
+    EXPECT_EQ(ps.requests.at("nvidia.com/gpu"), 1000);
+    EXPECT_EQ(ps.requests.at("nvidia.com/gpumem"), 4'096'000);
+    EXPECT_EQ(ps.requests.at("nvidia.com/gpucores"), 25'000);
+    EXPECT_EQ(ps.node_selector.at("zone"), "a");
+  }
+}
+
+TEST(ManifestWorkloadTest, RejectsBadWorkloads) {
+  const auto errorOfWorkload = [](const std::string& text) {
+    auto w = parseWorkload(text, "body");
+    return w ? std::string("no error") : w.error().toString();
+  };
+  EXPECT_THAT(errorOfWorkload("name: w\nqueue: q\npod_sets: [{name: m, requests: "
+                              "{nvidia.com/gpu: 0.5}}]\n"),
+              HasSubstr("pod_sets[0].requests.nvidia.com/gpu: Workload \"default/w\": an "
+                        "extended resource takes a whole number, got \"0.5\""));
+  EXPECT_THAT(errorOfWorkload("name: w\nqueue: q\npod_sets: [{name: m, requests: {cpu: -1}}]\n"),
+              HasSubstr("may not be negative"));
+  EXPECT_THAT(errorOfWorkload("name: w\nqueue: q\npod_sets: [{name: m, count: 2, min_count: 3}]\n"),
+              HasSubstr("pod_sets[0].min_count"));
+  EXPECT_THAT(errorOfWorkload("name: w\nqueue: q\npod_sets: []\n"),
+              HasSubstr("pod_sets: Workload \"default/w\": expected a non-empty list"));
+  EXPECT_THAT(errorOfWorkload("name: w\nqueu: q\npod_sets: [{name: m}]\n"),
+              HasSubstr("did you mean \"queue\"?"));
+  EXPECT_THAT(errorOfWorkload("name: w\nqueue: q\npod_sets: [{name: m}]\n---\nname: x\n"),
+              HasSubstr("expected one workload, got 2 documents"));
+  EXPECT_THAT(errorOfWorkload("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\n"
+                              "metadata: {name: w}\nspec:\n  active: false\n  podSets:\n"
+                              "  - {name: main, template: {spec: {containers: []}}}\n"),
+              HasSubstr("an inactive Workload cannot be submitted"));
+  EXPECT_THAT(errorOfWorkload("{\"name\": \"w\", \"queue\": \"q\", \"pod_sets\": ["),
+              HasSubstr("body:1:"));
+}
+
+}  // namespace
+}  // namespace purser::fleet

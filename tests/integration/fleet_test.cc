@@ -1,0 +1,354 @@
+// The fleet in a real `purser serve`, driven by the real CLI: Kueue manifests from the
+// configuration and from `purser fleet apply`, workloads submitted, admitted, explained, deleted
+// and found again after a restart; bad input refused with nothing changed; GPU time metered into
+// the team's wallets and a team with an exhausted hard GPU wallet held back.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "fakes/process.h"
+#include "fakes/temp_dir.h"
+
+namespace purser {
+namespace {
+
+using nlohmann::json;
+using testing::Process;
+
+constexpr const char* kAdminKey = "fleet-test-admin-key-0123456789";
+
+constexpr const char* kManifests = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: research}
+spec:
+  cohort: gpus
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}
+  resourceGroups:
+    - coveredResources: [cpu, nvidia.com/gpu]
+      flavors:
+        - name: h100
+          resources:
+            - {name: cpu, nominalQuota: 64}
+            - {name: nvidia.com/gpu, nominalQuota: 8, borrowingLimit: 0}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: ml, name: research}
+spec: {clusterQueue: research}
+)";
+
+constexpr const char* kTrain = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: NAME}
+spec:
+  queueName: research
+  podSets:
+    - name: workers
+      count: 4
+      template:
+        spec:
+          containers:
+            - name: trainer
+              resources:
+                requests: {cpu: "8", nvidia.com/gpu: "GPUS"}
+)";
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {
+    text.replace(at, from.size(), to);
+    at += to.size();
+  }
+  return text;
+}
+
+class FleetServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::writeFile(dir.file("fleet.yaml"), kManifests);
+    testing::writeFile(dir.file("purser.yaml"),
+                       "listen: 127.0.0.1:0\nthreads: 1\n"
+                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
+                       "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n");
+    start();
+  }
+  void TearDown() override { stop(); }
+
+  void start() {
+    server = std::make_unique<Process>(
+        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
+                                 "--data", dir.file("var")},
+        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
+    auto line = server->waitForStdout("purser: listening on ");
+    ASSERT_TRUE(line.has_value()) << server->err();
+    url = line->substr(line->find("http"));
+  }
+  void stop() {
+    if (!server) return;
+    server->signal(SIGTERM);
+    EXPECT_EQ(server->wait(), 0);
+    server.reset();
+  }
+
+  struct Run {
+    int code;
+    std::string out, err;
+  };
+  Run cli(std::vector<std::string> args, const std::string& key = kAdminKey) {
+    std::vector<std::string> argv = {PURSER_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv, "", {"PURSER_SERVER=" + url, "PURSER_KEY=" + key});
+    const int code = p.wait();
+    return {code, p.out(), p.err()};
+  }
+  json cliJson(std::vector<std::string> args, const std::string& key = kAdminKey) {
+    args.push_back("-o");
+    args.push_back("json");
+    Run r = cli(args, key);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return json::parse(r.out, nullptr, false);
+  }
+
+  // A tenant "acme" with team "ml" and a member; returns the member's key and the team's id.
+  std::pair<std::string, std::string> member() {
+    EXPECT_EQ(cli({"tenants", "create", "acme"}).code, 0);
+    json team = cliJson({"teams", "create", "ml", "--tenant", "acme"});
+    json user = cliJson({"users", "create", "alice", "--tenant", "acme", "--team", "ml"});
+    json key = cliJson(
+        {"keys", "create", "--name", "laptop", "--owner", "user:" + user["id"].get<std::string>()});
+    return {key["key"].get<std::string>(), team["id"].get<std::string>()};
+  }
+
+  std::string workloadFile(const std::string& name, int gpus) {
+    const std::string path = dir.file(name + ".yaml");
+    testing::writeFile(path, replace(replace(kTrain, "NAME", name), "GPUS", std::to_string(gpus)));
+    return path;
+  }
+
+  json workload(const std::string& name, const std::string& key) {
+    return cliJson({"workloads", "get", name}, key);
+  }
+
+  testing::TempDir dir;
+  std::unique_ptr<Process> server;
+  std::string url;
+};
+
+TEST_F(FleetServeTest, AdmitsExplainsReleasesAndSurvivesARestart) {
+  const auto [key, team] = member();
+  Run first = cli({"submit", "-f", workloadFile("train-1", 2)}, key);
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("ml/train-1"), std::string::npos) << first.out;
+  EXPECT_NE(first.out.find("admitted"), std::string::npos) << first.out;
+  ASSERT_EQ(cli({"submit", "-f", workloadFile("train-2", 1)}, key).code, 0);
+
+  json one = workload("ml/train-1", key);
+  EXPECT_EQ(one["state"], "admitted");
+  EXPECT_EQ(one["admission"]["cluster_queue"], "research");
+  EXPECT_EQ(one["admission"]["pod_sets"][0]["flavors"]["nvidia.com/gpu"], "h100");
+  EXPECT_EQ(one["admission"]["pod_sets"][0]["usage"]["nvidia.com/gpu"], "8");
+  json two = workload("ml/train-2", key);
+  EXPECT_EQ(two["state"], "pending");
+  EXPECT_EQ(two["reason"], "WaitingForQuota");
+
+  // Why, in words: what it asks for, what the queue has, and why preemption cannot help.
+  Run why = cli({"why", "ml/train-2"}, key);
+  ASSERT_EQ(why.code, 0) << why.err;
+  EXPECT_NE(why.out.find("asks for 4 nvidia.com/gpu; ClusterQueue research has 8 in use of its "
+                         "nominal 8, can use 0 now"),
+            std::string::npos)
+      << why.out;
+  EXPECT_NE(why.out.find("preemption cannot help"), std::string::npos) << why.out;
+
+  json queues = cliJson({"queues"});
+  ASSERT_EQ(queues["data"].size(), 1u);
+  EXPECT_EQ(queues["data"][0]["pending"], 1);
+  EXPECT_EQ(queues["data"][0]["admitted"], 1);
+  bool saw_gpu = false;
+  for (const auto& r : queues["data"][0]["resources"]) {
+    if (r["resource"] != "nvidia.com/gpu") continue;
+    saw_gpu = true;
+    EXPECT_EQ(r["nominal"], "8");
+    EXPECT_EQ(r["usage"], "8");
+    EXPECT_EQ(r["borrowed"], "0");
+  }
+  EXPECT_TRUE(saw_gpu);
+
+  // Deleting the first releases its quota: the second is admitted at once.
+  Run del = cli({"workloads", "delete", "ml/train-1"}, key);
+  ASSERT_EQ(del.code, 0) << del.err;
+  EXPECT_EQ(workload("ml/train-2", key)["state"], "admitted");
+  json events = cliJson({"fleet", "events"});
+  std::vector<std::string> kinds;
+  for (const auto& e : events["data"]) {
+    kinds.push_back(e["kind"].get<std::string>() + " " + e["workload"].get<std::string>());
+  }
+  const std::vector<std::string> expected = {"Submitted ml/train-1", "Admitted ml/train-1",
+                                             "Submitted ml/train-2", "Finished ml/train-1",
+                                             "Admitted ml/train-2"};
+  EXPECT_EQ(kinds, expected);
+
+  // A restart finds the admitted workload with its quota, and the finished one in the record.
+  stop();
+  start();
+  json after = workload("ml/train-2", key);
+  EXPECT_EQ(after["state"], "admitted");
+  EXPECT_EQ(after["admission"]["pod_sets"][0]["usage"]["nvidia.com/gpu"], "4");
+  EXPECT_EQ(workload("ml/train-1", key)["state"], "finished");
+  json active = cliJson({"workloads"}, key);
+  ASSERT_EQ(active["data"].size(), 1u);
+  EXPECT_EQ(active["data"][0]["name"], "ml/train-2");
+  // Its quota is held: a workload needing the whole queue waits.
+  ASSERT_EQ(cli({"submit", "-f", workloadFile("train-3", 2)}, key).code, 0);
+  EXPECT_EQ(workload("ml/train-3", key)["state"], "pending");
+}
+
+TEST_F(FleetServeTest, BadInputIsRefusedAndChangesNothing) {
+  const auto [key, team] = member();
+  ASSERT_EQ(cli({"submit", "-f", workloadFile("keep", 2)}, key).code, 0);
+  const json before = cliJson({"queues"});
+
+  const std::string missing_queue = dir.file("missing-queue.yaml");
+  testing::writeFile(missing_queue,
+                     "name: lost\nqueue: nowhere\npod_sets: [{name: a, requests: {cpu: 1}}]\n");
+  Run lost = cli({"submit", "-f", missing_queue}, key);
+  EXPECT_EQ(lost.code, 1);
+  EXPECT_NE(lost.err.find("nowhere"), std::string::npos) << lost.err;
+
+  const std::string missing_class = dir.file("missing-class.yaml");
+  testing::writeFile(missing_class,
+                     "name: vip\nqueue: research\npriority_class: gold\n"
+                     "pod_sets: [{name: a, requests: {cpu: 1}}]\n");
+  Run vip = cli({"submit", "-f", missing_class}, key);
+  EXPECT_EQ(vip.code, 1);
+  EXPECT_NE(vip.err.find("gold"), std::string::npos) << vip.err;
+
+  const std::string negative = dir.file("negative.yaml");
+  testing::writeFile(
+      negative, "name: neg\nqueue: research\npod_sets: [{name: a, requests: {cpu: \"-1\"}}]\n");
+  Run neg = cli({"submit", "-f", negative}, key);
+  EXPECT_EQ(neg.code, 1);
+  EXPECT_NE(neg.err.find("400"), std::string::npos) << neg.err;
+
+  // Another team's namespace is not a member's to use.
+  const std::string elsewhere = dir.file("elsewhere.yaml");
+  testing::writeFile(elsewhere,
+                     "name: x\nnamespace: prod\nqueue: research\n"
+                     "pod_sets: [{name: a, requests: {cpu: 1}}]\n");
+  Run other = cli({"submit", "-f", elsewhere}, key);
+  EXPECT_EQ(other.code, 1);
+  EXPECT_NE(other.err.find("403"), std::string::npos) << other.err;
+
+  // Manifests: an unknown flavor, a cohort cycle, a flavor not listing every covered resource.
+  const std::string unknown_flavor = dir.file("unknown-flavor.yaml");
+  testing::writeFile(unknown_flavor, replace(kManifests, "- name: h100", "- name: b200"));
+  Run flavor = cli({"fleet", "apply", "-f", unknown_flavor});
+  EXPECT_EQ(flavor.code, 1);
+  EXPECT_NE(flavor.err.find("b200"), std::string::npos) << flavor.err;
+
+  const std::string cycle = dir.file("cycle.yaml");
+  testing::writeFile(cycle,
+                     "apiVersion: kueue.x-k8s.io/v1beta1\nkind: Cohort\nmetadata: {name: a}\n"
+                     "spec: {parent: b}\n---\n"
+                     "apiVersion: kueue.x-k8s.io/v1beta1\nkind: Cohort\nmetadata: {name: b}\n"
+                     "spec: {parent: a}\n");
+  Run cyc = cli({"fleet", "apply", "-f", cycle});
+  EXPECT_EQ(cyc.code, 1);
+  EXPECT_NE(cyc.err.find("cycle"), std::string::npos) << cyc.err;
+
+  const std::string uncovered = dir.file("uncovered.yaml");
+  testing::writeFile(uncovered,
+                     replace(kManifests, "            - {name: cpu, nominalQuota: 64}\n", ""));
+  Run unc = cli({"fleet", "apply", "-f", uncovered});
+  EXPECT_EQ(unc.code, 1);
+  EXPECT_NE(unc.err.find("cpu"), std::string::npos) << unc.err;
+
+  // Only platform admins change the fleet.
+  Run denied = cli({"fleet", "apply", "-f", dir.file("fleet.yaml")}, key);
+  EXPECT_EQ(denied.code, 1);
+  EXPECT_NE(denied.err.find("403"), std::string::npos) << denied.err;
+
+  // Nothing moved: the admitted workload is where it was, the queues read the same.
+  EXPECT_EQ(cliJson({"queues"}), before);
+  json list = cliJson({"workloads"}, key);
+  ASSERT_EQ(list["data"].size(), 1u);
+  EXPECT_EQ(list["data"][0]["name"], "ml/keep");
+  EXPECT_EQ(list["data"][0]["state"], "admitted");
+
+  // A valid apply adds a queue and keeps the admitted workload.
+  const std::string more = dir.file("more.yaml");
+  testing::writeFile(more, replace(replace(kManifests, "name: research}", "name: batch}"),
+                                   "{clusterQueue: research}", "{clusterQueue: batch}"));
+  Run applied = cli({"fleet", "apply", "-f", more});
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  EXPECT_EQ(cliJson({"queues"})["data"].size(), 2u);
+  EXPECT_EQ(workload("ml/keep", key)["state"], "admitted");
+}
+
+TEST_F(FleetServeTest, GpuTimeIsMeteredAndAnExhaustedWalletHoldsNewWork) {
+  const auto [key, team] = member();
+  // 3600.00 per GPU-hour is 1.00 per GPU-second; 0.50 is gone within the first metering.
+  ASSERT_EQ(cli({"wallets", "create", "--scope", "team:" + team, "--limit", "0.50", "--model",
+                 "gpu-hours"})
+                .code,
+            0);
+  ASSERT_EQ(cli({"submit", "-f", workloadFile("burn", 1)}, key).code, 0);
+  ASSERT_EQ(workload("ml/burn", key)["state"], "admitted");
+  // Wait (bounded) for the metering to charge the team.
+  json wallets;
+  for (int i = 0; i < 100; ++i) {
+    wallets = cliJson({"wallets", "list"});
+    if (wallets["data"][0]["remaining"] == "0.00") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(wallets["data"][0]["remaining"], "0.00") << wallets.dump();
+  json spend = cliJson({"spend", "--scope", "team:" + team, "--group-by", "model"});
+  ASSERT_EQ(spend["data"].size(), 1u) << spend.dump();
+  EXPECT_EQ(spend["data"][0]["group"], "gpu-hours");
+
+  // A new GPU workload is held with a reason naming the budget; CPU-only work is not.
+  ASSERT_EQ(cli({"submit", "-f", workloadFile("next", 1)}, key).code, 0);
+  json next;
+  for (int i = 0; i < 50; ++i) {
+    next = workload("ml/next", key);
+    if (next["reason"] == "BudgetExhausted") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(next["state"], "pending");
+  EXPECT_EQ(next["reason"], "BudgetExhausted") << next.dump();
+  Run why = cli({"why", "ml/next"}, key);
+  EXPECT_NE(why.out.find("the GPU budget is used up"), std::string::npos) << why.out;
+  const std::string cpu_only = dir.file("cpu-only.yaml");
+  testing::writeFile(cpu_only,
+                     "name: etl\nqueue: research\npod_sets: [{name: a, requests: {cpu: 2}}]\n");
+  ASSERT_EQ(cli({"submit", "-f", cpu_only}, key).code, 0);
+  EXPECT_EQ(workload("ml/etl", key)["state"], "admitted");
+
+  // Deleting the running one charges its last stretch; what it was charged is on its record.
+  ASSERT_EQ(cli({"workloads", "delete", "ml/burn"}, key).code, 0);
+  json burned = workload("ml/burn", key);
+  EXPECT_EQ(burned["state"], "finished");
+  EXPECT_NE(burned["gpu_charged"], "0.00");
+}
+
+TEST_F(FleetServeTest, AnInvalidManifestStopsTheServerWithItsLine) {
+  stop();
+  testing::writeFile(dir.file("fleet.yaml"),
+                     replace(kManifests, "nominalQuota: 64", "nominalQuota: -64"));
+  Process bad(
+      {PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"), "--data", dir.file("var2")}, "",
+      {std::string("PURSER_ADMIN_KEY=") + kAdminKey});
+  EXPECT_NE(bad.wait(), 0);
+  EXPECT_NE(bad.err().find("fleet.yaml:"), std::string::npos) << bad.err();
+  EXPECT_NE(bad.err().find("nominalQuota"), std::string::npos) << bad.err();
+}
+
+}  // namespace
+}  // namespace purser
