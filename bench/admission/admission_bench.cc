@@ -161,6 +161,7 @@ int runShape(const std::string& shape_name, const std::string& mode) {
         ++finished;
       }
     }
+    (*engine)->setTime(now);
     CycleResult r = (*engine)->runUntilStable();
     engine_time += std::chrono::steady_clock::now() - started;
     admissions += static_cast<int64_t>(r.admitted.size());

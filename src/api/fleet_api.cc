@@ -370,7 +370,6 @@ class Fleet::Impl {
       }
       if (!r->hold.empty()) (void)engine->hold(r->spec.name, "BudgetExhausted", r->hold);
     }
-    events_seen_ = 0;
     namespaces_ = std::move(namespaces);
     return engine;
   }
@@ -495,10 +494,9 @@ class Fleet::Impl {
       r.hold = std::move(hold);
       dirty_.insert(name);
     }
+    engine_->setTime(now);
     engine_->runUntilStable();
-    const auto& events = engine_->events();
-    for (; events_seen_ < events.size(); ++events_seen_) {
-      const fleet::Event& e = events[events_seen_];
+    for (const fleet::Event& e : engine_->takeEvents()) {
       auto it = records_.find(e.workload);
       if (it == records_.end()) continue;
       Record& r = it->second;
@@ -703,7 +701,7 @@ class Fleet::Impl {
       co_return problem(400, "send a workload: Kueue's Workload object or the short form");
     }
     auto parsed = fleet::parseWorkload(req.body, "request");
-    if (!parsed) co_return problem(400, parsed.error().message);
+    if (!parsed) co_return problem(400, parsed.error().toString());
     Workload w = std::move(parsed->workload);
     // The namespace: the caller's team unless the caller may name another.
     std::optional<identity::Team> team;
@@ -783,6 +781,7 @@ class Fleet::Impl {
     }
     auto durable = co_await awaitWrite(waiter);
     if (!durable) co_return problem(503, "the workload could not be recorded; submit it again");
+    if (!parsed->warnings.empty()) view["warnings"] = parsed->warnings;
     co_return jsonResponse(201, view);
   }
 
@@ -1039,7 +1038,7 @@ class Fleet::Impl {
     }
     if (req.body.empty()) co_return problem(400, "send a YAML stream of Kueue objects");
     auto set = fleet::parseManifests(req.body, "manifest");
-    if (!set) co_return problem(400, set.error().message);
+    if (!set) co_return problem(400, set.error().toString());
     const std::vector<std::string> warnings = set->warnings;
     json counts = {{"resource_flavors", set->flavors.size()},
                    {"cohorts", set->cohorts.size()},
@@ -1098,7 +1097,6 @@ class Fleet::Impl {
   std::unique_ptr<fleet::Engine> engine_;  // mu_
   std::map<std::string, Record> records_;  // live workloads by name; mu_
   int64_t next_seq_ = 1;                   // mu_
-  size_t events_seen_ = 0;                 // engine events turned into records; mu_
   std::set<std::string> namespaces_;       // the engine's namespaces; mu_
   std::set<std::string> dirty_;            // records to write; mu_
   std::vector<Record> finished_;           // finished records to write; mu_

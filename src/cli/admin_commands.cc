@@ -117,6 +117,11 @@ int run(const Globals& g, const std::string& method, const std::string& path, co
     return verdict;
   }
   printTable(data, columns);
+  if (reply->body.is_object() && reply->body.contains("warnings")) {
+    for (const auto& w : reply->body["warnings"]) {
+      std::cerr << "warning: " << (w.is_string() ? w.get<std::string>() : w.dump()) << "\n";
+    }
+  }
   if (reply->body.is_object() && reply->body.contains("key")) {
     std::cout << "\nkey (shown once; store it now): " << reply->body["key"].get<std::string>()
               << "\n";
@@ -368,8 +373,7 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
                   {"COHORTS", "applied.cohorts"},
                   {"CLUSTER QUEUES", "applied.cluster_queues"},
                   {"LOCAL QUEUES", "applied.local_queues"},
-                  {"PRIORITY CLASSES", "applied.workload_priority_classes"},
-                  {"WARNINGS", "warnings"}},
+                  {"PRIORITY CLASSES", "applied.workload_priority_classes"}},
                  false, *text);
     });
     auto workload = std::make_shared<std::string>();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "common/quantity.h"
 
@@ -132,7 +133,24 @@ class Engine::Impl {
     std::string reason, message;
     std::string signature;  // what nomination depends on (drain mode's memo key)
     bool held = false;      // kept out of admission from outside (hold())
+    // Queue order after priority: creation time, or, once preempted, the eviction (Kueue's
+    // queue order timestamp), with the eviction's sequence breaking ties, so a victim queues
+    // behind the workloads that were waiting when it was evicted, its preemptor among them.
+    int64_t order_ms = 0;
+    int64_t order_seq = 0;
+    // The preemptor this workload was evicted for: until it is admitted, gives up (is parked)
+    // or leaves, this workload is not nominated, so it cannot take back the capacity it was
+    // evicted from (a preemption loop).
+    int preempted_for = -1;
+    // ... and, until this workload is admitted again, a workload it may not preempt in turn
+    // (two workloads reclaiming from each other would take turns forever).
+    int spare = -1;
   };
+
+  static bool orderedBefore(const Wl& a, const Wl& b) {
+    if (a.order_ms != b.order_ms) return a.order_ms < b.order_ms;
+    return a.order_seq < b.order_seq;
+  }
 
   // One pod set's flavors.
   struct PodSetAssign {
@@ -492,6 +510,8 @@ class Engine::Impl {
     Wl wl;
     wl.spec = std::move(w);
     wl.cq = cq;
+    wl.order_ms = wl.spec.created_ms;
+    if (wl.spec.created_ms != INT64_MIN) now_ms_ = std::max(now_ms_, wl.spec.created_ms);
     const int id = static_cast<int>(wls_.size());
     wl_index_[wl.spec.name] = id;
     wls_.push_back(std::move(wl));
@@ -601,6 +621,21 @@ class Engine::Impl {
     }
   }
 
+  // Is `id` a victim whose preemptor still needs the capacity it was evicted from?
+  bool waitsForPreemptor(int id) {
+    Wl& w = wls_[u(id)];
+    if (w.preempted_for < 0) return false;
+    const Wl& p = wls_[u(w.preempted_for)];
+    if (p.state == State::kPending && !p.inadmissible && !p.held) {
+      w.reason = kWaitingForQuota;
+      w.message = fmt::format(
+          "preempted to make room for {}; waits until that workload is admitted", p.spec.name);
+      return true;
+    }
+    w.preempted_for = -1;
+    return false;
+  }
+
   // Takes a pending workload out of its queue, parked or not.
   void unqueue(int id) {
     Wl& w = wls_[u(id)];
@@ -645,7 +680,9 @@ class Engine::Impl {
     const Workload& x = wls_[u(a)].spec;
     const Workload& y = wls_[u(b)].spec;
     if (x.priority != y.priority) return x.priority > y.priority;
-    if (x.created_ms != y.created_ms) return x.created_ms < y.created_ms;
+    if (orderedBefore(wls_[u(a)], wls_[u(b)]) || orderedBefore(wls_[u(b)], wls_[u(a)])) {
+      return orderedBefore(wls_[u(a)], wls_[u(b)]);
+    }
     if (x.uid != y.uid) return x.uid < y.uid;
     return x.name < y.name;
   }
@@ -1022,7 +1059,7 @@ class Engine::Impl {
     };
     if (policy.within_cluster_queue != WithinClusterQueue::kNever) {
       for (int id : q.admitted) {
-        if (wls_[u(id)].evicting) continue;
+        if (wls_[u(id)].evicting || id == pre.spare) continue;
         const Variant v = classify(wls_[u(id)], false);
         if (v != Variant::kNever) same.push_back({id, q.node, v});
       }
@@ -1047,7 +1084,7 @@ class Engine::Impl {
           }
           if (cn.cq == cq) continue;
           for (int id : cqs_[u(cn.cq)].admitted) {
-            if (wls_[u(id)].evicting) continue;
+            if (wls_[u(id)].evicting || id == pre.spare) continue;
             const Variant v = classify(wls_[u(id)], adv);
             if (v == Variant::kNever) continue;
             (v == Variant::kHierarchicalReclaim ? hierarchy : priority).push_back({id, lca, v});
@@ -1198,7 +1235,7 @@ class Engine::Impl {
     if (policy.within_cluster_queue != WithinClusterQueue::kNever) {
       for (int id : q.admitted) {
         const Wl& w = wls_[u(id)];
-        if (w.evicting || !usesAny(w, need)) continue;
+        if (w.evicting || id == pre.spare || !usesAny(w, need)) continue;
         if (satisfies(pre.spec, w.spec, 0, static_cast<int>(policy.within_cluster_queue))) {
           by_cq[cq].push_back(id);
         }
@@ -1220,7 +1257,7 @@ class Engine::Impl {
         if (!borrowing) continue;
         for (int id : cqs_[u(node.cq)].admitted) {
           const Wl& w = wls_[u(id)];
-          if (w.evicting || !usesAny(w, need)) continue;
+          if (w.evicting || id == pre.spare || !usesAny(w, need)) continue;
           if (satisfies(pre.spec, w.spec, 1, static_cast<int>(policy.reclaim_within_cohort))) {
             by_cq[node.cq].push_back(id);
           }
@@ -1448,6 +1485,7 @@ class Engine::Impl {
       for (const auto& [k, v] : ps.node_selector) s += fmt::format(",s{}={}", k, v);
       s += '|';
     }
+    if (w.spare >= 0) s += fmt::format("x{}|", w.spare);
     if (cqs_[u(w.cq)].spec.preemption.within_cluster_queue ==
         WithinClusterQueue::kLowerOrNewerEqualPriority) {
       s += fmt::format("c{}|{}|{}", w.spec.created_ms, w.spec.uid, w.spec.name);
@@ -1461,7 +1499,17 @@ class Engine::Impl {
       Cq& q = cqs_[c];
       if (q.spec.stop_policy != StopPolicy::kNone) continue;
       int head = q.sticky >= 0 && !wls_[u(q.sticky)].inadmissible ? q.sticky : -1;
-      if (head < 0 && !q.active.empty()) head = *q.active.begin();
+      if (head < 0) {
+        // The first in queue order that is not waiting for its preemptor; StrictFIFO waits
+        // behind one that is.
+        for (int id : q.active) {
+          if (!waitsForPreemptor(id)) {
+            head = id;
+            break;
+          }
+          if (q.spec.strategy == QueueingStrategy::kStrictFifo) break;
+        }
+      }
       if (head < 0) continue;
       Wl& w = wls_[u(head)];
       w.attempted = true;
@@ -1502,6 +1550,9 @@ class Engine::Impl {
   }
 
   bool entryBefore(const Entry& a, const Entry& b) const {
+    // Heads with no nomination (outside their queue's namespaces) take nothing: first.
+    if (a.inadmissible != b.inadmissible) return a.inadmissible;
+    if (a.inadmissible) return false;
     if (a.assignment().borrowing != b.assignment().borrowing) {
       return a.assignment().borrowing < b.assignment().borrowing;
     }
@@ -1510,7 +1561,9 @@ class Engine::Impl {
     if (options_.priority_sorting_within_cohort && x.priority != y.priority) {
       return x.priority > y.priority;
     }
-    if (x.created_ms != y.created_ms) return x.created_ms < y.created_ms;
+    const Wl& wx = wls_[u(a.wl)];
+    const Wl& wy = wls_[u(b.wl)];
+    if (orderedBefore(wx, wy) || orderedBefore(wy, wx)) return orderedBefore(wx, wy);
     return x.name < y.name;
   }
 
@@ -1523,6 +1576,7 @@ class Engine::Impl {
     for (size_t i = 0; i < entries.size(); ++i) {
       if (done[i]) continue;
       const Entry& e = entries[i];
+      if (e.inadmissible) return static_cast<int>(i);  // takes nothing; settle it first
       const int node = cqs_[u(e.cq)].node;
       // Simulate the entry's admission; collect its shares along the path.
       for (const auto& [f, v] : e.assignment().usage) addUsage(node, f, v);
@@ -1543,10 +1597,12 @@ class Engine::Impl {
         } else {
           const Workload& x = wls_[u(e.wl)].spec;
           const Workload& y = wls_[u(entries[u(best)].wl)].spec;
+          const Wl& wx = wls_[u(e.wl)];
+          const Wl& wy = wls_[u(entries[u(best)].wl)];
           if (options_.priority_sorting_within_cohort && x.priority != y.priority) {
             better = x.priority > y.priority;
-          } else if (x.created_ms != y.created_ms) {
-            better = x.created_ms < y.created_ms;
+          } else if (orderedBefore(wx, wy) || orderedBefore(wy, wx)) {
+            better = orderedBefore(wx, wy);
           } else {
             better = x.name < y.name;
           }
@@ -1645,6 +1701,9 @@ class Engine::Impl {
           victims.insert(t.wl);
           preempted.emplace_back(t.wl, t.variant);
           wls_[u(t.wl)].evicting = true;
+          wls_[u(t.wl)].preempted_for = e.wl;
+          wls_[u(t.wl)].spare = e.wl;
+          wls_[u(t.wl)].signature.clear();  // its nominations now depend on whom it spares
           events_.push_back({Event::Kind::kPreempted, wls_[u(t.wl)].spec.name,
                              cqs_[u(wls_[u(t.wl)].cq)].spec.name, preemptionReason(t.variant),
                              fmt::format("preempted to admit {}", w.spec.name), w.spec.name,
@@ -1704,6 +1763,10 @@ class Engine::Impl {
     if (q.sticky == e.wl) q.sticky = -1;
     w.state = State::kAdmitted;
     w.evicting = false;
+    if (w.spare >= 0) {
+      w.spare = -1;
+      w.signature.clear();
+    }
     w.usage.assign(e.assignment().usage.begin(), e.assignment().usage.end());
     w.admitted_seq = ++admit_seq_;
     Admission adm;
@@ -1742,6 +1805,8 @@ class Engine::Impl {
     w.inadmissible = false;
     w.reason = kWaitingForQuota;
     w.message = "preempted; waiting for quota again";
+    w.order_ms = now_ms_;
+    w.order_seq = ++evictions_;
     q.active.insert(id);
     events_.push_back(
         {Event::Kind::kEvicted, w.spec.name, q.spec.name, "Preempted", "", "", cycles_});
@@ -2062,6 +2127,10 @@ class Engine::Impl {
   std::vector<int> root_of_;
   std::vector<int64_t> tree_version_;
   int64_t admit_seq_ = 0;
+  // The latest time known (set, or the newest creation) and evictions so far: a preempted
+  // workload's queue order.
+  int64_t now_ms_ = INT64_MIN;
+  int64_t evictions_ = 0;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -2096,6 +2165,8 @@ Result<void> Engine::release(const std::string& name) { return impl_->release(na
 std::vector<QueueStatus> Engine::queues() const { return impl_->queues(); }
 Result<nlohmann::json> Engine::explain(const std::string& name) { return impl_->explain(name); }
 const std::vector<Event>& Engine::events() const { return impl_->events_; }
+void Engine::setTime(int64_t now_ms) { impl_->now_ms_ = std::max(impl_->now_ms_, now_ms); }
+std::vector<Event> Engine::takeEvents() { return std::exchange(impl_->events_, {}); }
 int64_t Engine::cycles() const { return impl_->cycles_; }
 
 }  // namespace purser::fleet

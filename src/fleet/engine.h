@@ -131,6 +131,11 @@ class Engine {
   // The workload ends (admitted: its quota is released; pending: it leaves its queue).
   Result<void> finish(const std::string& name);
 
+  // The current time, for what the engine stamps itself: a workload preempted now queues as if
+  // it arrived now (Kueue's eviction timestamp), behind those already waiting. Never goes back;
+  // without it, the newest creation time seen stands in.
+  void setTime(int64_t now_ms);
+
   // One Kueue scheduling cycle; victims of preemption are evicted at the end of it.
   CycleResult cycle();
   // Cycles until one changes nothing; returns every cycle's admissions and preemptions.
@@ -154,6 +159,9 @@ class Engine {
   std::optional<WorkloadStatus> status(const std::string& name) const;
   std::vector<std::string> workloadNames() const;
   const std::vector<Event>& events() const;
+  // Hands over the events so far and forgets them (a long-running server's engine would
+  // otherwise keep every event it ever made).
+  std::vector<Event> takeEvents();
   int64_t cycles() const;
 
  private:

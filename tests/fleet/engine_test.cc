@@ -1,7 +1,12 @@
-// Unit tests of the admission engine beyond the conformance cases: validation of the world.
+// Unit tests of the admission engine beyond the conformance cases: validation of the world,
+// holds, per-queue usage and explanations.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "fleet/engine.h"
+#include "fleet/manifest.h"
 #include "fleet/scenario.h"
 
 namespace purser::fleet {
@@ -37,6 +42,141 @@ TEST(EngineTest, RejectsABadWorldWithTheObjectAndReason) {
                     "{nominal: \"-1\"}}}]\n")
                 .find("may not be negative"),
             std::string::npos);
+}
+
+// Two ClusterQueues in one cohort: "a" (4 GPUs nominal, may borrow) and "b" (4 GPUs, lends 2).
+World twoQueues() {
+  World w;
+  w.flavors.push_back({"h100", {}, {}, {}});
+  for (const char* name : {"a", "b"}) {
+    ClusterQueue cq;
+    cq.name = name;
+    cq.cohort = "gpus";
+    cq.preemption.within_cluster_queue = WithinClusterQueue::kLowerPriority;
+    cq.preemption.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+    Quota gpu{4000, std::nullopt, std::nullopt};
+    if (std::string(name) == "b") gpu.lending_limit = 2000;
+    cq.resource_groups.push_back({{"nvidia.com/gpu"}, {{"h100", {{"nvidia.com/gpu", gpu}}}}});
+    w.cluster_queues.push_back(cq);
+    w.local_queues.push_back({"ml", name, name});
+  }
+  w.namespaces["ml"] = {};
+  return w;
+}
+
+Workload gpuJob(const std::string& name, const std::string& queue, int64_t gpus,
+                int32_t priority = 0, int64_t created = 0) {
+  Workload w;
+  w.name = "ml/" + name;
+  w.namespace_ = "ml";
+  w.local_queue = queue;
+  w.priority = priority;
+  w.created_ms = created;
+  PodSet ps;
+  ps.name = "main";
+  ps.count = 1;
+  ps.requests["nvidia.com/gpu"] = gpus * 1000;
+  w.pod_sets.push_back(ps);
+  return w;
+}
+
+TEST(EngineTest, AHeldWorkloadWaitsWithItsReasonAndOthersPassIt) {
+  auto engine = Engine::create(twoQueues());
+  ASSERT_TRUE(engine) << engine.error().message;
+  Engine& e = **engine;
+  ASSERT_TRUE(e.submit(gpuJob("first", "a", 2, 0, 1)));
+  ASSERT_TRUE(e.submit(gpuJob("second", "a", 2, 0, 2)));
+  ASSERT_TRUE(e.hold("ml/first", "BudgetExhausted", "the budget is used up"));
+  e.runUntilStable();
+  EXPECT_EQ(e.status("ml/first")->state, WorkloadStatus::State::kPending);
+  EXPECT_EQ(e.status("ml/first")->reason, "BudgetExhausted");
+  EXPECT_EQ(e.status("ml/first")->message, "the budget is used up");
+  EXPECT_EQ(e.status("ml/second")->state, WorkloadStatus::State::kAdmitted);
+  // Quota released elsewhere does not release a hold; release() does.
+  ASSERT_TRUE(e.finish("ml/second"));
+  e.runUntilStable();
+  EXPECT_EQ(e.status("ml/first")->state, WorkloadStatus::State::kPending);
+  ASSERT_TRUE(e.release("ml/first"));
+  e.runUntilStable();
+  EXPECT_EQ(e.status("ml/first")->state, WorkloadStatus::State::kAdmitted);
+  EXPECT_FALSE(e.hold("ml/nobody", "x", "y"));
+}
+
+TEST(EngineTest, QueuesReportUsageBorrowingAndLending) {
+  auto engine = Engine::create(twoQueues());
+  ASSERT_TRUE(engine);
+  Engine& e = **engine;
+  // "a" uses its 4 and borrows 2 of "b"'s lendable 2.
+  ASSERT_TRUE(e.submit(gpuJob("big", "a", 6)));
+  ASSERT_TRUE(e.submit(gpuJob("more", "a", 1, 0, 1)));
+  e.runUntilStable();
+  ASSERT_EQ(e.status("ml/big")->state, WorkloadStatus::State::kAdmitted);
+  const auto queues = e.queues();
+  ASSERT_EQ(queues.size(), 2u);
+  const QueueStatus& a = queues[0].name == "a" ? queues[0] : queues[1];
+  const QueueStatus& b = queues[0].name == "a" ? queues[1] : queues[0];
+  ASSERT_EQ(a.usage.size(), 1u);
+  EXPECT_EQ(a.usage[0].usage, 6000);
+  EXPECT_EQ(a.usage[0].borrowed, 2000);
+  EXPECT_EQ(a.usage[0].available, 0);
+  EXPECT_EQ(a.pending, 1);
+  EXPECT_EQ(a.admitted, 1);
+  EXPECT_EQ(b.usage[0].usage, 0);
+  EXPECT_EQ(b.usage[0].lent, 2000);
+  EXPECT_EQ(b.usage[0].lending_limit, 2000);
+  // "b" keeps 2 for itself; the 2 it lends are in use by "a" (it can reclaim them, but they are
+  // not available now).
+  EXPECT_EQ(b.usage[0].available, 2000);
+}
+
+TEST(EngineTest, ExplainSaysWhatIsAskedWhatIsThereAndWhatPreemptionWouldTake) {
+  auto engine = Engine::create(twoQueues());
+  ASSERT_TRUE(engine);
+  Engine& e = **engine;
+  ASSERT_TRUE(e.submit(gpuJob("low", "a", 4, 0, 1)));
+  e.runUntilStable();
+  ASSERT_TRUE(e.submit(gpuJob("same", "a", 4, 0, 2)));
+  ASSERT_TRUE(e.submit(gpuJob("huge", "a", 9, 0, 3)));
+  e.runUntilStable();
+  auto same = e.explain("ml/same");
+  ASSERT_TRUE(same) << same.error().message;
+  EXPECT_EQ((*same)["state"], "pending");
+  const auto& flavor = (*same)["pod_sets"][0]["flavors"][0];
+  EXPECT_EQ(flavor["flavor"], "h100");
+  EXPECT_EQ(flavor["requested"], 4000);
+  EXPECT_EQ(flavor["nominal"], 4000);
+  EXPECT_EQ(flavor["in_use"], 4000);
+  EXPECT_EQ(flavor["available"], 2000);  // what "b" lends
+  EXPECT_EQ(flavor["at_most"], 6000);
+  EXPECT_EQ(flavor["verdict"], "needs preemption or released quota");
+  // Equal priority: LowerPriority lets nothing be preempted.
+  EXPECT_TRUE((*same)["preemption"]["would_preempt"].empty());
+  EXPECT_TRUE((*same)["preemption"].contains("why_not"));
+  auto huge = e.explain("ml/huge");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ((*huge)["pod_sets"][0]["flavors"][0]["verdict"], "never fits");
+  // A higher-priority workload would preempt the low one, and explain() names it.
+  ASSERT_TRUE(e.submit(gpuJob("urgent", "a", 4, 100, 4)));
+  auto urgent = e.explain("ml/urgent");
+  ASSERT_TRUE(urgent);
+  ASSERT_EQ((*urgent)["preemption"]["would_preempt"].size(), 1u);
+  EXPECT_EQ((*urgent)["preemption"]["would_preempt"][0]["workload"], "ml/low");
+  EXPECT_EQ((*urgent)["preemption"]["would_preempt"][0]["reason"], "InClusterQueue");
+  EXPECT_FALSE(e.explain("ml/nobody"));
+}
+
+TEST(EngineTest, TheExampleFleetLoads) {
+  // examples/fleet.yaml is what `make run` serves; it must stay valid.
+  std::ifstream in(std::string(PURSER_SOURCE_DIR) + "/examples/fleet.yaml");
+  ASSERT_TRUE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto set = parseManifests(text.str(), "examples/fleet.yaml");
+  ASSERT_TRUE(set) << set.error().message;
+  EXPECT_TRUE(set->warnings.empty());
+  EXPECT_EQ(set->cluster_queues.size(), 2u);
+  auto engine = Engine::create(toWorld(*set));
+  EXPECT_TRUE(engine) << engine.error().message;
 }
 
 }  // namespace

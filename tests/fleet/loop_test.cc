@@ -6,7 +6,6 @@
 // re-admitted while B holds what it reclaimed.
 #include <gtest/gtest.h>
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,14 +16,14 @@ namespace {
 
 constexpr Amount kUnit = 1000;  // one cpu in milli-units
 
-ClusterQueue queue(const std::string& name, Amount nominal_units, PreemptionPolicy preemption = {},
-                   std::optional<Amount> borrowing_limit_units = std::nullopt) {
+// A ClusterQueue in cohort "all" with `nominal_units` cpus of flavor "default".
+ClusterQueue queue(const std::string& name, Amount nominal_units,
+                   PreemptionPolicy preemption = {}) {
   ClusterQueue cq;
   cq.name = name;
   cq.cohort = "all";
   cq.preemption = preemption;
   Quota q{.nominal = nominal_units * kUnit};
-  if (borrowing_limit_units) q.borrowing_limit = *borrowing_limit_units * kUnit;
   cq.resource_groups = {
       {.covered = {"cpu"}, .flavors = {{.flavor = "default", .resources = {{"cpu", q}}}}}};
   return cq;
@@ -53,7 +52,10 @@ Workload workload(const std::string& name, const std::string& queue, Amount cpu_
 
 std::unique_ptr<Engine> engineFor(World world, EngineOptions options) {
   auto e = Engine::create(std::move(world), options);
-  EXPECT_TRUE(e.has_value()) << e.error().message;
+  if (!e) {
+    ADD_FAILURE() << e.error().message;
+    return nullptr;
+  }
   return std::move(*e);
 }
 
@@ -238,8 +240,9 @@ TEST(NoPreemptionLoopTest, FairSharingTwoBorrowersSettle) {
 
 TEST(NoPreemptionLoopTest, BorrowWithinCohortWithoutPrioritySorting) {
   // Kueue's issue 2821: B2 (high priority) needs to borrow and preempts the borrowing A (low
-  // priority, older). With priority sorting within the cohort off, both entries borrow and the
-  // older A went first, took the capacity again, and was preempted again, forever.
+  // priority, older). With priority sorting within the cohort off, both entries borrow, and if A
+  // kept its creation time it would go first, take the capacity again and be preempted again,
+  // forever; a preempted workload queues as of its eviction (Kueue's fix), behind B2.
   const PreemptionPolicy policy{.within_cluster_queue = WithinClusterQueue::kLowerPriority,
                                 .reclaim_within_cohort = ReclaimWithinCohort::kAny,
                                 .borrow_within_cohort = BorrowWithinCohort::kLowerPriority};
@@ -254,6 +257,116 @@ TEST(NoPreemptionLoopTest, BorrowWithinCohortWithoutPrioritySorting) {
   settle(*e);
   EXPECT_TRUE(admitted(*e, "B2")) << eventsText(*e);
   expectReclaimedOnce(*e, "A", "B2");
+}
+
+// Cohort "all" holds a and the sub-cohort "sub" of b and s. A (in a) borrows all of b's fa. B's
+// first pod set goes to fb, borrowed from s inside "sub", because fa would need preemption; its
+// second pod set, which only fa matches, reclaims fa from A (hierarchical reclaim). With A gone,
+// B's first pod set fits fa within nominal and its second borrows fa from the root: B now borrows
+// at A's level, and the two are ordered by priority and queue order.
+std::unique_ptr<Engine> preemptorThatFitsAnotherWay(int32_t victim_priority) {
+  World w;
+  w.flavors = {{.name = "fa", .node_labels = {{"zone", "a"}}},
+               {.name = "fb", .node_labels = {{"zone", "b"}}}};
+  w.cohorts = {{.name = "all"}, {.name = "sub", .parent = "all"}};
+  const auto cq = [](const std::string& name, const std::string& cohort, Amount fa, Amount fb) {
+    ClusterQueue q{.name = name, .cohort = cohort};
+    q.preemption.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+    q.resource_groups = {{.covered = {"cpu"},
+                          .flavors = {{.flavor = "fa", .resources = {{"cpu", {.nominal = fa}}}},
+                                      {.flavor = "fb", .resources = {{"cpu", {.nominal = fb}}}}}}};
+    return q;
+  };
+  w.cluster_queues = {cq("a", "all", 2 * kUnit, 0), cq("b", "sub", 4 * kUnit, 0),
+                      cq("s", "sub", 0, 4 * kUnit)};
+  for (const auto& q : w.cluster_queues) w.local_queues.push_back({"ns", q.name, q.name});
+  auto e = engineFor(w, {});
+  EXPECT_TRUE(e->submit(workload("A", "a", 6, victim_priority, 0)).has_value());
+  settle(*e);
+  EXPECT_TRUE(admitted(*e, "A"));
+  Workload b = workload("B", "b", 4, 0, 10);
+  b.pod_sets.push_back({.name = "workers",
+                        .count = 1,
+                        .requests = {{"cpu", 2 * kUnit}},
+                        .node_selector = {{"zone", "a"}}});
+  EXPECT_TRUE(e->submit(b).has_value());
+  settle(*e);
+  return e;
+}
+
+TEST(NoPreemptionLoopTest, PreemptorThatFitsAnotherWayGoesBeforeItsOlderVictim) {
+  // Equal priorities: the victim queues as of its eviction, behind B.
+  auto e = preemptorThatFitsAnotherWay(0);
+  EXPECT_TRUE(admitted(*e, "B")) << eventsText(*e);
+  expectReclaimedOnce(*e, "A", "B");
+}
+
+// Loops found by the cycle-mode equivalence test's generator and cut down by hand. What they
+// share: the preemptor reclaims for one assignment, and once its victim is gone it is nominated
+// for another that borrows, at the victim's level, and the victim would win the ordering (by
+// priority, or by fair share) and take the capacity back. A victim waits until its preemptor is
+// admitted (or gives up), and does not preempt it in turn, so each settles.
+
+TEST(NoPreemptionLoopTest, SettlesWhenPartialPreemptorAsksForItsFullCount) {
+  // B reclaims with a partial count that fits its nominal quota (3 of 4 pods), A is preempted;
+  // the next cycle nominates B's full count, which borrows one cpu, and A (borrowing too, and of
+  // higher priority) is ordered first and re-admitted; B reclaims again, and so on.
+  const PreemptionPolicy reclaim{.reclaim_within_cohort = ReclaimWithinCohort::kAny};
+  auto e = engineFor(
+      worldOf({queue("a", 3, reclaim), queue("b", 3, reclaim), queue("c", 4, reclaim)}), {});
+  ASSERT_TRUE(e->submit(workload("A", "a", 8, 100, 0)).has_value());
+  settle(*e);
+  ASSERT_TRUE(admitted(*e, "A"));
+  Workload b = workload("B", "b", 1, 10, 10);
+  b.pod_sets[0].count = 4;
+  b.pod_sets[0].min_count = 3;
+  ASSERT_TRUE(e->submit(b).has_value());
+  settle(*e);
+  EXPECT_TRUE(admitted(*e, "B")) << eventsText(*e);
+  expectReclaimedOnce(*e, "A", "B");
+}
+
+TEST(NoPreemptionLoopTest, SettlesWhenPreemptorFitsAnotherWayVictimOfHigherPriority) {
+  // A has the higher priority: once both borrow, A is ordered first and re-admitted.
+  auto e = preemptorThatFitsAnotherWay(100);
+  EXPECT_TRUE(admitted(*e, "B")) << eventsText(*e);
+  expectReclaimedOnce(*e, "A", "B");
+}
+
+TEST(NoPreemptionLoopTest, SettlesWhenFairSharingReclaimOfOneResourceWhileBorrowingAnother) {
+  // Fair sharing, cohort "all": a has 1 cpu and 2 gpus, b 2 cpus and no gpu, c 2 gpus. A (in a)
+  // takes 2 cpus and 2 gpus, borrowing a cpu of b's. B (in b) asks for the same: its cpus are
+  // within b's nominal quota, so it reclaims the cpu from A, though it borrows both its gpus.
+  // Once A is gone both fit and both borrow; A's share (a third of the cpus) is below B's (half
+  // the gpus), so the tournament re-admits A first, and B reclaims again.
+  World w;
+  w.flavors = {{.name = "default"}};
+  w.cohorts = {{.name = "all"}};
+  const auto cq = [](const std::string& name, Amount cpu, Amount gpu) {
+    ClusterQueue q{.name = name, .cohort = "all"};
+    q.preemption.reclaim_within_cohort = ReclaimWithinCohort::kAny;
+    q.resource_groups = {
+        {.covered = {"cpu", "nvidia.com/gpu"},
+         .flavors = {{.flavor = "default",
+                      .resources = {{"cpu", {.nominal = cpu * kUnit}},
+                                    {"nvidia.com/gpu", {.nominal = gpu * kUnit}}}}}}};
+    return q;
+  };
+  w.cluster_queues = {cq("a", 1, 2), cq("b", 2, 0), cq("c", 0, 2)};
+  for (const auto& q : w.cluster_queues) w.local_queues.push_back({"ns", q.name, q.name});
+  auto e = engineFor(w, {.fair_sharing = true});
+  const auto both = [](const std::string& name, const std::string& queue, int64_t created_s) {
+    Workload wl = workload(name, queue, 2, 0, created_s);
+    wl.pod_sets[0].requests["nvidia.com/gpu"] = 2 * kUnit;
+    return wl;
+  };
+  ASSERT_TRUE(e->submit(both("A", "a", 0)).has_value());
+  settle(*e);
+  ASSERT_TRUE(admitted(*e, "A"));
+  ASSERT_TRUE(e->submit(both("B", "b", 10)).has_value());
+  settle(*e);
+  EXPECT_TRUE(admitted(*e, "B")) << eventsText(*e);
+  expectReclaimedOnce(*e, "A", "B");
 }
 
 }  // namespace

@@ -524,6 +524,42 @@ TEST(ManifestTest, SyntaxErrorsHaveALine) {
   EXPECT_THAT(errorOf("apiVersion: v1\nkind: [\n"), HasSubstr("fleet.yaml:3:"));
 }
 
+TEST(ManifestTest, MalformedShapesAreErrorsNotCrashes) {
+  const std::string cq =
+      "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: q}\n";
+  for (const std::string& yaml : {
+           std::string("[1, 2]\n"),
+           std::string("apiVersion: [x]\nkind: ClusterQueue\n"),
+           std::string("apiVersion: v1\nkind: List\nitems: 5\n"),
+           cq + "spec: x\n",
+           std::string("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: []\n"),
+           cq + "spec: {resourceGroups: [1, 2]}\n",
+           cq + "spec: {resourceGroups: [{coveredResources: cpu, flavors: {}}]}\n",
+           cq + "spec: {resourceGroups: [{coveredResources: [cpu], flavors: [{name: f, "
+                "resources: [{name: cpu, nominalQuota: [1]}]}]}]}\n",
+           cq + "spec: {namespaceSelector: {matchExpressions: x}}\n",
+           cq + "spec: {namespaceSelector: {matchLabels: [a]}}\n",
+           cq + "spec: {preemption: [], flavorFungibility: 3, fairSharing: {weight: -1}}\n",
+           cq + "spec: {namespaceSelector: {}, stopPolicy: Paused}\n",
+       }) {
+    EXPECT_FALSE(parseManifests(yaml, "bad.yaml")) << yaml;
+  }
+  for (const std::string& text : {
+           std::string("[]"),
+           std::string("\"just a string\""),
+           std::string("name: w\nqueue: q\npod_sets: [{name: m, requests: [cpu]}]\n"),
+           std::string("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: "
+                       "w}\nspec: {podSets: [{template: {spec: {containers: [1, {resources: "
+                       "{requests: x}}], initContainers: [x]}}}]}\n"),
+           std::string("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: "
+                       "w}\nspec: {podSets: [{template: {spec: {containers: [{resources: "
+                       "{requests: {cpu: 9223372036854775807}}}, {resources: {requests: {cpu: "
+                       "9223372036854775807}}}]}}}]}\n"),
+       }) {
+    EXPECT_FALSE(parseWorkload(text, "bad")) << text;
+  }
+}
+
 // --- Workloads ----------------------------------------------------------------------------------
 
 TEST(ManifestWorkloadTest, ReadsKueuesWorkloadShape) {
