@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"max_body_bytes\"?"},
         BadCase{"listen: 127.0.0.1:80\nflavours: []\n",
                 "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
-                "data_dir, gpu_prices, http, listen, log, prices, providers, routes, store, "
+                "data_dir, fleet, gpu_prices, http, listen, log, prices, providers, routes, store, "
                 "threads"},
         // A missing required field.
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
@@ -117,6 +117,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"listen: 127.0.0.1\n",
                 "purser.yaml:1:9: listen: invalid listen address \"127.0.0.1\": the port is "
                 "missing; expected host:port such as 127.0.0.1:8080"},
+        BadCase{"listen: 127.0.0.1:80\nfleet: {cycle_mode: fast}\n",
+                "purser.yaml:2:21: fleet.cycle_mode: expected one of drain, kueue, got \"fast\""},
+        BadCase{"listen: 127.0.0.1:80\nfleet: {metering_interval: 10ms}\n",
+                "purser.yaml:2:28: fleet.metering_interval: must be at least 1s"},
         // Broken YAML.
         BadCase{"listen: [127.0.0.1:80\n",
                 "purser.yaml:2:1: invalid YAML: end of sequence flow not found"}));
@@ -208,6 +212,22 @@ TEST(ConfigTest, SeveralErrorsAreReportedTogether) {
             "  a.yaml:1:10: threads: expected a whole number, got \"x\"\n"
             "  a.yaml:2:22: http.idle_timeout: expected a duration such as \"30s\", \"250ms\" or "
             "\"5m\", got \"soon\"");
+}
+
+TEST(ConfigTest, FleetManifestsAreRelativeToTheFile) {
+  auto c = parseConfig(
+      "listen: 127.0.0.1:80\nfleet:\n  manifests: [fleet.yaml, /abs/queues.yaml]\n"
+      "  cycle_mode: kueue\n  metering_interval: 30s\n",
+      "conf/purser.yaml");
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->fleet.manifests, (std::vector<std::string>{"conf/fleet.yaml", "/abs/queues.yaml"}));
+  EXPECT_EQ(c->fleet.cycle_mode, "kueue");
+  EXPECT_EQ(c->fleet.metering_interval, std::chrono::seconds(30));
+  auto d = parseConfig("listen: 127.0.0.1:80\n", "purser.yaml");
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->fleet.manifests.empty());
+  EXPECT_EQ(d->fleet.cycle_mode, "drain");
+  EXPECT_EQ(d->fleet.metering_interval, std::chrono::seconds(60));
 }
 
 TEST(ConfigTest, CommandLineOverridesWin) {
