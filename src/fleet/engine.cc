@@ -142,6 +142,7 @@ class Engine::Impl {
     // or leaves, this workload is not nominated, so it cannot take back the capacity it was
     // evicted from (a preemption loop).
     int preempted_for = -1;
+    bool pressing = false;  // preempted for its own admission and has not since given up
     // ... and, until this workload is admitted again, a workload it may not preempt in turn
     // (two workloads reclaiming from each other would take turns forever).
     int spare = -1;
@@ -506,11 +507,30 @@ class Engine::Impl {
     if (w.pod_sets.empty()) {
       return fail(invalidArgument(fmt::format("Workload \"{}\" has no pod sets", w.name)));
     }
+    // Every total (requests x count, summed over pod sets) must stay far from overflow.
+    constexpr Amount kMostTotal = Amount{1} << 60;
+    std::map<std::string, Amount> totals;
+    for (const auto& ps : w.pod_sets) {
+      if (ps.count < 0 || (ps.min_count && (*ps.min_count < 0 || *ps.min_count > ps.count))) {
+        return fail(invalidArgument(
+            fmt::format("Workload \"{}\": pod set \"{}\" has an invalid count", w.name, ps.name)));
+      }
+      for (const auto& [res, per_pod] : ps.requests) {
+        Amount total = 0;
+        if (per_pod < 0 || __builtin_mul_overflow(per_pod, ps.count, &total) ||
+            total > kMostTotal || (totals[res] += total) > kMostTotal) {
+          return fail(invalidArgument(fmt::format(
+              "Workload \"{}\": pod set \"{}\" requests more {} than any quota can hold", w.name,
+              ps.name, res)));
+        }
+      }
+    }
     const int cq = PURSER_TRY_VALUE(resolveQueue(w));
     Wl wl;
     wl.spec = std::move(w);
     wl.cq = cq;
-    wl.order_ms = wl.spec.created_ms;
+    wl.order_ms = wl.spec.queued_ms.value_or(wl.spec.created_ms);
+    wl.order_seq = wl.spec.queued_ms ? ++evictions_ : 0;
     if (wl.spec.created_ms != INT64_MIN) now_ms_ = std::max(now_ms_, wl.spec.created_ms);
     const int id = static_cast<int>(wls_.size());
     wl_index_[wl.spec.name] = id;
@@ -555,7 +575,9 @@ class Engine::Impl {
     wl.cq = cq_index_[cq_name];
     wl.state = State::kAdmitted;
     wl.usage.assign(total.begin(), total.end());
+    // Later admissions rank after it (candidate order prefers the most recently admitted).
     wl.admitted_seq = wl.spec.admitted_ms;
+    admit_seq_ = std::max(admit_seq_, wl.spec.admitted_ms);
     cqs_[u(wl.cq)].admitted.push_back(id);
     addWorkloadUsage(id);
     touch(wl.cq);
@@ -626,7 +648,7 @@ class Engine::Impl {
     Wl& w = wls_[u(id)];
     if (w.preempted_for < 0) return false;
     const Wl& p = wls_[u(w.preempted_for)];
-    if (p.state == State::kPending && !p.inadmissible && !p.held) {
+    if (p.state == State::kPending && p.pressing && !p.inadmissible && !p.held) {
       w.reason = kWaitingForQuota;
       w.message = fmt::format(
           "preempted to make room for {}; waits until that workload is admitted", p.spec.name);
@@ -1661,6 +1683,7 @@ class Engine::Impl {
       if (a.mode == AssignMode::kNoFit) {
         w.reason = a.category;
         w.message = a.message;
+        w.pressing = false;  // gave up: its victims may come back
         if (q.sticky == e.wl) q.sticky = -1;
         park(!strict);
         continue;
@@ -1671,6 +1694,7 @@ class Engine::Impl {
         if (q.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort::kAny) {
           reserve(e);
         }
+        w.pressing = false;
         if (q.sticky == e.wl) q.sticky = -1;
         park(!strict);
         continue;
@@ -1702,6 +1726,7 @@ class Engine::Impl {
           preempted.emplace_back(t.wl, t.variant);
           wls_[u(t.wl)].evicting = true;
           wls_[u(t.wl)].preempted_for = e.wl;
+          w.pressing = true;
           wls_[u(t.wl)].spare = e.wl;
           wls_[u(t.wl)].signature.clear();  // its nominations now depend on whom it spares
           events_.push_back({Event::Kind::kPreempted, wls_[u(t.wl)].spec.name,
@@ -1763,6 +1788,7 @@ class Engine::Impl {
     if (q.sticky == e.wl) q.sticky = -1;
     w.state = State::kAdmitted;
     w.evicting = false;
+    w.pressing = false;
     if (w.spare >= 0) {
       w.spare = -1;
       w.signature.clear();
@@ -1872,6 +1898,7 @@ class Engine::Impl {
     s.message = w.message;
     s.inadmissible = w.inadmissible;
     s.attempted = w.attempted;
+    if (w.order_seq > 0) s.queued_ms = w.order_ms;
     return s;
   }
 
@@ -1879,6 +1906,12 @@ class Engine::Impl {
     std::vector<std::string> out;
     for (const auto& w : wls_) out.push_back(w.spec.name);
     return out;
+  }
+
+  void setNamespace(const std::string& name, std::map<std::string, std::string> labels) {
+    world_.namespaces[name] = std::move(labels);
+    // A namespace newly selected may unpark workloads that were outside every selector.
+    for (size_t c = 0; c < cqs_.size(); ++c) retryInadmissible(static_cast<int>(c));
   }
 
   Result<int> pendingId(const std::string& name) const {
@@ -2162,6 +2195,12 @@ Result<void> Engine::hold(const std::string& name, const std::string& reason,
   return impl_->hold(name, reason, message);
 }
 Result<void> Engine::release(const std::string& name) { return impl_->release(name); }
+void Engine::setNamespace(const std::string& name, std::map<std::string, std::string> labels) {
+  impl_->setNamespace(name, std::move(labels));
+}
+bool Engine::hasNamespace(const std::string& name) const {
+  return impl_->world_.namespaces.count(name) != 0;
+}
 std::vector<QueueStatus> Engine::queues() const { return impl_->queues(); }
 Result<nlohmann::json> Engine::explain(const std::string& name) { return impl_->explain(name); }
 const std::vector<Event>& Engine::events() const { return impl_->events_; }

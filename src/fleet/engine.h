@@ -78,6 +78,9 @@ struct WorkloadStatus {
   std::string message;  // when pending
   bool inadmissible = false;
   bool attempted = false;  // was ever considered by a cycle
+  // When it was requeued by a preemption: it queues as of then, not its creation (pass it back
+  // as Workload::queued_ms to keep its place after a restart).
+  std::optional<int64_t> queued_ms;
 };
 
 struct QueueStatus {
@@ -149,6 +152,10 @@ class Engine {
   // message, until release(). Admitted workloads are not touched.
   Result<void> hold(const std::string& name, const std::string& reason, const std::string& message);
   Result<void> release(const std::string& name);
+
+  // Adds or relabels a namespace (a team created since the engine was).
+  void setNamespace(const std::string& name, std::map<std::string, std::string> labels);
+  bool hasNamespace(const std::string& name) const;
 
   // Every ClusterQueue's quota and usage per flavor and resource.
   std::vector<QueueStatus> queues() const;

@@ -144,6 +144,9 @@ struct Workload {
   // Creation time in milliseconds; INT64_MIN stands for "never set" (earlier than any time).
   int64_t created_ms = INT64_MIN;
   int64_t admitted_ms = 0;  // quota reservation time (for candidate ordering)
+  // Set for a workload requeued by a preemption: it queues as of then (its eviction), not as of
+  // its creation.
+  std::optional<int64_t> queued_ms;
   std::string uid;
   std::vector<PodSet> pod_sets;
   std::optional<Admission> admission;  // set while it holds quota

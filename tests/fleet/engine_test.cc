@@ -165,6 +165,81 @@ TEST(EngineTest, ExplainSaysWhatIsAskedWhatIsThereAndWhatPreemptionWouldTake) {
   EXPECT_FALSE(e.explain("ml/nobody"));
 }
 
+TEST(EngineTest, RequestsBeyondAnyQuotaAreRefused) {
+  auto engine = Engine::create(twoQueues());
+  ASSERT_TRUE(engine);
+  Workload huge = gpuJob("huge", "a", 1);
+  huge.pod_sets[0].requests["nvidia.com/gpu"] = Amount{1'000'000'000'000'000'000};
+  huge.pod_sets[0].count = 2;  // the total would overflow
+  auto refused = (*engine)->submit(huge);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("more nvidia.com/gpu than any quota can hold"),
+            std::string::npos);
+  Workload negative = gpuJob("negative", "a", 1);
+  negative.pod_sets[0].count = -1;
+  EXPECT_FALSE((*engine)->submit(negative));
+  EXPECT_FALSE((*engine)->status("ml/huge"));
+  EXPECT_FALSE((*engine)->status("ml/negative"));
+}
+
+TEST(EngineTest, RestoredStateKeepsQueueAndCandidateOrder) {
+  // A restart hands the engine what it had: admitted workloads with their admission times, and
+  // a preempted workload's place in the queue (queued_ms).
+  auto engine = Engine::create(twoQueues());
+  ASSERT_TRUE(engine);
+  Engine& e = **engine;
+  Workload old_one = gpuJob("old", "a", 2, 0, 1);
+  old_one.admission =
+      Admission{"a", {{"main", 1, {{"nvidia.com/gpu", "h100"}}, {{"nvidia.com/gpu", 2000}}}}};
+  old_one.admitted_ms = 1'700'000'000'000;  // wall-clock milliseconds, as the server keeps them
+  ASSERT_TRUE(e.addAdmitted(old_one));
+  ASSERT_TRUE(e.submit(gpuJob("filler", "b", 4, 0, 0)));  // nothing left to lend to "a"
+  ASSERT_TRUE(e.submit(gpuJob("new", "a", 2, 0, 2)));
+  e.runUntilStable();
+  ASSERT_EQ(e.status("ml/new")->state, WorkloadStatus::State::kAdmitted);
+  // Preempting one of two equal victims takes the most recently admitted: "new", not the
+  // restored one.
+  ASSERT_TRUE(e.submit(gpuJob("urgent", "a", 2, 100, 3)));
+  e.runUntilStable();
+  EXPECT_EQ(e.status("ml/old")->state, WorkloadStatus::State::kAdmitted);
+  EXPECT_EQ(e.status("ml/urgent")->state, WorkloadStatus::State::kAdmitted);
+  auto victim = e.status("ml/new");
+  ASSERT_EQ(victim->state, WorkloadStatus::State::kPending);
+  ASSERT_TRUE(victim->queued_ms.has_value());
+  // A later workload created before the eviction queues ahead of the victim; so it does once
+  // the victim comes back with its queued_ms.
+  auto fresh = Engine::create(twoQueues());
+  ASSERT_TRUE(fresh);
+  Workload back = gpuJob("new", "a", 2, 0, 2);
+  back.queued_ms = *victim->queued_ms;
+  ASSERT_TRUE((*fresh)->submit(back));
+  ASSERT_TRUE((*fresh)->submit(gpuJob("between", "a", 6, 0, 3)));
+  (*fresh)->runUntilStable();
+  EXPECT_EQ((*fresh)->status("ml/between")->state, WorkloadStatus::State::kAdmitted);
+  EXPECT_EQ((*fresh)->status("ml/new")->state, WorkloadStatus::State::kPending);
+}
+
+TEST(EngineTest, ANewNamespaceJoinsWithoutARebuild) {
+  World w = twoQueues();
+  w.cluster_queues[0].namespace_selector = std::map<std::string, std::vector<std::string>>{
+      {"kubernetes.io/metadata.name", {"ml", "vision"}}};
+  w.local_queues.push_back({"vision", "a", "a"});
+  auto engine = Engine::create(w);
+  ASSERT_TRUE(engine);
+  Engine& e = **engine;
+  Workload job = gpuJob("see", "a", 1);
+  job.name = "vision/see";
+  job.namespace_ = "vision";
+  ASSERT_TRUE(e.submit(job));
+  e.runUntilStable();
+  EXPECT_EQ(e.status("vision/see")->reason, "Misconfigured");
+  EXPECT_FALSE(e.hasNamespace("vision"));
+  e.setNamespace("vision", {{"kubernetes.io/metadata.name", "vision"}});
+  EXPECT_TRUE(e.hasNamespace("vision"));
+  e.runUntilStable();
+  EXPECT_EQ(e.status("vision/see")->state, WorkloadStatus::State::kAdmitted);
+}
+
 TEST(EngineTest, TheExampleFleetLoads) {
   // examples/fleet.yaml is what `make run` serves; it must stay valid.
   std::ifstream in(std::string(PURSER_SOURCE_DIR) + "/examples/fleet.yaml");
