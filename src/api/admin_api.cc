@@ -991,23 +991,8 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
                       {"spent", a.spent.toString()},
                       {"limit", a.limit.toString()}});
   }
-  if (!settled->alerts.empty() && !s.alert_webhook.empty() && s.http_clients != nullptr) {
-    for (const auto& a : settled->alerts) {
-      json payload = {{"type", "budget.alert"},
-                      {"wallet", a.wallet_id},
-                      {"tenant", event.tenant_id},
-                      {"threshold", a.threshold},
-                      {"spent", a.spent.toString()},
-                      {"limit", a.limit.toString()},
-                      {"at", formatRfc3339(s.clock.now())}};
-      if (a.window.end != SystemTime::max()) {
-        payload["window"] = {{"start", formatRfc3339(a.window.start)},
-                             {"end", formatRfc3339(a.window.end)}};
-      }
-      asio::co_spawn(co_await asio::this_coro::executor,
-                     postWebhook(s.http_clients->current(), s.alert_webhook, payload.dump()),
-                     asio::detached);
-    }
+  if (!settled->alerts.empty()) {
+    postAlerts(s, co_await asio::this_coro::executor, settled->alerts, event.tenant_id);
   }
   if (!settled->alerts.empty()) {
     (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
@@ -1296,6 +1281,45 @@ asio::awaitable<Response> restoreProviderKeys(const Services& s, Request& req) {
   provider->clearReplacedKeys();
   co_return jsonResponse(
       200, {{"name", name}, {"keys", provider->keyCount()}, {"keys_source", "config"}});
+}
+
+void postAlerts(const Services& s, const asio::any_io_executor& executor,
+                const std::vector<ledger::Alert>& alerts, const std::string& tenant_id) {
+  if (s.alert_webhook.empty() || s.http_clients == nullptr) return;
+  for (const auto& a : alerts) {
+    json payload = {{"type", "budget.alert"},
+                    {"wallet", a.wallet_id},
+                    {"tenant", tenant_id},
+                    {"threshold", a.threshold},
+                    {"spent", a.spent.toString()},
+                    {"limit", a.limit.toString()},
+                    {"at", formatRfc3339(s.clock.now())}};
+    if (a.window.end != SystemTime::max()) {
+      payload["window"] = {{"start", formatRfc3339(a.window.start)},
+                           {"end", formatRfc3339(a.window.end)}};
+    }
+    asio::co_spawn(executor,
+                   postWebhook(s.http_clients->current(), s.alert_webhook, payload.dump()),
+                   asio::detached);
+  }
+}
+
+Result<void> auditAlerts(const Services& s, store::Tx& tx, const std::vector<ledger::Alert>& alerts,
+                         const std::string& tenant_id, const std::string& actor) {
+  for (const auto& a : alerts) {
+    ledger::AuditEntry e;
+    e.tenant_id = tenant_id;
+    e.actor = actor;
+    e.actor_role = "system";
+    e.action = "budget.alert";
+    e.target = "wallet:" + a.wallet_id;
+    e.after = json{{"threshold", a.threshold},
+                   {"spent", a.spent.toString()},
+                   {"limit", a.limit.toString()}}
+                  .dump();
+    PURSER_TRY(s.audit.append(tx, e));
+  }
+  return {};
 }
 
 Result<void> addMeteringRoutes(http::Router& router, const Services& services) {

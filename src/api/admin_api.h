@@ -7,8 +7,13 @@
 // Thread-safety: handlers run concurrently on the workers; the parts they share are thread-safe.
 #pragma once
 
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/id.h"
@@ -67,5 +72,12 @@ Result<void> addAdminRoutes(http::Router& router, const Services& s);
 //   provider?} DELETE /api/v1/reservations/{id} GET    /api/v1/usage?scope=KIND:ID&from=&to=&limit=
 //   GET    /api/v1/spend?scope=KIND:ID&group_by=user|team|key|model|route|session|day&from=&to=
 Result<void> addMeteringRoutes(http::Router& router, const Services& s);
+
+// Budget alerts: POSTed to the alert webhook (best effort, from `executor`, which must be the
+// calling worker's), and written to the audit log inside `tx`.
+void postAlerts(const Services& s, const boost::asio::any_io_executor& executor,
+                const std::vector<ledger::Alert>& alerts, const std::string& tenant_id);
+Result<void> auditAlerts(const Services& s, store::Tx& tx, const std::vector<ledger::Alert>& alerts,
+                         const std::string& tenant_id, const std::string& actor);
 
 }  // namespace purser::api

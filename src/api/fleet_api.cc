@@ -39,13 +39,14 @@ namespace {
 const std::vector<store::Migration> kFleetMigrations = {
     {1, "fleet workloads, applied manifests and events",
      "CREATE TABLE fleet_workloads (name TEXT PRIMARY KEY, seq INTEGER NOT NULL,"
-     " state TEXT NOT NULL, record TEXT NOT NULL, updated_at TEXT NOT NULL);"
+     " version INTEGER NOT NULL, state TEXT NOT NULL, tenant_id TEXT NOT NULL,"
+     " team_id TEXT NOT NULL, record TEXT NOT NULL, updated_at TEXT NOT NULL);"
      "CREATE TABLE fleet_manifests (seq INTEGER PRIMARY KEY, applied_at TEXT NOT NULL,"
      " actor TEXT NOT NULL, file TEXT NOT NULL, text TEXT NOT NULL);"
      "CREATE TABLE fleet_events (id INTEGER PRIMARY KEY, at TEXT NOT NULL, kind TEXT NOT NULL,"
      " workload TEXT NOT NULL, cluster_queue TEXT NOT NULL, reason TEXT NOT NULL,"
      " message TEXT NOT NULL, by_workload TEXT NOT NULL, tenant_id TEXT NOT NULL,"
-     " team_id TEXT NOT NULL);"
+     " team_id TEXT NOT NULL, by_tenant_id TEXT NOT NULL);"
      "CREATE INDEX fleet_events_workload ON fleet_events (workload, id)"},
 };
 
@@ -85,7 +86,8 @@ struct Record {
   int64_t submitted_ms = 0, admitted_ms = 0, metered_until_ms = 0, finished_ms = 0;
   Money charged;
   int64_t preemptions = 0;
-  std::string hold;  // the budget hold's message while held
+  std::string hold;     // the budget hold's message while held
+  int64_t version = 0;  // bumped at every write; a retried older write never wins
 };
 
 json admissionJson(const fleet::Admission& a) {
@@ -137,7 +139,8 @@ json specJson(const Workload& w) {
           {"priority_class", w.priority_class},
           {"created_ms", w.created_ms},
           {"uid", w.uid},
-          {"pod_sets", sets}};
+          {"pod_sets", sets},
+          {"queued_ms", w.queued_ms ? json(*w.queued_ms) : json(nullptr)}};
 }
 
 Workload specFrom(const json& j) {
@@ -149,6 +152,9 @@ Workload specFrom(const json& j) {
   w.priority_class = j.at("priority_class").get<std::string>();
   w.created_ms = j.at("created_ms").get<int64_t>();
   w.uid = j.at("uid").get<std::string>();
+  if (j.contains("queued_ms") && !j.at("queued_ms").is_null()) {
+    w.queued_ms = j.at("queued_ms").get<int64_t>();
+  }
   for (const auto& ps : j.at("pod_sets")) {
     fleet::PodSet out;
     out.name = ps.at("name").get<std::string>();
@@ -181,7 +187,9 @@ json recordJson(const Record& r) {
           {"metered_until_ms", r.metered_until_ms},
           {"finished_ms", r.finished_ms},
           {"charged_nanos", r.charged.nanos()},
-          {"preemptions", r.preemptions}};
+          {"preemptions", r.preemptions},
+          {"hold", r.hold},
+          {"version", r.version}};
 }
 
 Result<Record> recordFrom(const std::string& text) {
@@ -204,6 +212,8 @@ Result<Record> recordFrom(const std::string& text) {
     r.finished_ms = j.at("finished_ms").get<int64_t>();
     r.charged = Money::fromNanos(j.at("charged_nanos").get<int64_t>());
     r.preemptions = j.at("preemptions").get<int64_t>();
+    r.hold = j.value("hold", "");
+    r.version = j.value("version", int64_t{0});
     return r;
   } catch (const json::exception& e) {
     return fail(
@@ -320,17 +330,36 @@ class Fleet::Impl {
   // The manifests' objects, with every team as a namespace labelled with its name and tenant.
   fleet::World worldOf(const fleet::ManifestSet& set) const {
     fleet::World w = fleet::toWorld(set);
-    std::map<std::string, std::string> tenant_names;
-    for (const auto& t : s_.directory.tenants()) tenant_names[t.id] = t.name;
     for (const auto& team : s_.directory.teams()) {
-      auto& labels = w.namespaces[team.name];
-      labels.emplace("kubernetes.io/metadata.name", team.name);
-      labels.emplace("purser.dev/tenant", tenant_names[team.tenant_id]);
+      auto labels = teamLabels(team.name);
+      if (labels) w.namespaces[team.name] = std::move(*labels);
     }
     for (const auto& [name, r] : records_) {
       w.namespaces[r.spec.namespace_].emplace("kubernetes.io/metadata.name", r.spec.namespace_);
     }
     return w;
+  }
+
+  // The labels of the namespace a team name stands for; nullopt when teams of two tenants share
+  // the name (such a namespace is nobody's: submissions to it are refused).
+  std::optional<std::map<std::string, std::string>> teamLabels(const std::string& name) const {
+    std::optional<identity::Team> found;
+    for (const auto& team : s_.directory.teams()) {
+      if (team.name != name) continue;
+      if (found) return std::nullopt;
+      found = team;
+    }
+    std::map<std::string, std::string> labels = {{"kubernetes.io/metadata.name", name}};
+    if (found) {
+      auto tenant = s_.directory.tenant(found->tenant_id);
+      if (tenant) labels["purser.dev/tenant"] = tenant->name;
+    }
+    // Labels from Namespace objects in the manifests win.
+    auto given = base_.namespaces.find(name);
+    if (given != base_.namespaces.end()) {
+      for (const auto& [k, v] : given->second) labels[k] = v;
+    }
+    return labels;
   }
 
   // A new engine over `world` holding every live workload: admitted ones keep their quota.
@@ -341,8 +370,6 @@ class Fleet::Impl {
     for (const auto& cq : world.cluster_queues) {
       if (cq.fair_weight_milli != 1000) eo.fair_sharing = true;
     }
-    std::set<std::string> namespaces;
-    for (const auto& [ns, labels] : world.namespaces) namespaces.insert(ns);
     auto engine = PURSER_TRY_VALUE(fleet::Engine::create(std::move(world), eo));
     std::vector<const Record*> order;
     for (const auto& [name, r] : records_) order.push_back(&r);
@@ -370,7 +397,6 @@ class Fleet::Impl {
       }
       if (!r->hold.empty()) (void)engine->hold(r->spec.name, "BudgetExhausted", r->hold);
     }
-    namespaces_ = std::move(namespaces);
     return engine;
   }
 
@@ -414,7 +440,6 @@ class Fleet::Impl {
     if (r.state != "admitted" || !r.admission) return std::nullopt;
     const int64_t elapsed = now_ms - r.metered_until_ms;
     if (elapsed <= 0) return std::nullopt;
-    r.metered_until_ms = now_ms;
     Money cost;
     Amount gpu_milli = 0;
     std::string flavor;
@@ -430,12 +455,16 @@ class Fleet::Impl {
       auto part = ledger::gpuCost(*price, use->second, std::chrono::milliseconds(elapsed),
                                   Rounding::kHalfEven);
       if (!part) {
+        // Left unmetered: the next attempt charges the whole stretch.
         spdlog::error("fleet: GPU time of {} not priced: {}", r.spec.name, part.error().message);
-        continue;
+        return std::nullopt;
       }
       cost = cost.add(*part).value_or(Money::max());
     }
-    if (gpu_milli == 0 || r.tenant_id.empty()) return std::nullopt;
+    if (gpu_milli == 0 || r.tenant_id.empty()) {
+      r.metered_until_ms = now_ms;  // nothing to charge, or nobody to charge it to
+      return std::nullopt;
+    }
     ledger::UsageEvent e;
     e.id = s_.ids.next();
     e.at = SystemTime(std::chrono::milliseconds(now_ms));
@@ -454,26 +483,38 @@ class Fleet::Impl {
     e.cost = cost;
     e.latency_ms = elapsed;
     e.status = 200;
-    auto tx = s_.meter.charge(e, s_.wallets.chain(scopesOf(r), kGpuModel));
-    if (!tx) {
-      spdlog::error("fleet: GPU time of {} not charged: {}", r.spec.name, tx.error().message);
+    auto charged = s_.meter.charge(e, s_.wallets.chain(scopesOf(r), kGpuModel));
+    if (!charged) {
+      spdlog::error("fleet: GPU time of {} not charged: {}", r.spec.name, charged.error().message);
       return std::nullopt;
     }
+    r.metered_until_ms = now_ms;
     r.charged = r.charged.add(cost).value_or(Money::max());
-    return std::move(*tx);
+    if (charged->alerts.empty()) return std::move(charged->write);
+    alerts_.emplace_back(r.tenant_id, charged->alerts);
+    const Services& services = s_;
+    return [write = std::move(charged->write), alerts = charged->alerts, tenant = r.tenant_id,
+            &services](store::Tx& tx) -> Result<void> {
+      PURSER_TRY(write(tx));
+      return auditAlerts(services, tx, alerts, tenant, "fleet");
+    };
   }
 
   struct EventRow {
-    std::string at, kind, workload, cluster_queue, reason, message, by, tenant_id, team_id;
+    std::string at, kind, workload, cluster_queue, reason, message, by, tenant_id, team_id,
+        by_tenant_id;
   };
 
   void noteEvent(std::string kind, const std::string& workload, std::string cluster_queue,
                  std::string reason, std::string message, std::string by) {
     const Record* r = nullptr;
     if (auto it = records_.find(workload); it != records_.end()) r = &it->second;
+    const Record* b = nullptr;
+    if (auto it = records_.find(by); !by.empty() && it != records_.end()) b = &it->second;
     new_events_.push_back({formatRfc3339(s_.clock.now()), std::move(kind), workload,
                            std::move(cluster_queue), std::move(reason), std::move(message),
-                           std::move(by), r ? r->tenant_id : "", r ? r->team_id : ""});
+                           std::move(by), r ? r->tenant_id : "", r ? r->team_id : "",
+                           b ? b->tenant_id : ""});
   }
 
   // Applies budget holds, runs the engine to a stable state, and brings the records up to date;
@@ -518,6 +559,9 @@ class Fleet::Impl {
           r.state = "pending";
           r.admission.reset();
           ++r.preemptions;
+          if (auto st = engine_->status(e.workload); st && st->queued_ms) {
+            r.spec.queued_ms = st->queued_ms;
+          }
           noteEvent("Evicted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
           break;
         default:
@@ -533,35 +577,46 @@ class Fleet::Impl {
     if (dirty_.empty() && new_events_.empty() && metering_.empty() && finished_.empty()) {
       return std::nullopt;
     }
-    std::vector<std::pair<std::string, std::pair<int64_t, std::pair<std::string, std::string>>>>
-        rows;
+    struct Row {
+      std::string name, state, tenant_id, team_id, record;
+      int64_t seq, version;
+    };
+    std::vector<Row> rows;
     const std::string at = formatRfc3339(s_.clock.now());
+    const auto row = [&](Record& r) {
+      ++r.version;
+      rows.push_back(
+          {r.spec.name, r.state, r.tenant_id, r.team_id, recordJson(r).dump(), r.seq, r.version});
+    };
     for (const auto& name : dirty_) {
       auto it = records_.find(name);
-      if (it == records_.end()) continue;
-      rows.push_back({name, {it->second.seq, {it->second.state, recordJson(it->second).dump()}}});
+      if (it != records_.end()) row(it->second);
     }
-    for (auto& r : finished_) {
-      rows.push_back({r.spec.name, {r.seq, {r.state, recordJson(r).dump()}}});
-    }
+    for (auto& r : finished_) row(r);
     dirty_.clear();
     finished_.clear();
     return [rows = std::move(rows), events = std::move(new_events_),
             metering = std::move(metering_), at](store::Tx& tx) -> Result<void> {
       for (const auto& m : metering) PURSER_TRY(m(tx));
-      for (const auto& [name, v] : rows) {
+      for (const auto& r : rows) {
+        // A write retried after a failure must not undo a newer one that landed since.
         PURSER_TRY(tx.exec(
-            "INSERT INTO fleet_workloads (name, seq, state, record, updated_at) VALUES ($1, $2, "
-            "$3, $4, $5) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, state = "
-            "excluded.state, record = excluded.record, updated_at = excluded.updated_at",
-            {name, v.first, v.second.first, v.second.second, at}));
+            "INSERT INTO fleet_workloads (name, seq, version, state, tenant_id, team_id, record, "
+            "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO UPDATE "
+            "SET seq = excluded.seq, version = excluded.version, state = excluded.state, "
+            "tenant_id = excluded.tenant_id, team_id = excluded.team_id, record = "
+            "excluded.record, updated_at = excluded.updated_at WHERE excluded.seq > "
+            "fleet_workloads.seq OR (excluded.seq = fleet_workloads.seq AND excluded.version > "
+            "fleet_workloads.version)",
+            {r.name, r.seq, r.version, r.state, r.tenant_id, r.team_id, r.record, at}));
       }
       for (const auto& e : events) {
-        PURSER_TRY(
-            tx.exec("INSERT INTO fleet_events (at, kind, workload, cluster_queue, reason, message, "
-                    "by_workload, tenant_id, team_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    {e.at, e.kind, e.workload, e.cluster_queue, e.reason, e.message, e.by,
-                     e.tenant_id, e.team_id}));
+        PURSER_TRY(tx.exec(
+            "INSERT INTO fleet_events (at, kind, workload, cluster_queue, reason, message, "
+            "by_workload, tenant_id, team_id, by_tenant_id) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+            "$8, $9, $10)",
+            {e.at, e.kind, e.workload, e.cluster_queue, e.reason, e.message, e.by, e.tenant_id,
+             e.team_id, e.by_tenant_id}));
       }
       return {};
     };
@@ -570,8 +625,15 @@ class Fleet::Impl {
   // Enqueues `fn` now (so writes land in the order they were made); `waiter`, when given, learns
   // when it is durable.
   void enqueue(store::TxFn fn, std::shared_ptr<WriteWaiter> waiter) {
-    s_.store.writeAsync(std::move(fn), [waiter](Result<void> r) {
-      if (!r) spdlog::error("fleet: a state change was not recorded: {}", r.error().message);
+    auto retry = std::make_shared<store::TxFn>(fn);
+    s_.store.writeAsync(std::move(fn), [this, waiter, retry](Result<void> r) {
+      if (!r) {
+        // Kept to be written again at the next tick; a newer write of the same workload wins
+        // over it (versions), and its usage events and charges go with it.
+        spdlog::error("fleet: a state change was not recorded (retrying): {}", r.error().message);
+        std::lock_guard lock(retry_mu_);
+        retries_.push_back(std::move(*retry));
+      }
       if (!waiter) return;
       asio::post(waiter->timer.get_executor(), [waiter, r = std::move(r)]() mutable {
         waiter->done = true;
@@ -581,8 +643,16 @@ class Fleet::Impl {
     });
   }
 
-  void tick() {
+  void tick(const asio::any_io_executor& executor) {
+    std::vector<store::TxFn> retries;
+    {
+      std::lock_guard lock(retry_mu_);
+      retries.swap(retries_);
+    }
     std::lock_guard lock(mu_);
+    for (auto& fn : retries) enqueue(std::move(fn), nullptr);
+    for (const auto& [tenant, alerts] : alerts_) postAlerts(s_, executor, alerts, tenant);
+    alerts_.clear();
     if (!engine_) return;
     const int64_t now = nowMs();
     const int64_t interval =
@@ -715,6 +785,20 @@ class Fleet::Impl {
       co_return problem(400, "name the workload's namespace (a team): you are not in a team",
                         "namespace");
     }
+    if (!teamLabels(ns)) {
+      co_return problem(409,
+                        fmt::format("namespace \"{}\" is ambiguous: teams of several tenants are "
+                                    "named so; rename one of them to submit there",
+                                    ns),
+                        "namespace");
+    }
+    const bool admin = who->role == Role::kPlatformAdmin || who->role == Role::kTenantAdmin;
+    if (w.priority_class.empty() && w.priority != 0 && !admin) {
+      co_return problem(403,
+                        "only admins may set a workload's priority directly; name a "
+                        "WorkloadPriorityClass (priority_class) instead",
+                        "priority");
+    }
     std::string tenant_id = who->tenant_id, team_id = who->team_id;
     if (!team || ns != team->name) {
       if (who->role == Role::kTenantAdmin) {
@@ -741,8 +825,10 @@ class Fleet::Impl {
     }
     w.namespace_ = ns;
     w.name = ns + "/" + bareName(w.name);
+    // Queue order is the server's: the time the workload arrived here.
     const int64_t now = nowMs();
-    if (w.created_ms == INT64_MIN) w.created_ms = now;
+    w.created_ms = now;
+    w.queued_ms.reset();
     Record r;
     r.tenant_id = tenant_id;
     r.team_id = team_id;
@@ -759,13 +845,11 @@ class Fleet::Impl {
         co_return problem(409, fmt::format("a workload named \"{}\" already exists", w.name),
                           "name");
       }
-      // A namespace the engine has not seen yet (a team created since): rebuild with it.
-      if (namespaces_.count(ns) == 0) {
-        fleet::World world = worldOf(base_);
-        world.namespaces[ns].emplace("kubernetes.io/metadata.name", ns);
-        auto fresh = rebuild(std::move(world));
-        if (!fresh) co_return problem(fresh.error());
-        engine_ = std::move(*fresh);
+      // A namespace the engine has not seen yet (a team created since) joins it.
+      if (!engine_->hasNamespace(ns)) {
+        auto labels = teamLabels(ns);
+        engine_->setNamespace(ns,
+                              labels ? std::move(*labels) : std::map<std::string, std::string>{});
       }
       // The engine checks the queue and the priority class; refused, nothing has changed.
       auto submitted = engine_->submit(w);
@@ -796,10 +880,11 @@ class Fleet::Impl {
     json items = json::array();
     if (state && *state == "finished") {
       store::Rows rows;
+      const auto [scope_sql, scope_value] = visibilityFilter(*who);
       auto read = s_.store.read([&](store::Tx& tx) -> Result<void> {
-        rows = PURSER_TRY_VALUE(tx.query(
-            "SELECT record FROM fleet_workloads WHERE state = 'finished' ORDER BY seq DESC "
-            "LIMIT 1000"));
+        const std::string sql = "SELECT record FROM fleet_workloads WHERE state = 'finished'" +
+                                scope_sql + " ORDER BY seq DESC LIMIT 1000";
+        rows = PURSER_TRY_VALUE(scope_value.empty() ? tx.query(sql) : tx.query(sql, {scope_value}));
         return {};
       });
       if (!read) co_return problem(read.error());
@@ -823,6 +908,19 @@ class Fleet::Impl {
       items.push_back(viewLocked(*r));
     }
     co_return jsonResponse(200, {{"data", items}});
+  }
+
+  // The SQL condition (with $1) restricting rows to what `who` may see, and its value.
+  static std::pair<std::string, std::string> visibilityFilter(const Principal& who) {
+    switch (who.role) {
+      case Role::kPlatformAdmin:
+        return {"", ""};
+      case Role::kTenantAdmin:
+        return {" AND tenant_id = $1", who.tenant_id};
+      default:
+        // No team: nothing (an id no row has).
+        return {" AND team_id = $1", who.team_id.empty() ? std::string("-") : who.team_id};
+    }
   }
 
   static std::string nameOf(const Request& req) {
@@ -852,8 +950,11 @@ class Fleet::Impl {
     });
     if (!read) co_return problem(read.error());
     if (!rows.empty()) {
+      // Only finished workloads are served from the record; live ones are in memory.
       auto r = recordFrom(rows[0].getText(0));
-      if (r && visible(*who, r->tenant_id, r->team_id)) co_return jsonResponse(200, viewLocked(*r));
+      if (r && r->state == "finished" && visible(*who, r->tenant_id, r->team_id)) {
+        co_return jsonResponse(200, viewLocked(*r));
+      }
     }
     co_return problem(404, fmt::format("no workload named \"{}\"", name));
   }
@@ -1002,16 +1103,19 @@ class Fleet::Impl {
     if (!who) co_return problem(who.error());
     const auto workload = req.queryParam("workload");
     store::Rows rows;
+    const auto [scope_sql, scope_value] = visibilityFilter(*who);
     auto read = s_.store.read([&](store::Tx& tx) -> Result<void> {
-      const std::string sql =
+      std::string sql =
           "SELECT at, kind, workload, cluster_queue, reason, message, by_workload, tenant_id, "
-          "team_id FROM fleet_events";
+          "team_id, by_tenant_id FROM fleet_events WHERE 1 = 1" +
+          scope_sql;
+      std::vector<store::Value> params;
+      if (!scope_value.empty()) params.emplace_back(scope_value);
       if (workload) {
-        rows = PURSER_TRY_VALUE(
-            tx.query(sql + " WHERE workload = $1 ORDER BY id DESC LIMIT 1000", {*workload}));
-      } else {
-        rows = PURSER_TRY_VALUE(tx.query(sql + " ORDER BY id DESC LIMIT 1000"));
+        sql += fmt::format(" AND workload = ${}", params.size() + 1);
+        params.emplace_back(*workload);
       }
+      rows = PURSER_TRY_VALUE(tx.query(sql + " ORDER BY id DESC LIMIT 1000", params));
       return {};
     });
     if (!read) co_return problem(read.error());
@@ -1019,13 +1123,17 @@ class Fleet::Impl {
     for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
       const auto& row = *it;
       if (!visible(*who, row.getText(7), row.getText(8))) continue;
+      // A preemptor of another tenant is not named to this one.
+      const bool foreign = who->role != Role::kPlatformAdmin && !row.getText(9).empty() &&
+                           row.getText(9) != who->tenant_id;
       items.push_back({{"at", row.getText(0)},
                        {"kind", row.getText(1)},
                        {"workload", row.getText(2)},
                        {"cluster_queue", row.getText(3)},
                        {"reason", row.getText(4)},
-                       {"message", row.getText(5)},
-                       {"by", row.getText(6)}});
+                       {"message", foreign ? "preempted to admit a workload of another tenant"
+                                           : row.getText(5)},
+                       {"by", foreign ? json(nullptr) : json(row.getText(6))}});
     }
     co_return jsonResponse(200, {{"data", items}});
   }
@@ -1097,11 +1205,13 @@ class Fleet::Impl {
   std::unique_ptr<fleet::Engine> engine_;  // mu_
   std::map<std::string, Record> records_;  // live workloads by name; mu_
   int64_t next_seq_ = 1;                   // mu_
-  std::set<std::string> namespaces_;       // the engine's namespaces; mu_
-  std::set<std::string> dirty_;            // records to write; mu_
-  std::vector<Record> finished_;           // finished records to write; mu_
-  std::vector<EventRow> new_events_;       // events to write; mu_
-  std::vector<store::TxFn> metering_;      // usage events to write; mu_
+  std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // to post; mu_
+  std::mutex retry_mu_;
+  std::vector<store::TxFn> retries_;   // writes that failed, to try again; retry_mu_
+  std::set<std::string> dirty_;        // records to write; mu_
+  std::vector<Record> finished_;       // finished records to write; mu_
+  std::vector<EventRow> new_events_;   // events to write; mu_
+  std::vector<store::TxFn> metering_;  // usage events to write; mu_
 };
 
 Fleet::Fleet(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -1113,7 +1223,7 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& services, FleetOption
   return std::unique_ptr<Fleet>(new Fleet(std::move(impl)));
 }
 
-void Fleet::tick() { impl_->tick(); }
+void Fleet::tick(const boost::asio::any_io_executor& executor) { impl_->tick(executor); }
 
 const std::vector<std::string>& Fleet::warnings() const { return impl_->warnings_; }
 

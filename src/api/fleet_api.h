@@ -59,8 +59,9 @@ class Fleet {
 
   Result<void> addRoutes(http::Router& router);
 
-  // Charges the GPU time that is due and re-evaluates budget holds. Call every second or so.
-  void tick();
+  // Charges the GPU time that is due, re-evaluates budget holds, retries writes that failed and
+  // posts budget alerts (from `executor`, the calling worker's). Call every second or so.
+  void tick(const boost::asio::any_io_executor& executor);
 
   // Warnings from the manifests read at start (unsupported fields), for the log.
   const std::vector<std::string>& warnings() const;

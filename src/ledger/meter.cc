@@ -217,12 +217,14 @@ void Meter::settle(UsageEvent event, std::function<void(Result<Settlement>)> don
       });
 }
 
-Result<store::TxFn> Meter::charge(UsageEvent event, std::vector<std::string> wallet_ids) {
+Result<Meter::Charge> Meter::charge(UsageEvent event, std::vector<std::string> wallet_ids) {
   if (event.at == SystemTime()) event.at = clock_.now();
   auto charged = PURSER_TRY_VALUE(book_.charge(event.id, wallet_ids, event.cost));
-  if (charged.duplicate) return store::TxFn([](store::Tx&) -> Result<void> { return {}; });
-  return store::TxFn([event = std::move(event), wallets = std::move(charged.wallet_ids)](
-                         store::Tx& tx) { return insertEvent(tx, event, wallets); });
+  if (charged.duplicate) return Charge{[](store::Tx&) -> Result<void> { return {}; }, {}};
+  return Charge{[event = std::move(event), wallets = std::move(charged.wallet_ids)](store::Tx& tx) {
+                  return insertEvent(tx, event, wallets);
+                },
+                std::move(charged.alerts)};
 }
 
 Result<void> Meter::release(const std::string& event_id) {

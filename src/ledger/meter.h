@@ -78,7 +78,11 @@ class Meter {
   // Usage known only after it ran (GPU time already used): charges `wallet_ids` in memory now,
   // idempotently by event id, and returns the write that records the event and its charges, for
   // the caller to commit together with its own state so both are durable or neither is.
-  Result<store::TxFn> charge(UsageEvent event, std::vector<std::string> wallet_ids);
+  struct Charge {
+    store::TxFn write;
+    std::vector<Alert> alerts;  // thresholds the charge crossed
+  };
+  Result<Charge> charge(UsageEvent event, std::vector<std::string> wallet_ids);
   // Drops a reservation whose work never ran; the intent is removed in the background.
   Result<void> release(const std::string& event_id);
   // Charges every leftover intent by the recovery rule; returns how many were recovered.

@@ -319,7 +319,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   std::function<void(const boost::system::error_code&)> fleet_tick =
       [&](const boost::system::error_code& ec) {
         if (ec) return;
-        fleet->tick();
+        fleet->tick(workers.context(0).get_executor());
         fleet_timer.expires_after(std::chrono::seconds(1));
         fleet_timer.async_wait(fleet_tick);
       };

@@ -331,11 +331,51 @@ TEST_F(FleetServeTest, GpuTimeIsMeteredAndAnExhaustedWalletHoldsNewWork) {
   ASSERT_EQ(cli({"submit", "-f", cpu_only}, key).code, 0);
   EXPECT_EQ(workload("ml/etl", key)["state"], "admitted");
 
+  // The thresholds the GPU charges crossed are in the audit log.
+  Run audit = cli({"audit", "list"});
+  EXPECT_NE(audit.out.find("budget.alert"), std::string::npos) << audit.out;
+
   // Deleting the running one charges its last stretch; what it was charged is on its record.
   ASSERT_EQ(cli({"workloads", "delete", "ml/burn"}, key).code, 0);
   json burned = workload("ml/burn", key);
   EXPECT_EQ(burned["state"], "finished");
   EXPECT_NE(burned["gpu_charged"], "0.00");
+}
+
+TEST_F(FleetServeTest, TenantsAndTeamsDoNotSeeOrMoveEachOthersWork) {
+  const auto [key, team] = member();
+  ASSERT_EQ(cli({"submit", "-f", workloadFile("mine", 1)}, key).code, 0);
+  // Another tenant's member, in a team of another name.
+  ASSERT_EQ(cli({"tenants", "create", "globex"}).code, 0);
+  ASSERT_EQ(cli({"teams", "create", "vision", "--tenant", "globex"}).code, 0);
+  json other = cliJson({"users", "create", "bob", "--tenant", "globex", "--team", "vision"});
+  const std::string bob = cliJson({"keys", "create", "--name", "k", "--owner",
+                                   "user:" + other["id"].get<std::string>()})["key"];
+  EXPECT_TRUE(cliJson({"workloads"}, bob)["data"].empty());
+  EXPECT_TRUE(cliJson({"fleet", "events"}, bob)["data"].empty());
+  Run peek = cli({"workloads", "get", "ml/mine"}, bob);
+  EXPECT_EQ(peek.code, 1);
+  EXPECT_NE(peek.err.find("404"), std::string::npos) << peek.err;
+  Run steal = cli({"workloads", "delete", "ml/mine"}, bob);
+  EXPECT_EQ(steal.code, 1);
+  EXPECT_EQ(workload("ml/mine", key)["state"], "admitted");
+  Run why = cli({"why", "ml/mine"}, bob);
+  EXPECT_EQ(why.code, 1);
+
+  // A member sets no bare priority; a priority class is the way.
+  const std::string bare = dir.file("bare.yaml");
+  testing::writeFile(bare,
+                     "name: vip\nqueue: research\npriority: 1000000\n"
+                     "pod_sets: [{name: a, requests: {cpu: 1}}]\n");
+  Run vip = cli({"submit", "-f", bare}, key);
+  EXPECT_EQ(vip.code, 1);
+  EXPECT_NE(vip.err.find("403"), std::string::npos) << vip.err;
+
+  // When teams of two tenants share a name, the namespace is nobody's.
+  ASSERT_EQ(cli({"teams", "create", "ml", "--tenant", "globex"}).code, 0);
+  Run clash = cli({"submit", "-f", workloadFile("more", 1)}, key);
+  EXPECT_EQ(clash.code, 1);
+  EXPECT_NE(clash.err.find("ambiguous"), std::string::npos) << clash.err;
 }
 
 TEST_F(FleetServeTest, AnInvalidManifestStopsTheServerWithItsLine) {
