@@ -163,6 +163,7 @@ int runShape(const std::string& shape_name, const std::string& mode) {
     }
     (*engine)->setTime(now);
     CycleResult r = (*engine)->runUntilStable();
+    (void)(*engine)->takeEvents();  // as the server does: events go to the store
     engine_time += std::chrono::steady_clock::now() - started;
     admissions += static_cast<int64_t>(r.admitted.size());
     preemptions += static_cast<int64_t>(r.preempted.size());
