@@ -120,6 +120,8 @@ json listOf(json items) { return {{"data", std::move(items)}}; }
 
 // --- Authentication, audit and targets ----------------------------------------------------------
 
+}  // namespace
+
 Result<Principal> authenticate(const Services& s, const Request& req) {
   auto header = req.headers.get("authorization");
   if (!header) {
@@ -135,6 +137,8 @@ Result<Principal> authenticate(const Services& s, const Request& req) {
   while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   return s.directory.authenticate(value);
 }
+
+namespace {
 
 ledger::AuditEntry auditEntry(const Principal& who, std::string action, std::string target,
                               std::string before, std::string after, std::string tenant_id) {

@@ -64,6 +64,10 @@ Result<void> loadState(const Services& s);
 Result<std::optional<std::string>> bootstrap(const Services& s,
                                              const std::optional<std::string>& admin_key);
 
+// The principal of a request's `Authorization: Bearer <key>`; kUnauthenticated when it has none
+// or the key is not valid.
+Result<identity::Principal> authenticate(const Services& s, const http::Request& req);
+
 Result<void> addAdminRoutes(http::Router& router, const Services& s);
 
 // The metering API: reservations before work runs, settlement after, usage and spend queries.

@@ -733,21 +733,7 @@ class Fleet::Impl {
 
   // --- Handlers --------------------------------------------------------------------------------
 
-  Result<Principal> authenticate(const Request& req) const {
-    auto header = req.headers.get("authorization");
-    if (!header) {
-      return fail(Error(ErrorCode::kUnauthenticated,
-                        "no API key: send it as \"Authorization: Bearer <key>\""));
-    }
-    std::string_view value = *header;
-    if (value.size() < 7 || !http::equalsIgnoreCase(value.substr(0, 7), "bearer ")) {
-      return fail(Error(ErrorCode::kUnauthenticated,
-                        "the Authorization header must read \"Bearer <key>\""));
-    }
-    value.remove_prefix(7);
-    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-    return s_.directory.authenticate(value);
-  }
+  Result<Principal> authenticate(const Request& req) const { return api::authenticate(s_, req); }
 
   // The namespace a submission names, if it names one.
   static std::optional<std::string> namedNamespace(const std::string& body) {

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
+#include "fleet/yaml_amount.h"
 
 namespace purser::fleet {
 
@@ -39,13 +40,6 @@ constexpr std::array<std::string_view, 7> kOtherKueueKinds = {
     "AdmissionCheck",   "DynamicResourceAllocationConfig", "MultiKueueCluster",
     "MultiKueueConfig", "ProvisioningRequestConfig",       "Topology",
     "Workload"};
-
-std::string describe(const YAML::Node& n) {
-  if (n.IsScalar()) return fmt::format("\"{}\"", n.Scalar());
-  if (n.IsSequence()) return "a list";
-  if (n.IsMap()) return "a mapping";
-  return "nothing";
-}
 
 bool isNull(const YAML::Node& n) { return !n.IsDefined() || n.IsNull(); }
 
@@ -182,33 +176,7 @@ class ObjectReader {
 
   // A Kubernetes quantity as milli-units; never negative; `whole` for extended resources.
   std::optional<Amount> amount(const YAML::Node& n, const std::string& path, bool whole = false) {
-    if (!n.IsScalar()) {
-      r_.addError(
-          n, path,
-          fmt::format("expected a quantity such as \"500m\" or \"16Gi\", got {}", describe(n)));
-      return std::nullopt;
-    }
-    auto q = Quantity::parse(n.Scalar());
-    if (!q) {
-      r_.addError(n, path,
-                  fmt::format("\"{}\" is not a quantity: {}", n.Scalar(), q.error().message));
-      return std::nullopt;
-    }
-    if (q->isNegative()) {
-      r_.addError(n, path, fmt::format("a quantity may not be negative, got \"{}\"", n.Scalar()));
-      return std::nullopt;
-    }
-    if (whole && !q->isInteger()) {
-      r_.addError(n, path,
-                  fmt::format("an extended resource takes a whole number, got \"{}\"", n.Scalar()));
-      return std::nullopt;
-    }
-    auto milli = q->milliValue();
-    if (!milli) {
-      r_.addError(n, path, fmt::format("\"{}\" is too large", n.Scalar()));
-      return std::nullopt;
-    }
-    return *milli;
+    return readAmount(r_, n, path, whole);
   }
 
   // A ResourceList: resource name -> quantity.
@@ -216,8 +184,9 @@ class ObjectReader {
     Resources out;
     if (isNull(n)) return out;
     if (!n.IsMap()) {
-      r_.addError(n, path,
-                  fmt::format("expected a mapping of resource to quantity, got {}", describe(n)));
+      r_.addError(
+          n, path,
+          fmt::format("expected a mapping of resource to quantity, got {}", describeNode(n)));
       return out;
     }
     for (const auto& kv : n) {
@@ -231,7 +200,7 @@ class ObjectReader {
     std::map<std::string, std::string> out;
     if (isNull(n)) return out;
     if (!n.IsMap()) {
-      r_.addError(n, path, fmt::format("expected a mapping of strings, got {}", describe(n)));
+      r_.addError(n, path, fmt::format("expected a mapping of strings, got {}", describeNode(n)));
       return out;
     }
     for (const auto& kv : n) {
@@ -246,7 +215,7 @@ class ObjectReader {
     std::vector<Toleration> out;
     if (isNull(n)) return out;
     if (!n.IsSequence()) {
-      r_.addError(n, path, fmt::format("expected a list of tolerations, got {}", describe(n)));
+      r_.addError(n, path, fmt::format("expected a list of tolerations, got {}", describeNode(n)));
       return out;
     }
     for (size_t i = 0; i < n.size(); ++i) {
@@ -313,7 +282,7 @@ Meta readMeta(ObjectReader& o, Map& top, bool namespaced) {
       meta.created_ms = unixMillis(*t);
     } else {
       r.addError(n, m.child("creationTimestamp"),
-                 fmt::format("expected an RFC 3339 time, got {}", describe(n)));
+                 fmt::format("expected an RFC 3339 time, got {}", describeNode(n)));
     }
   }
   return meta;

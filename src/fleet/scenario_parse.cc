@@ -8,6 +8,7 @@
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
 #include "fleet/scenario.h"
+#include "fleet/yaml_amount.h"
 
 namespace purser::fleet {
 
@@ -15,13 +16,6 @@ using config::YamlReader;
 using nlohmann::json;
 
 namespace {
-
-std::string describe(const YAML::Node& n) {
-  if (n.IsScalar()) return fmt::format("\"{}\"", n.Scalar());
-  if (n.IsSequence()) return "a list";
-  if (n.IsMap()) return "a mapping";
-  return "nothing";
-}
 
 // A YAML value as JSON (for the informational `expect` blocks): quoted scalars stay strings.
 json toJson(const YAML::Node& n) {
@@ -58,36 +52,16 @@ class Parser {
 
   // A Kubernetes quantity as milli-units; negative ones are refused.
   std::optional<Amount> amount(const YAML::Node& n, const std::string& path) {
-    if (!n.IsScalar()) {
-      r_.addError(
-          n, path,
-          fmt::format("expected a quantity such as \"500m\" or \"2Gi\", got {}", describe(n)));
-      return std::nullopt;
-    }
-    auto q = Quantity::parse(n.Scalar());
-    if (!q) {
-      r_.addError(n, path,
-                  fmt::format("\"{}\" is not a quantity: {}", n.Scalar(), q.error().message));
-      return std::nullopt;
-    }
-    if (q->isNegative()) {
-      r_.addError(n, path, fmt::format("a quantity may not be negative, got \"{}\"", n.Scalar()));
-      return std::nullopt;
-    }
-    auto milli = q->milliValue();
-    if (!milli) {
-      r_.addError(n, path, fmt::format("\"{}\" is too large", n.Scalar()));
-      return std::nullopt;
-    }
-    return *milli;
+    return readAmount(r_, n, path);
   }
 
   Resources resources(const YAML::Node& n, const std::string& path) {
     Resources out;
     if (!n.IsDefined() || n.IsNull()) return out;
     if (!n.IsMap()) {
-      r_.addError(n, path,
-                  fmt::format("expected a mapping of resource to quantity, got {}", describe(n)));
+      r_.addError(
+          n, path,
+          fmt::format("expected a mapping of resource to quantity, got {}", describeNode(n)));
       return out;
     }
     for (const auto& kv : n) {
@@ -105,7 +79,8 @@ class Parser {
       if (auto q = Quantity::parse(n.Scalar()); q && q->milliValue()) ms = *q->milliValue();
     }
     if (!ms) {
-      r_.addError(n, path, fmt::format("expected seconds relative to now, got {}", describe(n)));
+      r_.addError(n, path,
+                  fmt::format("expected seconds relative to now, got {}", describeNode(n)));
       return INT64_MIN;
     }
     return *ms;

@@ -1,0 +1,46 @@
+#include "fleet/yaml_amount.h"
+
+#include <fmt/format.h>
+
+#include "common/quantity.h"
+
+namespace purser::fleet {
+
+std::string describeNode(const YAML::Node& n) {
+  if (n.IsScalar()) return fmt::format("\"{}\"", n.Scalar());
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+std::optional<Amount> readAmount(config::YamlReader& r, const YAML::Node& n,
+                                 const std::string& path, bool whole) {
+  if (!n.IsScalar()) {
+    r.addError(
+        n, path,
+        fmt::format("expected a quantity such as \"500m\" or \"16Gi\", got {}", describeNode(n)));
+    return std::nullopt;
+  }
+  auto q = Quantity::parse(n.Scalar());
+  if (!q) {
+    r.addError(n, path, fmt::format("\"{}\" is not a quantity: {}", n.Scalar(), q.error().message));
+    return std::nullopt;
+  }
+  if (q->isNegative()) {
+    r.addError(n, path, fmt::format("a quantity may not be negative, got \"{}\"", n.Scalar()));
+    return std::nullopt;
+  }
+  if (whole && !q->isInteger()) {
+    r.addError(n, path,
+               fmt::format("an extended resource takes a whole number, got \"{}\"", n.Scalar()));
+    return std::nullopt;
+  }
+  auto milli = q->milliValue();
+  if (!milli) {
+    r.addError(n, path, fmt::format("\"{}\" is too large", n.Scalar()));
+    return std::nullopt;
+  }
+  return *milli;
+}
+
+}  // namespace purser::fleet
