@@ -525,7 +525,11 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     const auto asked = std::chrono::steady_clock::now();
     auto settled = co_await asyncSettle(d_.meter, e, asio::use_awaitable);
     c.commit_time += std::chrono::steady_clock::now() - asked;
-    if (!settled) spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);
+    if (!settled) {
+      spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);
+    } else if (!settled->alerts.empty() && d_.on_alerts) {
+      d_.on_alerts(co_await asio::this_coro::executor, settled->alerts, e.tenant_id);
+    }
   }
 
   // Whether the target speaks the other API than the client (chat <-> messages translation).

@@ -17,6 +17,11 @@
 // read-only (their health counters are atomics); each worker has its own upstream client.
 #pragma once
 
+#include <utility>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -47,6 +52,11 @@ struct GatewayDeps {
   ledger::RateLimitBook& rate_limits;
   const ledger::PriceBook& prices;
   http::WorkerLocal<http::HttpClient>& clients;
+  // Budget thresholds a settlement crossed, on the worker that settled (`executor` is its own):
+  // the server audits them and posts them to the alert webhook.
+  std::function<void(const boost::asio::any_io_executor& executor,
+                     const std::vector<ledger::Alert>& alerts, const std::string& tenant_id)>
+      on_alerts = {};
 };
 
 class Gateway {

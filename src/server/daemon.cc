@@ -203,8 +203,21 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     }
     routes.push_back(std::move(route));
   }
+  // Budget alerts raised by model traffic: audited, and posted to the webhook when one is set.
+  const auto on_alerts = [&services](const boost::asio::any_io_executor& executor,
+                                     const std::vector<ledger::Alert>& alerts,
+                                     const std::string& tenant_id) {
+    api::postAlerts(services, executor, alerts, tenant_id);
+    services.store.writeAsync(
+        [&services, alerts, tenant_id](store::Tx& tx) {
+          return api::auditAlerts(services, tx, alerts, tenant_id, "gateway");
+        },
+        [](Result<void> r) {
+          if (!r) spdlog::error("gateway: a budget alert was not audited: {}", r.error().message);
+        });
+  };
   gateway::Gateway gateway({clock, SystemRandom::instance(), ids, directory, wallets, meter,
-                            limiter, rate_limits, prices, http_clients},
+                            limiter, rate_limits, prices, http_clients, on_alerts},
                            std::move(providers), std::move(routes));
   PURSER_TRY(gateway.addRoutes(router));
   // Provider keys replaced through the API are kept sealed (AES-256-GCM) and win over the

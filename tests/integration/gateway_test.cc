@@ -591,6 +591,16 @@ TEST_F(GatewayTest, BudgetExhaustionUnder200ConcurrentStreamsNeverOverspends) {
   EXPECT_LE(*Money::parse(w["spent"].get<std::string>()), *Money::parse("0.50")) << w.dump();
   EXPECT_EQ(w["reserved"], "0.00") << "no reservation is left behind";
   EXPECT_EQ(static_cast<int>(usage().size()), ok);
+  // The thresholds crossed by the traffic (50 % and 80 % by default) are in the audit log.
+  const Reply audit =
+      call(port, "GET", "/api/v1/audit", {std::string("Authorization: Bearer ") + kAdminKey});
+  ASSERT_EQ(audit.status, 200);
+  int alerts = 0;
+  const json entries = json::parse(audit.body)["data"];
+  for (const auto& entry : entries) {
+    alerts += entry["action"] == "budget.alert" ? 1 : 0;
+  }
+  EXPECT_GE(alerts, 2) << audit.body;
   std::printf("200 concurrent streams: %d ran, %d refused; spent %s of 0.50\n", ok, refused,
               w["spent"].get<std::string>().c_str());
 }
