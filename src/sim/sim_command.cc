@@ -7,11 +7,16 @@
 #include <CLI/CLI.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "common/logging.h"
 #include "config/config.h"
+#include "fleet/openb.h"
 #include "fleet/scenario.h"
 #include "http/builtin.h"
 #include "http/server.h"
@@ -105,6 +110,70 @@ int runLlm(const LlmFlags& f) {
 
 }  // namespace
 
+namespace {
+
+std::optional<std::string> readWhole(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+template <typename Options>
+int runPlacement(const Options& o) {
+  using namespace fleet::placement;
+  auto policy = parsePolicy(o.policy);
+  if (!policy) {
+    std::cerr << "purser: " << policy.error().message << "\n";
+    return 2;
+  }
+  auto nodes_text = readWhole(o.nodes);
+  auto pods_text = readWhole(o.pods);
+  if (!nodes_text || !pods_text) {
+    std::cerr << "purser: cannot read " << (nodes_text ? o.pods : o.nodes) << "\n";
+    return 2;
+  }
+  auto nodes = parseNodesCsv(*nodes_text, o.nodes);
+  if (!nodes) {
+    std::cerr << "purser: " << nodes.error().message << "\n";
+    return 2;
+  }
+  std::vector<std::string> models;
+  for (const auto& n : *nodes) {
+    if (!n.model.empty() && std::find(models.begin(), models.end(), n.model) == models.end()) {
+      models.push_back(n.model);
+    }
+  }
+  auto pods = parsePodsCsv(*pods_text, o.pods, models);
+  if (!pods) {
+    std::cerr << "purser: " << pods.error().message << "\n";
+    return 2;
+  }
+  auto r = replay(*nodes, *pods, {*policy, o.seed, o.tune});
+  if (!r) {
+    std::cerr << "purser: " << r.error().message << "\n";
+    return 2;
+  }
+  const auto round2 = [](double v) { return std::round(v * 100.0) / 100.0; };
+  nlohmann::json out = {{"policy", policyName(r->policy)},
+                        {"seed", r->seed},
+                        {"nodes", r->nodes},
+                        {"gpus", r->gpus},
+                        {"arrivals", r->arrivals},
+                        {"failed", r->failed},
+                        {"allocation_ratio_100", round2(r->allocation_ratio_100)},
+                        {"allocation_ratio_130", round2(r->allocation_ratio_130)},
+                        {"unallocated_gpus_130", round2(r->unallocated_gpus_130)},
+                        {"fragmentation_100", round2(r->fragmentation_100)},
+                        {"fragmentation_130", round2(r->fragmentation_130)},
+                        {"runtime_s", round2(r->runtime_s)}};
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
 void registerSimCommands(CLI::App& root, int& exit_code) {
   CLI::App* sim = root.add_subcommand("sim", "Simulators for demos, tests and benchmarks");
   sim->require_subcommand(1);
@@ -165,6 +234,34 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
     std::cout << out->dump(2) << "\n";
     exit_code = 0;
   });
+
+  struct Placement {
+    std::string nodes, pods, policy = "default";
+    uint64_t seed = 42;
+    double tune = 1.3;
+  };
+  auto pl = std::make_shared<Placement>();
+  CLI::App* placement = sim->add_subcommand(
+      "placement", "Replay an openb trace onto a cluster with a placement policy; print JSON");
+  placement->add_option("--nodes", pl->nodes, "Nodes CSV (sn,cpu_milli,memory_mib,gpu,model)")
+      ->required();
+  placement
+      ->add_option("--pods", pl->pods,
+                   "Pods CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...)")
+      ->required();
+  placement
+      ->add_option("--policy", pl->policy,
+                   "random, dotprod, clustering, packing, best_fit, fgd or default")
+      ->capture_default_str();
+  placement->add_option("--seed", pl->seed, "Seed of the shuffle, tuning and ties")
+      ->capture_default_str();
+  placement->add_option("--tune", pl->tune, "Arrived GPU demand as a multiple of capacity")
+      ->check(CLI::Range(0.01, 10.0))
+      ->capture_default_str();
+  placement->footer(
+      "The replay of ../shared/specs/placement-benchmark.md (the FGD paper's experiment). Exit "
+      "code 2 for invalid input.");
+  placement->callback([pl, &exit_code] { exit_code = runPlacement(*pl); });
 }
 
 }  // namespace purser::sim

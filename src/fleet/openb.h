@@ -1,0 +1,46 @@
+// The openb traces (Alibaba's cluster-trace-gpu-v2023) and their replay as the FGD paper's
+// artifact ran it: ../shared/specs/placement-benchmark.md is the contract. `purser sim placement`
+// prints a ReplayResult as JSON.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "fleet/placement.h"
+
+namespace purser::fleet::placement {
+
+// `sn,cpu_milli,memory_mib,gpu,model`: one node per row. Errors name file:line and the column.
+Result<std::vector<Node>> parseNodesCsv(const std::string& text, const std::string& file_name);
+// `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...` (gpu_milli and gpu_spec optional).
+// `known_models`: the GPU models of the cluster; a constraint naming another is an error.
+Result<std::vector<Pod>> parsePodsCsv(const std::string& text, const std::string& file_name,
+                                      const std::vector<std::string>& known_models);
+
+struct ReplayOptions {
+  Policy policy = Policy::kDefault;
+  uint64_t seed = 42;
+  double tune = 1.3;
+};
+
+struct ReplayResult {
+  Policy policy = Policy::kDefault;
+  uint64_t seed = 0;
+  int64_t nodes = 0;
+  int64_t gpus = 0;
+  int64_t arrivals = 0;
+  int64_t failed = 0;
+  double allocation_ratio_100 = 0;
+  double allocation_ratio_130 = 0;
+  double unallocated_gpus_130 = 0;
+  double fragmentation_100 = 0;
+  double fragmentation_130 = 0;
+  double runtime_s = 0;
+};
+
+Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Pod>& pods,
+                            const ReplayOptions& options);
+
+}  // namespace purser::fleet::placement
