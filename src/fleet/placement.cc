@@ -304,6 +304,57 @@ void place(NodeState& s, const Pod& pod, const std::vector<std::pair<int, int64_
   }
 }
 
+std::vector<int> chooseGpuSet(const GpuTopology& topology, const std::vector<bool>& free, int k) {
+  const int n = static_cast<int>(free.size());
+  const auto domainOf = [&](int i) {
+    return u(i) < topology.nvlink_domain.size() ? topology.nvlink_domain[u(i)] : -1;
+  };
+  const auto numaOf = [&](int i) { return u(i) < topology.numa.size() ? topology.numa[u(i)] : 0; };
+  // Free GPUs per NVLink domain (GPUs without NVLink are each their own domain).
+  std::map<std::pair<int, int>, std::vector<int>> domains;
+  for (int i = 0; i < n; ++i) {
+    if (!free[u(i)]) continue;
+    const int d = domainOf(i);
+    domains[d >= 0 ? std::pair{d, -1} : std::pair{-1, i}].push_back(i);
+  }
+  int total = 0;
+  for (const auto& [d, gpus] : domains) total += static_cast<int>(gpus.size());
+  if (k <= 0 || total < k) return {};
+  // One domain that holds them all: the tightest, then the lowest first index.
+  const std::vector<int>* best = nullptr;
+  for (const auto& [d, gpus] : domains) {
+    if (static_cast<int>(gpus.size()) < k) continue;
+    if (best == nullptr || gpus.size() < best->size() ||
+        (gpus.size() == best->size() && gpus.front() < best->front())) {
+      best = &gpus;
+    }
+  }
+  if (best != nullptr) return {best->begin(), best->begin() + k};
+  // Across domains: the fullest domains first (fewest domains), those on the NUMA node with the
+  // most free GPUs first, then by index.
+  std::map<int, int> free_on_numa;
+  for (const auto& [d, gpus] : domains) {
+    for (int i : gpus) ++free_on_numa[numaOf(i)];
+  }
+  std::vector<const std::vector<int>*> order;
+  for (const auto& [d, gpus] : domains) order.push_back(&gpus);
+  std::stable_sort(order.begin(), order.end(), [&](const auto* a, const auto* b) {
+    if (a->size() != b->size()) return a->size() > b->size();
+    const int na = free_on_numa[numaOf(a->front())], nb = free_on_numa[numaOf(b->front())];
+    if (na != nb) return na > nb;
+    return a->front() < b->front();
+  });
+  std::vector<int> out;
+  for (const auto* gpus : order) {
+    for (int i : *gpus) {
+      if (static_cast<int>(out.size()) == k) break;
+      out.push_back(i);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 uint64_t uniform(std::mt19937_64& rng, uint64_t n) {
   // Lemire's method: unbiased without division in the common case.
   unsigned __int128 m = static_cast<unsigned __int128>(rng()) * n;

@@ -91,6 +91,19 @@ int score(Policy policy, const Node& node, const NodeState& state, const Pod& po
 // Takes the pod's CPU, memory and GPUs from the state.
 void place(NodeState& state, const Pod& pod, const std::vector<std::pair<int, int64_t>>& gpus);
 
+// How a node's GPUs are linked: per GPU index, its NVLink domain (GPUs in one domain talk over
+// NVLink; -1: none) and its NUMA node.
+struct GpuTopology {
+  std::vector<int> nvlink_domain;
+  std::vector<int> numa;
+};
+
+// The k free GPUs for a pod that needs several: all in one NVLink domain when a domain has k
+// free (the one with the fewest free, so larger domains stay whole for larger pods); otherwise
+// across as few domains as possible, preferring GPUs on one NUMA node; lowest indices among
+// equals. Empty when fewer than k are free.
+std::vector<int> chooseGpuSet(const GpuTopology& topology, const std::vector<bool>& free, int k);
+
 // A uniformly random integer in [0, n).
 uint64_t uniform(std::mt19937_64& rng, uint64_t n);
 

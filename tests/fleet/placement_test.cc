@@ -68,6 +68,25 @@ TEST(PlacementGpuChoiceTest, SharesTakeTheTightestGpuAndWholeGpusTheLowestFree) 
   EXPECT_EQ(s.tags, (std::vector<std::string>{"2-gpu"}));
 }
 
+TEST(PlacementTopologyTest, MultiGpuPodsStayInOneNvlinkDomain) {
+  // An 8-GPU node with two NVLink domains of four, one per NUMA node.
+  const GpuTopology topo{{0, 0, 0, 0, 1, 1, 1, 1}, {0, 0, 0, 0, 1, 1, 1, 1}};
+  const std::vector<bool> two_used = {true, true, false, false, true, true, true, true};
+  // Two GPUs: the domain with just two free, keeping the whole other domain for a larger pod.
+  EXPECT_EQ(chooseGpuSet(topo, two_used, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(chooseGpuSet(topo, two_used, 3), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(chooseGpuSet(topo, two_used, 4), (std::vector<int>{4, 5, 6, 7}));
+  // No domain holds six: across both, every free GPU.
+  EXPECT_EQ(chooseGpuSet(topo, two_used, 6), (std::vector<int>{0, 1, 4, 5, 6, 7}));
+  EXPECT_TRUE(chooseGpuSet(topo, two_used, 7).empty());
+  // One free in domain 0, three in domain 1: a pair goes to domain 1, not across the link.
+  const std::vector<bool> scattered = {true, false, false, false, true, true, true, false};
+  EXPECT_EQ(chooseGpuSet(topo, scattered, 2), (std::vector<int>{4, 5}));
+  // Three across a node with no NVLink: the NUMA node with more free GPUs first.
+  const GpuTopology pcie{{-1, -1, -1, -1}, {0, 0, 1, 1}};
+  EXPECT_EQ(chooseGpuSet(pcie, {true, false, true, true}, 2), (std::vector<int>{2, 3}));
+}
+
 TEST(PlacementScoreTest, EachPolicyPrefersWhatItShould) {
   const Node n = gpuNode("n", 8);
   const Pod share = pod(4000, 1, 500);
