@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -53,18 +52,12 @@ const std::vector<store::Migration> kFleetMigrations = {
 constexpr const char* kGpu = "nvidia.com/gpu";
 constexpr const char* kGpuModel = "gpu-hours";  // what GPU time is metered as in the ledger
 
-// An amount in milli-units as a Kubernetes quantity: "2", "500m", "512Gi" (whole multiples of
-// a mebibyte and up read best in binary units).
+// An amount in milli-units as a Kubernetes quantity: "2", "500m", "512Gi" (whole mebibytes and
+// up read best in binary units).
 std::string quantity(Amount milli) {
-  if (milli % 1000 == 0 && milli != 0) {
-    const Amount v = milli / 1000;
-    static constexpr std::pair<Amount, const char*> kUnits[] = {{Amount{1} << 50, "Pi"},
-                                                                {Amount{1} << 40, "Ti"},
-                                                                {Amount{1} << 30, "Gi"},
-                                                                {Amount{1} << 20, "Mi"}};
-    for (const auto& [size, suffix] : kUnits) {
-      if (v % size == 0) return fmt::format("{}{}", v / size, suffix);
-    }
+  constexpr Amount kMebi = Amount{1} << 20;
+  if (milli != 0 && milli % 1000 == 0 && (milli / 1000) % kMebi == 0) {
+    return Quantity::fromInt(milli / 1000, Quantity::Format::kBinarySI).toString();
   }
   return Quantity::fromMilli(milli).toString();
 }
@@ -735,21 +728,6 @@ class Fleet::Impl {
 
   Result<Principal> authenticate(const Request& req) const { return api::authenticate(s_, req); }
 
-  // The namespace a submission names, if it names one.
-  static std::optional<std::string> namedNamespace(const std::string& body) {
-    try {
-      const YAML::Node doc = YAML::Load(body);
-      if (!doc.IsMap()) return std::nullopt;
-      if (doc["metadata"] && doc["metadata"].IsMap() && doc["metadata"]["namespace"]) {
-        return doc["metadata"]["namespace"].as<std::string>();
-      }
-      if (doc["namespace"] && doc["namespace"].IsScalar())
-        return doc["namespace"].as<std::string>();
-    } catch (const YAML::Exception&) {
-    }
-    return std::nullopt;
-  }
-
   asio::awaitable<Response> submit(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
@@ -763,8 +741,8 @@ class Fleet::Impl {
     std::optional<identity::Team> team;
     if (!who->team_id.empty()) team = s_.directory.team(who->team_id);
     std::string ns;
-    if (auto named = namedNamespace(req.body)) {
-      ns = *named;
+    if (parsed->namespace_given) {
+      ns = w.namespace_;
     } else if (team) {
       ns = team->name;
     } else {

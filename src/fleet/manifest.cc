@@ -242,6 +242,7 @@ class ObjectReader {
 struct Meta {
   std::string name;
   std::string namespace_;
+  bool namespace_given = false;  // false: the default namespace stands in
   std::map<std::string, std::string> labels;
   std::string uid;
   std::optional<int64_t> created_ms;
@@ -266,6 +267,7 @@ Meta readMeta(ObjectReader& o, Map& top, bool namespaced) {
   }
   if (namespaced) {
     meta.namespace_ = kDefaultNamespace;
+    meta.namespace_given = m.has("namespace");
     m.optional("namespace", meta.namespace_);
     if (!isDnsLabel(meta.namespace_)) {
       r.addError(m.get("namespace"), m.child("namespace"),
@@ -804,6 +806,7 @@ class WorkloadParser {
                   fmt::format("expected kueue.x-k8s.io/v1beta1 or v1beta2, got \"{}\"", api));
     }
     const Meta meta = readMeta(o_, top, true);
+    namespace_given_ = meta.namespace_given;
     setName(w, meta.name, meta.namespace_);
     w.uid = meta.uid;
     if (meta.created_ms) w.created_ms = *meta.created_ms;
@@ -869,6 +872,7 @@ class WorkloadParser {
     Workload w;
     std::string name, ns = kDefaultNamespace;
     top.required("name", name);
+    namespace_given_ = top.has("namespace");
     top.optional("namespace", ns);
     if (!name.empty() && !isDnsSubdomain(name)) {
       r_.addError(top.get("name"), top.child("name"),
@@ -909,7 +913,10 @@ class WorkloadParser {
     return w;
   }
 
+  bool namespaceGiven() const { return namespace_given_; }
+
  private:
+  bool namespace_given_ = false;
   void setName(Workload& w, const std::string& name, const std::string& ns) {
     w.namespace_ = ns;
     w.name = ns.empty() ? name : ns + "/" + name;
@@ -1076,6 +1083,7 @@ Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json,
   if (top.valid()) {
     WorkloadParser p(o);
     out.workload = top.has("apiVersion") || top.has("kind") ? p.kueue(top) : p.shortForm(top);
+    out.namespace_given = p.namespaceGiven();
   }
   std::vector<Error> errors;
   o.moveErrorsTo(errors);

@@ -66,6 +66,7 @@ World toWorld(ManifestSet set);
 
 struct ParsedWorkload {
   Workload workload;
+  bool namespace_given = false;       // false: "default" stands in; a server may choose another
   std::vector<std::string> warnings;  // unsupported fields, as for manifests
 };
 

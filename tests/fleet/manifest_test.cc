@@ -708,3 +708,35 @@ TEST(ManifestWorkloadTest, RejectsBadWorkloads) {
 
 }  // namespace
 }  // namespace purser::fleet
+
+namespace purser::fleet {
+namespace {
+
+TEST(ManifestWorkloadTest, SaysWhetherTheNamespaceWasGiven) {
+  auto bare = parseWorkload("name: w\nqueue: q\npod_sets: [{name: a, requests: {cpu: 1}}]\n", "w");
+  ASSERT_TRUE(bare) << bare.error().message;
+  EXPECT_FALSE(bare->namespace_given);
+  EXPECT_EQ(bare->workload.namespace_, "default");
+  auto named = parseWorkload(
+      "name: w\nnamespace: ml\nqueue: q\npod_sets: [{name: a, requests: {cpu: 1}}]\n", "w");
+  ASSERT_TRUE(named);
+  EXPECT_TRUE(named->namespace_given);
+  EXPECT_EQ(named->workload.name, "ml/w");
+  auto kueue = parseWorkload(
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w, namespace: ml}\n"
+      "spec:\n  queueName: q\n  podSets:\n    - name: a\n      count: 1\n      template:\n"
+      "        spec:\n          containers: [{name: c, resources: {requests: {cpu: 1}}}]\n",
+      "w");
+  ASSERT_TRUE(kueue) << kueue.error().message;
+  EXPECT_TRUE(kueue->namespace_given);
+  auto kueue_bare = parseWorkload(
+      "apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\n"
+      "spec:\n  queueName: q\n  podSets:\n    - name: a\n      count: 1\n      template:\n"
+      "        spec:\n          containers: [{name: c, resources: {requests: {cpu: 1}}}]\n",
+      "w");
+  ASSERT_TRUE(kueue_bare) << kueue_bare.error().message;
+  EXPECT_FALSE(kueue_bare->namespace_given);
+}
+
+}  // namespace
+}  // namespace purser::fleet
