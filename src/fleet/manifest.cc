@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
-#include "fleet/yaml_amount.h"
+#include "fleet/yaml_fields.h"
 
 namespace purser::fleet {
 
@@ -212,24 +212,7 @@ class ObjectReader {
   }
 
   std::vector<Toleration> tolerations(const YAML::Node& n, const std::string& path) {
-    std::vector<Toleration> out;
-    if (isNull(n)) return out;
-    if (!n.IsSequence()) {
-      r_.addError(n, path, fmt::format("expected a list of tolerations, got {}", describeNode(n)));
-      return out;
-    }
-    for (size_t i = 0; i < n.size(); ++i) {
-      auto m = r_.map(n[i], fmt::format("{}[{}]", path, i));
-      Toleration t;
-      m.optional("key", t.key);
-      m.optionalChoice("operator", t.op, {"Equal", "Exists"});
-      m.optional("value", t.value);
-      m.optionalChoice("effect", t.effect, {"", "NoSchedule", "PreferNoSchedule", "NoExecute"});
-      unsupported(m, "tolerationSeconds");
-      m.finish();
-      out.push_back(std::move(t));
-    }
-    return out;
+    return readTolerations(r_, n, path, [this](Map& m) { unsupported(m, "tolerationSeconds"); });
   }
 
  private:

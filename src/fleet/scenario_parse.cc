@@ -8,7 +8,7 @@
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
 #include "fleet/scenario.h"
-#include "fleet/yaml_amount.h"
+#include "fleet/yaml_fields.h"
 
 namespace purser::fleet {
 
@@ -92,23 +92,7 @@ class Parser {
   }
 
   std::vector<Toleration> tolerations(const YAML::Node& n, const std::string& path) {
-    std::vector<Toleration> out;
-    if (!n.IsDefined() || n.IsNull()) return out;
-    if (!n.IsSequence()) {
-      r_.addError(n, path, "expected a list of tolerations");
-      return out;
-    }
-    for (size_t i = 0; i < n.size(); ++i) {
-      auto m = r_.map(n[i], fmt::format("{}[{}]", path, i));
-      Toleration t;
-      m.optional("key", t.key);
-      m.optionalChoice("operator", t.op, {"Equal", "Exists"});
-      m.optional("value", t.value);
-      m.optionalChoice("effect", t.effect, {"", "NoSchedule", "PreferNoSchedule", "NoExecute"});
-      m.finish();
-      out.push_back(std::move(t));
-    }
-    return out;
+    return readTolerations(r_, n, path);
   }
 
   std::vector<PodSet> podSets(const YAML::Node& n, const std::string& path) {

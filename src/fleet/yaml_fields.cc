@@ -1,4 +1,4 @@
-#include "fleet/yaml_amount.h"
+#include "fleet/yaml_fields.h"
 
 #include <fmt/format.h>
 
@@ -41,6 +41,29 @@ std::optional<Amount> readAmount(config::YamlReader& r, const YAML::Node& n,
     return std::nullopt;
   }
   return *milli;
+}
+
+std::vector<Toleration> readTolerations(config::YamlReader& r, const YAML::Node& n,
+                                        const std::string& path,
+                                        const std::function<void(config::YamlReader::Map&)>& more) {
+  std::vector<Toleration> out;
+  if (!n.IsDefined() || n.IsNull()) return out;
+  if (!n.IsSequence()) {
+    r.addError(n, path, fmt::format("expected a list of tolerations, got {}", describeNode(n)));
+    return out;
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    auto m = r.map(n[i], fmt::format("{}[{}]", path, i));
+    Toleration t;
+    m.optional("key", t.key);
+    m.optionalChoice("operator", t.op, {"Equal", "Exists"});
+    m.optional("value", t.value);
+    m.optionalChoice("effect", t.effect, {"", "NoSchedule", "PreferNoSchedule", "NoExecute"});
+    if (more) more(m);
+    m.finish();
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace purser::fleet

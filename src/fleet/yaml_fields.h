@@ -1,11 +1,13 @@
-// Reading fleet amounts from YAML, shared by the scenario and manifest readers: Kubernetes
-// quantities ("500m", "16Gi", 4) as exact milli-units, with errors that name the field.
+// Fields the scenario and manifest readers share: Kubernetes quantities ("500m", "16Gi", 4) as
+// exact milli-units, and tolerations; errors name the field.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/yaml_reader.h"
 #include "fleet/model.h"
@@ -19,5 +21,11 @@ std::string describeNode(const YAML::Node& n);
 // `whole`: extended resources (nvidia.com/gpu, ...) take whole numbers only, as in Kubernetes.
 std::optional<Amount> readAmount(config::YamlReader& r, const YAML::Node& n,
                                  const std::string& path, bool whole = false);
+
+// A list of {key, operator (Equal or Exists), value, effect}. `more`, when given, reads the
+// other fields one entry may have before the entry's unknown fields are reported.
+std::vector<Toleration> readTolerations(
+    config::YamlReader& r, const YAML::Node& n, const std::string& path,
+    const std::function<void(config::YamlReader::Map&)>& more = {});
 
 }  // namespace purser::fleet
