@@ -618,9 +618,10 @@ class Engine::Impl {
   }
 
   // Quota was released in `cq`'s tree: every parked workload there gets another chance.
-  void retryInadmissible(int cq) {
-    int root = cqs_[u(cq)].node;
-    while (nodes_[u(root)].parent >= 0) root = nodes_[u(root)].parent;
+  void retryInadmissible(int cq) { retryTree(root_of_[u(cqs_[u(cq)].node)]); }
+
+  // Every parked workload in the tree under `root` gets another chance.
+  void retryTree(int root) {
     std::vector<int> stack = {root};
     while (!stack.empty()) {
       const int n = stack.back();
@@ -1911,7 +1912,9 @@ class Engine::Impl {
   void setNamespace(const std::string& name, std::map<std::string, std::string> labels) {
     world_.namespaces[name] = std::move(labels);
     // A namespace newly selected may unpark workloads that were outside every selector.
-    for (size_t c = 0; c < cqs_.size(); ++c) retryInadmissible(static_cast<int>(c));
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (nodes_[n].parent < 0) retryTree(static_cast<int>(n));
+    }
   }
 
   Result<int> pendingId(const std::string& name) const {
