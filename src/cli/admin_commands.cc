@@ -74,23 +74,31 @@ void printTable(const json& rows, const std::vector<std::pair<std::string, std::
   for (const auto& line : cells) print(line);
 }
 
-// Runs one API call and prints its result; returns the exit code.
-// `must_be_ok`: a reply whose "ok" is false exits 3 (audit verification for scripts).
-// `text`: a body sent as it is (a YAML file) instead of `body`.
-int run(const Globals& g, const std::string& method, const std::string& path, const json& body,
-        const std::vector<std::pair<std::string, std::string>>& columns, bool must_be_ok = false,
-        const std::optional<std::string>& text = std::nullopt) {
+// A client for --server (or PURSER_SERVER) with the key in PURSER_KEY; nullptr, with a message,
+// when there is no key.
+std::unique_ptr<ApiClient> clientFor(const Globals& g) {
   const char* key = std::getenv("PURSER_KEY");
   if (key == nullptr || *key == '\0') {
     std::cerr << "purser: set PURSER_KEY to your API key\n";
-    return 2;
+    return nullptr;
   }
   std::string server = g.server;
   if (server.empty()) {
     const char* env = std::getenv("PURSER_SERVER");
     server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
   }
-  ApiClient client(server, key);
+  return std::make_unique<ApiClient>(server, key);
+}
+
+// Runs one API call and prints its result; returns the exit code.
+// `must_be_ok`: a reply whose "ok" is false exits 3 (audit verification for scripts).
+// `text`: a body sent as it is (a YAML file) instead of `body`.
+int run(const Globals& g, const std::string& method, const std::string& path, const json& body,
+        const std::vector<std::pair<std::string, std::string>>& columns, bool must_be_ok = false,
+        const std::optional<std::string>& text = std::nullopt) {
+  auto client_or = clientFor(g);
+  if (!client_or) return 2;
+  ApiClient& client = *client_or;
   auto reply = text ? client.callText(method, path, *text, "application/yaml")
                     : client.call(method, path, body);
   if (!reply) {
@@ -296,19 +304,17 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
     CLI::App* queues = root.add_subcommand("queues", "ClusterQueues: quota, usage, borrowing");
     common(queues);
     queues->callback([g, &code] {
-      const char* key = std::getenv("PURSER_KEY");
-      if (g->output == "json" || key == nullptr) {
+      if (g->output == "json") {
         code = run(*g, "GET", "/api/v1/queues", nullptr, {{"NAME", "name"}});
         return;
       }
       // One row per queue, flavor and resource.
-      std::string server = g->server;
-      if (server.empty()) {
-        const char* env = std::getenv("PURSER_SERVER");
-        server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
+      auto client = clientFor(*g);
+      if (!client) {
+        code = 2;
+        return;
       }
-      ApiClient client(server, key);
-      auto reply = client.call("GET", "/api/v1/queues");
+      auto reply = client->call("GET", "/api/v1/queues");
       if (!reply || reply->status >= 400) {
         std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message)
                   << "\n";
