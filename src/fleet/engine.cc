@@ -55,6 +55,9 @@ constexpr const char* kExceedsMaxQuota = "ExceedsMaxQuota";
 constexpr const char* kNoMatchingFlavor = "NoMatchingFlavor";
 constexpr const char* kMisconfigured = "Misconfigured";
 constexpr const char* kWaitingForPreempted = "WaitingForPreemptedWorkloads";
+// With an inventory: quota fits but no node has room now, or none ever could.
+constexpr const char* kWaitingForPlacement = "WaitingForPlacement";
+constexpr const char* kNeverFits = "NeverFits";
 
 int severity(const std::string& reason) {
   if (reason == kNoMatchingFlavor) return 3;
@@ -581,6 +584,11 @@ class Engine::Impl {
     cqs_[u(wl.cq)].admitted.push_back(id);
     addWorkloadUsage(id);
     touch(wl.cq);
+    // Its placement is held again; one that no longer fits the inventory (the hardware changed)
+    // is kept by quota alone, and the caller learns it from status().
+    if (options_.placement && !options_.placement->take(wl.spec)) {
+      for (auto& ps : wl.spec.admission->pod_sets) ps.placements.clear();
+    }
     return {};
   }
 
@@ -608,6 +616,7 @@ class Engine::Impl {
       w.usage.clear();
       w.spec.admission.reset();
       retryInadmissible(w.cq);
+      freePlacement(name);
     } else {
       unqueue(id);
       if (cq.sticky == id) cq.sticky = -1;
@@ -615,6 +624,16 @@ class Engine::Impl {
     w.state = State::kFinished;
     events_.push_back({Event::Kind::kFinished, name, cq.spec.name, "", "", "", cycles_});
     return {};
+  }
+
+  // Hardware was released: with an inventory shared by every tree, each tree's parked
+  // workloads get another chance.
+  void freePlacement(const std::string& name) {
+    if (!options_.placement) return;
+    options_.placement->free(name);
+    std::set<int> roots;
+    for (const auto& q : cqs_) roots.insert(root_of_[u(q.node)]);
+    for (int r : roots) retryTree(r);
   }
 
   // Quota was released in `cq`'s tree: every parked workload there gets another chance.
@@ -1492,6 +1511,7 @@ class Engine::Impl {
     const std::vector<Target>& targets() const { return nomination->targets; }
     bool inadmissible = false;  // could not even be nominated (namespace, misconfiguration)
     std::string reason, message;
+    std::vector<std::vector<PodPlacement>> placements;  // per pod set, with an inventory
   };
 
   // Everything about a workload its nomination reads: pod sets (names, counts, requests,
@@ -1719,10 +1739,8 @@ class Engine::Impl {
         w.message = "Workload no longer fits after processing another workload";
         continue;
       }
-      const int node = q.node;
-      for (const auto& [f, v] : a.usage) addUsage(node, f, v);
-      if (a.mode == AssignMode::kPreempt) {
-        for (const auto& t : e.targets()) {
+      const auto preempt = [&](const std::vector<Target>& targets, const std::string& why) {
+        for (const auto& t : targets) {
           victims.insert(t.wl);
           preempted.emplace_back(t.wl, t.variant);
           wls_[u(t.wl)].evicting = true;
@@ -1737,14 +1755,45 @@ class Engine::Impl {
         }
         w.reason = kWaitingForPreempted;
         w.message = fmt::format("{}. Pending the preemption of {} workload(s)",
-                                a.message.empty() ? "waiting for preempted workloads" : a.message,
-                                e.targets().size());
+                                why.empty() ? "waiting for preempted workloads" : why,
+                                targets.size());
         if (!strict) {
           if (q.sticky != e.wl) result.changed = true;
           q.sticky = e.wl;
         }
+      };
+      if (a.mode == AssignMode::kPreempt) {
+        for (const auto& [f, v] : a.usage) addUsage(q.node, f, v);
+        preempt(e.targets(), a.message);
         continue;
       }
+      if (options_.placement) {
+        // Quota fits; so must the hardware.
+        const auto flavors = podSetAssignments(a);
+        PlacementHook::Answer placed = options_.placement->place(w.spec, flavors, {});
+        if (placed.verdict != PlacementHook::Verdict::kPlaced) {
+          const bool never = placed.verdict == PlacementHook::Verdict::kNever;
+          const std::vector<Target> targets =
+              never ? std::vector<Target>{} : placementTargets(e, flavors, victims);
+          if (!targets.empty()) {
+            for (const auto& [f, v] : a.usage) addUsage(q.node, f, v);
+            preempt(targets, placed.message);
+            continue;
+          }
+          w.reason = never ? kNeverFits : kWaitingForPlacement;
+          w.message = placed.message;
+          w.pressing = false;
+          if (q.sticky == e.wl) q.sticky = -1;
+          park(!strict || never);
+          continue;
+        }
+        e.placements = std::move(placed.pod_sets);
+        // Taken now, so the heads after it in this cycle see the room gone.
+        Workload taken = w.spec;
+        taken.admission = admissionOf(e);
+        (void)options_.placement->take(taken);
+      }
+      for (const auto& [f, v] : a.usage) addUsage(q.node, f, v);
       admitted.push_back(static_cast<int>(i));
     }
     // Back to the cache's usage; then apply what the cycle decided.
@@ -1782,6 +1831,102 @@ class Engine::Impl {
     }
   }
 
+  // The flavors and counts an assignment gives each pod set (and their usage).
+  std::vector<PodSetAssignment> podSetAssignments(const Assignment& a) const {
+    std::vector<PodSetAssignment> out;
+    for (const auto& psa : a.pod_sets) {
+      PodSetAssignment p;
+      p.name = psa.name;
+      p.count = psa.count;
+      for (const auto& [res, f] : psa.flavor) {
+        p.flavors[res] = world_.flavors[u(f)].name;
+        auto t = psa.total.find(res);
+        if (t != psa.total.end() && t->second != 0) p.usage[res] = t->second;
+      }
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  Admission admissionOf(const Entry& e) const {
+    Admission adm;
+    adm.cluster_queue = cqs_[u(e.cq)].spec.name;
+    adm.pod_sets = podSetAssignments(e.assignment());
+    for (size_t i = 0; i < adm.pod_sets.size() && i < e.placements.size(); ++i) {
+      adm.pod_sets[i].placements = e.placements[i];
+    }
+    return adm;
+  }
+
+  // Admitted workloads whose leaving would make room on the hardware for `e` (its quota fits),
+  // by the preemptor's queue's policy: lower priority in its own ClusterQueue, and, where it
+  // may reclaim, workloads of cohort members above their nominal quota. Kueue's candidate
+  // order, then the fewest that make room.
+  std::vector<Target> placementTargets(const Entry& e, const std::vector<PodSetAssignment>& flavors,
+                                       const std::set<int>& victims) {
+    const Wl& pre = wls_[u(e.wl)];
+    const PreemptionPolicy& policy = cqs_[u(e.cq)].spec.preemption;
+    const int root = root_of_[u(cqs_[u(e.cq)].node)];
+    std::vector<int> cands;
+    for (size_t c = 0; c < cqs_.size(); ++c) {
+      const int cq = static_cast<int>(c);
+      const bool same = cq == e.cq;
+      if (!same && root_of_[u(cqs_[c].node)] != root) continue;
+      for (int id : cqs_[c].admitted) {
+        const Wl& w = wls_[u(id)];
+        if (w.evicting || id == pre.spare || victims.count(id) != 0) continue;
+        if (same) {
+          if (!satisfies(pre.spec, w.spec, 0, static_cast<int>(policy.within_cluster_queue))) {
+            continue;
+          }
+        } else {
+          if (!satisfies(pre.spec, w.spec, 1, static_cast<int>(policy.reclaim_within_cohort))) {
+            continue;
+          }
+          std::set<int> frs;
+          for (const auto& [f, v] : w.usage) frs.insert(f);
+          if (withinNominal(cqs_[c].node, frs)) continue;
+        }
+        cands.push_back(id);
+      }
+    }
+    std::sort(cands.begin(), cands.end(),
+              [&](int a, int b) { return candidateBefore(e.cq, a, b); });
+    // Each try is a placement over the fleet: bound them.
+    constexpr size_t kMaxTried = 64;
+    if (cands.size() > kMaxTried) cands.resize(kMaxTried);
+    std::vector<std::string> gone;
+    std::vector<int> chosen;
+    bool fits = false;
+    for (int id : cands) {
+      gone.push_back(wls_[u(id)].spec.name);
+      chosen.push_back(id);
+      if (options_.placement->place(pre.spec, flavors, gone).verdict ==
+          PlacementHook::Verdict::kPlaced) {
+        fits = true;
+        break;
+      }
+    }
+    if (!fits) return {};
+    // The fewest: drop each one (latest first) that is not needed.
+    for (size_t k = chosen.size() - 1; k-- > 0;) {
+      std::vector<std::string> without;
+      for (size_t j = 0; j < chosen.size(); ++j) {
+        if (j != k) without.push_back(wls_[u(chosen[j])].spec.name);
+      }
+      if (options_.placement->place(pre.spec, flavors, without).verdict ==
+          PlacementHook::Verdict::kPlaced) {
+        chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    }
+    std::vector<Target> out;
+    for (int id : chosen) {
+      out.push_back({id, wls_[u(id)].cq == e.cq ? Variant::kWithinCq
+                                                : Variant::kReclaimWithoutBorrowing});
+    }
+    return out;
+  }
+
   void admit(const Entry& e) {
     Wl& w = wls_[u(e.wl)];
     Cq& q = cqs_[u(e.cq)];
@@ -1796,19 +1941,7 @@ class Engine::Impl {
     }
     w.usage.assign(e.assignment().usage.begin(), e.assignment().usage.end());
     w.admitted_seq = ++admit_seq_;
-    Admission adm;
-    adm.cluster_queue = q.spec.name;
-    for (const auto& psa : e.assignment().pod_sets) {
-      PodSetAssignment out;
-      out.name = psa.name;
-      out.count = psa.count;
-      for (const auto& [res, f] : psa.flavor) {
-        out.flavors[res] = world_.flavors[u(f)].name;
-        auto t = psa.total.find(res);
-        if (t != psa.total.end() && t->second != 0) out.usage[res] = t->second;
-      }
-      adm.pod_sets.push_back(std::move(out));
-    }
+    Admission adm = admissionOf(e);
     w.spec.admission = adm;
     w.reason.clear();
     w.message.clear();
@@ -1827,6 +1960,7 @@ class Engine::Impl {
     std::erase(q.admitted, id);
     w.usage.clear();
     w.spec.admission.reset();
+    freePlacement(w.spec.name);
     w.state = State::kPending;
     w.evicting = false;
     w.inadmissible = false;

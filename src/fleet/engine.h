@@ -40,11 +40,34 @@ namespace purser::fleet {
 // generated scenarios holds them to it.
 enum class CycleMode { kDrain, kKueue };
 
+// Where admitted workloads run, when the fleet knows its hardware (inventory.h). Asked once a
+// workload's quota fits: a workload is admitted only with a placement, which its admission then
+// carries (PodSetAssignment::placements).
+class PlacementHook {
+ public:
+  enum class Verdict { kPlaced, kNotNow, kNever };
+  struct Answer {
+    Verdict verdict = Verdict::kPlaced;
+    std::string message;
+    std::vector<std::vector<PodPlacement>> pod_sets;  // per pod set of `pod_sets`
+  };
+  virtual ~PlacementHook() = default;
+  // Room for `w` admitted with `pod_sets` (counts and flavors), as if the workloads named in
+  // `gone` held nothing.
+  virtual Answer place(const Workload& w, const std::vector<PodSetAssignment>& pod_sets,
+                       const std::vector<std::string>& gone) = 0;
+  // Records the placement in `w`'s admission (an admitted workload restored, say); false when
+  // it no longer fits.
+  virtual bool take(const Workload& w) = 0;
+  virtual void free(const std::string& workload) = 0;
+};
+
 struct EngineOptions {
   CycleMode mode = CycleMode::kDrain;
   bool partial_admission = true;
   bool fair_sharing = false;
   bool priority_sorting_within_cohort = true;
+  std::shared_ptr<PlacementHook> placement;  // none: admission by quota alone
 };
 
 // The fleet's configuration objects.

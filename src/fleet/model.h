@@ -112,6 +112,15 @@ struct WorkloadPriorityClass {
   int32_t value = 0;
 };
 
+// Kueue's topology-aware scheduling request: keep a pod set's pods inside one domain at a level
+// of the fleet's topology. Levels, narrowest first: "nvlink" (one NVLink domain of one node),
+// "node" (also "kubernetes.io/hostname"), "rack", "block"; any other name is a node label key
+// whose values are the domains.
+struct TopologyRequest {
+  std::string level;      // empty: no request
+  bool required = false;  // false: preferred (wider levels, then anywhere, when it cannot be met)
+};
+
 struct PodSet {
   std::string name;
   int64_t count = 1;
@@ -119,6 +128,18 @@ struct PodSet {
   Resources requests;                // per pod
   std::vector<Toleration> tolerations;
   std::map<std::string, std::string> node_selector;
+  TopologyRequest topology;
+  // HAMi's nvidia.com/use-gputype and nouse-gputype: GPU models (a case-insensitive part of the
+  // model's name) the pods may, or may not, run on. Empty: any.
+  std::vector<std::string> use_gpu_types;
+  std::vector<std::string> nouse_gpu_types;
+};
+
+// Where one pod of an admitted pod set runs, when the fleet has an inventory.
+struct PodPlacement {
+  std::string node;
+  std::vector<int> gpus;  // indices on the node
+  int64_t gpu_milli = 0;  // of each of those GPUs, in thousandths (1000: the whole GPU)
 };
 
 // What a pod set was admitted with.
@@ -127,6 +148,7 @@ struct PodSetAssignment {
   int64_t count = 0;
   std::map<std::string, std::string> flavors;  // resource -> flavor
   Resources usage;                             // for all `count` pods
+  std::vector<PodPlacement> placements;        // one per pod; empty without an inventory
 };
 
 struct Admission {

@@ -58,13 +58,14 @@ Result<Policy> parsePolicy(const std::string& name) {
       {"random", Policy::kRandom},         {"dotprod", Policy::kDotProd},
       {"clustering", Policy::kClustering}, {"packing", Policy::kPacking},
       {"best_fit", Policy::kBestFit},      {"fgd", Policy::kFgd},
+      {"binpack", Policy::kBinpack},       {"spread", Policy::kSpread},
       {"default", Policy::kDefault}};
   for (const auto& [n, p] : kPolicies) {
     if (name == n) return p;
   }
   return fail(invalidArgument(fmt::format(
-      "unknown placement policy \"{}\"; expected random, dotprod, clustering, packing, best_fit, "
-      "fgd or default",
+      "unknown placement policy \"{}\"; expected default, binpack, spread, best_fit, fgd, "
+      "packing, clustering, dotprod or random",
       name)));
 }
 
@@ -84,6 +85,10 @@ const char* policyName(Policy p) {
       return "fgd";
     case Policy::kDefault:
       return "default";
+    case Policy::kBinpack:
+      return "binpack";
+    case Policy::kSpread:
+      return "spread";
   }
   return "?";
 }
@@ -227,6 +232,20 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
   switch (policy) {
     case Policy::kRandom:
       return 0;
+    case Policy::kBinpack:
+    case Policy::kSpread: {
+      // How full the node is after placing: GPU for GPU pods, CPU for the others.
+      double full = 0;
+      if (pod.totalGpu() > 0 && node.gpus > 0) {
+        full = 1.0 - static_cast<double>(L - pod.totalGpu()) /
+                         static_cast<double>(node.gpus * kMilliPerGpu);
+      } else if (node.cpu_milli > 0) {
+        full = 1.0 - static_cast<double>(s.cpu_left - pod.cpu_milli) /
+                         static_cast<double>(node.cpu_milli);
+      }
+      const int v = truncate(full * 100.0);
+      return policy == Policy::kBinpack ? v : 100 - v;
+    }
     case Policy::kBestFit: {
       const double v = static_cast<double>(s.cpu_left - pod.cpu_milli) / 128000.0 * 0.5 +
                        static_cast<double>(L - pod.totalGpu()) / 8000.0 * 0.5;

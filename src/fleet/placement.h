@@ -54,7 +54,19 @@ struct NodeState {
 
 // kDefault is Purser's own policy; for now it scores as FGD does (an unrounded, best-fit
 // tie-broken variant placed worse on the openb traces: 94.3 % against FGD's 95.3 % at 130 %).
-enum class Policy { kRandom, kDotProd, kClustering, kPacking, kBestFit, kFgd, kDefault };
+// kBinpack and kSpread are the plain rules platform teams know: the node left fullest (GPU, or
+// CPU for pods without GPUs) after placing, or the emptiest.
+enum class Policy {
+  kRandom,
+  kDotProd,
+  kClustering,
+  kPacking,
+  kBestFit,
+  kFgd,
+  kDefault,
+  kBinpack,
+  kSpread
+};
 Result<Policy> parsePolicy(const std::string& name);
 const char* policyName(Policy p);
 
