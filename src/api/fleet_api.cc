@@ -83,13 +83,24 @@ struct Record {
   int64_t version = 0;  // bumped at every write; a retried older write never wins
 };
 
+json placementsJson(const std::vector<fleet::PodPlacement>& pods) {
+  json out = json::array();
+  for (const auto& p : pods) {
+    out.push_back({{"node", p.node}, {"gpus", p.gpus}, {"gpu_milli", p.gpu_milli}});
+  }
+  return out;
+}
+
 json admissionJson(const fleet::Admission& a) {
   json sets = json::array();
   for (const auto& ps : a.pod_sets) {
     json usage = json::object();
     for (const auto& [r, v] : ps.usage) usage[r] = v;
-    sets.push_back(
-        {{"name", ps.name}, {"count", ps.count}, {"flavors", ps.flavors}, {"usage", usage}});
+    sets.push_back({{"name", ps.name},
+                    {"count", ps.count},
+                    {"flavors", ps.flavors},
+                    {"usage", usage},
+                    {"placements", placementsJson(ps.placements)}});
   }
   return {{"cluster_queue", a.cluster_queue}, {"pod_sets", sets}};
 }
@@ -103,6 +114,13 @@ fleet::Admission admissionFrom(const json& j) {
     out.count = ps.at("count").get<int64_t>();
     out.flavors = ps.at("flavors").get<std::map<std::string, std::string>>();
     out.usage = ps.at("usage").get<std::map<std::string, Amount>>();
+    if (ps.contains("placements")) {
+      for (const auto& p : ps.at("placements")) {
+        out.placements.push_back({p.at("node").get<std::string>(),
+                                  p.at("gpus").get<std::vector<int>>(),
+                                  p.at("gpu_milli").get<int64_t>()});
+      }
+    }
     a.pod_sets.push_back(std::move(out));
   }
   return a;
@@ -123,7 +141,13 @@ json specJson(const Workload& w) {
                     {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
                     {"requests", requests},
                     {"tolerations", tolerations},
-                    {"node_selector", ps.node_selector}});
+                    {"node_selector", ps.node_selector},
+                    {"topology", ps.topology.level.empty()
+                                     ? json(nullptr)
+                                     : json{{ps.topology.required ? "required" : "preferred",
+                                             ps.topology.level}}},
+                    {"use_gpu_types", ps.use_gpu_types},
+                    {"nouse_gpu_types", ps.nouse_gpu_types}});
   }
   return {{"name", w.name},
           {"namespace", w.namespace_},
@@ -160,6 +184,17 @@ Workload specFrom(const json& j) {
                                  t.at("effect").get<std::string>()});
     }
     out.node_selector = ps.at("node_selector").get<std::map<std::string, std::string>>();
+    if (ps.contains("topology") && ps.at("topology").is_object()) {
+      for (const auto& [kind, level] : ps.at("topology").items()) {
+        out.topology = {level.get<std::string>(), kind == "required"};
+      }
+    }
+    if (ps.contains("use_gpu_types")) {
+      out.use_gpu_types = ps.at("use_gpu_types").get<std::vector<std::string>>();
+    }
+    if (ps.contains("nouse_gpu_types")) {
+      out.nouse_gpu_types = ps.at("nouse_gpu_types").get<std::vector<std::string>>();
+    }
     w.pod_sets.push_back(std::move(out));
   }
   return w;
@@ -286,6 +321,7 @@ class Fleet::Impl {
     }
     std::lock_guard lock(mu_);
     engine_ = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
+    placer_ = next_placer_;
     auto write = scheduleLocked();
     if (write) PURSER_TRY(s_.store.write(*write));
     spdlog::info("fleet: {} ClusterQueue(s), {} workload(s) restored", base_.cluster_queues.size(),
@@ -359,6 +395,15 @@ class Fleet::Impl {
   Result<std::unique_ptr<fleet::Engine>> rebuild(fleet::World world) {
     fleet::EngineOptions eo;
     eo.mode = options_.mode;
+    // Each engine places on its own copy of the inventory, refilled from the admitted workloads
+    // below, so a rebuild that fails leaves the running engine and its placements as they were.
+    std::shared_ptr<fleet::Placer> placer;
+    if (!options_.inventory.empty()) {
+      placer = PURSER_TRY_VALUE(
+          fleet::Placer::create(options_.inventory, options_.policy, options_.seed));
+      eo.placement = fleet::placementHook(placer, world.flavors);
+    }
+    next_placer_ = placer;
     eo.fair_sharing = false;
     for (const auto& cq : world.cluster_queues) {
       if (cq.fair_weight_milli != 1000) eo.fair_sharing = true;
@@ -691,10 +736,28 @@ class Fleet::Impl {
     if (r.admission) {
       json a = json::array();
       for (const auto& ps : r.admission->pod_sets) {
+        json placements = json::array();
+        for (const auto& p : ps.placements) {
+          json pod = {{"node", p.node}, {"gpus", p.gpus}, {"gpu_milli", p.gpu_milli}};
+          // What an executor sets for this pod (HAMi-core's limits for shares).
+          const fleet::PodSet* spec = nullptr;
+          for (const auto& s : r.spec.pod_sets) {
+            if (s.name == ps.name) spec = &s;
+          }
+          if (placer_ && spec != nullptr && !p.gpus.empty()) {
+            if (auto env = placer_->environment(p, spec->requests)) {
+              json e = json::object();
+              for (const auto& [k, v] : *env) e[k] = v;
+              pod["env"] = e;
+            }
+          }
+          placements.push_back(std::move(pod));
+        }
         a.push_back({{"name", ps.name},
                      {"count", ps.count},
                      {"flavors", ps.flavors},
-                     {"usage", resourcesJson(ps.usage)}});
+                     {"usage", resourcesJson(ps.usage)},
+                     {"placements", placements}});
       }
       out["admission"] = {{"cluster_queue", r.admission->cluster_queue}, {"pod_sets", a}};
     } else {
@@ -1062,6 +1125,58 @@ class Fleet::Impl {
     co_return jsonResponse(200, {{"data", items}});
   }
 
+  // The inventory and what is placed on it. Another team's workloads show as shares without a
+  // name.
+  asio::awaitable<Response> nodes(Request& req) {
+    auto who = authenticate(req);
+    if (!who) co_return problem(who.error());
+    std::lock_guard lock(mu_);
+    json items = json::array();
+    if (placer_) {
+      for (const auto& v : placer_->view()) {
+        json gpus = json::array();
+        for (const auto& g : v.gpus) {
+          json shares = json::array();
+          for (const auto& sh : g.shares) {
+            auto it = records_.find(sh.owner);
+            const bool named =
+                it != records_.end() && visible(*who, it->second.tenant_id, it->second.team_id);
+            shares.push_back(
+                {{"workload", named ? json(sh.owner) : json(nullptr)}, {"gpu_milli", sh.milli}});
+          }
+          gpus.push_back({{"index", g.gpu->index},
+                          {"uuid", g.gpu->uuid.empty() ? json(nullptr) : json(g.gpu->uuid)},
+                          {"model", g.gpu->model},
+                          {"memory_mib", g.gpu->memory_mib},
+                          {"numa", g.gpu->numa},
+                          {"nvlink_domain", g.gpu->nvlink_domain >= 0 ? json(g.gpu->nvlink_domain)
+                                                                      : json(nullptr)},
+                          {"used_milli", g.used_milli},
+                          {"shares", shares}});
+        }
+        const fleet::InventoryNode& n = *v.node;
+        int64_t allocated = 0;
+        for (const auto& g : v.gpus) allocated += g.used_milli;
+        items.push_back({{"name", n.name},
+                         {"gpu_model", n.gpus.empty() ? json(nullptr) : json(n.gpus[0].model)},
+                         {"gpu_count", n.gpus.size()},
+                         {"gpu_allocated", quantity(allocated)},
+                         {"labels", n.labels},
+                         {"rack", n.rack.empty() ? json(nullptr) : json(n.rack)},
+                         {"block", n.block.empty() ? json(nullptr) : json(n.block)},
+                         {"cpu", quantity(n.cpu_milli)},
+                         {"cpu_used", quantity(v.cpu_used_milli)},
+                         {"memory_mib", n.memory_mib},
+                         {"memory_used_mib", v.memory_used_mib},
+                         {"pods", v.pods},
+                         {"gpus", gpus}});
+      }
+    }
+    co_return jsonResponse(200, {{"data", items},
+                                 {"placement", placer_ != nullptr},
+                                 {"policy", fleet::placement::policyName(options_.policy)}});
+  }
+
   asio::awaitable<Response> events(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
@@ -1131,6 +1246,7 @@ class Fleet::Impl {
       }
       base_ = std::move(merged);
       engine_ = std::move(*fresh);
+      placer_ = next_placer_;
       for (const auto& [name, r] : records_) dirty_.insert(name);
       ledger::AuditEntry audit;
       audit.actor = who->id;
@@ -1167,6 +1283,8 @@ class Fleet::Impl {
   std::mutex mu_;
   fleet::ManifestSet base_;                // configured, then applied objects; mu_
   std::unique_ptr<fleet::Engine> engine_;  // mu_
+  std::shared_ptr<fleet::Placer> placer_;  // engine_'s inventory; none without one; mu_
+  std::shared_ptr<fleet::Placer> next_placer_;  // the last rebuild's; mu_
   std::map<std::string, Record> records_;  // live workloads by name; mu_
   int64_t next_seq_ = 1;                   // mu_
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // to post; mu_
@@ -1204,6 +1322,7 @@ Result<void> Fleet::addRoutes(http::Router& router) {
   PURSER_TRY(route(Method::kGet, "/api/v1/workloads/{namespace}/{name}/why", &Impl::why));
   PURSER_TRY(route(Method::kGet, "/api/v1/queues", &Impl::queues));
   PURSER_TRY(route(Method::kGet, "/api/v1/fleet/events", &Impl::events));
+  PURSER_TRY(route(Method::kGet, "/api/v1/fleet/nodes", &Impl::nodes));
   PURSER_TRY(route(Method::kPost, "/api/v1/fleet/manifests", &Impl::apply));
   return {};
 }

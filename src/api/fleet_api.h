@@ -12,6 +12,12 @@
 //   GET    /api/v1/queues                           per ClusterQueue: quota, usage, borrowed, lent
 //   GET    /api/v1/fleet/events[?workload=NS/NAME]  admissions, preemptions, evictions, holds
 //   POST   /api/v1/fleet/manifests                  platform admins: a YAML stream of Kueue objects
+//   GET    /api/v1/fleet/nodes                      the inventory: each node's GPUs and the
+//                                                   shares placed on them
+//
+// With an inventory (fleet.nodes), a workload is admitted only once its pods are placed: the
+// admission names each pod's node, GPUs and share, and GET of the workload adds the
+// environment an executor sets (CUDA_VISIBLE_DEVICES, HAMi-core's limits).
 //
 // Teams are namespaces: a workload runs in its submitter's team (tenant and platform admins may
 // name another), and its GPU time is charged to the submitter's wallet chain for the model
@@ -37,6 +43,7 @@
 #include "api/admin_api.h"
 #include "common/result.h"
 #include "fleet/engine.h"
+#include "fleet/inventory.h"
 #include "http/router.h"
 
 namespace purser::api {
@@ -46,6 +53,10 @@ struct FleetOptions {
   Duration metering_interval = std::chrono::seconds(60);
   // (file name, text) of the manifests named in the configuration, in order.
   std::vector<std::pair<std::string, std::string>> manifests;
+  // The hardware workloads are placed on; empty: admission by quota alone.
+  std::vector<fleet::InventoryNode> inventory;
+  fleet::placement::Policy policy = fleet::placement::Policy::kDefault;
+  uint64_t seed = 1;
 };
 
 class Fleet {

@@ -359,7 +359,7 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
     });
   }
   {
-    CLI::App* cmd = root.add_subcommand("fleet", "The fleet's Kueue objects and events");
+    CLI::App* cmd = root.add_subcommand("fleet", "The fleet's Kueue objects, nodes and events");
     cmd->require_subcommand(1);
     auto file = std::make_shared<std::string>();
     CLI::App* apply = cmd->add_subcommand(
@@ -381,6 +381,20 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
                   {"LOCAL QUEUES", "applied.local_queues"},
                   {"PRIORITY CLASSES", "applied.workload_priority_classes"}},
                  false, *text);
+    });
+    CLI::App* nodes = cmd->add_subcommand(
+        "nodes", "The inventory: each node's CPU and GPUs and how much is placed on them");
+    common(nodes);
+    nodes->callback([g, &code] {
+      code = run(*g, "GET", "/api/v1/fleet/nodes", nullptr,
+                 {{"NAME", "name"},
+                  {"RACK", "rack"},
+                  {"CPU", "cpu"},
+                  {"CPU USED", "cpu_used"},
+                  {"GPU MODEL", "gpu_model"},
+                  {"GPUS", "gpu_count"},
+                  {"GPUS ALLOCATED", "gpu_allocated"},
+                  {"PODS", "pods"}});
     });
     auto workload = std::make_shared<std::string>();
     CLI::App* events = cmd->add_subcommand("events", "Admissions, preemptions and evictions");

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/quantity.h"
 #include "config/yaml_reader.h"
 
 namespace purser::config {
@@ -51,6 +52,151 @@ Result<std::pair<std::string, uint16_t>> parseListenAddress(std::string_view tex
 }
 
 namespace {
+
+// A Kubernetes quantity at `key` of `m`, in milli-units (cpu) or MiB (memory, rounded up).
+std::optional<int64_t> quantityAt(YamlReader& reader, YamlReader::Map& m, const std::string& key,
+                                  bool mib) {
+  if (!m.present(key)) return std::nullopt;
+  const YAML::Node n = m.get(key);
+  const std::string text = n.IsScalar() ? n.Scalar() : "";
+  auto q = Quantity::parse(text);
+  std::optional<int64_t> v;
+  if (q && !q->isNegative()) {
+    if (mib) {
+      if (auto bytes = q->value()) v = (*bytes + (1 << 20) - 1) >> 20;
+    } else if (auto milli = q->milliValue()) {
+      v = *milli;
+    }
+  }
+  if (!v) {
+    reader.addError(n, m.child(key),
+                    fmt::format("expected a quantity of 0 or more such as {}, got \"{}\"",
+                                mib ? "\"512Gi\"" : "\"64\" or \"500m\"", text));
+  }
+  return v;
+}
+
+// fleet.nodes: the inventory. A `count` of identical nodes expands to name-0, name-1, ...
+void readNodes(YamlReader& reader, const YAML::Node& list, const std::string& path,
+               FleetConfig& fleet) {
+  if (!list.IsSequence()) {
+    reader.addError(list, path, "expected a list of nodes ({name, cpu, memory, gpus, ...})");
+    return;
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", path, i);
+    YamlReader::Map m = reader.map(list[i], at);
+    NodeConfig node;
+    m.required("name", node.name);
+    int64_t count = 1;
+    const bool counted = m.has("count");
+    m.optional("count", count, 1, 100000);
+    if (m.present("labels")) {
+      const YAML::Node labels = m.get("labels");
+      if (!labels.IsMap()) {
+        reader.addError(labels, m.child("labels"), "expected a mapping of label to value");
+      } else {
+        for (const auto& kv : labels) {
+          node.labels[kv.first.as<std::string>()] =
+              kv.second.IsScalar() ? kv.second.Scalar() : std::string();
+        }
+      }
+    }
+    if (m.present("taints")) {
+      const YAML::Node taints = m.get("taints");
+      for (size_t t = 0; taints.IsSequence() && t < taints.size(); ++t) {
+        YamlReader::Map tm = reader.map(taints[t], fmt::format("{}.taints[{}]", at, t));
+        TaintConfig taint;
+        tm.required("key", taint.key);
+        tm.optional("value", taint.value);
+        tm.requiredChoice("effect", taint.effect, {"NoSchedule", "PreferNoSchedule", "NoExecute"});
+        tm.finish();
+        node.taints.push_back(std::move(taint));
+      }
+      if (!taints.IsSequence()) {
+        reader.addError(taints, m.child("taints"), "expected a list of {key, value, effect}");
+      }
+    }
+    if (auto v = quantityAt(reader, m, "cpu", false)) node.cpu_milli = *v;
+    if (auto v = quantityAt(reader, m, "memory", true)) node.memory_mib = *v;
+    m.optional("rack", node.rack);
+    m.optional("block", node.block);
+    if (m.present("gpus")) {
+      YamlReader::Map g = m.map("gpus");
+      int64_t n = 0;
+      g.optional("count", n, 0, 64);
+      GpuConfig gpu;
+      g.required("model", gpu.model);
+      if (auto v = quantityAt(reader, g, "memory", true)) gpu.memory_mib = *v;
+      if (gpu.memory_mib == 0) {
+        reader.addError(g.node(), g.child("memory"), "required: each GPU's memory, such as 80Gi");
+      }
+      g.optional("mig_capable", gpu.mig_capable);
+      node.gpus.assign(static_cast<size_t>(n), gpu);
+      std::vector<std::string> uuids;
+      g.optionalStrings("uuids", uuids);
+      if (!uuids.empty() && (uuids.size() != node.gpus.size() || counted)) {
+        reader.addError(g.get("uuids"), g.child("uuids"),
+                        "one UUID per GPU, and only on a node declared alone (no count)");
+      } else {
+        for (size_t k = 0; k < uuids.size(); ++k) node.gpus[k].uuid = uuids[k];
+      }
+      const auto indices = [&](const YAML::Node& seq, const std::string& p) {
+        std::vector<int> out;
+        for (size_t k = 0; seq.IsSequence() && k < seq.size(); ++k) {
+          int v = -1;
+          if (seq[k].IsScalar()) {
+            const std::string s = seq[k].Scalar();
+            std::from_chars(s.data(), s.data() + s.size(), v);
+          }
+          if (v < 0 || v >= n) {
+            reader.addError(seq[k], fmt::format("{}[{}]", p, k),
+                            fmt::format("expected a GPU index from 0 to {}", n - 1));
+            continue;
+          }
+          out.push_back(v);
+        }
+        if (!seq.IsSequence()) reader.addError(seq, p, "expected a list");
+        return out;
+      };
+      if (g.present("numa")) {
+        const auto numa = indices(g.get("numa"), g.child("numa"));  // NUMA node per GPU
+        if (numa.size() != node.gpus.size()) {
+          reader.addError(g.get("numa"), g.child("numa"), "one NUMA node per GPU");
+        } else {
+          for (size_t k = 0; k < numa.size(); ++k) node.gpus[k].numa = numa[k];
+        }
+      }
+      if (g.present("nvlink_domains")) {
+        const YAML::Node domains = g.get("nvlink_domains");
+        for (size_t d = 0; domains.IsSequence() && d < domains.size(); ++d) {
+          const std::string p = fmt::format("{}[{}]", g.child("nvlink_domains"), d);
+          for (int k : indices(domains[d], p)) {
+            if (node.gpus[static_cast<size_t>(k)].nvlink_domain >= 0) {
+              reader.addError(domains[d], p, fmt::format("GPU {} is in two NVLink domains", k));
+            }
+            node.gpus[static_cast<size_t>(k)].nvlink_domain = static_cast<int>(d);
+          }
+        }
+        if (!domains.IsSequence()) {
+          reader.addError(domains, g.child("nvlink_domains"),
+                          "expected a list of GPU index lists, such as [[0,1,2,3],[4,5,6,7]]");
+        }
+      }
+      g.finish();
+    }
+    m.finish();
+    if (!counted) {
+      fleet.nodes.push_back(std::move(node));
+      continue;
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      NodeConfig copy = node;
+      copy.name = fmt::format("{}-{}", node.name, k);
+      fleet.nodes.push_back(std::move(copy));
+    }
+  }
+}
 
 void readHttp(YamlReader::Map m, HttpConfig& http) {
   using std::chrono::milliseconds;
@@ -233,6 +379,15 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     fleet.optionalStrings("manifests", cfg.fleet.manifests);
     fleet.optionalChoice("cycle_mode", cfg.fleet.cycle_mode, {"drain", "kueue"});
     fleet.optional("metering_interval", cfg.fleet.metering_interval, std::chrono::seconds(1));
+    if (fleet.present("placement")) {
+      YamlReader::Map placement = fleet.map("placement");
+      placement.optionalChoice("policy", cfg.fleet.placement_policy,
+                               {"default", "binpack", "spread", "best_fit", "fgd", "packing",
+                                "clustering", "dotprod", "random"});
+      placement.optional("seed", cfg.fleet.placement_seed, 0, INT64_MAX);
+      placement.finish();
+    }
+    if (fleet.present("nodes")) readNodes(reader, fleet.get("nodes"), "fleet.nodes", cfg.fleet);
     fleet.finish();
     const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
     for (auto& m : cfg.fleet.manifests) {

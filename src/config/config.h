@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -92,12 +93,44 @@ struct GpuPriceConfig {
   Money per_gpu_hour;
 };
 
+// One GPU of a node in the fleet's inventory.
+struct GpuConfig {
+  std::string uuid;  // empty: unknown (executors use indices)
+  std::string model;
+  int64_t memory_mib = 0;
+  int numa = 0;
+  int nvlink_domain = -1;  // -1: no NVLink
+  bool mig_capable = false;
+};
+
+struct TaintConfig {
+  std::string key;
+  std::string value;
+  std::string effect;  // NoSchedule, PreferNoSchedule or NoExecute
+};
+
+// A node of the fleet's inventory (a `count` of identical nodes expands to name-0, name-1, ...).
+struct NodeConfig {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  std::vector<TaintConfig> taints;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  std::string rack;
+  std::string block;
+  std::vector<GpuConfig> gpus;  // by index
+};
+
 // The fleet: Kueue manifests (ResourceFlavor, ClusterQueue, LocalQueue, Cohort,
-// WorkloadPriorityClass) loaded at start, before those applied through the API.
+// WorkloadPriorityClass) loaded at start, before those applied through the API; and the
+// hardware workloads are placed on (none: admission by quota alone).
 struct FleetConfig {
   std::vector<std::string> manifests;  // files, relative to the configuration file
   std::string cycle_mode = "drain";    // drain, or kueue (one head per ClusterQueue per cycle)
   Duration metering_interval = std::chrono::seconds(60);  // GPU time charged at least this often
+  std::vector<NodeConfig> nodes;
+  std::string placement_policy = "default";  // default, binpack, spread, best_fit, fgd, ...
+  int64_t placement_seed = 1;                // ties between equally good nodes, reproducibly
 };
 
 struct Config {

@@ -889,6 +889,9 @@ class WorkloadParser {
       if (m.present("node_selector")) {
         ps.node_selector = o_.stringMap(m.get("node_selector"), m.child("node_selector"));
       }
+      if (m.present("topology")) topology(m.map("topology"), ps);
+      m.optionalStrings("use_gpu_types", ps.use_gpu_types);
+      m.optionalStrings("nouse_gpu_types", ps.nouse_gpu_types);
       m.finish();
       addPodSet(w.pod_sets, std::move(ps), m);
     }
@@ -941,15 +944,70 @@ class WorkloadParser {
         r_.addError(m.node(), m.child("template"), "required field is missing");
       } else {
         Map t = m.map("template");
-        (void)t.present("metadata");
+        if (t.present("metadata")) templateAnnotations(t.get("metadata"), t.child("metadata"), ps);
         podSpec(t.map("spec"), ps);
         t.finish();
       }
-      o_.unsupported(m, "topologyRequest");
+      if (m.present("topologyRequest")) topology(m.map("topologyRequest"), ps);
       m.finish();
       addPodSet(out, std::move(ps), m);
     }
     return out;
+  }
+
+  // Kueue's topology request: `required` or `preferred`, a level (nvlink, node or
+  // kubernetes.io/hostname, rack, block, or a node label key).
+  void topology(Map t, PodSet& ps) {
+    std::string required, preferred;
+    t.optional("required", required);
+    t.optional("preferred", preferred);
+    o_.unsupported(t, "unconstrained");
+    o_.unsupported(t, "podIndexLabel");
+    o_.unsupported(t, "subGroupIndexLabel");
+    o_.unsupported(t, "subGroupCount");
+    o_.unsupported(t, "podSetSliceRequiredTopology");
+    o_.unsupported(t, "podSetSliceSize");
+    o_.unsupported(t, "podSetGroupName");
+    if (!required.empty() && !preferred.empty()) {
+      r_.addError(t.node(), t.path(), "give required or preferred, not both");
+    }
+    ps.topology.required = !required.empty();
+    ps.topology.level = required.empty() ? preferred : required;
+    t.finish();
+  }
+
+  static std::vector<std::string> commaList(const std::string& s) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (start <= s.size()) {
+      size_t end = s.find(',', start);
+      if (end == std::string::npos) end = s.size();
+      std::string item = s.substr(start, end - start);
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      if (!item.empty()) out.push_back(item);
+      start = end + 1;
+    }
+    return out;
+  }
+
+  // The pod template's annotations Purser reads: Kueue's topology requests and HAMi's GPU type
+  // constraints. The rest of the metadata is the pods' own.
+  void templateAnnotations(const YAML::Node& meta, const std::string& path, PodSet& ps) {
+    if (!meta.IsMap() || !meta["annotations"].IsMap()) return;
+    const std::string at = path + ".annotations";
+    std::map<std::string, std::string> a = o_.stringMap(meta["annotations"], at);
+    if (auto it = a.find("kueue.x-k8s.io/podset-required-topology"); it != a.end()) {
+      ps.topology = {it->second, true};
+    } else if (auto p = a.find("kueue.x-k8s.io/podset-preferred-topology"); p != a.end()) {
+      ps.topology = {p->second, false};
+    }
+    if (auto it = a.find("nvidia.com/use-gputype"); it != a.end()) {
+      ps.use_gpu_types = commaList(it->second);
+    }
+    if (auto it = a.find("nvidia.com/nouse-gputype"); it != a.end()) {
+      ps.nouse_gpu_types = commaList(it->second);
+    }
   }
 
   // A container's requests, with limits standing in for missing requests (as Kueue does).

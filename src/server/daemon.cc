@@ -243,6 +243,26 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_options.mode =
       config.fleet.cycle_mode == "kueue" ? fleet::CycleMode::kKueue : fleet::CycleMode::kDrain;
   fleet_options.metering_interval = config.fleet.metering_interval;
+  fleet_options.policy = PURSER_TRY_VALUE(fleet::placement::parsePolicy(config.fleet.placement_policy));
+  fleet_options.seed = static_cast<uint64_t>(config.fleet.placement_seed);
+  for (const auto& n : config.fleet.nodes) {
+    fleet::InventoryNode node;
+    node.name = n.name;
+    node.labels = n.labels;
+    for (const auto& t : n.taints) node.taints.push_back({t.key, t.value, t.effect});
+    node.cpu_milli = n.cpu_milli;
+    node.memory_mib = n.memory_mib;
+    node.rack = n.rack;
+    node.block = n.block;
+    for (const auto& g : n.gpus) {
+      node.gpus.push_back({static_cast<int>(node.gpus.size()), g.uuid, g.model, g.memory_mib,
+                           g.numa, g.nvlink_domain, g.mig_capable});
+    }
+    fleet_options.inventory.push_back(std::move(node));
+  }
+  if (auto valid = fleet::validateInventory(fleet_options.inventory); !valid) {
+    return fail(invalidArgument("fleet.nodes: " + valid.error().message));
+  }
   for (const auto& file : config.fleet.manifests) {
     std::ifstream in(file);
     if (!in) return fail(invalidArgument(fmt::format("fleet.manifests: cannot read {}", file)));

@@ -390,5 +390,155 @@ TEST_F(FleetServeTest, AnInvalidManifestStopsTheServerWithItsLine) {
   EXPECT_NE(bad.err().find("nominalQuota"), std::string::npos) << bad.err();
 }
 
+// Two 4-GPU nodes (NVLink pairs {0,1} and {2,3}) under a queue with quota for 16: admission waits
+// for real room, says when a request can never fit, carries each pod's GPUs, and keeps them
+// across a restart.
+TEST_F(FleetServeTest, PlacesOnDeclaredNodesAndAdmitsOnlyWhatFits) {
+  stop();
+  // HAMi's GPU memory is a resource like any other to Kueue: the queue covers it.
+  std::string manifests = replace(kManifests, "nominalQuota: 64}", "nominalQuota: 256}");
+  manifests = replace(manifests, "nominalQuota: 8,", "nominalQuota: 16,");
+  manifests = replace(manifests, "[cpu, nvidia.com/gpu]", "[cpu, nvidia.com/gpumem, nvidia.com/gpu]");
+  manifests = replace(manifests, "            - {name: nvidia.com/gpu,",
+                      "            - {name: nvidia.com/gpumem, nominalQuota: 655360}\n"
+                      "            - {name: nvidia.com/gpu,");
+  testing::writeFile(dir.file("fleet.yaml"), manifests);
+  testing::writeFile(dir.file("purser.yaml"),
+                     "listen: 127.0.0.1:0\nthreads: 1\n"
+                     "fleet:\n  manifests: [fleet.yaml]\n"
+                     "  placement: {policy: default, seed: 7}\n"
+                     "  nodes:\n"
+                     "    - name: dgx\n      count: 2\n      cpu: 64\n      memory: 512Gi\n"
+                     "      rack: r1\n"
+                     "      gpus: {count: 4, model: H100-SXM-80GB, memory: 80Gi,\n"
+                     "             nvlink_domains: [[0, 1], [2, 3]], numa: [0, 0, 1, 1]}\n");
+  start();
+  const auto [key, team] = member();
+  const auto submit = [&](const std::string& name, const std::string& yaml) {
+    const std::string path = dir.file(name + ".yaml");
+    testing::writeFile(path, replace(yaml, "NAME", name));
+    Run r = cli({"submit", "-f", path}, key);
+    EXPECT_EQ(r.code, 0) << r.err;
+  };
+  const std::string gang = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: NAME}
+spec:
+  queueName: research
+  podSets:
+    - name: workers
+      count: 2
+      topologyRequest: {required: kubernetes.io/hostname}
+      template:
+        spec:
+          containers:
+            - name: trainer
+              resources:
+                requests: {cpu: "8", nvidia.com/gpu: "GPUS"}
+)";
+  // A gang of two 2-GPU pods that must share a node.
+  submit("gang", replace(gang, "GPUS", "2"));
+  json g = workload("ml/gang", key);
+  ASSERT_EQ(g["state"], "admitted") << g.dump();
+  const json& pods = g["admission"]["pod_sets"][0]["placements"];
+  ASSERT_EQ(pods.size(), 2u);
+  EXPECT_EQ(pods[0]["node"], pods[1]["node"]);
+  // Each pod's pair of GPUs is one NVLink pair.
+  for (const auto& p : pods) {
+    ASSERT_EQ(p["gpus"].size(), 2u);
+    EXPECT_EQ(p["gpus"][0].get<int>() / 2, p["gpus"][1].get<int>() / 2) << p.dump();
+    EXPECT_EQ(p["env"]["CUDA_VISIBLE_DEVICES"],
+              std::to_string(p["gpus"][0].get<int>()) + "," +
+                  std::to_string(p["gpus"][1].get<int>()));
+  }
+  const std::string busy = pods[0]["node"];
+
+  // Five GPUs in one pod: quota allows it, no node ever could.
+  submit("huge", replace(replace(gang, "count: 2", "count: 1"), "GPUS", "5"));
+  json huge = workload("ml/huge", key);
+  EXPECT_EQ(huge["state"], "pending");
+  EXPECT_EQ(huge["reason"], "NeverFits");
+  EXPECT_NE(huge["message"].get<std::string>().find("2 are too small for one pod"),
+            std::string::npos)
+      << huge["message"];
+
+  // A HAMi share: a quarter of an 80 GiB GPU, with HAMi-core's limit for the executor.
+  const std::string share = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: NAME}
+spec:
+  queueName: research
+  podSets:
+    - name: main
+      count: 1
+      template:
+        spec:
+          containers:
+            - name: notebook
+              resources:
+                limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "20480"}
+)";
+  submit("notebook", share);
+  json nb = workload("ml/notebook", key);
+  ASSERT_EQ(nb["state"], "admitted") << nb.dump();
+  const json& nbp = nb["admission"]["pod_sets"][0]["placements"][0];
+  EXPECT_NE(nbp["node"], busy);
+  EXPECT_EQ(nbp["gpu_milli"], 250);
+  EXPECT_EQ(nbp["env"]["CUDA_DEVICE_MEMORY_LIMIT"], "20480m");
+
+  // Four whole GPUs: quota is there (4 + 1 + 4 of 16), but the share holds one of the free node's
+  // GPUs, so it waits for room, saying so.
+  submit("four", replace(replace(gang, "count: 2", "count: 1"), "GPUS", "4"));
+  json four = workload("ml/four", key);
+  EXPECT_EQ(four["state"], "pending");
+  EXPECT_EQ(four["reason"], "WaitingForPlacement");
+  EXPECT_NE(four["message"].get<std::string>().find("does not fit in what is free now"),
+            std::string::npos)
+      << four["message"];
+
+  // The node map shows the share on its GPU.
+  json nodes = cliJson({"fleet", "nodes"});
+  ASSERT_EQ(nodes["data"].size(), 2u);
+  EXPECT_EQ(nodes["policy"], "default");
+  int64_t shared = 0;
+  for (const auto& n : nodes["data"]) {
+    for (const auto& gpu : n["gpus"]) {
+      for (const auto& sh : gpu["shares"]) {
+        if (sh["workload"] == "ml/notebook") shared += sh["gpu_milli"].get<int64_t>();
+      }
+    }
+  }
+  EXPECT_EQ(shared, 250);
+
+  // The share leaves: the 4-GPU workload is admitted on that node.
+  ASSERT_EQ(cli({"workloads", "delete", "ml/notebook"}, key).code, 0);
+  four = workload("ml/four", key);
+  ASSERT_EQ(four["state"], "admitted") << four.dump();
+  EXPECT_EQ(four["admission"]["pod_sets"][0]["placements"][0]["node"], nbp["node"]);
+
+  // After a restart the placements hold: another 2-GPU pod finds no room.
+  stop();
+  start();
+  four = workload("ml/four", key);
+  EXPECT_EQ(four["admission"]["pod_sets"][0]["placements"][0]["gpus"].size(), 4u);
+  submit("late", replace(replace(gang, "count: 2", "count: 1"), "GPUS", "2"));
+  EXPECT_EQ(workload("ml/late", key)["reason"], "WaitingForPlacement");
+  Run table = cli({"fleet", "nodes"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("H100-SXM-80GB"), std::string::npos) << table.out;
+}
+
+TEST_F(FleetServeTest, ABadInventoryStopsTheServerNamingTheField) {
+  stop();
+  testing::writeFile(dir.file("purser.yaml"),
+                     "listen: 127.0.0.1:0\nfleet:\n  nodes:\n"
+                     "    - {name: n1, cpu: \"-4\", gpus: {count: 2, model: A100, memory: 40Gi}}\n");
+  Process bad(
+      {PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"), "--data", dir.file("var3")}, "",
+      {std::string("PURSER_ADMIN_KEY=") + kAdminKey});
+  EXPECT_NE(bad.wait(), 0);
+  EXPECT_NE(bad.err().find("fleet.nodes[0].cpu"), std::string::npos) << bad.err();
+}
+
 }  // namespace
 }  // namespace purser
