@@ -994,9 +994,10 @@ class WorkloadParser {
   // The pod template's annotations Purser reads: Kueue's topology requests and HAMi's GPU type
   // constraints. The rest of the metadata is the pods' own.
   void templateAnnotations(const YAML::Node& meta, const std::string& path, PodSet& ps) {
-    if (!meta.IsMap() || !meta["annotations"].IsMap()) return;
-    const std::string at = path + ".annotations";
-    std::map<std::string, std::string> a = o_.stringMap(meta["annotations"], at);
+    if (!meta.IsMap()) return;
+    const YAML::Node annotations = meta["annotations"];
+    if (!annotations.IsDefined() || !annotations.IsMap()) return;
+    std::map<std::string, std::string> a = o_.stringMap(annotations, path + ".annotations");
     if (auto it = a.find("kueue.x-k8s.io/podset-required-topology"); it != a.end()) {
       ps.topology = {it->second, true};
     } else if (auto p = a.find("kueue.x-k8s.io/podset-preferred-topology"); p != a.end()) {

@@ -121,6 +121,19 @@ INSTANTIATE_TEST_SUITE_P(
                 "purser.yaml:2:21: fleet.cycle_mode: expected one of drain, kueue, got \"fast\""},
         BadCase{"listen: 127.0.0.1:80\nfleet: {metering_interval: 10ms}\n",
                 "purser.yaml:2:28: fleet.metering_interval: must be at least 1s"},
+        BadCase{"listen: 127.0.0.1:80\nfleet: {placement: {policy: tidy}}\n",
+                "purser.yaml:2:29: fleet.placement.policy: expected one of default, binpack, "
+                "spread, best_fit, fgd, packing, clustering, dotprod, random, got \"tidy\""},
+        BadCase{"listen: 127.0.0.1:80\nfleet:\n  nodes: [{name: a, cpu: lots}]\n",
+                "purser.yaml:3:26: fleet.nodes[0].cpu: expected a quantity of 0 or more such as "
+                "\"64\" or \"500m\", got \"lots\""},
+        BadCase{"listen: 127.0.0.1:80\nfleet:\n  nodes: [{name: a, gpus: {count: 2, model: T4}}]\n",
+                "purser.yaml:3:27: fleet.nodes[0].gpus.memory: required: each GPU's memory, such "
+                "as 80Gi"},
+        BadCase{"listen: 127.0.0.1:80\nfleet:\n  nodes: [{name: a, gpus: {count: 2, model: T4, "
+                "memory: 16Gi, nvlink_domains: [[0, 2]]}}]\n",
+                "purser.yaml:3:84: fleet.nodes[0].gpus.nvlink_domains[0][1]: expected a GPU index "
+                "from 0 to 1"},
         // Broken YAML.
         BadCase{"listen: [127.0.0.1:80\n",
                 "purser.yaml:2:1: invalid YAML: end of sequence flow not found"}));
@@ -228,6 +241,53 @@ TEST(ConfigTest, FleetManifestsAreRelativeToTheFile) {
   EXPECT_TRUE(d->fleet.manifests.empty());
   EXPECT_EQ(d->fleet.cycle_mode, "drain");
   EXPECT_EQ(d->fleet.metering_interval, std::chrono::seconds(60));
+}
+
+TEST(ConfigTest, ReadsTheFleetInventory) {
+  auto c = parseConfig(R"(
+listen: 127.0.0.1:80
+fleet:
+  placement: {policy: binpack, seed: 9}
+  nodes:
+    - name: dgx
+      count: 2
+      labels: {pool: h100}
+      taints: [{key: dedicated, value: training, effect: NoSchedule}]
+      cpu: 112
+      memory: 2Ti
+      rack: r7
+      block: b1
+      gpus:
+        count: 8
+        model: H100-SXM-80GB
+        memory: 80Gi
+        nvlink_domains: [[0, 1, 2, 3], [4, 5, 6, 7]]
+        numa: [0, 0, 0, 0, 1, 1, 1, 1]
+    - name: cpu-1
+      cpu: 500m
+      memory: 1536Mi
+)",
+                       "p.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  EXPECT_EQ(c->fleet.placement_policy, "binpack");
+  EXPECT_EQ(c->fleet.placement_seed, 9);
+  ASSERT_EQ(c->fleet.nodes.size(), 3u);
+  const auto& n = c->fleet.nodes[1];
+  EXPECT_EQ(n.name, "dgx-1");
+  EXPECT_EQ(n.labels.at("pool"), "h100");
+  ASSERT_EQ(n.taints.size(), 1u);
+  EXPECT_EQ(n.taints[0].effect, "NoSchedule");
+  EXPECT_EQ(n.cpu_milli, 112000);
+  EXPECT_EQ(n.memory_mib, 2 * 1024 * 1024);
+  EXPECT_EQ(n.rack, "r7");
+  ASSERT_EQ(n.gpus.size(), 8u);
+  EXPECT_EQ(n.gpus[5].memory_mib, 81920);
+  EXPECT_EQ(n.gpus[5].nvlink_domain, 1);
+  EXPECT_EQ(n.gpus[5].numa, 1);
+  EXPECT_EQ(n.gpus[2].nvlink_domain, 0);
+  EXPECT_EQ(c->fleet.nodes[2].cpu_milli, 500);
+  EXPECT_EQ(c->fleet.nodes[2].memory_mib, 1536);
+  EXPECT_TRUE(c->fleet.nodes[2].gpus.empty());
 }
 
 TEST(ConfigTest, CommandLineOverridesWin) {

@@ -679,6 +679,53 @@ TEST(ManifestWorkloadTest, ReadsTheShortFormInYamlAndJson) {
   }
 }
 
+TEST(ManifestWorkloadTest, ReadsTopologyRequestsAndGpuTypes) {
+  const std::string kueue = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: w, namespace: ns}
+spec:
+  queueName: q
+  podSets:
+    - name: workers
+      count: 4
+      topologyRequest: {required: rack}
+      template:
+        metadata:
+          annotations: {nvidia.com/use-gputype: "A100, H100", nvidia.com/nouse-gputype: T4}
+        spec:
+          containers: [{name: c, resources: {requests: {nvidia.com/gpu: 2}}}]
+    - name: launcher
+      template:
+        metadata:
+          annotations: {kueue.x-k8s.io/podset-preferred-topology: kubernetes.io/hostname}
+        spec:
+          containers: [{name: c, resources: {requests: {cpu: 1}}}]
+)";
+  auto w = parseWorkload(kueue, "wl.yaml");
+  ASSERT_TRUE(w) << w.error().toString();
+  const auto& sets = w->workload.pod_sets;
+  ASSERT_EQ(sets.size(), 2u);
+  EXPECT_EQ(sets[0].topology.level, "rack");
+  EXPECT_TRUE(sets[0].topology.required);
+  EXPECT_EQ(sets[0].use_gpu_types, (std::vector<std::string>{"A100", "H100"}));
+  EXPECT_EQ(sets[0].nouse_gpu_types, (std::vector<std::string>{"T4"}));
+  EXPECT_EQ(sets[1].topology.level, "kubernetes.io/hostname");
+  EXPECT_FALSE(sets[1].topology.required);
+
+  auto s = parseWorkload(
+      "name: w\nqueue: q\npod_sets: [{name: m, topology: {preferred: nvlink}, "
+      "use_gpu_types: [H100]}]\n",
+      "body");
+  ASSERT_TRUE(s) << s.error().toString();
+  EXPECT_EQ(s->workload.pod_sets[0].topology.level, "nvlink");
+  EXPECT_EQ(s->workload.pod_sets[0].use_gpu_types, (std::vector<std::string>{"H100"}));
+  auto both = parseWorkload(
+      "name: w\nqueue: q\npod_sets: [{name: m, topology: {preferred: rack, required: node}}]\n",
+      "body");
+  ASSERT_FALSE(both);
+  EXPECT_THAT(both.error().toString(), HasSubstr("give required or preferred, not both"));
+}
+
 TEST(ManifestWorkloadTest, RejectsBadWorkloads) {
   const auto errorOfWorkload = [](const std::string& text) {
     auto w = parseWorkload(text, "body");
