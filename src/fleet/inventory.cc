@@ -27,6 +27,7 @@ std::string lower(std::string s) {
 
 // HAMi matches GPU types by a case-insensitive part of the device's model name.
 bool typeMatches(const std::string& model, const std::vector<std::string>& types) {
+  if (types.empty()) return false;
   const std::string m = lower(model);
   for (const auto& t : types) {
     if (m.find(lower(t)) != std::string::npos) return true;
@@ -153,15 +154,22 @@ std::vector<InventoryNode> inventoryOf(const std::vector<placement::Node>& nodes
 
 Placer::Placer(std::vector<InventoryNode> nodes, placement::Policy policy, uint64_t seed)
     : nodes_(std::move(nodes)), policy_(policy), rng_(seed) {
+  std::map<std::string, int> type_index;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const InventoryNode& n = nodes_[i];
     placement::Node shape{n.name, n.cpu_milli, n.memory_mib, static_cast<int>(n.gpus.size()),
                           n.gpus.empty() ? "" : n.gpus.front().model};
     states_.push_back(NodeState::of(shape));
+    // Nodes alike in everything a score reads share a type (and memoised scores).
+    const std::string key = fmt::format("{}|{}|{}|{}|{}", shape.model, shape.gpus, shape.cpu_milli,
+                                        shape.memory_mib,
+                                        n.gpus.empty() ? 0 : n.gpus.front().memory_mib);
+    types_.push_back(type_index.emplace(key, static_cast<int>(type_index.size())).first->second);
     shapes_.push_back(std::move(shape));
     shares_.emplace_back(n.gpus.size());
     index_[n.name] = static_cast<int>(i);
   }
+  idle_ = states_;
 }
 
 Result<std::unique_ptr<Placer>> Placer::create(std::vector<InventoryNode> nodes,
@@ -225,8 +233,7 @@ class Placer::Attempt {
   const NodeState& state(int i) {
     auto it = overlay_.find(i);
     if (it != overlay_.end()) return it->second;
-    if (!idle_) return p_.states_[u(i)];
-    return overlay_.emplace(i, NodeState::of(p_.shapes_[u(i)])).first->second;
+    return idle_ ? p_.idle_[u(i)] : p_.states_[u(i)];
   }
   NodeState& mutableState(int i) {
     auto it = overlay_.find(i);
@@ -245,9 +252,13 @@ class Placer::Attempt {
   struct Prepared {
     const PlacementRequest* request = nullptr;
     GpuRequest gpu;
-    std::vector<int> eligible;       // nodes that match and could hold one pod when idle
-    std::map<int, Pod> shape;        // per eligible node
+    std::vector<int> eligible;  // nodes that match and could hold one pod when idle
+    std::vector<Pod> pods;      // the pod's shapes (its share depends on the GPU's memory)
+    std::vector<int> pod_of;    // per node: index into `pods`; -1 when not eligible
     int labels = 0, taints = 0, model = 0, small = 0;  // why the others are not eligible
+    // Scores already computed for this pod, by node type and state.
+    std::unordered_map<uint64_t, int> scores;
+    const Pod& pod(int node) const { return pods[u(pod_of[u(node)])]; }
   };
 
   Result<Prepared> prepare(const PlacementRequest& r) {
@@ -256,6 +267,8 @@ class Placer::Attempt {
     p.gpu = PURSER_TRY_VALUE(gpuRequestOf(r.per_pod));
     const int64_t cpu = amount(r.per_pod, "cpu");
     const int64_t memory = (amount(r.per_pod, "memory") + kMilliBytesPerMib - 1) / kMilliBytesPerMib;
+    p.pod_of.assign(p_.nodes_.size(), -1);
+    std::map<int64_t, int> by_gpu_memory;
     for (size_t i = 0; i < p_.nodes_.size(); ++i) {
       const InventoryNode& n = p_.nodes_[i];
       bool labels_ok = true;
@@ -295,12 +308,15 @@ class Placer::Attempt {
         pod.num_gpu = p.gpu.count;
         pod.gpu_milli = *share;
       }
-      if (!placement::feasible(p_.shapes_[i], NodeState::of(p_.shapes_[i]), pod)) {
+      if (!placement::feasible(p_.shapes_[i], p_.idle_[i], pod)) {
         ++p.small;
         continue;
       }
       p.eligible.push_back(static_cast<int>(i));
-      p.shape.emplace(static_cast<int>(i), std::move(pod));
+      const int64_t gm = n.gpus.empty() ? 0 : n.gpus.front().memory_mib;
+      auto [it, fresh] = by_gpu_memory.emplace(gm, static_cast<int>(p.pods.size()));
+      if (fresh) p.pods.push_back(std::move(pod));
+      p.pod_of[i] = it->second;
     }
     return p;
   }
@@ -360,7 +376,7 @@ class Placer::Attempt {
   }
 
   // Places every pod of `p` inside `d`; on failure the overlay is as it was.
-  std::optional<std::vector<PodPlacement>> placeIn(const Prepared& p, const Domain& d,
+  std::optional<std::vector<PodPlacement>> placeIn(Prepared& p, const Domain& d,
                                                    std::vector<Holding>& holdings) {
     const auto saved = overlay_;
     const size_t held_before = holdings.size();
@@ -370,11 +386,12 @@ class Placer::Attempt {
       int best = -1, best_score = -1;
       uint64_t best_mask = 0;
       uint64_t ties = 0;
+      NodeState scratch;
       for (const auto& [i, mask] : d.members) {
-        const Pod& pod = p.shape.at(i);
-        const NodeState masked = maskedState(i, mask);
+        const Pod& pod = p.pod(i);
+        const NodeState& masked = mask == kAll ? state(i) : (scratch = maskedState(i, mask));
         if (!placement::feasible(p_.shapes_[u(i)], masked, pod)) continue;
-        const int sc = placement::score(p_.policy_, p_.shapes_[u(i)], masked, pod, typical);
+        const int sc = scoreOf(p, i, masked, typical);
         if (sc > best_score) {
           best = i;
           best_score = sc;
@@ -390,7 +407,7 @@ class Placer::Attempt {
         holdings.resize(held_before);
         return std::nullopt;
       }
-      const Pod& pod = p.shape.at(best);
+      const Pod& pod = p.pod(best);
       const NodeState masked = maskedState(best, best_mask);
       std::vector<std::pair<int, int64_t>> gpus;
       if (pod.totalGpu() > 0 && pod.gpu_milli == placement::kMilliPerGpu) {
@@ -424,7 +441,7 @@ class Placer::Attempt {
 
   // Places `p` at its topology request: the tightest domain at the level that holds every pod;
   // a preferred level widens, then gives up the request, when none does.
-  std::optional<std::vector<PodPlacement>> placeSet(const Prepared& p,
+  std::optional<std::vector<PodPlacement>> placeSet(Prepared& p,
                                                     std::vector<Holding>& holdings) {
     const TopologyRequest& t = p.request->topology;
     std::vector<std::string> levels;
@@ -444,7 +461,7 @@ class Placer::Attempt {
       std::vector<Domain> ds = domains(p, l);
       // Best fit: the domain with the least free GPU (then CPU) that could hold them all first.
       std::vector<std::tuple<int64_t, int64_t, size_t>> order;
-      const Pod* any = p.shape.empty() ? nullptr : &p.shape.begin()->second;
+      const Pod* any = p.pods.empty() ? nullptr : &p.pods.front();
       for (size_t k = 0; k < ds.size(); ++k) {
         int64_t gpu = 0, cpu = 0;
         for (const auto& [i, mask] : ds[k].members) {
@@ -467,6 +484,36 @@ class Placer::Attempt {
   }
 
  private:
+  static constexpr uint64_t kAll = ~uint64_t{0};
+
+  // The policy's score, memoised by node type and state (the pod is the request's): on a large
+  // fleet most nodes are alike, and the fragmentation-aware scores are the costly part.
+  int scoreOf(Prepared& p, int i, const NodeState& s,
+              const std::vector<placement::TypicalPod>& typical) {
+    if (p_.policy_ == placement::Policy::kRandom) return 0;
+    if (p_.policy_ == placement::Policy::kClustering) {
+      return placement::score(p_.policy_, p_.shapes_[u(i)], s, p.pod(i), typical);
+    }
+    // A 64-bit mix of the key (type, pod shape, CPU, memory, GPU left): alike nodes collide by
+    // design, different ones with odds near 2^-64.
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    const auto put = [&h](int64_t v) {
+      h ^= static_cast<uint64_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h *= 0xff51afd7ed558ccdULL;
+      h ^= h >> 33;
+    };
+    put(p_.types_[u(i)]);
+    put(p.pod_of[u(i)]);
+    put(s.cpu_left);
+    put(s.memory_left);
+    for (int64_t l : s.left) put(l);
+    auto it = p.scores.find(h);
+    if (it != p.scores.end()) return it->second;
+    const int sc = placement::score(p_.policy_, p_.shapes_[u(i)], s, p.pod(i), typical);
+    p.scores.emplace(h, sc);
+    return sc;
+  }
+
   NodeState maskedState(int i, uint64_t mask) {
     NodeState s = state(i);
     if (mask != ~uint64_t{0}) {
@@ -478,9 +525,9 @@ class Placer::Attempt {
   }
 
   const std::vector<placement::TypicalPod>& typicalFor(const Prepared& p) {
-    if (!p_.typical().empty() || p.shape.empty()) return p_.typical();
+    if (!p_.typical().empty() || p.pods.empty()) return p_.typical();
     // Nothing placed yet: the pod at hand is the workload's only known shape.
-    const Pod& pod = p.shape.begin()->second;
+    const Pod& pod = p.pods.front();
     own_ = {{pod.cpu_milli, pod.gpu_milli, pod.num_gpu, {}, 1.0}};
     return own_;
   }
@@ -520,7 +567,7 @@ PlacementResult Placer::place(const std::vector<PlacementRequest>& requests,
       continue;
     }
     // Not now; and on an idle fleet?
-    const Attempt::Prepared& p = *prepared;
+    Attempt::Prepared& p = *prepared;
     std::string what = fmt::format("pod set \"{}\" ({} pod(s) of {})", r.name, r.count, describe(r));
     std::string within;
     if (!r.topology.level.empty()) {

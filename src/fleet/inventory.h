@@ -131,6 +131,8 @@ class Placer {
   std::vector<InventoryNode> nodes_;
   std::vector<placement::Node> shapes_;  // per node, for the policies
   std::vector<placement::NodeState> states_;
+  std::vector<placement::NodeState> idle_;  // every node free
+  std::vector<int> types_;  // per node: nodes alike in shape share a type
   std::vector<std::vector<std::vector<Share>>> shares_;  // per node, per GPU
   std::unordered_map<std::string, int> index_;
   std::unordered_map<std::string, std::vector<Holding>> held_;
