@@ -37,6 +37,36 @@ int fgdScore(double before, double after) {
   return truncate(sigmoid((before - after) / 1000.0) * 100.0);
 }
 
+// The CPU the typical GPU pods ask for per milli-GPU, weighted by frequency: what a node must
+// keep per milli-GPU left for the typical workload to use its GPUs (0 without typical GPU pods).
+double cpuPerMilliGpu(const std::vector<TypicalPod>& typical) {
+  double cpu = 0, gpu = 0;
+  for (const auto& t : typical) {
+    if (t.num_gpu == 0 || t.gpu_milli == 0) continue;
+    cpu += t.freq * static_cast<double>(t.cpu_milli);
+    gpu += t.freq * static_cast<double>(t.gpu_milli * t.num_gpu);
+  }
+  return gpu > 0 ? cpu / gpu : 0;
+}
+
+// The milli-GPU that `cpu_left` cannot feed at `cpu_per_milli`: GPU capacity the typical
+// workload would leave stranded on the node for lack of CPU.
+double cpuStranded(double gpu_left, double cpu_left, double cpu_per_milli) {
+  if (cpu_per_milli <= 0) return 0;
+  return std::max(0.0, gpu_left - cpu_left / cpu_per_milli);
+}
+
+// How much more GPU capacity is stranded for lack of CPU once `pod` is on the node (whichever
+// GPUs it takes).
+double cpuStrandedGrowth(const NodeState& s, const Pod& pod,
+                         const std::vector<TypicalPod>& typical) {
+  const double r = cpuPerMilliGpu(typical);
+  const double L = static_cast<double>(s.gpuLeft()), cpu = static_cast<double>(s.cpu_left);
+  return cpuStranded(L - static_cast<double>(pod.totalGpu()),
+                     cpu - static_cast<double>(pod.cpu_milli), r) -
+         cpuStranded(L, cpu, r);
+}
+
 }  // namespace
 
 NodeState NodeState::of(const Node& node) {
@@ -286,7 +316,12 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
     }
     case Policy::kFgd:
     case Policy::kDefault: {
+      // kDefault: FGD's score, with the growth of the GPU capacity stranded for lack of CPU
+      // counted as fragmentation too. It does not depend on which GPU a share takes, so the GPU
+      // choice stays FGD's.
       const double before = fragmentation(node, s, typical);
+      const double stranding =
+          policy == Policy::kDefault ? cpuStrandedGrowth(s, pod, typical) : 0.0;
       if (pod.sharing()) {
         int best = 0;
         for (size_t i = 0; i < s.left.size(); ++i) {
@@ -295,7 +330,8 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
               best,
               fgdScore(before,
                        fragmentation(node, after(s, pod, {{static_cast<int>(i), pod.gpu_milli}}),
-                                     typical)));
+                                     typical) +
+                           stranding));
         }
         return best;
       }
@@ -306,7 +342,7 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
           g.emplace_back(fit[u(i)], pod.gpu_milli);
         }
       }
-      return fgdScore(before, fragmentation(node, after(s, pod, g), typical));
+      return fgdScore(before, fragmentation(node, after(s, pod, g), typical) + stranding);
     }
   }
   return 0;

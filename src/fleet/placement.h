@@ -52,8 +52,9 @@ struct NodeState {
   int64_t gpuLeft() const;  // L: the sum of left[]
 };
 
-// kDefault is Purser's own policy; for now it scores as FGD does (an unrounded, best-fit
-// tie-broken variant placed worse on the openb traces: 94.3 % against FGD's 95.3 % at 130 %).
+// kDefault is Purser's own policy: FGD's score, where the fragmentation after placing also
+// counts the growth of the node's GPU capacity that the CPU it has left cannot feed at the
+// typical GPU pods' CPU per milli-GPU r (max(0, L - cpu_left / r)). GPU choice as FGD's.
 // kBinpack and kSpread are the plain rules platform teams know: the node left fullest (GPU, or
 // CPU for pods without GPUs) after placing, or the emptiest.
 enum class Policy {

@@ -113,6 +113,41 @@ TEST(PlacementScoreTest, EachPolicyPrefersWhatItShould) {
   EXPECT_EQ(score(Policy::kPacking, n, empty, pod(4000, 0, 0), {}), 0);
 }
 
+TEST(PlacementScoreTest, BinpackAndSpreadLookAtHowFullTheNodeIsLeft) {
+  const Node n = gpuNode("n", 8);
+  NodeState empty = NodeState::of(n);
+  NodeState half = NodeState::of(n);
+  half.left = {0, 0, 0, 0, 1000, 1000, 1000, 1000};
+  const Pod one = pod(1000, 1, 1000);
+  EXPECT_EQ(score(Policy::kBinpack, n, empty, one, {}), 12);  // 1 of 8 taken after
+  EXPECT_EQ(score(Policy::kBinpack, n, half, one, {}), 62);   // 5 of 8
+  EXPECT_EQ(score(Policy::kSpread, n, half, one, {}), 38);
+  EXPECT_GT(score(Policy::kSpread, n, empty, one, {}), score(Policy::kSpread, n, half, one, {}));
+  // Pods without GPUs: by CPU.
+  EXPECT_EQ(score(Policy::kBinpack, n, empty, pod(32000, 0, 0), {}), 50);
+}
+
+// The default policy is FGD's score plus the GPU capacity a placement strands for want of CPU:
+// two nodes alike to FGD differ when one would be left with too little CPU for its GPUs.
+TEST(PlacementScoreTest, DefaultCountsGpuCapacityStrandedForWantOfCpu) {
+  const Node roomy = gpuNode("roomy", 4, "V100", 64000);
+  const Node tight = gpuNode("tight", 4, "V100", 40000);
+  // The typical workload: one GPU and 8 CPUs per pod (8 CPU-milli per milli-GPU).
+  const std::vector<TypicalPod> typical = {{8000, 1000, 1, {}, 1.0}};
+  const Pod cpu_only = pod(16000, 0, 0);
+  const NodeState a = NodeState::of(roomy);
+  const NodeState b = NodeState::of(tight);
+  // FGD sees no difference: a typical pod still fits on either afterwards.
+  EXPECT_EQ(score(Policy::kFgd, roomy, a, cpu_only, typical),
+            score(Policy::kFgd, tight, b, cpu_only, typical));
+  // After it, "tight" has 24 CPUs for 4 GPUs: one GPU's worth (1000 milli) is stranded.
+  EXPECT_GT(score(Policy::kDefault, roomy, a, cpu_only, typical),
+            score(Policy::kDefault, tight, b, cpu_only, typical));
+  EXPECT_EQ(score(Policy::kDefault, roomy, a, cpu_only, typical),
+            score(Policy::kFgd, roomy, a, cpu_only, typical));
+  EXPECT_EQ(score(Policy::kDefault, tight, b, cpu_only, typical), 26);  // sigmoid(-1) = 0.269
+}
+
 TEST(PlacementFragmentationTest, CountsWhatTypicalPodsCannotUse) {
   const Node n = gpuNode("n", 2, "V100", 16000);
   NodeState s = NodeState::of(n);
