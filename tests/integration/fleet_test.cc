@@ -461,6 +461,8 @@ spec:
   EXPECT_NE(huge["message"].get<std::string>().find("2 are too small for one pod"),
             std::string::npos)
       << huge["message"];
+  Run why = cli({"why", "ml/huge"}, key);
+  EXPECT_NE(why.out.find("NeverFits"), std::string::npos) << why.out;
 
   // A HAMi share: a quarter of an 80 GiB GPU, with HAMi-core's limit for the executor.
   const std::string share = R"(apiVersion: kueue.x-k8s.io/v1beta1
