@@ -1,11 +1,25 @@
 # Writes a C++ source that embeds files as byte arrays, for serving the console from the binary.
-# Run as: cmake -DOUTPUT=out.cc -DBASE=dir -DFILES=a,b -P embed_files.cmake
+# Run as: cmake -DOUTPUT=out.cc -DBASE=dir -DFILES=a,b [-DROOT=dir -DVENDOR=url=file,...]
+#   -P embed_files.cmake
+# FILES are served at /<file> from BASE; VENDOR entries at /<url> from ROOT/<file>.
 string(REPLACE "," ";" FILES "${FILES}")
+string(REPLACE "," ";" VENDOR "${VENDOR}")
+set(entries "")
+foreach(file IN LISTS FILES)
+  list(APPEND entries "${file}=${BASE}/${file}")
+endforeach()
+foreach(entry IN LISTS VENDOR)
+  string(REGEX REPLACE "=.*$" "" url "${entry}")
+  string(REGEX REPLACE "^[^=]*=" "" source "${entry}")
+  list(APPEND entries "${url}=${ROOT}/${source}")
+endforeach()
 set(body "// Generated from web/ by cmake/embed_files.cmake; do not edit.\n#include \"server/console.h\"\n\nnamespace purser::server {\nnamespace {\n")
 set(table "")
 set(index 0)
-foreach(file IN LISTS FILES)
-  file(READ "${BASE}/${file}" hex HEX)
+foreach(entry IN LISTS entries)
+  string(REGEX REPLACE "=.*$" "" file "${entry}")
+  string(REGEX REPLACE "^[^=]*=" "" source "${entry}")
+  file(READ "${source}" hex HEX)
   string(LENGTH "${hex}" hex_length)
   math(EXPR size "${hex_length} / 2")
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")

@@ -1,38 +1,164 @@
-// The console's status page: reads only Purser's own endpoints and refreshes every 5 seconds.
-"use strict";
+// The Purser console: sign in with a key, then views of spend, people, models, GPUs, queues, keys
+// and the audit log, each showing only what the key's role may see (the API decides; the
+// console asks it). Reads nothing but Purser's own REST API; refreshes every few seconds.
+import { render } from "preact";
+import { useEffect, useState } from "preact/hooks";
 
-function setPill(id, ok, text) {
-  const el = document.getElementById(id);
-  el.textContent = text;
-  el.className = "pill " + (ok ? "ok" : "bad");
+import { ApiError, api, html, session } from "./lib.js";
+import { Audit } from "./views/audit.js";
+import { Gpus } from "./views/gpus.js";
+import { Keys } from "./views/keys.js";
+import { Models } from "./views/models.js";
+import { Overview } from "./views/overview.js";
+import { People } from "./views/people.js";
+import { Queues } from "./views/queues.js";
+
+const VIEWS = [
+  { id: "overview", title: "Overview", view: Overview },
+  { id: "people", title: "People", view: People, roles: ["platform-admin", "tenant-admin", "team-lead"] },
+  { id: "models", title: "Models", view: Models },
+  { id: "gpus", title: "GPU pools", view: Gpus },
+  { id: "queues", title: "Queues", view: Queues },
+  { id: "keys", title: "Keys", view: Keys },
+  { id: "audit", title: "Audit", view: Audit, roles: ["platform-admin", "tenant-admin"] },
+];
+
+function ServerStatus() {
+  const [s, setS] = useState({ health: "checking…", ready: "checking…" });
+  useEffect(() => {
+    const load = async () => {
+      const next = {};
+      try {
+        const info = await (await fetch("/api/v1/info")).json();
+        next.version = `v${info.version} · ${info.commit}`;
+        next.installation = info.installation_id;
+      } catch (e) {
+        next.version = "unreachable";
+      }
+      try {
+        next.health = (await fetch("/healthz")).ok ? "healthy" : "unhealthy";
+      } catch (e) {
+        next.health = "unreachable";
+      }
+      try {
+        next.ready = (await fetch("/readyz")).ok ? "ready" : "not ready";
+      } catch (e) {
+        next.ready = "unreachable";
+      }
+      setS(next);
+    };
+    load();
+    const t = setInterval(load, 5000);
+    return () => clearInterval(t);
+  }, []);
+  const pill = (ok) => `pill ${ok ? "ok" : "bad"}`;
+  return html`<section class="card status" aria-label="Server">
+    <dl>
+      <dt>Health</dt><dd><span id="health" class=${pill(s.health === "healthy")}>${s.health}</span></dd>
+      <dt>Ready</dt><dd><span id="ready" class=${pill(s.ready === "ready")}>${s.ready}</span></dd>
+      <dt>Version</dt><dd id="version">${s.version ?? "—"}</dd>
+      <dt>Installation</dt><dd id="installation">${s.installation ?? "—"}</dd>
+    </dl>
+  </section>`;
 }
 
-async function refresh() {
-  try {
-    const info = await (await fetch("/api/v1/info")).json();
-    document.getElementById("version").textContent = `v${info.version} · ${info.commit}`;
-    document.getElementById("installation").textContent = info.installation_id;
-    document.getElementById("started").textContent = new Date(info.started_at).toLocaleString();
-    document.getElementById("workers").textContent = info.workers;
-  } catch (e) {
-    document.getElementById("version").textContent = "unreachable";
-  }
-  try {
-    const health = await fetch("/healthz");
-    setPill("health", health.ok, health.ok ? "healthy" : `HTTP ${health.status}`);
-  } catch (e) {
-    setPill("health", false, "unreachable");
-  }
-  try {
-    const ready = await fetch("/readyz");
-    const text = await ready.text();
-    setPill("ready", ready.ok, ready.ok ? "ready" : "not ready");
-    document.getElementById("ready-detail").textContent =
-      ready.ok ? "" : text.split("\n").slice(1).join("; ");
-  } catch (e) {
-    setPill("ready", false, "unreachable");
-  }
+function SignIn({ onSignedIn, notice }) {
+  const [key, setKey] = useState("");
+  const [error, setError] = useState(notice);
+  const [busy, setBusy] = useState(false);
+  const submit = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      const me = await api("/api/v1/whoami", { key: key.trim() });
+      session.set(key.trim());
+      onSignedIn(me);
+    } catch (err) {
+      setError(err instanceof ApiError && err.status === 401
+        ? `That key was not accepted: ${err.message}`
+        : err.message);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return html`<main class="signin">
+    <h1>Purser</h1>
+    <form class="card" onSubmit=${submit} aria-label="Sign in">
+      <h2>Sign in</h2>
+      <label for="key">API key</label>
+      <input id="key" name="key" type="password" autocomplete="off" required
+        value=${key} onInput=${(e) => setKey(e.target.value)} placeholder="pk-…" />
+      <button type="submit" disabled=${busy}>${busy ? "Signing in…" : "Sign in"}</button>
+      ${error && html`<p class="error" role="alert" id="signin-error">${error}</p>`}
+      <p class="muted">Platform admins, tenant admins and team leads see what their role allows.</p>
+    </form>
+    <${ServerStatus} />
+  </main>`;
 }
 
-refresh();
-setInterval(refresh, 5000);
+function currentView() {
+  const id = location.hash.replace(/^#\/?/, "") || "overview";
+  return id.split("/")[0];
+}
+
+function Shell({ me, onSignOut }) {
+  const [view, setView] = useState(currentView());
+  useEffect(() => {
+    const on = () => setView(currentView());
+    addEventListener("hashchange", on);
+    return () => removeEventListener("hashchange", on);
+  }, []);
+  const allowed = VIEWS.filter((v) => !v.roles || v.roles.includes(me.role));
+  const active = allowed.find((v) => v.id === view) ?? allowed[0];
+  const who = me.tenant ? `${me.name} · ${me.tenant.name}${me.team ? " / " + me.team.name : ""}` : me.name;
+  return html`<div class="shell">
+    <header class="bar">
+      <h1>Purser</h1>
+      <nav aria-label="Views">${allowed.map((v) => html`<a href=${`#/${v.id}`}
+        aria-current=${v === active ? "page" : undefined}>${v.title}</a>`)}</nav>
+      <span class="who" id="whoami">${who} <span class="role">${me.role}</span></span>
+      <button class="link" onClick=${onSignOut}>Sign out</button>
+    </header>
+    <main id="view" data-view=${active.id}>
+      <${active.view} me=${me} />
+    </main>
+  </div>`;
+}
+
+function App() {
+  const [me, setMe] = useState(null);
+  const [checking, setChecking] = useState(!!session.key());
+  const [notice, setNotice] = useState(null);
+  useEffect(() => {
+    if (!session.key()) return;
+    api("/api/v1/whoami")
+      .then(setMe)
+      .catch((e) => {
+        session.clear();
+        setNotice(`Your key is no longer accepted: ${e.message}`);
+      })
+      .finally(() => setChecking(false));
+  }, []);
+  // A key revoked while signed in: the next 401 sends the user back to sign in.
+  useEffect(() => {
+    const on = (e) => {
+      session.clear();
+      setMe(null);
+      setNotice(`Signed out: ${e.detail}`);
+    };
+    addEventListener("purser:unauthorized", on);
+    return () => removeEventListener("purser:unauthorized", on);
+  }, []);
+  if (checking) return html`<p class="loading">Signing in…</p>`;
+  if (!me) return html`<${SignIn} onSignedIn=${setMe} notice=${notice} />`;
+  return html`<${Shell} me=${me} onSignOut=${() => {
+    session.clear();
+    setMe(null);
+    setNotice(null);
+  }} />`;
+}
+
+const root = document.getElementById("app");
+root.textContent = "";
+render(html`<${App} />`, root);

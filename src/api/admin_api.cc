@@ -658,6 +658,15 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
     }
     q.limit = n;
   }
+  if (auto action = req.queryParam("action")) q.action = *action;
+  if (auto actor = req.queryParam("actor")) q.actor = *actor;
+  if (auto order = req.queryParam("order")) {
+    if (*order != "asc" && *order != "desc") {
+      co_return problem(400, "\"order\" must be asc (oldest first) or desc (newest first)",
+                        "order");
+    }
+    q.newest_first = *order == "desc";
+  }
   API_TRY(entries, s.audit.list(s.store, q));
   json items = json::array();
   for (const auto& e : entries) {
@@ -674,6 +683,23 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
          {"hash", e.hash}});
   }
   co_return jsonResponse(200, listOf(std::move(items)));
+}
+
+// Who the caller's key stands for: the console's sign-in.
+asio::awaitable<Response> whoami(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  json out = {{"kind", std::string(identity::ownerKindName(who.kind))},
+              {"id", who.id},
+              {"name", who.name},
+              {"role", std::string(identity::roleName(who.role))},
+              {"key_id", who.key_id.empty() ? json(nullptr) : json(who.key_id)},
+              {"tenant", nullptr},
+              {"team", nullptr}};
+  if (auto t = s.directory.tenant(who.tenant_id)) {
+    out["tenant"] = {{"id", t->id}, {"name", t->name}};
+  }
+  if (auto t = s.directory.team(who.team_id)) out["team"] = {{"id", t->id}, {"name", t->name}};
+  co_return jsonResponse(200, out);
 }
 
 asio::awaitable<Response> verifyAudit(const Services& s, Request& req) {
@@ -1367,6 +1393,7 @@ Result<void> addAdminRoutes(http::Router& router, const Services& services) {
                 [](const ledger::WalletStatus& w) { return toJson(w); })));
   PURSER_TRY(route(Method::kGet, "/api/v1/audit", listAudit));
   PURSER_TRY(route(Method::kGet, "/api/v1/audit/verify", verifyAudit));
+  PURSER_TRY(route(Method::kGet, "/api/v1/whoami", whoami));
   PURSER_TRY(route(Method::kGet, "/api/v1/providers", listProviders));
   PURSER_TRY(route(Method::kPut, "/api/v1/providers/{name}/keys", replaceProviderKeys));
   PURSER_TRY(route(Method::kDelete, "/api/v1/providers/{name}/keys", restoreProviderKeys));

@@ -1032,6 +1032,16 @@ class Fleet::Impl {
     auto explained = engine_->explain(name);
     if (!explained) co_return problem(explained.error());
     json out = std::move(*explained);
+    // Would-be victims the caller may not see are not named.
+    if (out.contains("preemption") && out["preemption"].contains("would_preempt")) {
+      for (auto& v : out["preemption"]["would_preempt"]) {
+        auto victim = records_.find(v.value("workload", ""));
+        if (victim == records_.end() ||
+            !visible(*who, victim->second.tenant_id, victim->second.team_id)) {
+          v["workload"] = "a workload of another team";
+        }
+      }
+    }
     if (!it->second.hold.empty()) out["budget"] = it->second.hold;
     out["explanation"] = sentences(out);
     co_return jsonResponse(200, out);
@@ -1096,12 +1106,30 @@ class Fleet::Impl {
     return out;
   }
 
+  // The ClusterQueues `who` may see: platform admins all; others those with a LocalQueue in a
+  // namespace of theirs (their tenant's teams for a tenant admin, their own team otherwise).
+  std::set<std::string> visibleQueues(const Principal& who) const {
+    std::set<std::string> namespaces;
+    for (const auto& team : s_.directory.teams()) {
+      if (team.tenant_id != who.tenant_id) continue;
+      if (who.role == Role::kTenantAdmin || team.id == who.team_id) namespaces.insert(team.name);
+    }
+    std::set<std::string> out;
+    for (const auto& lq : base_.local_queues) {
+      if (namespaces.count(lq.namespace_) != 0) out.insert(lq.cluster_queue);
+    }
+    return out;
+  }
+
   asio::awaitable<Response> queues(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
     std::lock_guard lock(mu_);
     json items = json::array();
+    const bool all = who->role == Role::kPlatformAdmin;
+    const std::set<std::string> mine = all ? std::set<std::string>{} : visibleQueues(*who);
     for (const auto& q : engine_->queues()) {
+      if (!all && mine.count(q.name) == 0) continue;
       json resources = json::array();
       for (const auto& u : q.usage) {
         resources.push_back(
@@ -1155,9 +1183,20 @@ class Fleet::Impl {
                           {"shares", shares}});
         }
         const fleet::InventoryNode& n = *v.node;
+        // The flavors whose node labels the node carries.
+        json flavors = json::array();
+        for (const auto& f : base_.flavors) {
+          bool match = true;
+          for (const auto& [k, val] : f.node_labels) {
+            auto it = n.labels.find(k);
+            match = match && it != n.labels.end() && it->second == val;
+          }
+          if (match) flavors.push_back(f.name);
+        }
         int64_t allocated = 0;
         for (const auto& g : v.gpus) allocated += g.used_milli;
         items.push_back({{"name", n.name},
+                         {"flavors", flavors},
                          {"gpu_model", n.gpus.empty() ? json(nullptr) : json(n.gpus[0].model)},
                          {"gpu_count", n.gpus.size()},
                          {"gpu_allocated", quantity(allocated)},

@@ -258,6 +258,13 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     auto it = routes_.find(alias);
     return it == routes_.end() ? nullptr : it->second.get();
   }
+  std::vector<const Route*> routes() const {
+    std::vector<const Route*> out;
+    for (const auto& [alias, r] : routes_) out.push_back(r.get());
+    std::sort(out.begin(), out.end(),
+              [](const Route* a, const Route* b) { return a->alias < b->alias; });
+    return out;
+  }
 
   // Everything decided before a request goes upstream.
   struct Call {
@@ -1018,6 +1025,7 @@ Gateway::~Gateway() = default;
 Provider* Gateway::provider(const std::string& name) { return impl_->provider(name); }
 std::vector<Provider*> Gateway::providers() { return impl_->providers(); }
 const Route* Gateway::route(const std::string& alias) const { return impl_->route(alias); }
+std::vector<const Route*> Gateway::routes() const { return impl_->routes(); }
 
 Result<void> Gateway::addRoutes(http::Router& router) {
   auto impl = impl_;

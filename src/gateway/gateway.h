@@ -70,6 +70,7 @@ class Gateway {
   Provider* provider(const std::string& name);
   std::vector<Provider*> providers();
   const Route* route(const std::string& alias) const;
+  std::vector<const Route*> routes() const;  // by alias
 
   class Impl;
 

@@ -33,6 +33,22 @@ Result<Strategy> parseStrategy(std::string_view name) {
       name)));
 }
 
+std::string_view strategyName(Strategy s) {
+  switch (s) {
+    case Strategy::kFallback:
+      return "fallback";
+    case Strategy::kWeighted:
+      return "weighted";
+    case Strategy::kLeastLatency:
+      return "least_latency";
+    case Strategy::kLeastCost:
+      return "least_cost";
+    case Strategy::kLeastLoaded:
+      return "least_loaded";
+  }
+  return "fallback";
+}
+
 Provider::Provider(std::string name, ProviderKind kind, std::string base_url,
                    std::vector<std::string> keys, Duration timeout, Duration connect_timeout)
     : name_(std::move(name)),

@@ -30,6 +30,7 @@ enum class ProviderKind { kOpenAi, kAnthropic };
 enum class Strategy { kFallback, kWeighted, kLeastLatency, kLeastCost, kLeastLoaded };
 
 Result<Strategy> parseStrategy(std::string_view name);
+std::string_view strategyName(Strategy s);
 
 // An upstream account: where it is and the keys to use, in turn. Keys can be replaced while
 // requests run (thread-safe); they are never logged.

@@ -90,11 +90,24 @@ Result<std::vector<AuditEntry>> AuditLog::list(store::Store& store, const AuditQ
     const std::string to = q.to.empty() ? std::string("9999") : q.to;
     std::string sql = fmt::format("SELECT {} FROM audit_log WHERE at >= $1 AND at < $2", kColumns);
     std::vector<store::Value> params = {q.from, to};
-    if (!q.tenant_id.empty()) {
-      sql += " AND tenant_id = $3";
-      params.emplace_back(q.tenant_id);
+    const auto bind = [&](std::string_view clause, std::string value) {
+      params.emplace_back(std::move(value));
+      sql += fmt::format(" AND {} ${}", clause, params.size());
+    };
+    if (!q.tenant_id.empty()) bind("tenant_id =", q.tenant_id);
+    if (q.action.ends_with('.')) {
+      // A prefix: [prefix, prefix with its last character raised), which uses the ordering of
+      // the text rather than LIKE's wildcards.
+      std::string upper = q.action;
+      upper.back() = static_cast<char>(upper.back() + 1);
+      bind("action >=", q.action);
+      bind("action <", upper);
+    } else if (!q.action.empty()) {
+      bind("action =", q.action);
     }
-    sql += fmt::format(" ORDER BY seq LIMIT {}", std::max<int64_t>(1, q.limit));
+    if (!q.actor.empty()) bind("actor =", q.actor);
+    sql += fmt::format(" ORDER BY seq{} LIMIT {}", q.newest_first ? " DESC" : "",
+                       std::max<int64_t>(1, q.limit));
     auto rows = PURSER_TRY_VALUE(tx.query(sql, params));
     for (const auto& r : rows) out.push_back(fromRow(r));
     return {};

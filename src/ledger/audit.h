@@ -45,6 +45,9 @@ struct AuditQuery {
   std::string tenant_id;  // empty: all tenants (platform view)
   std::string from;       // RFC 3339, inclusive; empty: the beginning
   std::string to;         // RFC 3339, exclusive; empty: now
+  std::string action;     // exact ("key.create") or a prefix ending in '.' ("key."); empty: all
+  std::string actor;      // an actor id; empty: all
+  bool newest_first = false;
   int64_t limit = 1000;
 };
 

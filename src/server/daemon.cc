@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/admin_api.h"
+#include "api/console_api.h"
 #include "api/fleet_api.h"
 #include "cli/cli.h"
 #include "common/clock.h"
@@ -238,6 +239,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   services.provider_keys = &provider_keys;
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
+  PURSER_TRY(api::addConsoleApiRoutes(router, services));
   // The fleet: the configured Kueue manifests, then what was applied and submitted since.
   api::FleetOptions fleet_options;
   fleet_options.mode =

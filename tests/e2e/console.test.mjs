@@ -1,16 +1,74 @@
-// The console in a real browser: served by purser itself, it loads with no outside requests and
-// shows the server's live status from the API.
+// The console in a real browser against a real `purser serve` with seeded data: sign-in by role,
+// what each role sees, wallet percentages and status colours, keys created and revoked from the
+// page, readable errors, nothing typed rendered as HTML, and the first load's size and time.
+// Each test saves a screenshot under $PURSER_TEST_OUTPUT (default build/test-output)/console/.
 import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 
 import { launchBrowser, startPurser } from "./harness.mjs";
 
+const ADMIN_KEY = "console-test-admin-key-0123456789";
+const shots = join(process.env.PURSER_TEST_OUTPUT ?? "build/test-output", "console");
+mkdirSync(shots, { recursive: true });
+
 let purser;
 let browser;
+const seeded = {};
+
+async function call(path, { method = "GET", body, key = ADMIN_KEY } = {}) {
+  const res = await fetch(purser.url + path, {
+    method,
+    headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await res.json().catch(() => null);
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${JSON.stringify(data)}`);
+  return data;
+}
+
+// Spends `amount` dollars as the owner of `key` (a reservation settled at that cost).
+async function spend(key, amount, session) {
+  const r = await call("/api/v1/reservations", {
+    method: "POST", key, body: { amount, route: "chat", provider: "sim", session_id: session },
+  });
+  await call(`/api/v1/reservations/${r.id}/settle`, {
+    method: "POST", key, body: { cost: amount, status: 200, latency_ms: 120 },
+  });
+}
+
+async function person(tenant, team, name, role = "member") {
+  const u = await call("/api/v1/users", { method: "POST", body: { tenant: tenant.id, team: team.id, name, role } });
+  const k = await call("/api/v1/keys", { method: "POST", body: { owner: { kind: "user", id: u.id }, name: `${name}-key` } });
+  return { ...u, key: k.key, key_id: k.id };
+}
 
 before(async () => {
-  purser = await startPurser();
+  purser = await startPurser("", { PURSER_ADMIN_KEY: ADMIN_KEY });
   browser = await launchBrowser();
+  // Two tenants. In "acme", Dana spends far more than the rest.
+  const acme = await call("/api/v1/tenants", { method: "POST", body: { name: "acme" } });
+  const globex = await call("/api/v1/tenants", { method: "POST", body: { name: "globex" } });
+  const research = await call("/api/v1/teams", { method: "POST", body: { tenant: acme.id, name: "research" } });
+  const other = await call("/api/v1/teams", { method: "POST", body: { tenant: globex.id, name: "labs" } });
+  await call("/api/v1/wallets", { method: "POST",
+    body: { scope: { kind: "tenant", id: acme.id }, limit: "100.00", period: "monthly", hard: false, alert_at: [50, 80] } });
+  const admin = await person(acme, research, "olivia", "tenant-admin");
+  const dana = await person(acme, research, "dana");
+  const ana = await person(acme, research, "ana");
+  const bo = await person(acme, research, "bo");
+  const gus = await person(globex, other, "gus");
+  for (const [p, limit] of [[dana, "40.00"], [ana, "40.00"], [bo, "40.00"]]) {
+    await call("/api/v1/wallets", { method: "POST",
+      body: { scope: { kind: "user", id: p.id }, limit, period: "monthly", hard: false, alert_at: [75, 100] } });
+  }
+  await spend(dana.key, "30.00", "dana-1");
+  await spend(dana.key, "20.00", "dana-2");  // 50 of 40: red
+  await spend(ana.key, "5.00", "ana-1");      // 12.5 %: green
+  await spend(bo.key, "7.00", "bo-1");        // 17.5 %: green; acme: 62 of 100
+  await spend(gus.key, "3.00", "gus-1");
+  Object.assign(seeded, { acme, globex, admin, dana, ana, bo, gus });
 });
 
 after(async () => {
@@ -21,26 +79,146 @@ after(async () => {
   }
 });
 
-test("the console shows live server status using only purser's own assets", async () => {
-  const page = await browser.newPage();
-  const origins = new Set();
-  const failures = [];
-  page.on("request", (req) => origins.add(new URL(req.url()).origin));
-  page.on("pageerror", (err) => failures.push(err.message));
-  page.on("console", (msg) => msg.type() === "error" && failures.push(msg.text()));
+// A page that records every request's origin and size and every script error.
+async function openPage() {
+  const page = await browser.newPage({ viewport: { width: 1366, height: 900 } });
+  const watch = { origins: new Set(), errors: [] };
+  page.on("request", (req) => watch.origins.add(new URL(req.url()).origin));
+  page.on("pageerror", (err) => watch.errors.push(err.message));
+  page.on("console", (msg) => msg.type() === "error" && !/status of 40[134]/.test(msg.text()) &&
+    watch.errors.push(msg.text()));
+  return { page, watch };
+}
 
+async function signIn(page, key) {
+  await page.goto(purser.url + "/");
+  await page.locator("#key").fill(key);
+  await page.getByRole("button", { name: "Sign in" }).click();
+}
+
+async function go(page, view) {
+  await page.getByRole("navigation").getByRole("link", { name: view }).click();
+}
+
+test("the console loads with no outside requests, small and fast, and shows the server status", async () => {
+  const { page, watch } = await openPage();
+  const started = Date.now();
   const response = await page.goto(purser.url + "/");
   assert.equal(response.status(), 200);
+  await page.locator("#key").waitFor();
+  const firstView = Date.now() - started;
   assert.equal(await page.title(), "Purser");
-
   await page.locator("#health").filter({ hasText: "healthy" }).waitFor();
   await page.locator("#ready").filter({ hasText: "ready" }).waitFor();
-  const installation = await page.locator("#installation").textContent();
-  assert.match(installation, /^[0-9a-hjkmnp-tv-z]{26}$/, "installation id from /api/v1/info");
+  assert.match(await page.locator("#installation").textContent(), /^[0-9a-hjkmnp-tv-z]{26}$/);
   assert.match(await page.locator("#version").textContent(), /^v\d+\.\d+\.\d+ · /);
+  await page.waitForLoadState("networkidle");
+  // What the browser fetched for the first view: the page and every resource (bytes on the wire).
+  const bytes = await page.evaluate(() =>
+    [...performance.getEntriesByType("navigation"), ...performance.getEntriesByType("resource")]
+      .reduce((sum, e) => sum + e.transferSize, 0));
+  const files = await page.evaluate(() => performance.getEntriesByType("resource").length + 1);
+  // Reported, not asserted as a timing: the issue's budget is 500 KB and one second.
+  console.log(`console first load: ${files} files, ${(bytes / 1024).toFixed(1)} KiB transferred, ` +
+              `sign-in form shown after ${firstView} ms`);
+  assert.ok(files >= 10, "the page, its modules, the libraries and the stylesheets were all counted");
+  assert.ok(bytes < 500 * 1024, `first load is ${bytes} bytes`);
+  assert.deepEqual([...watch.origins], [purser.url], "every request goes to purser itself");
+  assert.deepEqual(watch.errors, [], "no script errors");
+  await page.screenshot({ path: join(shots, "sign-in.png"), fullPage: true });
+  await page.close();
+});
 
-  assert.deepEqual([...origins], [purser.url], "every request goes to purser itself");
-  assert.deepEqual(failures, [], "no script errors");
+test("a platform admin sees every tenant, the 62 % wallet, and Dana in red", async () => {
+  const { page, watch } = await openPage();
+  await signIn(page, ADMIN_KEY);
+  const clicked = Date.now();
+  await page.locator("#whoami").filter({ hasText: "platform-admin" }).waitFor();
+  const acme = page.locator(`[data-scope="tenant:${seeded.acme.id}"]`);
+  await acme.locator(".pct").filter({ hasText: "62% used" }).waitFor();
+  console.log(`console overview with data shown ${Date.now() - clicked} ms after signing in`);
+  await page.locator(`[data-scope="tenant:${seeded.globex.id}"]`).waitFor();
+  await page.screenshot({ path: join(shots, "platform-overview.png"), fullPage: true });
+
+  await go(page, "People");
+  await page.locator("select").selectOption(seeded.acme.id);
+  const row = (name) => page.locator("tr", { has: page.locator(".name", { hasText: new RegExp(`^${name}$`) }) });
+  await row("dana").locator('[data-status="red"]').waitFor();
+  for (const name of ["ana", "bo"]) {
+    assert.equal(await row(name).locator(".dot").getAttribute("data-status"), "green", name);
+  }
+  assert.match(await row("dana").textContent(), /125%/);
+  // Her spend by session.
+  await row("dana").click();
+  await page.getByRole("region", { name: "dana in detail" }).getByText("dana-2").waitFor();
+  await page.screenshot({ path: join(shots, "platform-people.png"), fullPage: true });
+
+  await go(page, "Audit");
+  await page.getByRole("button", { name: "Verify the chain" }).click();
+  await page.locator("#verdict").filter({ hasText: "intact" }).waitFor();
+  assert.deepEqual(watch.errors, [], "no script errors");
+  await page.close();
+});
+
+test("a tenant admin sees only its own tenant, in every view", async () => {
+  const { page, watch } = await openPage();
+  await signIn(page, seeded.admin.key);
+  await page.locator("#whoami").filter({ hasText: "tenant-admin" }).waitFor();
+  await page.locator(".pct").filter({ hasText: "62% used" }).waitFor();
+  assert.equal(await page.locator("[data-scope]").count(), 1, "one tenant on the overview");
+  for (const view of ["Overview", "People", "Models", "GPU pools", "Queues", "Keys", "Audit"]) {
+    await go(page, view);
+    await page.locator(`#view h2`).waitFor();
+    await page.waitForLoadState("networkidle");
+    const text = await page.locator("body").textContent();
+    for (const secret of ["globex", "gus", "labs"]) {
+      assert.ok(!text.includes(secret), `${view} shows "${secret}"`);
+    }
+    if (view === "People") {
+      await page.locator('[data-status="red"]').first().waitFor();
+      await page.screenshot({ path: join(shots, "tenant-people.png"), fullPage: true });
+    }
+  }
+  assert.equal(await page.getByRole("link", { name: "Audit" }).count(), 1);
+  assert.deepEqual(watch.errors, [], "no script errors");
+  await page.close();
+});
+
+test("keys are created and revoked from the page; typed text is never HTML", async () => {
+  const { page, watch } = await openPage();
+  await signIn(page, seeded.admin.key);
+  await go(page, "Keys");
+  const name = "<b id=injected>ci-bot</b>";
+  await page.locator("#key-name").fill(name);
+  await page.getByRole("button", { name: "Create key" }).click();
+  const secret = await page.locator("#new-secret").textContent();
+  assert.match(secret, /^pk-/);
+  assert.equal(await page.locator("#injected").count(), 0, "the name is shown as text");
+  await page.getByRole("cell", { name, exact: true }).waitFor();
+  // The new key works.
+  const me = await call("/api/v1/whoami", { key: secret });
+  assert.equal(me.name, "olivia");
+  await page.screenshot({ path: join(shots, "key-created.png"), fullPage: true });
+
+  page.once("dialog", (d) => d.accept());
+  await page.getByRole("button", { name: `Revoke ${name}` }).click();
+  const row = page.locator("tr", { has: page.getByRole("cell", { name, exact: true }) });
+  await row.locator(".pill.bad").filter({ hasText: "revoked" }).waitFor();
+  const keys = await call("/api/v1/keys");
+  assert.ok(keys.data.find((k) => k.name === name).revoked_at, "revoked in the API too");
+  await page.screenshot({ path: join(shots, "key-revoked.png"), fullPage: true });
+  assert.deepEqual(watch.errors, [], "no script errors");
+  await page.close();
+
+  // Signing in with the revoked key is a readable error, not a broken page.
+  const second = await openPage();
+  await signIn(second.page, secret);
+  const error = second.page.locator("#signin-error");
+  await error.waitFor();
+  assert.match(await error.textContent(), /not accepted/);
+  await second.page.screenshot({ path: join(shots, "revoked-sign-in.png"), fullPage: true });
+  assert.deepEqual(second.watch.errors, [], "no script errors");
+  await second.page.close();
 });
 
 test("health and metrics answer over plain HTTP from a Node client", async () => {

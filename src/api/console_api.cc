@@ -1,0 +1,178 @@
+#include "api/console_api.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "api/problem.h"
+#include "common/clock.h"
+#include "gateway/gateway.h"
+#include "gateway/routing.h"
+
+namespace purser::api {
+
+namespace {
+
+namespace asio = boost::asio;
+using http::Method;
+using http::Request;
+using http::Response;
+using identity::Principal;
+using identity::Role;
+using nlohmann::json;
+
+constexpr int64_t kDayMs = 24 * 3600 * 1000;
+constexpr int64_t kMaxLatencySamples = 100'000;
+
+// A percentile of sorted values (nearest rank).
+int64_t percentile(const std::vector<int64_t>& sorted, int pct) {
+  if (sorted.empty()) return 0;
+  const size_t rank = (sorted.size() * static_cast<size_t>(pct) + 99) / 100;
+  return sorted[std::max<size_t>(rank, 1) - 1];
+}
+
+struct Stats {
+  int64_t requests = 0;
+  int64_t errors = 0;
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t cost_nanos = 0;
+  std::vector<int64_t> latencies;  // successful requests
+
+  json toJson() {
+    std::sort(latencies.begin(), latencies.end());
+    const double error_rate =
+        requests == 0 ? 0.0 : static_cast<double>(errors) / static_cast<double>(requests);
+    return {{"requests", requests},
+            {"errors", errors},
+            {"error_rate", std::round(error_rate * 10000.0) / 10000.0},
+            {"latency_ms", {{"p50", latencies.empty() ? json(nullptr) : json(percentile(latencies, 50))},
+                            {"p95", latencies.empty() ? json(nullptr) : json(percentile(latencies, 95))}}},
+            {"tokens", {{"input", input_tokens}, {"output", output_tokens}}},
+            {"cost", Money::fromNanos(cost_nanos).toString()},
+            {"cost_per_1k_requests",
+             requests == 0 ? json(nullptr)
+                           : json(Money::fromNanos(static_cast<int64_t>(
+                                                       static_cast<__int128>(cost_nanos) * 1000 /
+                                                       requests))
+                                      .toString())}};
+  }
+};
+
+bool routeVisible(const gateway::Route& r, const Principal& who) {
+  if (who.role == Role::kPlatformAdmin) return true;
+  const auto allows = [](const std::vector<std::string>& list, const std::string& id) {
+    return list.empty() || std::find(list.begin(), list.end(), id) != list.end();
+  };
+  if (!allows(r.allow_tenants, who.tenant_id)) return false;
+  // A tenant admin sees the routes any of its teams may use.
+  return who.role == Role::kTenantAdmin || allows(r.allow_teams, who.team_id);
+}
+
+std::string health(const gateway::Target& t, MonoTime now, int64_t requests) {
+  if (gateway::coolingDown(t, now)) return "cooling_down";
+  if (t.health.consecutive_failures.load(std::memory_order_relaxed) > 0) return "degraded";
+  return requests == 0 && t.health.ewma_latency_us.load(std::memory_order_relaxed) == 0
+             ? "unknown"
+             : "healthy";
+}
+
+// GET /api/v1/routes[?from=RFC3339]: the model routes the caller may use, with their targets'
+// health and, since `from` (default: the last 24 hours), requests, error rate, latency p50/p95,
+// tokens and cost — over every tenant for platform admins, the caller's tenant for tenant
+// admins, the caller's team otherwise.
+asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
+  auto who = authenticate(s, req);
+  if (!who) co_return problem(who.error());
+  int64_t from_ms = unixMillis(s.clock.now()) - kDayMs;
+  if (auto from = req.queryParam("from")) {
+    auto t = parseRfc3339(*from);
+    if (!t) co_return problem(t.error().withField("from"));
+    from_ms = unixMillis(*t);
+  }
+  std::string where = "at_ms >= $1";
+  std::vector<store::Value> params = {from_ms};
+  if (who->role == Role::kTenantAdmin) {
+    where += " AND tenant_id = $2";
+    params.emplace_back(who->tenant_id);
+  } else if (who->role != Role::kPlatformAdmin) {
+    where += " AND tenant_id = $2 AND team_id = $3";
+    params.emplace_back(who->tenant_id);
+    params.emplace_back(who->team_id);
+  }
+  // Per route and per (route, provider, model): the target that served the request.
+  std::map<std::string, Stats> by_route;
+  std::map<std::tuple<std::string, std::string, std::string>, Stats> by_target;
+  auto read = s.store.read([&](store::Tx& tx) -> Result<void> {
+    auto rows = PURSER_TRY_VALUE(tx.query(
+        fmt::format("SELECT route, provider, model, status, latency_ms, input_tokens, "
+                    "output_tokens, cost_nanos FROM usage_events WHERE {} ORDER BY at_ms DESC "
+                    "LIMIT {}",
+                    where, kMaxLatencySamples),
+        params));
+    for (const auto& r : rows) {
+      const int64_t status = r.getInt(3);
+      const bool ok = status >= 200 && status < 300;
+      for (Stats* st : {&by_route[r.getText(0)],
+                        &by_target[{r.getText(0), r.getText(1), r.getText(2)}]}) {
+        ++st->requests;
+        st->errors += ok ? 0 : 1;
+        st->input_tokens += r.getInt(5);
+        st->output_tokens += r.getInt(6);
+        st->cost_nanos += r.getInt(7);
+        if (ok) st->latencies.push_back(r.getInt(4));
+      }
+    }
+    return {};
+  });
+  if (!read) co_return problem(read.error());
+  json items = json::array();
+  if (s.gateway != nullptr) {
+    const MonoTime now = s.clock.monotonic();
+    for (const gateway::Route* r : s.gateway->routes()) {
+      if (!routeVisible(*r, *who)) continue;
+      json targets = json::array();
+      for (const auto& t : r->targets) {
+        Stats& st = by_target[{r->alias, t->provider->name(), t->model}];
+        json target = {
+            {"provider", t->provider->name()},
+            {"kind", t->provider->kind() == gateway::ProviderKind::kOpenAi ? "openai" : "anthropic"},
+            {"model", t->model},
+            {"weight", t->weight},
+            {"health", health(*t, now, st.requests)},
+            {"in_flight", t->health.in_flight.load(std::memory_order_relaxed)},
+            {"consecutive_failures",
+             t->health.consecutive_failures.load(std::memory_order_relaxed)},
+            {"priced", t->price != nullptr}};
+        target["stats"] = st.toJson();
+        targets.push_back(std::move(target));
+      }
+      json route = {{"alias", r->alias},
+                    {"strategy", std::string(gateway::strategyName(r->strategy))},
+                    {"targets", std::move(targets)}};
+      route["stats"] = by_route[r->alias].toJson();
+      items.push_back(std::move(route));
+    }
+  }
+  co_return jsonResponse(200, {{"data", items},
+                               {"from", formatRfc3339(SystemTime(std::chrono::milliseconds(from_ms)))},
+                               {"scope", who->role == Role::kPlatformAdmin  ? "platform"
+                                         : who->role == Role::kTenantAdmin ? "tenant"
+                                                                            : "team"}});
+}
+
+}  // namespace
+
+Result<void> addConsoleApiRoutes(http::Router& router, const Services& services) {
+  auto s = std::make_shared<const Services>(services);
+  PURSER_TRY(router.addAsync(Method::kGet, "/api/v1/routes",
+                             [s](Request& req) { return listRoutes(*s, req); }));
+  return {};
+}
+
+}  // namespace purser::api

@@ -1,0 +1,37 @@
+// Models: the routes this key may use, their targets with provider and health, and their traffic
+// over the last 24 hours: latency p50/p95, error rate, tokens and cost per 1,000 requests.
+import { ErrorNote, Table, api, count, html, money, usePoll } from "../lib.js";
+
+const ms = (v) => (v === null || v === undefined ? "—" : `${count(v)} ms`);
+const pct = (v) => `${(Number(v) * 100).toFixed(1)}%`;
+const tok = (s) => count(Number(s.tokens.input) + Number(s.tokens.output));
+
+export function Models() {
+  const { data, error } = usePoll(() => api("/api/v1/routes"));
+  if (!data) return html`<${ErrorNote} error=${error} /><p class="loading">Loading…</p>`;
+  const rows = [];
+  for (const r of data.data) {
+    rows.push({ route: r.alias, strategy: r.strategy, stats: r.stats, header: true });
+    for (const t of r.targets) rows.push({ route: r.alias, target: t, stats: t.stats });
+  }
+  const columns = [
+    { key: "route", title: "Route / target", render: (r) => (r.header
+      ? html`<strong>${r.route}</strong> <span class="muted">${r.strategy}</span>`
+      : html`<span class="indent">${r.target.provider} · ${r.target.model}</span>`) },
+    { key: "health", title: "Health", render: (r) => (r.header ? "" :
+      html`<span class=${`pill health-${r.target.health}`}>${r.target.health.replace("_", " ")}</span>`) },
+    { key: "requests", title: "Requests", num: true, render: (r) => count(r.stats.requests) },
+    { key: "p50", title: "p50", num: true, render: (r) => ms(r.stats.latency_ms.p50) },
+    { key: "p95", title: "p95", num: true, render: (r) => ms(r.stats.latency_ms.p95) },
+    { key: "errors", title: "Errors", num: true, render: (r) => pct(r.stats.error_rate) },
+    { key: "tokens", title: "Tokens", num: true, render: (r) => tok(r.stats) },
+    { key: "cost", title: "Cost / 1k requests", num: true,
+      render: (r) => (r.stats.cost_per_1k_requests === null ? "—" : money(r.stats.cost_per_1k_requests)) },
+  ];
+  return html`<h2>Models</h2>
+    <${ErrorNote} error=${error} />
+    <p class="muted">Traffic since ${new Date(data.from).toLocaleString()}, ${data.scope === "platform"
+      ? "all tenants" : data.scope === "tenant" ? "your tenant" : "your team"}.</p>
+    <div class="card"><${Table} label="Routes" columns=${columns} rows=${rows} sortable=${false}
+      empty="No model routes are configured." /></div>`;
+}
