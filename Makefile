@@ -1,6 +1,7 @@
 # Purser's two commands are `make run` and `make test`; each does its own set-up.
 #
-#   make run      set-up, Release build, then `purser serve` with examples/demo.yaml
+#   make run      set-up, Release build, then the demo (scripts/demo.mjs): examples/demo.yaml with
+#                 simulated model servers, tenants, traffic and GPU workloads
 #   make test     set-up, Debug build with ASan+UBSan, every test, a one-line summary
 #   make bench    benchmarks side by side with their baselines (never part of make test)
 #   make fuzz     builds the fuzz targets with AFL++ and runs each for FUZZ_SECONDS (60)
@@ -36,9 +37,8 @@ DEMO_ADMIN_KEY ?= purser-demo-admin-key-change-me
 
 run: build
 	@mkdir -p var
-	@echo "purser: serving the demo; console at http://127.0.0.1:8080/ (Ctrl-C stops it)"
-	@echo "purser: demo admin key: $(DEMO_ADMIN_KEY)"
-	PURSER_ADMIN_KEY=$(DEMO_ADMIN_KEY) $(RELEASE_DIR)/purser serve --config $(DEMO_CONFIG) --data var
+	@echo "purser: starting the demo (simulated model servers, tenants, traffic, GPU workloads); Ctrl-C stops it"
+	node scripts/demo.mjs --purser $(RELEASE_DIR)/purser --config $(DEMO_CONFIG) --data var --admin-key $(DEMO_ADMIN_KEY)
 
 test: build-debug
 	@scripts/run-tests $(DEBUG_DIR)

@@ -1,0 +1,199 @@
+#!/usr/bin/env node
+// The demo `make run` starts: two simulated model servers, `purser serve` with
+// examples/demo.yaml, then (once, into ./var) two tenants with teams, people and wallets — Dana
+// spending far more than the rest — a handful of GPU workloads, and background traffic through
+// the gateway, so every view of the console has live data within a minute.
+//
+//   node scripts/demo.mjs [--purser build/release/purser] [--config examples/demo.yaml]
+//                         [--data var] [--admin-key KEY] [--rate 3]
+//
+// Ctrl-C stops everything. Keys the demo made are kept in <data>/demo-keys.json.
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => {
+  if (a.startsWith("--")) pairs.push([a.slice(2), all[i + 1]]);
+  return pairs;
+}, []));
+const purserBin = args.purser ?? "build/release/purser";
+const config = args.config ?? "examples/demo.yaml";
+const data = args.data ?? "var";
+const adminKey = args["admin-key"] ?? process.env.PURSER_ADMIN_KEY ?? "purser-demo-admin-key-change-me";
+const rate = Number(args.rate ?? 3);  // requests per second through the gateway
+
+const children = [];
+function start(name, argv, env = {}) {
+  const child = spawn(purserBin, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  children.push(child);
+  const listening = new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/listening on (http\S+)/);
+      if (m) resolve(m[1]);
+    });
+    // Warnings and errors only: the servers' info lines would bury the demo's own messages.
+    child.stderr.on("data", (d) => {
+      for (const line of String(d).split("\n")) {
+        if (/warn|error|critical|cannot/i.test(line)) process.stderr.write(`[${name}] ${line}\n`);
+      }
+    });
+    child.on("exit", (code) => {
+      reject(new Error(`${name} exited (${code}) before listening`));
+      if (!stopping) {
+        console.error(`demo: ${name} stopped (exit ${code}); stopping the demo`);
+        stop(1);
+      }
+    });
+  });
+  return listening;
+}
+
+let stopping = false;
+function stop(code = 0) {
+  if (stopping) return;
+  stopping = true;
+  for (const c of children) c.kill("SIGTERM");
+  setTimeout(() => process.exit(code), 500);
+}
+process.on("SIGINT", () => stop(0));
+process.on("SIGTERM", () => stop(0));
+
+let base;
+async function call(path, { method = "GET", body, key = adminKey, headers = {} } = {}) {
+  const res = await fetch(base + path, {
+    method,
+    headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json", ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  const json = text ? JSON.parse(text) : null;
+  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${json?.detail ?? text}`);
+  return json;
+}
+
+// Tenants, teams, people, wallets and keys, made once; their keys are kept in the data folder.
+// Earlier this month, before the demo started: what each had already spent (dollars).
+const PEOPLE = [
+  // tenant, team, name, role, monthly wallet, traffic weight, spent before
+  ["acme", "ml", "olivia", "tenant-admin", null, 0, 0],
+  ["acme", "ml", "dana", "member", "40.00", 10, 46],
+  ["acme", "ml", "ana", "member", "40.00", 1, 6],
+  ["acme", "ml", "bo", "member", "40.00", 1, 9],
+  ["acme", "serving", "carol", "team-lead", "40.00", 1, 4],
+  ["globex", "labs", "gus", "tenant-admin", "60.00", 1, 5],
+  ["globex", "labs", "hana", "member", "60.00", 1, 12],
+];
+
+async function seed() {
+  const file = join(data, "demo-keys.json");
+  if (existsSync(file)) return JSON.parse(readFileSync(file, "utf8"));
+  const tenants = {};
+  for (const [name, limit] of [["acme", "105.00"], ["globex", "150.00"]]) {
+    tenants[name] = await call("/api/v1/tenants", { method: "POST", body: { name } });
+    await call("/api/v1/wallets", { method: "POST", body: { scope: { kind: "tenant", id: tenants[name].id },
+      limit, period: "monthly", hard: false, alert_at: [50, 80, 100] } });
+  }
+  const teams = {};
+  for (const [tenant, team] of [["acme", "ml"], ["acme", "serving"], ["globex", "labs"]]) {
+    teams[team] = await call("/api/v1/teams", { method: "POST", body: { tenant: tenants[tenant].id, name: team } });
+  }
+  const keys = [];
+  for (const [tenant, team, name, role, limit, weight, before] of PEOPLE) {
+    const u = await call("/api/v1/users", { method: "POST",
+      body: { tenant: tenants[tenant].id, team: teams[team].id, name, role, email: `${name}@${tenant}.example` } });
+    if (limit) {
+      await call("/api/v1/wallets", { method: "POST", body: { scope: { kind: "user", id: u.id }, limit,
+        period: "monthly", hard: false, alert_at: [75, 100] } });
+    }
+    const k = await call("/api/v1/keys", { method: "POST", body: { owner: { kind: "user", id: u.id }, name: `${name}-laptop` } });
+    keys.push({ tenant, team, name, role, weight, key: k.key });
+    // The month so far, as a few sessions of metered work.
+    for (let i = 0; before > 0 && i < 3; i++) {
+      const amount = (before / 3).toFixed(2);
+      const r = await call("/api/v1/reservations", { method: "POST", key: k.key,
+        body: { amount, route: "gpt-4o", provider: "openai", session_id: `${name}-earlier-${i + 1}` } });
+      await call(`/api/v1/reservations/${r.id}/settle`, { method: "POST", key: k.key,
+        body: { cost: amount, status: 200, latency_ms: 900 } });
+    }
+  }
+  mkdirSync(data, { recursive: true });
+  writeFileSync(file, JSON.stringify(keys, null, 2), { mode: 0o600 });
+  return keys;
+}
+
+// A handful of workloads: a gang that must share a rack, a sweep, a notebook on a GPU share, a
+// job too large for the queue (pending, with its why), and production serving.
+async function submitWorkloads(keys) {
+  const key = (name) => keys.find((k) => k.name === name).key;
+  const jobs = [
+    ["dana", { name: "llama-finetune", queue: "research", pod_sets: [{ name: "workers", count: 2,
+      requests: { cpu: "16", memory: "128Gi", "nvidia.com/gpu": "4" }, topology: { required: "rack" } }] }],
+    ["ana", { name: "eval-sweep", queue: "research", pod_sets: [{ name: "main", count: 4,
+      requests: { cpu: "4", memory: "32Gi", "nvidia.com/gpu": "1" } }] }],
+    ["dana", { name: "notebook", queue: "research", pod_sets: [{ name: "main", count: 1,
+      requests: { cpu: "2", memory: "16Gi", "nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480" } }] }],
+    ["bo", { name: "pretrain-70b", queue: "research", pod_sets: [{ name: "workers", count: 4,
+      requests: { cpu: "32", memory: "256Gi", "nvidia.com/gpu": "8" } }] }],
+    ["carol", { name: "llm-serving", queue: "production", priority_class: "production-inference",
+      pod_sets: [{ name: "replicas", count: 2, requests: { cpu: "8", memory: "64Gi", "nvidia.com/gpu": "2" } }] }],
+  ];
+  for (const [who, w] of jobs) {
+    try {
+      await call("/api/v1/workloads", { method: "POST", key: key(who), body: w });
+    } catch (e) {
+      if (!/409|already/.test(e.message)) console.error(`demo: ${w.name}: ${e.message}`);
+    }
+  }
+}
+
+const PROMPTS = ["Summarise this incident report", "Draft a reply to the customer", "Explain this stack trace",
+  "Write unit tests for the parser", "Translate the release notes", "Review this pull request"];
+
+// Background traffic: people chosen by weight (Dana most), routes at random, a session per person.
+function traffic(keys) {
+  const pool = keys.flatMap((k) => Array(k.weight).fill(k));
+  const routes = ["gpt-4o", "gpt-4o", "gpt-4o-mini", "claude"];
+  let sent = 0, failed = 0;
+  const one = async () => {
+    const who = pool[Math.floor(Math.random() * pool.length)];
+    const model = routes[Math.floor(Math.random() * routes.length)];
+    try {
+      await call("/v1/chat/completions", { method: "POST", key: who.key,
+        headers: { "X-Purser-Session": `${who.name}-${new Date().getUTCHours()}` },
+        body: { model, max_tokens: who.name === "dana" ? 1500 : 300,
+                messages: [{ role: "user", content: PROMPTS[Math.floor(Math.random() * PROMPTS.length)] }] } });
+      sent++;
+    } catch (e) {
+      failed++;
+    }
+  };
+  setInterval(one, 1000 / rate);
+  setInterval(() => console.log(`demo: traffic: ${sent} requests answered, ${failed} refused (wallets, limits)`), 60_000);
+}
+
+async function main() {
+  await Promise.all([
+    start("sim-openai", ["sim", "llm", "--listen", "127.0.0.1:8101", "--models", "gpt-4o,gpt-4o-mini",
+      "--api-keys", "sk-demo-openai", "--ttft-ms", "120", "--tokens-per-s", "400", "--fail-rate", "0.01"]),
+    start("sim-anthropic", ["sim", "llm", "--listen", "127.0.0.1:8102", "--models", "claude-sonnet-4",
+      "--api-keys", "sk-demo-anthropic", "--ttft-ms", "200", "--tokens-per-s", "300"]),
+  ]);
+  mkdirSync(data, { recursive: true });
+  base = await start("purser", ["serve", "--config", config, "--data", data], { PURSER_ADMIN_KEY: adminKey });
+  const keys = await seed();
+  await submitWorkloads(keys);
+  traffic(keys);
+  const admin = keys.find((k) => k.role === "tenant-admin" && k.tenant === "acme");
+  console.log(`
+demo: the console is at ${base}/
+demo:   platform admin key:      ${adminKey}
+demo:   acme's tenant admin key: ${admin.key}   (olivia)
+demo: traffic runs at ${rate} requests/s through the gateway; Ctrl-C stops the demo.`);
+}
+
+main().catch((e) => {
+  console.error(`demo: ${e.message}`);
+  stop(1);
+});
