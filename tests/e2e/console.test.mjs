@@ -221,6 +221,17 @@ test("keys are created and revoked from the page; typed text is never HTML", asy
   await second.page.close();
 });
 
+test("the overview follows new spend without a reload", async () => {
+  const { page, watch } = await openPage();
+  await signIn(page, seeded.admin.key);
+  const pct = page.locator(".pct");
+  await pct.filter({ hasText: "62% used" }).waitFor();
+  await spend(seeded.ana.key, "1.00", "ana-2");
+  await pct.filter({ hasText: "63% used" }).waitFor({ timeout: 15_000 });
+  assert.deepEqual(watch.errors, [], "no script errors");
+  await page.close();
+});
+
 test("health and metrics answer over plain HTTP from a Node client", async () => {
   const health = await fetch(purser.url + "/healthz");
   assert.equal(health.status, 200);
