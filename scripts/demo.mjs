@@ -113,7 +113,7 @@ async function seed() {
     for (let i = 0; before > 0 && i < 3; i++) {
       const amount = (before / 3).toFixed(2);
       const r = await call("/api/v1/reservations", { method: "POST", key: k.key,
-        body: { amount, route: "gpt-4o", provider: "openai", session_id: `${name}-earlier-${i + 1}` } });
+        body: { amount, session_id: `${name}-earlier-${i + 1}` } });
       await call(`/api/v1/reservations/${r.id}/settle`, { method: "POST", key: k.key,
         body: { cost: amount, status: 200, latency_ms: 900 } });
     }
