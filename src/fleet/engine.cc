@@ -1762,7 +1762,27 @@ class Engine::Impl {
           q.sticky = e.wl;
         }
       };
+      const auto unplaced = [&](const PlacementHook::Answer& answer) {
+        const bool never = answer.verdict == PlacementHook::Verdict::kNever;
+        w.reason = never ? kNeverFits : kWaitingForPlacement;
+        w.message = answer.message;
+        w.pressing = false;
+        if (q.sticky == e.wl) q.sticky = -1;
+        park(!strict || never);
+      };
       if (a.mode == AssignMode::kPreempt) {
+        if (options_.placement) {
+          // Victims are taken only if, once they are gone, the workload can be placed: one
+          // that never fits would otherwise evict them, fail, and let them back, forever.
+          std::vector<std::string> gone;
+          for (const auto& t : e.targets()) gone.push_back(wls_[u(t.wl)].spec.name);
+          PlacementHook::Answer placed =
+              options_.placement->place(w.spec, podSetAssignments(a), gone);
+          if (placed.verdict != PlacementHook::Verdict::kPlaced) {
+            unplaced(placed);
+            continue;
+          }
+        }
         for (const auto& [f, v] : a.usage) addUsage(q.node, f, v);
         preempt(e.targets(), a.message);
         continue;
@@ -1780,11 +1800,7 @@ class Engine::Impl {
             preempt(targets, placed.message);
             continue;
           }
-          w.reason = never ? kNeverFits : kWaitingForPlacement;
-          w.message = placed.message;
-          w.pressing = false;
-          if (q.sticky == e.wl) q.sticky = -1;
-          park(!strict || never);
+          unplaced(placed);
           continue;
         }
         e.placements = std::move(placed.pod_sets);

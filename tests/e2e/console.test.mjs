@@ -55,6 +55,7 @@ before(async () => {
   await call("/api/v1/wallets", { method: "POST",
     body: { scope: { kind: "tenant", id: acme.id }, limit: "100.00", period: "monthly", hard: false, alert_at: [50, 80] } });
   const admin = await person(acme, research, "olivia", "tenant-admin");
+  const lead = await person(acme, research, "leo", "team-lead");
   const dana = await person(acme, research, "dana");
   const ana = await person(acme, research, "ana");
   const bo = await person(acme, research, "bo");
@@ -68,7 +69,7 @@ before(async () => {
   await spend(ana.key, "5.00", "ana-1");      // 12.5 %: green
   await spend(bo.key, "7.00", "bo-1");        // 17.5 %: green; acme: 62 of 100
   await spend(gus.key, "3.00", "gus-1");
-  Object.assign(seeded, { acme, globex, admin, dana, ana, bo, gus });
+  Object.assign(seeded, { acme, globex, research, admin, lead, dana, ana, bo, gus });
 });
 
 after(async () => {
@@ -180,6 +181,23 @@ test("a tenant admin sees only its own tenant, in every view", async () => {
     }
   }
   assert.equal(await page.getByRole("link", { name: "Audit" }).count(), 1);
+  assert.deepEqual(watch.errors, [], "no script errors");
+  await page.close();
+});
+
+test("a team lead sees its team: no tenant wallet, no audit log, no other tenant", async () => {
+  const { page, watch } = await openPage();
+  await signIn(page, seeded.lead.key);
+  await page.locator("#whoami").filter({ hasText: "team-lead" }).waitFor();
+  await page.locator(`[data-scope="team:${seeded.research.id}"]`).waitFor();
+  assert.equal(await page.locator(`[data-scope^="tenant:"]`).count(), 0);
+  assert.equal(await page.getByRole("navigation").getByRole("link", { name: "Audit" }).count(), 0);
+  await go(page, "People");
+  await page.locator('[data-status="red"]').first().waitFor();
+  const text = await page.locator("body").textContent();
+  for (const name of ["dana", "ana", "bo"]) assert.ok(text.includes(name), name);
+  assert.ok(!text.includes("globex") && !text.includes("gus"));
+  await page.screenshot({ path: join(shots, "team-lead-people.png"), fullPage: true });
   assert.deepEqual(watch.errors, [], "no script errors");
   await page.close();
 });

@@ -38,6 +38,7 @@
 
 #include "common/quantity.h"
 #include "fleet/engine.h"
+#include "fleet/inventory.h"
 
 namespace purser::fleet {
 namespace {
@@ -95,6 +96,9 @@ struct Generated {
   std::vector<Workload> admitted;              // addAdmitted before anything runs
   std::vector<std::vector<Workload>> batches;  // batch 0 is submitted at the start
   std::map<std::string, int> shape_of;         // workload -> shape (what its pod sets are)
+  // Nodes to place on (some scenarios): admission then also needs a placement, and both modes
+  // must place alike.
+  std::vector<InventoryNode> inventory;
 };
 
 // A step of the script after the start: workloads finished, held and released (hold() keeps a
@@ -368,6 +372,29 @@ Generated generate(uint64_t seed) {
     }
     g.batches[0] = std::move(still);
   }
+  // A third of the scenarios place on a small inventory: per flavor a few nodes carrying its
+  // labels and taints, small enough that placement, not quota, is often what binds. Drawn from
+  // a generator of its own, so the rest of the scenario is what it was without.
+  Rng nodes(seed ^ 0x1a7e11);
+  if (nodes.chance(33)) {
+    const bool gpus = std::find(resources.begin(), resources.end(), kGpu) != resources.end();
+    for (const auto& f : g.world.flavors) {
+      for (int n = nodes.between(1, 3); n > 0; --n) {
+        InventoryNode node;
+        node.name = fmt::format("{}-n{}", f.name, n);
+        node.labels = f.node_labels;
+        node.taints = f.taints;
+        node.cpu_milli = static_cast<Amount>(nodes.between(1, 6)) * 1000;
+        node.memory_mib = 1 << 20;
+        node.rack = fmt::format("r{}", nodes.below(2));
+        for (int k = gpus ? nodes.between(0, 4) : 0; k > 0; --k) {
+          const int index = static_cast<int>(node.gpus.size());
+          node.gpus.push_back({index, "", "G", 16384, 0, index / 2, false});
+        }
+        g.inventory.push_back(std::move(node));
+      }
+    }
+  }
   return g;
 }
 
@@ -614,8 +641,16 @@ bool sameAdmission(const std::optional<Admission>& a, const std::optional<Admiss
   for (size_t i = 0; i < a->pod_sets.size(); ++i) {
     const auto& x = a->pod_sets[i];
     const auto& y = b->pod_sets[i];
-    if (x.name != y.name || x.count != y.count || x.flavors != y.flavors || x.usage != y.usage) {
+    if (x.name != y.name || x.count != y.count || x.flavors != y.flavors || x.usage != y.usage ||
+        x.placements.size() != y.placements.size()) {
       return false;
+    }
+    for (size_t p = 0; p < x.placements.size(); ++p) {
+      if (x.placements[p].node != y.placements[p].node ||
+          x.placements[p].gpus != y.placements[p].gpus ||
+          x.placements[p].gpu_milli != y.placements[p].gpu_milli) {
+        return false;
+      }
     }
   }
   return true;
@@ -642,6 +677,8 @@ struct Coverage {
   int started_admitted = 0;
   int parked = 0;
   int held = 0;
+  int placed = 0;           // with an inventory
+  int waited_for_room = 0;  // a workload pending for placement (WaitingForPlacement, NeverFits)
   int64_t cycles = 0, most_cycles = 0;
   int loops_sorting_off = 0;
   int loops = 0;
@@ -658,6 +695,8 @@ struct Coverage {
     started_admitted += o.started_admitted;
     parked += o.parked;
     held += o.held;
+    placed += o.placed;
+    waited_for_room += o.waited_for_room;
     cycles += o.cycles;
     most_cycles = std::max(most_cycles, o.most_cycles);
     loops_sorting_off += o.loops_sorting_off;
@@ -717,6 +756,14 @@ class PairedRun {
     EngineOptions ko = g_.options, dro = g_.options;
     ko.mode = CycleMode::kKueue;
     dro.mode = CycleMode::kDrain;
+    if (!g_.inventory.empty()) {
+      // Two Placers alike: each mode places on its own copy, with the same seed.
+      for (EngineOptions* o : {&ko, &dro}) {
+        auto placer = Placer::create(g_.inventory, placement::Policy::kDefault, g_.seed);
+        if (!placer) return "the generated inventory was refused: " + placer.error().message;
+        o->placement = placementHook(std::shared_ptr<Placer>(std::move(*placer)), g_.world.flavors);
+      }
+    }
     auto k = Engine::create(g_.world, ko);
     auto d = Engine::create(g_.world, dro);
     if (!k || !d)
@@ -809,6 +856,8 @@ class PairedRun {
     coverage_.parked += parked_;
     coverage_.held += held_any_;
     coverage_.started_admitted += !g_.admitted.empty();
+    coverage_.placed += !g_.inventory.empty();
+    coverage_.waited_for_room += waited_for_room_;
     bool hierarchical = false;
     for (const auto& c : g_.world.cohorts) hierarchical = hierarchical || !c.parent.empty();
     coverage_.hierarchical += hierarchical;
@@ -843,6 +892,8 @@ class PairedRun {
       auto a = kueue_->status(name);
       auto b = drain_->status(name);
       parked_ = parked_ || (b && b->inadmissible);
+      waited_for_room_ = waited_for_room_ ||
+                         (b && (b->reason == "WaitingForPlacement" || b->reason == "NeverFits"));
       if (!sameStatus(a, b)) {
         diff += fmt::format("  {}:\n    kueue: {}\n    drain: {}\n", name, statusText(a),
                             statusText(b));
@@ -972,7 +1023,7 @@ class PairedRun {
   std::vector<std::string> unattempted_;  // submitted, never yet a head
   std::map<std::pair<std::string, std::string>, int64_t> memo_seen_;
   bool preempted_ = false, borrowed_ = false, partial_ = false, memo_hit_ = false, parked_ = false;
-  bool looped_ = false, held_any_ = false;
+  bool looped_ = false, held_any_ = false, waited_for_room_ = false;
   std::vector<std::string> held_;
 };
 
@@ -1013,11 +1064,13 @@ TEST(CycleModeEquivalenceTest, DrainAndKueueReachTheSameStates) {
   std::cout << fmt::format(
       "cycle-mode equivalence: {} scenarios from seed {}: preemption in {}, borrowing in {}, "
       "partial admission in {}, memo hits in {}, fair-sharing preemption in {}, hierarchical "
-      "cohorts in {}, admitted at start in {}, parked heads in {}, holds in {}, loops in {}{}; {} "
+      "cohorts in {}, admitted at start in {}, parked heads in {}, holds in {}, placement on "
+      "nodes in {} (waiting for room in {}), loops in {}{}; {} "
       "cycles, at most {} to settle, {} loops without priority sorting\n",
       coverage.scenarios, seed, coverage.preemption, coverage.borrowing, coverage.partial,
       coverage.memo_hits, coverage.fair_preemption, coverage.hierarchical,
-      coverage.started_admitted, coverage.parked, coverage.held, coverage.loops,
+      coverage.started_admitted, coverage.parked, coverage.held, coverage.placed,
+      coverage.waited_for_room, coverage.loops,
       coverage.loop_seeds.empty()
           ? ""
           : fmt::format(" (seeds {})", fmt::join(coverage.loop_seeds, ", ")),
@@ -1030,6 +1083,8 @@ TEST(CycleModeEquivalenceTest, DrainAndKueueReachTheSameStates) {
   EXPECT_GT(share(coverage.partial), 5.0);
   EXPECT_GT(share(coverage.memo_hits), 5.0);
   EXPECT_GT(share(coverage.fair_preemption), 1.0);
+  EXPECT_GT(share(coverage.placed), 20.0);
+  EXPECT_GT(share(coverage.waited_for_room), 5.0);
   // Neither mode may loop: every scenario settles within the cap.
   EXPECT_EQ(coverage.loops, 0) << "seeds: "
                                << fmt::format("{}", fmt::join(coverage.loop_seeds, ", "));

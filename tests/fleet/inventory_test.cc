@@ -382,6 +382,32 @@ TEST(InventoryAdmissionTest, PreemptsWhereRemovalMakesAPlacementPossible) {
   EXPECT_EQ(f.engine->status("ml/peer")->reason, "WaitingForPlacement");
 }
 
+// Found by the cycle-mode property test: a workload whose quota needs a preemption but which no
+// node could ever hold evicted its victim, failed placement, let the victim back, and evicted it
+// again, forever. Victims are now taken only when the workload can be placed without them.
+TEST(InventoryAdmissionTest, AWorkloadThatCanNeverBePlacedPreemptsNothing) {
+  World w = gpuWorld();
+  w.cluster_queues[0].resource_groups[0].flavors[0].resources["nvidia.com/gpu"].nominal = 8000;
+  auto a = gpuNode("a", 8);
+  a.labels["pool"] = "a100";
+  EngineOptions o;
+  o.placement = placementHook(std::shared_ptr<Placer>(placer({a})), w.flavors);
+  auto engine = std::move(*Engine::create(w, o));
+  ASSERT_TRUE(engine->submit(job("low", 1, 8, 0, 1)));
+  engine->runUntilStable();
+  ASSERT_EQ(engine->status("ml/low")->state, WorkloadStatus::State::kAdmitted);
+  // Higher priority, within quota once "low" is gone, but its pods want a zone no node has.
+  Workload picky = job("picky", 1, 4, 10, 2);
+  picky.pod_sets[0].node_selector["zone"] = "mars";
+  ASSERT_TRUE(engine->submit(picky));
+  const CycleResult r = engine->runUntilStable(1000);
+  EXPECT_TRUE(r.preempted.empty());
+  EXPECT_LT(engine->cycles(), 1000);
+  EXPECT_EQ(engine->status("ml/low")->state, WorkloadStatus::State::kAdmitted);
+  EXPECT_EQ(engine->status("ml/picky")->reason, "NeverFits");
+  EXPECT_NE(engine->status("ml/picky")->message.find("lack its node labels"), std::string::npos);
+}
+
 TEST(InventoryAdmissionTest, ARestoredAdmissionHoldsItsGpus) {
   Fleet f = fleet();
   Workload w = job("restored", 1, 8);
