@@ -14,6 +14,14 @@ function Why({ name }) {
 const gpus = (w) => w.pod_sets.map((p) => `${p.count}× ${Object.entries(p.requests)
   .map(([k, v]) => `${k} ${v}`).join(", ")}`).join("; ");
 
+// Where an admitted workload's pods run (with an inventory): node and GPU indices per pod.
+const placedOn = (w) => {
+  const pods = (w.admission?.pod_sets ?? []).flatMap((p) => p.placements ?? []);
+  if (pods.length === 0) return "—";
+  return pods.map((p) => (p.gpus.length ? `${p.node} [${p.gpus.join(",")}${p.gpu_milli < 1000
+    ? ` · ${p.gpu_milli / 10}%` : ""}]` : p.node)).join("; ");
+};
+
 export function Queues() {
   const [open, setOpen] = useState(null);
   const { data, error } = usePoll(async () => {
@@ -53,6 +61,7 @@ export function Queues() {
     <div class="card"><${Table} label="Admitted workloads" rows=${admitted} empty="Nothing is running."
       columns=${[{ key: "name", title: "Workload" }, { key: "cluster_queue", title: "ClusterQueue" },
         { key: "asks", title: "Asks", render: gpus, nosort: true },
+        { key: "placed", title: "Placed on", nosort: true, render: placedOn },
         { key: "admitted_at", title: "Admitted", render: (w) => when(w.admitted_at) },
         { key: "preemptions", title: "Preempted", num: true },
         { key: "gpu_charged", title: "GPU charged", num: true }]} /></div>
