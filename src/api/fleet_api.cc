@@ -81,6 +81,9 @@ struct Record {
   int64_t preemptions = 0;
   std::string hold;     // the budget hold's message while held
   int64_t version = 0;  // bumped at every write; a retried older write never wins
+  // While admitted: the wallet reservation holding its next stretch of GPU time (in memory; a
+  // restart takes a new one at the first metering).
+  std::string gpu_hold;
 };
 
 json placementsJson(const std::vector<fleet::PodPlacement>& pods) {
@@ -456,26 +459,123 @@ class Fleet::Impl {
 
   // Why `r` may not start GPU work now (a hard wallet in its chain has nothing left); empty if
   // it may.
+  // How far ahead GPU time is held: two metering intervals and the tick's slack, so the hold
+  // taken at one metering covers everything up to the next.
+  std::chrono::milliseconds lookahead() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval) * 2 +
+           std::chrono::seconds(2);
+  }
+
+  // What `r`'s GPUs cost over the lookahead: at its admitted flavors' prices, or, while pending,
+  // at the dearest priced flavor its ClusterQueue offers GPUs in (zero when none is priced).
+  Money lookaheadCost(const Record& r) const {
+    Money total;
+    const auto add = [&](const Money* price, Amount gpu_milli) {
+      if (price == nullptr || gpu_milli <= 0) return;
+      auto part = ledger::gpuCost(*price, gpu_milli, lookahead(), Rounding::kCeil);
+      total = total.add(part.value_or(Money::max())).value_or(Money::max());
+    };
+    if (r.state == "admitted" && r.admission) {
+      for (const auto& ps : r.admission->pod_sets) {
+        auto use = ps.usage.find(kGpu);
+        auto f = ps.flavors.find(kGpu);
+        if (use != ps.usage.end() && f != ps.flavors.end()) add(s_.prices.gpu(f->second), use->second);
+      }
+      return total;
+    }
+    Amount gpu_milli = 0;
+    for (const auto& ps : r.spec.pod_sets) {
+      auto g = ps.requests.find(kGpu);
+      if (g != ps.requests.end()) gpu_milli += g->second * ps.count;
+    }
+    if (gpu_milli == 0) return total;
+    std::string cq;
+    for (const auto& lq : base_.local_queues) {
+      if (lq.namespace_ == r.spec.namespace_ && lq.name == r.spec.local_queue) cq = lq.cluster_queue;
+    }
+    const Money* dearest = nullptr;
+    for (const auto& q : base_.cluster_queues) {
+      if (q.name != cq) continue;
+      for (const auto& group : q.resource_groups) {
+        if (std::find(group.covered.begin(), group.covered.end(), kGpu) == group.covered.end()) {
+          continue;
+        }
+        for (const auto& fq : group.flavors) {
+          const Money* price = s_.prices.gpu(fq.flavor);
+          if (price != nullptr && (dearest == nullptr || *dearest < *price)) dearest = price;
+        }
+      }
+    }
+    add(dearest, gpu_milli);
+    return total;
+  }
+
+  // Why a GPU workload of `r`'s owner may not start (or go on): a hard wallet in its chain that
+  // cannot hold its next stretch of GPU time. Empty when it may.
   std::string budgetHold(const Record& r) const {
     if (r.tenant_id.empty() || !requestsGpu(r.spec)) return {};
+    const Money need = lookaheadCost(r);
     for (const auto& id : s_.wallets.chain(scopesOf(r), kGpuModel)) {
       auto st = s_.wallets.status(id);
-      if (!st || !st->spec.hard || !st->remaining.isZero()) continue;
+      if (!st || !st->spec.hard) continue;
+      // Its own hold is part of what the wallet has reserved: count it as room.
+      Money room = st->remaining;
+      if (!r.gpu_hold.empty()) room = room.add(need).value_or(Money::max());
+      if (!room.isZero() && !(room < need)) continue;
       return fmt::format(
-          "the GPU budget is used up: wallet {} ({} {}) has {} of {} left{}; new GPU workloads "
-          "wait until it is raised or its period resets",
+          "the GPU budget is used up: wallet {} ({} {}) has {} of {} left{}, and this workload's "
+          "next {} s of GPU time cost {}; it waits until the wallet is raised or its period "
+          "resets",
           id, ledger::scopeKindName(st->spec.scope.kind), st->spec.scope.id,
           st->remaining.toString(), st->spec.limit.toString(),
           st->spec.period == ledger::Period::kNone
               ? std::string()
-              : fmt::format(" until {}", formatRfc3339(st->window.end)));
+              : fmt::format(" until {}", formatRfc3339(st->window.end)),
+          lookahead().count() / 1000, need.toString());
     }
     return {};
+  }
+
+  // Holds `r`'s next stretch of GPU time on its wallet chain; false when a hard wallet cannot.
+  bool holdGpu(Record& r) {
+    releaseGpu(r);
+    if (r.tenant_id.empty() || !requestsGpu(r.spec)) return true;
+    const Money need = lookaheadCost(r);
+    if (need.isZero()) return true;
+    ledger::ReserveRequest q;
+    q.event_id = fmt::format("gpu-hold:{}:{}", r.spec.name, ++hold_seq_);
+    q.wallet_ids = s_.wallets.chain(scopesOf(r), kGpuModel);
+    q.amount = need;
+    q.lease = lookahead() * 3;
+    auto held = s_.wallets.reserve(q);
+    if (!held) return held.error().code != ErrorCode::kResourceExhausted;
+    r.gpu_hold = q.event_id;
+    return true;
+  }
+
+  void releaseGpu(Record& r) {
+    if (r.gpu_hold.empty()) return;
+    (void)s_.wallets.release(r.gpu_hold);
+    r.gpu_hold.clear();
+  }
+
+  // Sends an admitted workload whose GPU time can no longer be held back to its queue, held.
+  void stopForBudget(const std::string& name) {
+    auto it = records_.find(name);
+    if (it == records_.end() || it->second.state != "admitted") return;
+    Record& r = it->second;
+    releaseGpu(r);
+    std::string why = budgetHold(r);
+    if (why.empty()) why = "the GPU budget cannot hold this workload's next stretch of GPU time";
+    if (!engine_->stop(name, "BudgetExhausted", why)) return;
+    (void)engine_->hold(name, "BudgetExhausted", why);
+    r.hold = why;
   }
 
   // Charges `r`'s GPU time up to `now_ms`; the returned write records it.
   std::optional<store::TxFn> meterLocked(Record& r, int64_t now_ms) {
     if (r.state != "admitted" || !r.admission) return std::nullopt;
+    releaseGpu(r);  // the elapsed stretch is charged below; the caller holds the next
     const int64_t elapsed = now_ms - r.metered_until_ms;
     if (elapsed <= 0) return std::nullopt;
     Money cost;
@@ -574,7 +674,19 @@ class Fleet::Impl {
       dirty_.insert(name);
     }
     engine_->setTime(now);
-    engine_->runUntilStable();
+    // Admission takes a hold on the wallets for the GPU time ahead; a workload whose hold fails
+    // (a hard wallet raced below it) goes back, held, and the engine runs again.
+    for (int round = 0; round < 8; ++round) {
+      engine_->runUntilStable();
+      std::vector<std::string> stops;
+      processEventsLocked(now, stops);
+      if (stops.empty()) break;
+      for (const auto& name : stops) stopForBudget(name);
+    }
+    return flushLocked();
+  }
+
+  void processEventsLocked(int64_t now, std::vector<std::string>& stops) {
     for (const fleet::Event& e : engine_->takeEvents()) {
       auto it = records_.find(e.workload);
       if (it == records_.end()) continue;
@@ -587,6 +699,7 @@ class Fleet::Impl {
           r.admitted_ms = now;
           r.metered_until_ms = now;
           noteEvent("Admitted", e.workload, e.cluster_queue, "", "", "");
+          if (!holdGpu(r)) stops.push_back(e.workload);
           break;
         }
         case fleet::Event::Kind::kPreempted:
@@ -596,7 +709,7 @@ class Fleet::Impl {
           if (auto tx = meterLocked(r, now)) metering_.push_back(std::move(*tx));
           r.state = "pending";
           r.admission.reset();
-          ++r.preemptions;
+          if (e.reason != "BudgetExhausted") ++r.preemptions;
           if (auto st = engine_->status(e.workload); st && st->queued_ms) {
             r.spec.queued_ms = st->queued_ms;
           }
@@ -607,7 +720,6 @@ class Fleet::Impl {
       }
       dirty_.insert(e.workload);
     }
-    return flushLocked();
   }
 
   // The write for everything changed since the last one.
@@ -695,11 +807,14 @@ class Fleet::Impl {
     const int64_t now = nowMs();
     const int64_t interval =
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval).count();
+    std::vector<std::string> stops;
     for (auto& [name, r] : records_) {
       if (r.state != "admitted" || now - r.metered_until_ms < interval) continue;
       if (auto tx = meterLocked(r, now)) metering_.push_back(std::move(*tx));
+      if (!holdGpu(r)) stops.push_back(name);
       dirty_.insert(name);
     }
+    for (const auto& name : stops) stopForBudget(name);
     if (auto write = scheduleLocked()) enqueue(std::move(*write), nullptr);
   }
 
@@ -1326,6 +1441,7 @@ class Fleet::Impl {
   std::shared_ptr<fleet::Placer> next_placer_;  // the last rebuild's; mu_
   std::map<std::string, Record> records_;  // live workloads by name; mu_
   int64_t next_seq_ = 1;                   // mu_
+  int64_t hold_seq_ = 0;                   // GPU holds taken; mu_
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // to post; mu_
   std::mutex retry_mu_;
   std::vector<store::TxFn> retries_;   // writes that failed, to try again; retry_mu_

@@ -21,10 +21,11 @@
 //
 // Teams are namespaces: a workload runs in its submitter's team (tenant and platform admins may
 // name another), and its GPU time is charged to the submitter's wallet chain for the model
-// "gpu-hours" (wallets without a model count it too) at the flavor's price per GPU-hour. While a
-// hard wallet in that chain has nothing left, the team's new GPU workloads stay pending with the
-// reason BudgetExhausted; workloads already admitted keep their quota and are charged each
-// metering interval, so a wallet can run over by at most one interval of their GPU time.
+// "gpu-hours" (wallets without a model count it too) at the flavor's price per GPU-hour. GPU time
+// is held on the chain before it runs (two metering intervals ahead) and charged as it is used; a
+// GPU workload whose next stretch a hard wallet cannot hold waits (BudgetExhausted), and a running
+// one is sent back to its queue, held, so a hard wallet is not overrun (short of a stall longer
+// than a hold covers, or a restart: holds live in memory).
 //
 // Every change runs the engine to a stable state at once (drain mode by default), then writes the
 // changed workloads and the events in one store write, in order; a submission is acknowledged

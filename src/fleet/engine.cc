@@ -1967,7 +1967,8 @@ class Engine::Impl {
     events_.push_back({Event::Kind::kAdmitted, w.spec.name, q.spec.name, "", "", "", cycles_});
   }
 
-  void evict(int id) {
+  void evict(int id, const std::string& reason = "Preempted",
+             const std::string& message = "preempted; waiting for quota again") {
     Wl& w = wls_[u(id)];
     Cq& q = cqs_[u(w.cq)];
     if (w.state != State::kAdmitted) return;
@@ -1980,13 +1981,13 @@ class Engine::Impl {
     w.state = State::kPending;
     w.evicting = false;
     w.inadmissible = false;
-    w.reason = kWaitingForQuota;
-    w.message = "preempted; waiting for quota again";
+    w.reason = reason == "Preempted" ? std::string(kWaitingForQuota) : reason;
+    w.message = message;
     w.order_ms = now_ms_;
     w.order_seq = ++evictions_;
     q.active.insert(id);
-    events_.push_back(
-        {Event::Kind::kEvicted, w.spec.name, q.spec.name, "Preempted", "", "", cycles_});
+    events_.push_back({Event::Kind::kEvicted, w.spec.name, q.spec.name, reason,
+                       reason == "Preempted" ? std::string() : message, "", cycles_});
     retryInadmissible(w.cq);
   }
 
@@ -2086,6 +2087,16 @@ class Engine::Impl {
     Cq& q = cqs_[u(w.cq)];
     if (q.sticky == id) q.sticky = -1;
     setParked(id, true);
+    return {};
+  }
+
+  Result<void> stop(const std::string& name, const std::string& reason,
+                    const std::string& message) {
+    auto it = wl_index_.find(name);
+    if (it == wl_index_.end() || wls_[u(it->second)].state != State::kAdmitted) {
+      return fail(Error(ErrorCode::kNotFound, fmt::format("no admitted workload named \"{}\"", name)));
+    }
+    evict(it->second, reason, message);
     return {};
   }
 
@@ -2348,6 +2359,10 @@ Result<void> Engine::hold(const std::string& name, const std::string& reason,
   return impl_->hold(name, reason, message);
 }
 Result<void> Engine::release(const std::string& name) { return impl_->release(name); }
+Result<void> Engine::stop(const std::string& name, const std::string& reason,
+                          const std::string& message) {
+  return impl_->stop(name, reason, message);
+}
 void Engine::setNamespace(const std::string& name, std::map<std::string, std::string> labels) {
   impl_->setNamespace(name, std::move(labels));
 }

@@ -175,6 +175,10 @@ class Engine {
   // message, until release(). Admitted workloads are not touched.
   Result<void> hold(const std::string& name, const std::string& reason, const std::string& message);
   Result<void> release(const std::string& name);
+  // Sends an admitted workload back to its queue from outside (its budget ran out, say): its
+  // quota and placement are released and it queues as of now; an kEvicted event carries
+  // `reason`. Pair it with hold() to keep it from being admitted again at once.
+  Result<void> stop(const std::string& name, const std::string& reason, const std::string& message);
 
   // Adds or relabels a namespace (a team created since the engine was).
   void setNamespace(const std::string& name, std::map<std::string, std::string> labels);

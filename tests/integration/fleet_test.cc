@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/money.h"
 #include "fakes/process.h"
 #include "fakes/temp_dir.h"
 
@@ -292,39 +293,63 @@ TEST_F(FleetServeTest, BadInputIsRefusedAndChangesNothing) {
   EXPECT_EQ(workload("ml/keep", key)["state"], "admitted");
 }
 
-TEST_F(FleetServeTest, GpuTimeIsMeteredAndAnExhaustedWalletHoldsNewWork) {
+// GPU time is held ahead on the wallets (two metering intervals and two seconds) and charged as
+// it is used; when a hard wallet can no longer hold what is ahead, the workload goes back to its
+// queue, held, and the wallet is never overrun.
+TEST_F(FleetServeTest, GpuTimeIsHeldAheadAndAHardWalletIsNeverOverrun) {
+  // Metering every 5 s: a hold covers 12 s ahead.
+  stop();
+  testing::writeFile(dir.file("purser.yaml"),
+                     "listen: 127.0.0.1:0\nthreads: 1\n"
+                     "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
+                     "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 5s\n");
+  start();
   const auto [key, team] = member();
-  // 3600.00 per GPU-hour is 1.00 per GPU-second; 0.50 is gone within the first metering.
-  ASSERT_EQ(cli({"wallets", "create", "--scope", "team:" + team, "--limit", "0.50", "--model",
-                 "gpu-hours"})
+  // 3600.00 per GPU-hour is 1.00 per GPU-second. "burn" has 4 GPUs: 4.00 a second, and a hold
+  // of 12 s costs 48.00. The wallet has 60.00: one hold; after the first metering (20.00 or
+  // more), not another.
+  ASSERT_EQ(cli({"wallets", "create", "--scope", "team:" + team, "--limit", "60.00", "--model",
+                 "gpu-hours", "--alert-at", "10,90"})
                 .code,
             0);
   ASSERT_EQ(cli({"submit", "-f", workloadFile("burn", 1)}, key).code, 0);
   ASSERT_EQ(workload("ml/burn", key)["state"], "admitted");
-  // Wait (bounded) for the metering to charge the team.
-  json wallets;
-  for (int i = 0; i < 100; ++i) {
-    wallets = cliJson({"wallets", "list"});
-    if (wallets["data"][0]["remaining"] == "0.00") break;
+  json wallets = cliJson({"wallets", "list"});
+  EXPECT_EQ(wallets["data"][0]["reserved"], "48.00") << wallets.dump();
+  // At the first metering the wallet cannot hold the next 48.00: "burn" is sent back, held.
+  json burn;
+  for (int i = 0; i < 150; ++i) {
+    burn = workload("ml/burn", key);
+    if (burn["state"] == "pending") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_EQ(wallets["data"][0]["remaining"], "0.00") << wallets.dump();
+  ASSERT_EQ(burn["state"], "pending") << burn.dump();
+  EXPECT_EQ(burn["reason"], "BudgetExhausted") << burn.dump();
+  EXPECT_EQ(burn["preemptions"], 0);
+  EXPECT_NE(burn["gpu_charged"], "0.00");
+  wallets = cliJson({"wallets", "list"});
+  const Money spent = *Money::parse(wallets["data"][0]["spent"].get<std::string>());
+  EXPECT_LE(spent, *Money::parse("60.00")) << wallets.dump();
+  EXPECT_EQ(wallets["data"][0]["reserved"], "0.00") << wallets.dump();
   json spend = cliJson({"spend", "--scope", "team:" + team, "--group-by", "model"});
   ASSERT_EQ(spend["data"].size(), 1u) << spend.dump();
   EXPECT_EQ(spend["data"][0]["group"], "gpu-hours");
+  EXPECT_EQ(spend["data"][0]["cost"], burn["gpu_charged"]);
+  bool stopped = false;
+  const json events = cliJson({"fleet", "events", "--workload", "ml/burn"});
+  for (const auto& e : events["data"]) {
+    stopped = stopped || (e["kind"] == "Evicted" && e["reason"] == "BudgetExhausted");
+  }
+  EXPECT_TRUE(stopped);
 
   // A new GPU workload is held with a reason naming the budget; CPU-only work is not.
   ASSERT_EQ(cli({"submit", "-f", workloadFile("next", 1)}, key).code, 0);
-  json next;
-  for (int i = 0; i < 50; ++i) {
-    next = workload("ml/next", key);
-    if (next["reason"] == "BudgetExhausted") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  json next = workload("ml/next", key);
   EXPECT_EQ(next["state"], "pending");
   EXPECT_EQ(next["reason"], "BudgetExhausted") << next.dump();
   Run why = cli({"why", "ml/next"}, key);
   EXPECT_NE(why.out.find("the GPU budget is used up"), std::string::npos) << why.out;
+  EXPECT_NE(why.out.find("next 12 s of GPU time cost 48.00"), std::string::npos) << why.out;
   const std::string cpu_only = dir.file("cpu-only.yaml");
   testing::writeFile(cpu_only,
                      "name: etl\nqueue: research\npod_sets: [{name: a, requests: {cpu: 2}}]\n");
@@ -335,11 +360,11 @@ TEST_F(FleetServeTest, GpuTimeIsMeteredAndAnExhaustedWalletHoldsNewWork) {
   Run audit = cli({"audit", "list"});
   EXPECT_NE(audit.out.find("budget.alert"), std::string::npos) << audit.out;
 
-  // Deleting the running one charges its last stretch; what it was charged is on its record.
+  // Deleting it ends it; what it was charged stays on its record.
   ASSERT_EQ(cli({"workloads", "delete", "ml/burn"}, key).code, 0);
   json burned = workload("ml/burn", key);
   EXPECT_EQ(burned["state"], "finished");
-  EXPECT_NE(burned["gpu_charged"], "0.00");
+  EXPECT_EQ(burned["gpu_charged"], burn["gpu_charged"]);
 }
 
 TEST_F(FleetServeTest, TenantsAndTeamsDoNotSeeOrMoveEachOthersWork) {
