@@ -6,6 +6,9 @@
 //
 //   node scripts/demo.mjs [--purser build/release/purser] [--config examples/demo.yaml]
 //                         [--data var] [--admin-key KEY] [--rate 3]
+//                         [--openai-port 8101] [--anthropic-port 8102]
+//
+// The simulated servers' ports must be those the configuration's providers point at.
 //
 // Ctrl-C stops everything. Keys the demo made are kept in <data>/demo-keys.json.
 import { spawn } from "node:child_process";
@@ -21,10 +24,13 @@ const config = args.config ?? "examples/demo.yaml";
 const data = args.data ?? "var";
 const adminKey = args["admin-key"] ?? process.env.PURSER_ADMIN_KEY ?? "purser-demo-admin-key-change-me";
 const rate = Number(args.rate ?? 3);  // requests per second through the gateway
+const openaiPort = args["openai-port"] ?? "8101";
+const anthropicPort = args["anthropic-port"] ?? "8102";
 
 const children = [];
 function start(name, argv, env = {}) {
   const child = spawn(purserBin, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  child.done = new Promise((resolve) => child.on("exit", resolve));
   children.push(child);
   const listening = new Promise((resolve, reject) => {
     let out = "";
@@ -51,11 +57,13 @@ function start(name, argv, env = {}) {
 }
 
 let stopping = false;
+// Stops every server (Purser drains its requests first) and exits once they have, or after 15 s.
 function stop(code = 0) {
   if (stopping) return;
   stopping = true;
   for (const c of children) c.kill("SIGTERM");
-  setTimeout(() => process.exit(code), 500);
+  const deadline = new Promise((resolve) => setTimeout(resolve, 15_000));
+  Promise.race([Promise.all(children.map((c) => c.done)), deadline]).then(() => process.exit(code));
 }
 process.on("SIGINT", () => stop(0));
 process.on("SIGTERM", () => stop(0));
@@ -175,9 +183,9 @@ function traffic(keys) {
 
 async function main() {
   await Promise.all([
-    start("sim-openai", ["sim", "llm", "--listen", "127.0.0.1:8101", "--models", "gpt-4o,gpt-4o-mini",
+    start("sim-openai", ["sim", "llm", "--listen", `127.0.0.1:${openaiPort}`, "--models", "gpt-4o,gpt-4o-mini",
       "--api-keys", "sk-demo-openai", "--ttft-ms", "120", "--tokens-per-s", "400", "--fail-rate", "0.01"]),
-    start("sim-anthropic", ["sim", "llm", "--listen", "127.0.0.1:8102", "--models", "claude-sonnet-4",
+    start("sim-anthropic", ["sim", "llm", "--listen", `127.0.0.1:${anthropicPort}`, "--models", "claude-sonnet-4",
       "--api-keys", "sk-demo-anthropic", "--ttft-ms", "200", "--tokens-per-s", "300"]),
   ]);
   mkdirSync(data, { recursive: true });

@@ -1,0 +1,101 @@
+// `make run`'s demo (scripts/demo.mjs with examples/demo.yaml), on free ports: within seconds it
+// has tenants, people over and under their wallets, GPU workloads admitted and waiting, and
+// traffic through every route — what a newcomer's console shows.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+
+import { purserBinary } from "./harness.mjs";
+
+const ADMIN = "demo-test-admin-key-0123456789";
+let demo, dir, url, exited;
+
+const freePort = () => new Promise((resolve) => {
+  const s = createServer();
+  s.listen(0, "127.0.0.1", () => {
+    const { port } = s.address();
+    s.close(() => resolve(port));
+  });
+});
+
+async function get(path, key = ADMIN) {
+  const r = await fetch(url + path, { headers: { authorization: `Bearer ${key}` } });
+  assert.ok(r.ok, `${path}: ${r.status}`);
+  return r.json();
+}
+
+// Polls `check` until it returns something truthy (or 30 s pass).
+async function eventually(check, what) {
+  for (let i = 0; i < 150; i++) {
+    const v = await check();
+    if (v) return v;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  assert.fail(`the demo never showed ${what}`);
+}
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), "purser-demo-"));
+  const [openai, anthropic] = [await freePort(), await freePort()];
+  const config = readFileSync("examples/demo.yaml", "utf8")
+    .replace("127.0.0.1:8080", "127.0.0.1:0")
+    .replaceAll("127.0.0.1:8101", `127.0.0.1:${openai}`)
+    .replaceAll("127.0.0.1:8102", `127.0.0.1:${anthropic}`);
+  writeFileSync(join(dir, "demo.yaml"), config);
+  copyFileSync("examples/fleet.yaml", join(dir, "fleet.yaml"));
+  demo = spawn("node", ["scripts/demo.mjs", "--purser", purserBinary, "--config", join(dir, "demo.yaml"),
+    "--data", join(dir, "var"), "--admin-key", ADMIN, "--rate", "10",
+    "--openai-port", String(openai), "--anthropic-port", String(anthropic)], { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "", err = "";
+  demo.stderr.on("data", (d) => (err += d));
+  exited = new Promise((resolve) => demo.on("exit", (code) => resolve(code)));
+  url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the demo did not start:\n${out}\n${err}`)), 90_000);
+    demo.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/the console is at (http\S+)\//);
+      if (m && out.includes("tenant admin key")) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      }
+    });
+    demo.on("exit", () => reject(new Error(`the demo exited:\n${out}\n${err}`)));
+  });
+});
+
+after(async () => {
+  if (demo) {
+    demo.kill("SIGINT");
+    assert.equal(await exited, 0, "the demo stops cleanly on Ctrl-C");
+  }
+  rmSync(dir, { recursive: true, force: true });
+});
+
+test("the demo fills every view with live data within seconds", async () => {
+  const tenants = (await get("/api/v1/tenants")).data.map((t) => t.name).sort();
+  assert.deepEqual(tenants, ["acme", "globex"]);
+  // Dana is far over her wallet; the others are not.
+  const users = Object.fromEntries((await get("/api/v1/users")).data.map((u) => [u.id, u.name]));
+  const wallets = (await get("/api/v1/wallets")).data;
+  const pct = (name) => Number(wallets.find((w) => users[w.scope.id] === name).percent_used);
+  assert.ok(pct("dana") > 100, `dana at ${pct("dana")} %`);
+  for (const name of ["ana", "bo", "carol"]) assert.ok(pct(name) < 75, `${name} at ${pct(name)} %`);
+  // GPU workloads: some admitted onto the nodes, one waiting with a reason.
+  const workloads = (await get("/api/v1/workloads")).data;
+  assert.equal(workloads.length, 5);
+  const admitted = workloads.filter((w) => w.state === "admitted");
+  assert.ok(admitted.length >= 3, JSON.stringify(workloads.map((w) => [w.name, w.state, w.reason])));
+  assert.ok(admitted.every((w) => w.admission.pod_sets.every((p) => p.placements.length === p.count)));
+  assert.ok(workloads.some((w) => w.state === "pending" && w.reason), "one waits, with a reason");
+  // Traffic through every route.
+  await eventually(async () => {
+    const routes = (await get("/api/v1/routes")).data;
+    return routes.length === 3 && routes.every((r) => r.stats.requests > 0);
+  }, "traffic on every route");
+  const nodes = await get("/api/v1/fleet/nodes");
+  assert.equal(nodes.data.length, 3);
+});
