@@ -1295,6 +1295,7 @@ class Fleet::Impl {
                           {"nvlink_domain", g.gpu->nvlink_domain >= 0 ? json(g.gpu->nvlink_domain)
                                                                       : json(nullptr)},
                           {"used_milli", g.used_milli},
+                          {"cores_used", g.cores_used},
                           {"shares", shares}});
         }
         const fleet::InventoryNode& n = *v.node;

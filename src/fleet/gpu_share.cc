@@ -61,7 +61,7 @@ Result<GpuRequest> gpuRequestOf(const Resources& per_pod) {
 
 Result<int64_t> shareMilli(const GpuRequest& g, int64_t gpu_memory_mib) {
   if (g.whole()) return int64_t{1000};
-  int64_t memory = 0;
+  int64_t memory = 1000;  // HAMi: without gpumem or gpumem-percentage, all of the memory
   if (g.memory_percent > 0) memory = g.memory_percent * 10;
   if (g.memory_mib > 0) {
     if (gpu_memory_mib <= 0 || g.memory_mib > gpu_memory_mib) {
@@ -71,7 +71,7 @@ Result<int64_t> shareMilli(const GpuRequest& g, int64_t gpu_memory_mib) {
     }
     memory = (g.memory_mib * 1000 + gpu_memory_mib - 1) / gpu_memory_mib;  // rounded up
   }
-  return std::clamp<int64_t>(std::max<int64_t>(memory, g.cores_percent * 10), 1, 1000);
+  return std::clamp<int64_t>(memory, 1, 1000);
 }
 
 std::vector<std::pair<std::string, std::string>> executorEnv(const GpuRequest& g,

@@ -26,9 +26,10 @@ struct GpuRequest {
 // without nvidia.com/gpu.
 Result<GpuRequest> gpuRequestOf(const Resources& per_pod);
 
-// The share of one GPU with `gpu_memory_mib` the request takes, in thousandths: the larger of
-// its memory and compute fractions (1000 for a whole GPU). Errors when it asks for more memory
-// than the GPU has.
+// The share of one GPU's memory (of `gpu_memory_mib`) the request takes, in thousandths: 1000
+// for a whole GPU, and, as in HAMi, for a share that names no memory. Its compute
+// (cores_percent) is a second budget of the GPU, kept apart. Errors when it asks for more
+// memory than the GPU has.
 Result<int64_t> shareMilli(const GpuRequest& request, int64_t gpu_memory_mib);
 
 struct AssignedGpu {

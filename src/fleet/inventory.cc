@@ -167,6 +167,7 @@ Placer::Placer(std::vector<InventoryNode> nodes, placement::Policy policy, uint6
     types_.push_back(type_index.emplace(key, static_cast<int>(type_index.size())).first->second);
     shapes_.push_back(std::move(shape));
     shares_.emplace_back(n.gpus.size());
+    cores_used_.emplace_back(n.gpus.size(), 0);
     index_[n.name] = static_cast<int>(i);
   }
   idle_ = states_;
@@ -192,6 +193,7 @@ void Placer::apply(const Holding& h, int sign, const std::string& owner) {
   s.pods += sign;
   for (const auto& [g, m] : h.gpus) {
     s.left[u(g)] -= sign * m;
+    cores_used_[u(h.node)][u(g)] += sign * h.cores;
     auto& list = shares_[u(h.node)][u(g)];
     if (sign > 0) {
       list.push_back({owner, m});
@@ -246,6 +248,25 @@ class Placer::Attempt {
     s.memory_left += h.memory_mib;
     --s.pods;
     for (const auto& [g, m] : h.gpus) s.left[u(g)] += m;
+    std::vector<int>& cores = mutableCores(h.node);
+    for (const auto& [g, m] : h.gpus) cores[u(g)] -= h.cores;
+  }
+
+  // Percent of each GPU's compute held, as this attempt sees it.
+  const std::vector<int>& coresUsed(int i) {
+    auto it = cores_overlay_.find(i);
+    if (it != cores_overlay_.end()) return it->second;
+    if (idle_) {
+      idle_cores_.assign(p_.cores_used_[u(i)].size(), 0);
+      return idle_cores_;
+    }
+    return p_.cores_used_[u(i)];
+  }
+  std::vector<int>& mutableCores(int i) {
+    auto it = cores_overlay_.find(i);
+    if (it != cores_overlay_.end()) return it->second;
+    std::vector<int> base = coresUsed(i);
+    return cores_overlay_.emplace(i, std::move(base)).first->second;
   }
 
   // A request, made ready: the GPU ask, and per node whether it is eligible and the pod's shape.
@@ -255,6 +276,7 @@ class Placer::Attempt {
     std::vector<int> eligible;  // nodes that match and could hold one pod when idle
     std::vector<Pod> pods;      // the pod's shapes (its share depends on the GPU's memory)
     std::vector<int> pod_of;    // per node: index into `pods`; -1 when not eligible
+    int cores = 0;              // percent of each GPU's compute per pod (HAMi's gpucores)
     int labels = 0, taints = 0, model = 0, small = 0;  // why the others are not eligible
     // Scores already computed for this pod, by node type and state.
     std::unordered_map<uint64_t, int> scores;
@@ -265,6 +287,7 @@ class Placer::Attempt {
     Prepared p;
     p.request = &r;
     p.gpu = PURSER_TRY_VALUE(gpuRequestOf(r.per_pod));
+    p.cores = p.gpu.whole() ? 0 : p.gpu.cores_percent;
     const int64_t cpu = amount(r.per_pod, "cpu");
     const int64_t memory = (amount(r.per_pod, "memory") + kMilliBytesPerMib - 1) / kMilliBytesPerMib;
     p.pod_of.assign(p_.nodes_.size(), -1);
@@ -379,6 +402,7 @@ class Placer::Attempt {
   std::optional<std::vector<PodPlacement>> placeIn(Prepared& p, const Domain& d,
                                                    std::vector<Holding>& holdings) {
     const auto saved = overlay_;
+    const auto saved_cores = cores_overlay_;
     const size_t held_before = holdings.size();
     std::vector<PodPlacement> out;
     const auto& typical = typicalFor(p);
@@ -389,7 +413,8 @@ class Placer::Attempt {
       NodeState scratch;
       for (const auto& [i, mask] : d.members) {
         const Pod& pod = p.pod(i);
-        const NodeState& masked = mask == kAll ? state(i) : (scratch = maskedState(i, mask));
+        const NodeState& masked =
+            mask == kAll && p.cores == 0 ? state(i) : (scratch = maskedState(i, mask, p.cores));
         if (!placement::feasible(p_.shapes_[u(i)], masked, pod)) continue;
         const int sc = scoreOf(p, i, masked, typical);
         if (sc > best_score) {
@@ -404,11 +429,12 @@ class Placer::Attempt {
       }
       if (best < 0) {
         overlay_ = saved;
+        cores_overlay_ = saved_cores;
         holdings.resize(held_before);
         return std::nullopt;
       }
       const Pod& pod = p.pod(best);
-      const NodeState masked = maskedState(best, best_mask);
+      const NodeState masked = maskedState(best, best_mask, p.cores);
       std::vector<std::pair<int, int64_t>> gpus;
       if (pod.totalGpu() > 0 && pod.gpu_milli == placement::kMilliPerGpu) {
         placement::GpuTopology topo;
@@ -427,7 +453,9 @@ class Placer::Attempt {
       }
       NodeState& s = mutableState(best);
       placement::place(s, pod, gpus);
-      Holding h{best, pod.cpu_milli, pod.memory_mib, gpus};
+      std::vector<int>& cores = mutableCores(best);
+      for (const auto& [g, m] : gpus) cores[u(g)] += p.cores;
+      Holding h{best, pod.cpu_milli, pod.memory_mib, gpus, p.cores};
       PodPlacement pp;
       pp.node = p_.nodes_[u(best)].name;
       for (const auto& [g, m] : gpus) pp.gpus.push_back(g);
@@ -465,7 +493,7 @@ class Placer::Attempt {
       for (size_t k = 0; k < ds.size(); ++k) {
         int64_t gpu = 0, cpu = 0;
         for (const auto& [i, mask] : ds[k].members) {
-          const NodeState m = maskedState(i, mask);
+          const NodeState m = maskedState(i, mask, p.cores);
           gpu += m.gpuLeft();
           cpu += m.cpu_left;
         }
@@ -514,12 +542,15 @@ class Placer::Attempt {
     return sc;
   }
 
-  NodeState maskedState(int i, uint64_t mask) {
+  // The node as a pod sees it: GPUs outside `mask`, or without `cores` percent of compute
+  // free, have nothing left.
+  NodeState maskedState(int i, uint64_t mask, int cores = 0) {
     NodeState s = state(i);
-    if (mask != ~uint64_t{0}) {
-      for (size_t g = 0; g < s.left.size(); ++g) {
-        if ((mask >> g & 1) == 0) s.left[g] = 0;
-      }
+    const std::vector<int>& used = cores > 0 ? coresUsed(i) : idle_cores_;
+    for (size_t g = 0; g < s.left.size(); ++g) {
+      const bool outside = mask != ~uint64_t{0} && (mask >> g & 1) == 0;
+      const bool busy = cores > 0 && g < used.size() && 100 - used[g] < cores;
+      if (outside || busy) s.left[g] = 0;
     }
     return s;
   }
@@ -535,6 +566,8 @@ class Placer::Attempt {
   Placer& p_;
   bool idle_;
   std::unordered_map<int, NodeState> overlay_;
+  std::unordered_map<int, std::vector<int>> cores_overlay_;
+  std::vector<int> idle_cores_;  // scratch: an idle node's compute (all free)
   std::vector<placement::TypicalPod> own_;
 };
 
@@ -630,7 +663,7 @@ Result<void> Placer::take(const std::string& owner, const std::vector<PlacementR
       Holding h{it->second, amount(requests[r].per_pod, "cpu"),
                 (amount(requests[r].per_pod, "memory") + kMilliBytesPerMib - 1) /
                     kMilliBytesPerMib,
-                {}};
+                {}, gpu.whole() ? 0 : gpu.cores_percent};
       if (static_cast<int>(pp.gpus.size()) != gpu.count) {
         return fail(invalidArgument(fmt::format("\"{}\": {} GPU(s) on node \"{}\", {} asked", owner,
                                                 pp.gpus.size(), pp.node, gpu.count)));
@@ -650,7 +683,9 @@ Result<void> Placer::take(const std::string& owner, const std::vector<PlacementR
   for (const auto& h : holdings) {
     const NodeState& s = states_[u(h.node)];
     over = over || s.cpu_left < 0 || s.memory_left < 0;
-    for (const auto& [g, m] : h.gpus) over = over || s.left[u(g)] < 0;
+    for (const auto& [g, m] : h.gpus) {
+      over = over || s.left[u(g)] < 0 || cores_used_[u(h.node)][u(g)] > 100;
+    }
   }
   if (over) {
     for (const auto& h : holdings) apply(h, -1, owner);
@@ -688,7 +723,7 @@ std::vector<Placer::NodeView> Placer::view() const {
     v.pods = states_[i].pods;
     for (size_t g = 0; g < nodes_[i].gpus.size(); ++g) {
       v.gpus.push_back({&nodes_[i].gpus[g], placement::kMilliPerGpu - states_[i].left[g],
-                        shares_[i][g]});
+                        cores_used_[i][g], shares_[i][g]});
     }
     out.push_back(std::move(v));
   }

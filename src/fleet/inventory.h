@@ -96,7 +96,8 @@ class Placer {
   };
   struct GpuView {
     const GpuDevice* gpu = nullptr;
-    int64_t used_milli = 0;
+    int64_t used_milli = 0;  // of its memory
+    int cores_used = 0;      // percent of its compute held by shares (HAMi's gpucores)
     std::vector<Share> shares;
   };
   struct NodeView {
@@ -120,7 +121,8 @@ class Placer {
     int node = 0;
     int64_t cpu_milli = 0;
     int64_t memory_mib = 0;
-    std::vector<std::pair<int, int64_t>> gpus;  // index, milli
+    std::vector<std::pair<int, int64_t>> gpus;  // index, milli of its memory
+    int cores = 0;                              // percent of each of those GPUs' compute
   };
   Placer(std::vector<InventoryNode> nodes, placement::Policy policy, uint64_t seed);
   class Attempt;
@@ -134,6 +136,9 @@ class Placer {
   std::vector<placement::NodeState> idle_;  // every node free
   std::vector<int> types_;  // per node: nodes alike in shape share a type
   std::vector<std::vector<std::vector<Share>>> shares_;  // per node, per GPU
+  // Per node, per GPU: percent of its compute held (HAMi's gpucores is a budget apart from the
+  // memory share the policies see).
+  std::vector<std::vector<int>> cores_used_;
   std::unordered_map<std::string, int> index_;
   std::unordered_map<std::string, std::vector<Holding>> held_;
   placement::Policy policy_;

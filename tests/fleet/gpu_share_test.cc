@@ -38,7 +38,7 @@ TEST(GpuShareTest, RefusesWhatHamiWouldNot) {
             "nvidia.com/gpucores) needs nvidia.com/gpu: how many GPUs");
 }
 
-TEST(GpuShareTest, TheShareIsTheLargerOfMemoryAndCompute) {
+TEST(GpuShareTest, TheShareIsOfTheGpusMemoryWithComputeKeptApart) {
   GpuRequest whole{1, 0, 0, 0};
   EXPECT_EQ(*shareMilli(whole, 16384), 1000);
   GpuRequest memory{1, 4096, 0, 0};
@@ -46,9 +46,11 @@ TEST(GpuShareTest, TheShareIsTheLargerOfMemoryAndCompute) {
   GpuRequest odd{1, 1000, 0, 0};
   EXPECT_EQ(*shareMilli(odd, 16384), 62);  // 61.04, rounded up
   GpuRequest compute{1, 4096, 0, 40};
-  EXPECT_EQ(*shareMilli(compute, 16384), 400);
+  EXPECT_EQ(*shareMilli(compute, 16384), 250);  // its 40 % of compute is a budget of its own
   GpuRequest percent{1, 0, 30, 10};
   EXPECT_EQ(*shareMilli(percent, 16384), 300);
+  GpuRequest cores_only{1, 0, 0, 25};
+  EXPECT_EQ(*shareMilli(cores_only, 16384), 1000);  // no memory named: all of it, as in HAMi
   auto too_big = shareMilli({1, 32768, 0, 0}, 16384);
   ASSERT_FALSE(too_big);
   EXPECT_EQ(too_big.error().message, "asks for 32768 MiB of GPU memory; the GPU has 16384 MiB");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "fleet/engine.h"
 #include "fleet/inventory.h"
@@ -244,7 +245,7 @@ TEST(InventoryTest, WholeWorkloadOrNothingAndTakeFreeEnvironment) {
   auto share = pods("s", 1, 1, 1, {{"nvidia.com/gpumem", 10240 * 1000}, {"nvidia.com/gpucores", 30000}});
   r = p->place({share});
   ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced);
-  EXPECT_EQ(r.pod_sets[0][0].gpu_milli, 300);  // cores 30 % > memory 25 %
+  EXPECT_EQ(r.pod_sets[0][0].gpu_milli, 250);  // a quarter of the memory; 30 % of compute apart
   ASSERT_TRUE(p->take("s", {share}, r.pod_sets));
   EXPECT_FALSE(p->take("s", {share}, r.pod_sets));  // already held
   auto env = p->environment(r.pod_sets[0][0], share.per_pod);
@@ -256,14 +257,44 @@ TEST(InventoryTest, WholeWorkloadOrNothingAndTakeFreeEnvironment) {
   // The node map shows the share.
   const auto v = p->view();
   int64_t used = 0;
-  for (const auto& g : v[0].gpus) used += g.used_milli;
-  EXPECT_EQ(used, 300);
+  int cores = 0;
+  for (const auto& g : v[0].gpus) {
+    used += g.used_milli;
+    cores += g.cores_used;
+  }
+  EXPECT_EQ(used, 250);
+  EXPECT_EQ(cores, 30);
   // Taking more than is free is refused and takes nothing.
   EXPECT_FALSE(p->take("big", {pods("big", 1, 1, 2)}, {{{"n1", {0, 1}, 1000}}}));
   EXPECT_FALSE(p->take("ghost", {pods("g", 1, 1, 1)}, {{{"nope", {0}, 1000}}}));
   EXPECT_TRUE(p->free("s"));
   EXPECT_FALSE(p->free("s"));
   EXPECT_TRUE(p->take("big", {pods("big", 1, 1, 2)}, {{{"n1", {0, 1}, 1000}}}));
+}
+
+// HAMi's two budgets of a GPU: memory (the share the policies see) and compute (gpucores). Pods
+// fit on one GPU while both last.
+TEST(InventoryTest, SharesNeedBothMemoryAndComputeLeft) {
+  auto p = placer({gpuNode("one", 1, "A100", 64, 0, "", 40960)});
+  const auto share = [](const std::string& name, int mem_pct, int cores) {
+    Resources extra{{"nvidia.com/gpumem-percentage", mem_pct * 1000}};
+    if (cores > 0) extra["nvidia.com/gpucores"] = cores * 1000;
+    return pods(name, 1, 1, 1, extra);
+  };
+  for (const auto& [name, mem, cores] :
+       std::vector<std::tuple<std::string, int, int>>{{"a", 10, 80}, {"b", 80, 10}}) {
+    auto r = p->place({share(name, mem, cores)});
+    ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced) << name << ": " << r.message;
+    ASSERT_TRUE(p->take(name, {share(name, mem, cores)}, r.pod_sets));
+  }
+  // 90 % of compute is held: 20 % more does not fit, though memory does.
+  EXPECT_EQ(p->place({share("c", 5, 20)}).kind, PlacementResult::Kind::kNotNow);
+  EXPECT_FALSE(p->take("c", {share("c", 5, 20)}, {{{"one", {0}, 50}}}));
+  // A share that asks no compute budget still fits in the memory left.
+  EXPECT_EQ(p->place({share("d", 5, 0)}).kind, PlacementResult::Kind::kPlaced);
+  EXPECT_EQ(p->view()[0].gpus[0].cores_used, 90);
+  p->free("a");
+  EXPECT_EQ(p->place({share("c", 5, 20)}).kind, PlacementResult::Kind::kPlaced);
 }
 
 // --- Inside admission ------------------------------------------------------------------------

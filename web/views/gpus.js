@@ -4,7 +4,8 @@ import { ErrorNote, api, html, usePoll } from "../lib.js";
 
 function GpuBox({ gpu }) {
   const used = gpu.used_milli / 10;
-  const label = `GPU ${gpu.index} (${gpu.model}): ${used}% allocated` +
+  const label = `GPU ${gpu.index} (${gpu.model}): ${used}% of memory allocated` +
+    (gpu.cores_used ? `, ${gpu.cores_used}% of compute` : "") +
     gpu.shares.map((s) => `; ${s.workload ?? "another team's workload"} ${s.gpu_milli / 10}%`).join("");
   return html`<div class="gpu" title=${label} aria-label=${label} data-used=${gpu.used_milli}>
     ${gpu.shares.map((s) => html`<div class=${`slice ${s.workload ? "" : "other"}`}
