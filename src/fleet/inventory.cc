@@ -291,7 +291,8 @@ class Placer::Attempt {
     const int64_t cpu = amount(r.per_pod, "cpu");
     const int64_t memory = (amount(r.per_pod, "memory") + kMilliBytesPerMib - 1) / kMilliBytesPerMib;
     p.pod_of.assign(p_.nodes_.size(), -1);
-    std::map<int64_t, int> by_gpu_memory;
+    std::map<int64_t, int> by_gpu_memory;  // GPU memory -> index into p.pods, -1: too small
+    std::unordered_map<std::string, bool> model_ok;
     for (size_t i = 0; i < p_.nodes_.size(); ++i) {
       const InventoryNode& n = p_.nodes_[i];
       bool labels_ok = true;
@@ -312,34 +313,52 @@ class Placer::Attempt {
         ++p.taints;
         continue;
       }
-      Pod pod;
-      pod.name = r.name;
-      pod.cpu_milli = cpu;
-      pod.memory_mib = memory;
+      // The pod's shape depends only on the GPU's memory (for shares), its admissibility on the
+      // GPU's model: both are worked out once per distinct value, not per node.
+      const int64_t gm = n.gpus.empty() ? 0 : n.gpus.front().memory_mib;
       if (p.gpu.count > 0) {
-        if (n.gpus.empty() ||
-            (!r.use_gpu_types.empty() && !typeMatches(n.gpus.front().model, r.use_gpu_types)) ||
-            typeMatches(n.gpus.front().model, r.nouse_gpu_types)) {
+        if (n.gpus.empty()) {
           ++p.model;
           continue;
         }
-        auto share = shareMilli(p.gpu, n.gpus.front().memory_mib);
-        if (!share) {
-          ++p.small;
+        const std::string& model = n.gpus.front().model;
+        auto known = model_ok.find(model);
+        if (known == model_ok.end()) {
+          const bool ok = (r.use_gpu_types.empty() || typeMatches(model, r.use_gpu_types)) &&
+                          !typeMatches(model, r.nouse_gpu_types);
+          known = model_ok.emplace(model, ok).first;
+        }
+        if (!known->second) {
+          ++p.model;
           continue;
         }
-        pod.num_gpu = p.gpu.count;
-        pod.gpu_milli = *share;
       }
-      if (!placement::feasible(p_.shapes_[i], p_.idle_[i], pod)) {
+      auto shape = by_gpu_memory.find(gm);
+      if (shape == by_gpu_memory.end()) {
+        Pod pod;
+        pod.name = r.name;
+        pod.cpu_milli = cpu;
+        pod.memory_mib = memory;
+        int index = static_cast<int>(p.pods.size());
+        if (p.gpu.count > 0) {
+          auto share = shareMilli(p.gpu, gm);
+          if (share) {
+            pod.num_gpu = p.gpu.count;
+            pod.gpu_milli = *share;
+          } else {
+            index = -1;  // more memory than this GPU has
+          }
+        }
+        if (index >= 0) p.pods.push_back(std::move(pod));
+        shape = by_gpu_memory.emplace(gm, index).first;
+      }
+      if (shape->second < 0 ||
+          !placement::feasible(p_.shapes_[i], p_.idle_[i], p.pods[u(shape->second)])) {
         ++p.small;
         continue;
       }
       p.eligible.push_back(static_cast<int>(i));
-      const int64_t gm = n.gpus.empty() ? 0 : n.gpus.front().memory_mib;
-      auto [it, fresh] = by_gpu_memory.emplace(gm, static_cast<int>(p.pods.size()));
-      if (fresh) p.pods.push_back(std::move(pod));
-      p.pod_of[i] = it->second;
+      p.pod_of[i] = shape->second;
     }
     return p;
   }
@@ -492,8 +511,11 @@ class Placer::Attempt {
       const Pod* any = p.pods.empty() ? nullptr : &p.pods.front();
       for (size_t k = 0; k < ds.size(); ++k) {
         int64_t gpu = 0, cpu = 0;
+        NodeState scratch;
         for (const auto& [i, mask] : ds[k].members) {
-          const NodeState m = maskedState(i, mask, p.cores);
+          const NodeState& m = mask == kAll && p.cores == 0
+                                   ? state(i)
+                                   : (scratch = maskedState(i, mask, p.cores));
           gpu += m.gpuLeft();
           cpu += m.cpu_left;
         }
