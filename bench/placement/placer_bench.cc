@@ -39,7 +39,8 @@ PlacementRequest requestOf(const placement::Pod& p) {
   if (p.num_gpu > 0) {
     r.per_pod["nvidia.com/gpu"] = p.num_gpu * 1000;
     if (p.gpu_milli < 1000) {
-      r.per_pod["nvidia.com/gpumem-percentage"] = std::max<int64_t>(1, (p.gpu_milli + 9) / 10) * 1000;
+      r.per_pod["nvidia.com/gpumem-percentage"] =
+          std::max<int64_t>(1, (p.gpu_milli + 9) / 10) * 1000;
     }
   }
   r.use_gpu_types = p.models;

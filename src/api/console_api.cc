@@ -51,16 +51,17 @@ struct Stats {
     return {{"requests", requests},
             {"errors", errors},
             {"error_rate", std::round(error_rate * 10000.0) / 10000.0},
-            {"latency_ms", {{"p50", latencies.empty() ? json(nullptr) : json(percentile(latencies, 50))},
-                            {"p95", latencies.empty() ? json(nullptr) : json(percentile(latencies, 95))}}},
+            {"latency_ms",
+             {{"p50", latencies.empty() ? json(nullptr) : json(percentile(latencies, 50))},
+              {"p95", latencies.empty() ? json(nullptr) : json(percentile(latencies, 95))}}},
             {"tokens", {{"input", input_tokens}, {"output", output_tokens}}},
             {"cost", Money::fromNanos(cost_nanos).toString()},
             {"cost_per_1k_requests",
-             requests == 0 ? json(nullptr)
-                           : json(Money::fromNanos(static_cast<int64_t>(
-                                                       static_cast<__int128>(cost_nanos) * 1000 /
-                                                       requests))
-                                      .toString())}};
+             requests == 0
+                 ? json(nullptr)
+                 : json(Money::fromNanos(static_cast<int64_t>(static_cast<__int128>(cost_nanos) *
+                                                              1000 / requests))
+                            .toString())}};
   }
 };
 
@@ -77,9 +78,8 @@ bool routeVisible(const gateway::Route& r, const Principal& who) {
 std::string health(const gateway::Target& t, MonoTime now, int64_t requests) {
   if (gateway::coolingDown(t, now)) return "cooling_down";
   if (t.health.consecutive_failures.load(std::memory_order_relaxed) > 0) return "degraded";
-  return requests == 0 && t.health.ewma_latency_us.load(std::memory_order_relaxed) == 0
-             ? "unknown"
-             : "healthy";
+  return requests == 0 && t.health.ewma_latency_us.load(std::memory_order_relaxed) == 0 ? "unknown"
+                                                                                        : "healthy";
 }
 
 // GET /api/v1/routes[?from=RFC3339]: the model routes the caller may use, with their targets'
@@ -118,8 +118,8 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
     for (const auto& r : rows) {
       const int64_t status = r.getInt(3);
       const bool ok = status >= 200 && status < 300;
-      for (Stats* st : {&by_route[r.getText(0)],
-                        &by_target[{r.getText(0), r.getText(1), r.getText(2)}]}) {
+      for (Stats* st :
+           {&by_route[r.getText(0)], &by_target[{r.getText(0), r.getText(1), r.getText(2)}]}) {
         ++st->requests;
         st->errors += ok ? 0 : 1;
         st->input_tokens += r.getInt(5);
@@ -141,7 +141,8 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
         Stats& st = by_target[{r->alias, t->provider->name(), t->model}];
         json target = {
             {"provider", t->provider->name()},
-            {"kind", t->provider->kind() == gateway::ProviderKind::kOpenAi ? "openai" : "anthropic"},
+            {"kind",
+             t->provider->kind() == gateway::ProviderKind::kOpenAi ? "openai" : "anthropic"},
             {"model", t->model},
             {"weight", t->weight},
             {"health", health(*t, now, st.requests)},
@@ -159,11 +160,12 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
       items.push_back(std::move(route));
     }
   }
-  co_return jsonResponse(200, {{"data", items},
-                               {"from", formatRfc3339(SystemTime(std::chrono::milliseconds(from_ms)))},
-                               {"scope", who->role == Role::kPlatformAdmin  ? "platform"
-                                         : who->role == Role::kTenantAdmin ? "tenant"
-                                                                            : "team"}});
+  co_return jsonResponse(200,
+                         {{"data", items},
+                          {"from", formatRfc3339(SystemTime(std::chrono::milliseconds(from_ms)))},
+                          {"scope", who->role == Role::kPlatformAdmin ? "platform"
+                                    : who->role == Role::kTenantAdmin ? "tenant"
+                                                                      : "team"}});
 }
 
 }  // namespace

@@ -479,7 +479,8 @@ class Fleet::Impl {
       for (const auto& ps : r.admission->pod_sets) {
         auto use = ps.usage.find(kGpu);
         auto f = ps.flavors.find(kGpu);
-        if (use != ps.usage.end() && f != ps.flavors.end()) add(s_.prices.gpu(f->second), use->second);
+        if (use != ps.usage.end() && f != ps.flavors.end())
+          add(s_.prices.gpu(f->second), use->second);
       }
       return total;
     }
@@ -491,7 +492,8 @@ class Fleet::Impl {
     if (gpu_milli == 0) return total;
     std::string cq;
     for (const auto& lq : base_.local_queues) {
-      if (lq.namespace_ == r.spec.namespace_ && lq.name == r.spec.local_queue) cq = lq.cluster_queue;
+      if (lq.namespace_ == r.spec.namespace_ && lq.name == r.spec.local_queue)
+        cq = lq.cluster_queue;
     }
     const Money* dearest = nullptr;
     for (const auto& q : base_.cluster_queues) {
@@ -1292,8 +1294,8 @@ class Fleet::Impl {
                           {"model", g.gpu->model},
                           {"memory_mib", g.gpu->memory_mib},
                           {"numa", g.gpu->numa},
-                          {"nvlink_domain", g.gpu->nvlink_domain >= 0 ? json(g.gpu->nvlink_domain)
-                                                                      : json(nullptr)},
+                          {"nvlink_domain",
+                           g.gpu->nvlink_domain >= 0 ? json(g.gpu->nvlink_domain) : json(nullptr)},
                           {"used_milli", g.used_milli},
                           {"cores_used", g.cores_used},
                           {"shares", shares}});
@@ -1436,13 +1438,13 @@ class Fleet::Impl {
   FleetOptions options_;
   std::vector<std::string> warnings_;
   std::mutex mu_;
-  fleet::ManifestSet base_;                // configured, then applied objects; mu_
-  std::unique_ptr<fleet::Engine> engine_;  // mu_
-  std::shared_ptr<fleet::Placer> placer_;  // engine_'s inventory; none without one; mu_
+  fleet::ManifestSet base_;                     // configured, then applied objects; mu_
+  std::unique_ptr<fleet::Engine> engine_;       // mu_
+  std::shared_ptr<fleet::Placer> placer_;       // engine_'s inventory; none without one; mu_
   std::shared_ptr<fleet::Placer> next_placer_;  // the last rebuild's; mu_
-  std::map<std::string, Record> records_;  // live workloads by name; mu_
-  int64_t next_seq_ = 1;                   // mu_
-  int64_t hold_seq_ = 0;                   // GPU holds taken; mu_
+  std::map<std::string, Record> records_;       // live workloads by name; mu_
+  int64_t next_seq_ = 1;                        // mu_
+  int64_t hold_seq_ = 0;                        // GPU holds taken; mu_
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // to post; mu_
   std::mutex retry_mu_;
   std::vector<store::TxFn> retries_;   // writes that failed, to try again; retry_mu_

@@ -1754,9 +1754,9 @@ class Engine::Impl {
                              cycles_});
         }
         w.reason = kWaitingForPreempted;
-        w.message = fmt::format("{}. Pending the preemption of {} workload(s)",
-                                why.empty() ? "waiting for preempted workloads" : why,
-                                targets.size());
+        w.message =
+            fmt::format("{}. Pending the preemption of {} workload(s)",
+                        why.empty() ? "waiting for preempted workloads" : why, targets.size());
         if (!strict) {
           if (q.sticky != e.wl) result.changed = true;
           q.sticky = e.wl;
@@ -1937,8 +1937,8 @@ class Engine::Impl {
     }
     std::vector<Target> out;
     for (int id : chosen) {
-      out.push_back({id, wls_[u(id)].cq == e.cq ? Variant::kWithinCq
-                                                : Variant::kReclaimWithoutBorrowing});
+      out.push_back(
+          {id, wls_[u(id)].cq == e.cq ? Variant::kWithinCq : Variant::kReclaimWithoutBorrowing});
     }
     return out;
   }
@@ -2094,7 +2094,8 @@ class Engine::Impl {
                     const std::string& message) {
     auto it = wl_index_.find(name);
     if (it == wl_index_.end() || wls_[u(it->second)].state != State::kAdmitted) {
-      return fail(Error(ErrorCode::kNotFound, fmt::format("no admitted workload named \"{}\"", name)));
+      return fail(
+          Error(ErrorCode::kNotFound, fmt::format("no admitted workload named \"{}\"", name)));
     }
     evict(it->second, reason, message);
     return {};

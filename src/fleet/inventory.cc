@@ -43,8 +43,8 @@ int64_t amount(const Resources& r, const char* name) {
 bool isDnsLabel(const std::string& s) {
   if (s.empty() || s.size() > 63) return false;
   for (char c : s) {
-    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-          c == '-' || c == '.')) {
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.')) {
       return false;
     }
   }
@@ -93,8 +93,8 @@ Result<void> validateInventory(const std::vector<InventoryNode>& nodes) {
   std::set<std::string> names;
   for (const auto& n : nodes) {
     const auto bad = [&](const std::string& field, const std::string& why) {
-      return fail(invalidArgument(fmt::format("node \"{}\": {}: {}", n.name, field, why))
-                      .withField(field));
+      return fail(
+          invalidArgument(fmt::format("node \"{}\": {}: {}", n.name, field, why)).withField(field));
     };
     if (!isDnsLabel(n.name)) {
       return fail(invalidArgument(fmt::format(
@@ -109,9 +109,9 @@ Result<void> validateInventory(const std::vector<InventoryNode>& nodes) {
     for (size_t i = 0; i < n.gpus.size(); ++i) {
       const GpuDevice& g = n.gpus[i];
       if (g.index != static_cast<int>(i)) {
-        return bad(fmt::format("gpus[{}].index", i),
-                   fmt::format("GPU indices run from 0 without gaps; expected {}, got {}", i,
-                               g.index));
+        return bad(
+            fmt::format("gpus[{}].index", i),
+            fmt::format("GPU indices run from 0 without gaps; expected {}, got {}", i, g.index));
       }
       if (g.model.empty()) return bad(fmt::format("gpus[{}].model", i), "required");
       if (g.memory_mib <= 0) return bad(fmt::format("gpus[{}].memory", i), "must be positive");
@@ -161,9 +161,9 @@ Placer::Placer(std::vector<InventoryNode> nodes, placement::Policy policy, uint6
                           n.gpus.empty() ? "" : n.gpus.front().model};
     states_.push_back(NodeState::of(shape));
     // Nodes alike in everything a score reads share a type (and memoised scores).
-    const std::string key = fmt::format("{}|{}|{}|{}|{}", shape.model, shape.gpus, shape.cpu_milli,
-                                        shape.memory_mib,
-                                        n.gpus.empty() ? 0 : n.gpus.front().memory_mib);
+    const std::string key =
+        fmt::format("{}|{}|{}|{}|{}", shape.model, shape.gpus, shape.cpu_milli, shape.memory_mib,
+                    n.gpus.empty() ? 0 : n.gpus.front().memory_mib);
     types_.push_back(type_index.emplace(key, static_cast<int>(type_index.size())).first->second);
     shapes_.push_back(std::move(shape));
     shares_.emplace_back(n.gpus.size());
@@ -289,7 +289,8 @@ class Placer::Attempt {
     p.gpu = PURSER_TRY_VALUE(gpuRequestOf(r.per_pod));
     p.cores = p.gpu.whole() ? 0 : p.gpu.cores_percent;
     const int64_t cpu = amount(r.per_pod, "cpu");
-    const int64_t memory = (amount(r.per_pod, "memory") + kMilliBytesPerMib - 1) / kMilliBytesPerMib;
+    const int64_t memory =
+        (amount(r.per_pod, "memory") + kMilliBytesPerMib - 1) / kMilliBytesPerMib;
     p.pod_of.assign(p_.nodes_.size(), -1);
     std::map<int64_t, int> by_gpu_memory;  // GPU memory -> index into p.pods, -1: too small
     std::unordered_map<std::string, bool> model_ok;
@@ -383,14 +384,15 @@ class Placer::Attempt {
         const InventoryNode& n = p_.nodes_[u(i)];
         std::map<std::pair<int, int>, uint64_t> masks;  // (domain, gpu when none) -> mask
         for (const auto& g : n.gpus) {
-          const auto key = g.nvlink_domain >= 0 ? std::pair{g.nvlink_domain, -1}
-                                                : std::pair{-1, g.index};
+          const auto key =
+              g.nvlink_domain >= 0 ? std::pair{g.nvlink_domain, -1} : std::pair{-1, g.index};
           masks[key] |= uint64_t{1} << g.index;
         }
         if (n.gpus.empty()) masks[{-1, -1}] = all;
         for (const auto& [key, mask] : masks) {
-          out.push_back({fmt::format("{}/nvlink{}", n.name, key.first >= 0 ? key.first : key.second),
-                         {{i, mask}}});
+          out.push_back(
+              {fmt::format("{}/nvlink{}", n.name, key.first >= 0 ? key.first : key.second),
+               {{i, mask}}});
         }
       }
       return out;
@@ -467,8 +469,8 @@ class Placer::Attempt {
           gpus.emplace_back(g, placement::kMilliPerGpu);
         }
       } else if (pod.totalGpu() > 0) {
-        gpus = placement::chooseGpus(p_.shapes_[u(best)], masked, pod, p_.policy_, typical,
-                                     p_.rng_);
+        gpus =
+            placement::chooseGpus(p_.shapes_[u(best)], masked, pod, p_.policy_, typical, p_.rng_);
       }
       NodeState& s = mutableState(best);
       placement::place(s, pod, gpus);
@@ -488,8 +490,7 @@ class Placer::Attempt {
 
   // Places `p` at its topology request: the tightest domain at the level that holds every pod;
   // a preferred level widens, then gives up the request, when none does.
-  std::optional<std::vector<PodPlacement>> placeSet(Prepared& p,
-                                                    std::vector<Holding>& holdings) {
+  std::optional<std::vector<PodPlacement>> placeSet(Prepared& p, std::vector<Holding>& holdings) {
     const TopologyRequest& t = p.request->topology;
     std::vector<std::string> levels;
     const std::string level = canonicalLevel(t.level);
@@ -513,14 +514,13 @@ class Placer::Attempt {
         int64_t gpu = 0, cpu = 0;
         NodeState scratch;
         for (const auto& [i, mask] : ds[k].members) {
-          const NodeState& m = mask == kAll && p.cores == 0
-                                   ? state(i)
-                                   : (scratch = maskedState(i, mask, p.cores));
+          const NodeState& m =
+              mask == kAll && p.cores == 0 ? state(i) : (scratch = maskedState(i, mask, p.cores));
           gpu += m.gpuLeft();
           cpu += m.cpu_left;
         }
-        if (any != nullptr && (gpu < any->totalGpu() * p.request->count ||
-                               cpu < any->cpu_milli * p.request->count)) {
+        if (any != nullptr &&
+            (gpu < any->totalGpu() * p.request->count || cpu < any->cpu_milli * p.request->count)) {
           continue;
         }
         order.emplace_back(gpu, cpu, k);
@@ -623,7 +623,8 @@ PlacementResult Placer::place(const std::vector<PlacementRequest>& requests,
     }
     // Not now; and on an idle fleet?
     Attempt::Prepared& p = *prepared;
-    std::string what = fmt::format("pod set \"{}\" ({} pod(s) of {})", r.name, r.count, describe(r));
+    std::string what =
+        fmt::format("pod set \"{}\" ({} pod(s) of {})", r.name, r.count, describe(r));
     std::string within;
     if (!r.topology.level.empty()) {
       within = fmt::format(" within one {} ({})", canonicalLevel(r.topology.level),
@@ -636,15 +637,16 @@ PlacementResult Placer::place(const std::vector<PlacementRequest>& requests,
       result.kind = PlacementResult::Kind::kNever;
       std::vector<std::string> whys;
       if (p.labels > 0) whys.push_back(fmt::format("{} lack its node labels", p.labels));
-      if (p.taints > 0) whys.push_back(fmt::format("{} have taints it does not tolerate", p.taints));
+      if (p.taints > 0)
+        whys.push_back(fmt::format("{} have taints it does not tolerate", p.taints));
       if (p.model > 0) whys.push_back(fmt::format("{} have no GPU of an allowed model", p.model));
       if (p.small > 0) whys.push_back(fmt::format("{} are too small for one pod", p.small));
       std::string list;
       for (size_t i = 0; i < whys.size(); ++i) list += (i == 0 ? "" : ", ") + whys[i];
       result.message =
-          nodes_.empty() ? fmt::format("{} can never be placed: the fleet has no nodes", what)
-                         : fmt::format("{} can never be placed: of {} node(s), {}", what,
-                                       nodes_.size(), list);
+          nodes_.empty()
+              ? fmt::format("{} can never be placed: the fleet has no nodes", what)
+              : fmt::format("{} can never be placed: of {} node(s), {}", what, nodes_.size(), list);
       return result;
     }
     if (!idle.placeSet(p, scratch)) {
@@ -682,18 +684,19 @@ Result<void> Placer::take(const std::string& owner, const std::vector<PlacementR
         return fail(invalidArgument(fmt::format("\"{}\": no node named \"{}\"", owner, pp.node)));
       }
       const InventoryNode& n = nodes_[u(it->second)];
-      Holding h{it->second, amount(requests[r].per_pod, "cpu"),
-                (amount(requests[r].per_pod, "memory") + kMilliBytesPerMib - 1) /
-                    kMilliBytesPerMib,
-                {}, gpu.whole() ? 0 : gpu.cores_percent};
+      Holding h{it->second,
+                amount(requests[r].per_pod, "cpu"),
+                (amount(requests[r].per_pod, "memory") + kMilliBytesPerMib - 1) / kMilliBytesPerMib,
+                {},
+                gpu.whole() ? 0 : gpu.cores_percent};
       if (static_cast<int>(pp.gpus.size()) != gpu.count) {
         return fail(invalidArgument(fmt::format("\"{}\": {} GPU(s) on node \"{}\", {} asked", owner,
                                                 pp.gpus.size(), pp.node, gpu.count)));
       }
       for (int g : pp.gpus) {
         if (g < 0 || g >= static_cast<int>(n.gpus.size())) {
-          return fail(invalidArgument(
-              fmt::format("\"{}\": node \"{}\" has no GPU {}", owner, pp.node, g)));
+          return fail(
+              invalidArgument(fmt::format("\"{}\": node \"{}\" has no GPU {}", owner, pp.node, g)));
         }
         h.gpus.emplace_back(g, pp.gpu_milli);
       }
@@ -762,8 +765,8 @@ Result<std::vector<std::pair<std::string, std::string>>> Placer::environment(
   std::vector<AssignedGpu> gpus;
   for (int g : pod.gpus) {
     if (g < 0 || g >= static_cast<int>(n->gpus.size())) {
-      return fail(Error(ErrorCode::kNotFound,
-                        fmt::format("node \"{}\" has no GPU {}", pod.node, g)));
+      return fail(
+          Error(ErrorCode::kNotFound, fmt::format("node \"{}\" has no GPU {}", pod.node, g)));
     }
     gpus.push_back({g, n->gpus[u(g)].uuid});
   }

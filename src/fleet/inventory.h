@@ -42,8 +42,8 @@ struct InventoryNode {
   std::vector<Taint> taints;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
-  std::string rack;   // empty: not in a rack the inventory knows
-  std::string block;  // a group of racks
+  std::string rack;             // empty: not in a rack the inventory knows
+  std::string block;            // a group of racks
   std::vector<GpuDevice> gpus;  // by index: gpus[i].index == i
 };
 
@@ -69,7 +69,7 @@ struct PlacementRequest {
 struct PlacementResult {
   enum class Kind { kPlaced, kNotNow, kNever };
   Kind kind = Kind::kPlaced;
-  std::string message;                               // why not, in plain words
+  std::string message;                              // why not, in plain words
   std::vector<std::vector<PodPlacement>> pod_sets;  // when placed: per request, one per pod
 };
 
@@ -134,7 +134,7 @@ class Placer {
   std::vector<placement::Node> shapes_;  // per node, for the policies
   std::vector<placement::NodeState> states_;
   std::vector<placement::NodeState> idle_;  // every node free
-  std::vector<int> types_;  // per node: nodes alike in shape share a type
+  std::vector<int> types_;                  // per node: nodes alike in shape share a type
   std::vector<std::vector<std::vector<Share>>> shares_;  // per node, per GPU
   // Per node, per GPU: percent of its compute held (HAMi's gpucores is a budget apart from the
   // memory share the policies see).

@@ -245,7 +245,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_options.mode =
       config.fleet.cycle_mode == "kueue" ? fleet::CycleMode::kKueue : fleet::CycleMode::kDrain;
   fleet_options.metering_interval = config.fleet.metering_interval;
-  fleet_options.policy = PURSER_TRY_VALUE(fleet::placement::parsePolicy(config.fleet.placement_policy));
+  fleet_options.policy =
+      PURSER_TRY_VALUE(fleet::placement::parsePolicy(config.fleet.placement_policy));
   fleet_options.seed = static_cast<uint64_t>(config.fleet.placement_seed);
   for (const auto& n : config.fleet.nodes) {
     fleet::InventoryNode node;

@@ -163,8 +163,8 @@ TEST(InventoryTest, EachPolicyChoosesItsNode) {
   // room for it: "full" (its last 2 could never host a 4-GPU pod), not "half" or "empty".
   auto p = setup(Policy::kDefault);
   for (int i = 0; i < 8; ++i) {
-    ASSERT_TRUE(p->take("t" + std::to_string(i), {pods("t", 1, 1, 4)},
-                        {{{"empty", {0, 1, 2, 3}, 1000}}}));
+    ASSERT_TRUE(
+        p->take("t" + std::to_string(i), {pods("t", 1, 1, 4)}, {{{"empty", {0, 1, 2, 3}, 1000}}}));
     p->free("t" + std::to_string(i));
   }
   EXPECT_EQ(nodesOf(p->place({pods("a", 1, 1, 2)})), std::set<std::string>{"full"});
@@ -242,7 +242,8 @@ TEST(InventoryTest, WholeWorkloadOrNothingAndTakeFreeEnvironment) {
   auto r = p->place({pods("a", 1, 1, 1), pods("b", 1, 1, 2)});
   EXPECT_EQ(r.kind, PlacementResult::Kind::kNotNow);
   // A share: memory and SM limits for HAMi-core.
-  auto share = pods("s", 1, 1, 1, {{"nvidia.com/gpumem", 10240 * 1000}, {"nvidia.com/gpucores", 30000}});
+  auto share =
+      pods("s", 1, 1, 1, {{"nvidia.com/gpumem", 10240 * 1000}, {"nvidia.com/gpucores", 30000}});
   r = p->place({share});
   ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced);
   EXPECT_EQ(r.pod_sets[0][0].gpu_milli, 250);  // a quarter of the memory; 30 % of compute apart
@@ -401,7 +402,7 @@ TEST(InventoryAdmissionTest, PreemptsWhereRemovalMakesAPlacementPossible) {
   f.engine->runUntilStable();
   ASSERT_TRUE(f.engine->submit(job("urgent", 1, 4, 10, 3)));
   const CycleResult r = f.engine->runUntilStable();
-  ASSERT_EQ(r.preempted.size(), 1u);  // one victim is enough
+  ASSERT_EQ(r.preempted.size(), 1u);            // one victim is enough
   EXPECT_EQ(r.preempted[0].first, "ml/low-2");  // the most recently admitted
   EXPECT_EQ(r.preempted[0].second, "InClusterQueue");
   auto urgent = f.engine->status("ml/urgent");

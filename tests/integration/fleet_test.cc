@@ -423,7 +423,8 @@ TEST_F(FleetServeTest, PlacesOnDeclaredNodesAndAdmitsOnlyWhatFits) {
   // HAMi's GPU memory is a resource like any other to Kueue: the queue covers it.
   std::string manifests = replace(kManifests, "nominalQuota: 64}", "nominalQuota: 256}");
   manifests = replace(manifests, "nominalQuota: 8,", "nominalQuota: 16,");
-  manifests = replace(manifests, "[cpu, nvidia.com/gpu]", "[cpu, nvidia.com/gpumem, nvidia.com/gpu]");
+  manifests =
+      replace(manifests, "[cpu, nvidia.com/gpu]", "[cpu, nvidia.com/gpumem, nvidia.com/gpu]");
   manifests = replace(manifests, "            - {name: nvidia.com/gpu,",
                       "            - {name: nvidia.com/gpumem, nominalQuota: 655360}\n"
                       "            - {name: nvidia.com/gpu,");
@@ -472,9 +473,8 @@ spec:
   for (const auto& p : pods) {
     ASSERT_EQ(p["gpus"].size(), 2u);
     EXPECT_EQ(p["gpus"][0].get<int>() / 2, p["gpus"][1].get<int>() / 2) << p.dump();
-    EXPECT_EQ(p["env"]["CUDA_VISIBLE_DEVICES"],
-              std::to_string(p["gpus"][0].get<int>()) + "," +
-                  std::to_string(p["gpus"][1].get<int>()));
+    EXPECT_EQ(p["env"]["CUDA_VISIBLE_DEVICES"], std::to_string(p["gpus"][0].get<int>()) + "," +
+                                                    std::to_string(p["gpus"][1].get<int>()));
   }
   const std::string busy = pods[0]["node"];
 
@@ -557,9 +557,10 @@ spec:
 
 TEST_F(FleetServeTest, ABadInventoryStopsTheServerNamingTheField) {
   stop();
-  testing::writeFile(dir.file("purser.yaml"),
-                     "listen: 127.0.0.1:0\nfleet:\n  nodes:\n"
-                     "    - {name: n1, cpu: \"-4\", gpus: {count: 2, model: A100, memory: 40Gi}}\n");
+  testing::writeFile(
+      dir.file("purser.yaml"),
+      "listen: 127.0.0.1:0\nfleet:\n  nodes:\n"
+      "    - {name: n1, cpu: \"-4\", gpus: {count: 2, model: A100, memory: 40Gi}}\n");
   Process bad(
       {PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"), "--data", dir.file("var3")}, "",
       {std::string("PURSER_ADMIN_KEY=") + kAdminKey});
