@@ -41,7 +41,7 @@ struct Stats {
   int64_t errors = 0;
   int64_t input_tokens = 0;
   int64_t output_tokens = 0;
-  int64_t cost_nanos = 0;
+  Money cost;
   std::vector<int64_t> latencies;  // successful requests
 
   json toJson() {
@@ -55,24 +55,20 @@ struct Stats {
              {{"p50", latencies.empty() ? json(nullptr) : json(percentile(latencies, 50))},
               {"p95", latencies.empty() ? json(nullptr) : json(percentile(latencies, 95))}}},
             {"tokens", {{"input", input_tokens}, {"output", output_tokens}}},
-            {"cost", Money::fromNanos(cost_nanos).toString()},
-            {"cost_per_1k_requests",
-             requests == 0
-                 ? json(nullptr)
-                 : json(Money::fromNanos(static_cast<int64_t>(static_cast<__int128>(cost_nanos) *
-                                                              1000 / requests))
-                            .toString())}};
+            {"cost", cost.toString()},
+            {"cost_per_1k_requests", requests == 0
+                                         ? json(nullptr)
+                                         : json(cost.mulDiv(1000, requests, Rounding::kHalfEven)
+                                                    .value_or(Money::max())
+                                                    .toString())}};
   }
 };
 
 bool routeVisible(const gateway::Route& r, const Principal& who) {
   if (who.role == Role::kPlatformAdmin) return true;
-  const auto allows = [](const std::vector<std::string>& list, const std::string& id) {
-    return list.empty() || std::find(list.begin(), list.end(), id) != list.end();
-  };
-  if (!allows(r.allow_tenants, who.tenant_id)) return false;
   // A tenant admin sees the routes any of its teams may use.
-  return who.role == Role::kTenantAdmin || allows(r.allow_teams, who.team_id);
+  return gateway::allowsTenant(r, who.tenant_id) &&
+         (who.role == Role::kTenantAdmin || gateway::allowsTeam(r, who.team_id));
 }
 
 std::string health(const gateway::Target& t, MonoTime now, int64_t requests) {
@@ -124,7 +120,7 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
         st->errors += ok ? 0 : 1;
         st->input_tokens += r.getInt(5);
         st->output_tokens += r.getInt(6);
-        st->cost_nanos += r.getInt(7);
+        st->cost = st->cost.add(Money::fromNanos(r.getInt(7))).value_or(Money::max());
         if (ok) st->latencies.push_back(r.getInt(4));
       }
     }

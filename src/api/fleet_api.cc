@@ -323,8 +323,9 @@ class Fleet::Impl {
       records_[r.spec.name] = std::move(r);
     }
     std::lock_guard lock(mu_);
-    engine_ = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
-    placer_ = next_placer_;
+    Built built = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
+    engine_ = std::move(built.engine);
+    placer_ = std::move(built.placer);
     auto write = scheduleLocked();
     if (write) PURSER_TRY(s_.store.write(*write));
     spdlog::info("fleet: {} ClusterQueue(s), {} workload(s) restored", base_.cluster_queues.size(),
@@ -394,8 +395,14 @@ class Fleet::Impl {
     return labels;
   }
 
+  // An engine and the inventory it places on.
+  struct Built {
+    std::unique_ptr<fleet::Engine> engine;
+    std::shared_ptr<fleet::Placer> placer;  // none without an inventory
+  };
+
   // A new engine over `world` holding every live workload: admitted ones keep their quota.
-  Result<std::unique_ptr<fleet::Engine>> rebuild(fleet::World world) {
+  Result<Built> rebuild(fleet::World world) {
     fleet::EngineOptions eo;
     eo.mode = options_.mode;
     // Each engine places on its own copy of the inventory, refilled from the admitted workloads
@@ -406,7 +413,6 @@ class Fleet::Impl {
           fleet::Placer::create(options_.inventory, options_.policy, options_.seed));
       eo.placement = fleet::placementHook(placer, world.flavors);
     }
-    next_placer_ = placer;
     eo.fair_sharing = false;
     for (const auto& cq : world.cluster_queues) {
       if (cq.fair_weight_milli != 1000) eo.fair_sharing = true;
@@ -438,7 +444,7 @@ class Fleet::Impl {
       }
       if (!r->hold.empty()) (void)engine->hold(r->spec.name, "BudgetExhausted", r->hold);
     }
-    return engine;
+    return Built{std::move(engine), std::move(placer)};
   }
 
   // --- Scheduling, metering and persistence (all with mu_ held) -------------------------------
@@ -490,11 +496,8 @@ class Fleet::Impl {
       if (g != ps.requests.end()) gpu_milli += g->second * ps.count;
     }
     if (gpu_milli == 0) return total;
-    std::string cq;
-    for (const auto& lq : base_.local_queues) {
-      if (lq.namespace_ == r.spec.namespace_ && lq.name == r.spec.local_queue)
-        cq = lq.cluster_queue;
-    }
+    auto st = engine_->status(r.spec.name);
+    const std::string cq = st ? st->cluster_queue : std::string();
     const Money* dearest = nullptr;
     for (const auto& q : base_.cluster_queues) {
       if (q.name != cq) continue;
@@ -520,10 +523,7 @@ class Fleet::Impl {
     for (const auto& id : s_.wallets.chain(scopesOf(r), kGpuModel)) {
       auto st = s_.wallets.status(id);
       if (!st || !st->spec.hard) continue;
-      // Its own hold is part of what the wallet has reserved: count it as room.
-      Money room = st->remaining;
-      if (!r.gpu_hold.empty()) room = room.add(need).value_or(Money::max());
-      if (!room.isZero() && !(room < need)) continue;
+      if (!st->remaining.isZero() && !(st->remaining < need)) continue;
       return fmt::format(
           "the GPU budget is used up: wallet {} ({} {}) has {} of {} left{}, and this workload's "
           "next {} s of GPU time cost {}; it waits until the wallet is raised or its period "
@@ -550,7 +550,11 @@ class Fleet::Impl {
     q.amount = need;
     q.lease = lookahead() * 3;
     auto held = s_.wallets.reserve(q);
-    if (!held) return held.error().code != ErrorCode::kResourceExhausted;
+    if (!held) {
+      if (held.error().code == ErrorCode::kResourceExhausted) return false;
+      spdlog::error("fleet: GPU time of {} not held: {}", r.spec.name, held.error().message);
+      return true;  // not the budget's doing: metering still charges what runs
+    }
     r.gpu_hold = q.event_id;
     return true;
   }
@@ -853,22 +857,19 @@ class Fleet::Impl {
     if (r.admission) {
       json a = json::array();
       for (const auto& ps : r.admission->pod_sets) {
-        json placements = json::array();
-        for (const auto& p : ps.placements) {
-          json pod = {{"node", p.node}, {"gpus", p.gpus}, {"gpu_milli", p.gpu_milli}};
-          // What an executor sets for this pod (HAMi-core's limits for shares).
-          const fleet::PodSet* spec = nullptr;
-          for (const auto& s : r.spec.pod_sets) {
-            if (s.name == ps.name) spec = &s;
+        json placements = placementsJson(ps.placements);
+        // What an executor sets for each pod (HAMi-core's limits for shares).
+        const fleet::PodSet* spec = nullptr;
+        for (const auto& s : r.spec.pod_sets) {
+          if (s.name == ps.name) spec = &s;
+        }
+        for (size_t i = 0; placer_ && spec != nullptr && i < ps.placements.size(); ++i) {
+          if (ps.placements[i].gpus.empty()) continue;
+          if (auto env = placer_->environment(ps.placements[i], spec->requests)) {
+            json e = json::object();
+            for (const auto& [k, v] : *env) e[k] = v;
+            placements[i]["env"] = std::move(e);
           }
-          if (placer_ && spec != nullptr && !p.gpus.empty()) {
-            if (auto env = placer_->environment(p, spec->requests)) {
-              json e = json::object();
-              for (const auto& [k, v] : *env) e[k] = v;
-              pod["env"] = e;
-            }
-          }
-          placements.push_back(std::move(pod));
         }
         a.push_back({{"name", ps.name},
                      {"count", ps.count},
@@ -1304,12 +1305,7 @@ class Fleet::Impl {
         // The flavors whose node labels the node carries.
         json flavors = json::array();
         for (const auto& f : base_.flavors) {
-          bool match = true;
-          for (const auto& [k, val] : f.node_labels) {
-            auto it = n.labels.find(k);
-            match = match && it != n.labels.end() && it->second == val;
-          }
-          if (match) flavors.push_back(f.name);
+          if (fleet::carriesLabels(n, f.node_labels)) flavors.push_back(f.name);
         }
         int64_t allocated = 0;
         for (const auto& g : v.gpus) allocated += g.used_milli;
@@ -1402,8 +1398,8 @@ class Fleet::Impl {
                           fresh.error().message);
       }
       base_ = std::move(merged);
-      engine_ = std::move(*fresh);
-      placer_ = next_placer_;
+      engine_ = std::move(fresh->engine);
+      placer_ = std::move(fresh->placer);
       for (const auto& [name, r] : records_) dirty_.insert(name);
       ledger::AuditEntry audit;
       audit.actor = who->id;
@@ -1438,13 +1434,12 @@ class Fleet::Impl {
   FleetOptions options_;
   std::vector<std::string> warnings_;
   std::mutex mu_;
-  fleet::ManifestSet base_;                     // configured, then applied objects; mu_
-  std::unique_ptr<fleet::Engine> engine_;       // mu_
-  std::shared_ptr<fleet::Placer> placer_;       // engine_'s inventory; none without one; mu_
-  std::shared_ptr<fleet::Placer> next_placer_;  // the last rebuild's; mu_
-  std::map<std::string, Record> records_;       // live workloads by name; mu_
-  int64_t next_seq_ = 1;                        // mu_
-  int64_t hold_seq_ = 0;                        // GPU holds taken; mu_
+  fleet::ManifestSet base_;                // configured, then applied objects; mu_
+  std::unique_ptr<fleet::Engine> engine_;  // mu_
+  std::shared_ptr<fleet::Placer> placer_;  // engine_'s inventory; none without one; mu_
+  std::map<std::string, Record> records_;  // live workloads by name; mu_
+  int64_t next_seq_ = 1;                   // mu_
+  int64_t hold_seq_ = 0;                   // GPU holds taken; mu_
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // to post; mu_
   std::mutex retry_mu_;
   std::vector<store::TxFn> retries_;   // writes that failed, to try again; retry_mu_

@@ -89,6 +89,14 @@ std::string describe(const PlacementRequest& r) {
 
 }  // namespace
 
+bool carriesLabels(const InventoryNode& node, const std::map<std::string, std::string>& labels) {
+  for (const auto& [k, v] : labels) {
+    auto it = node.labels.find(k);
+    if (it == node.labels.end() || it->second != v) return false;
+  }
+  return true;
+}
+
 Result<void> validateInventory(const std::vector<InventoryNode>& nodes) {
   std::set<std::string> names;
   for (const auto& n : nodes) {
@@ -296,12 +304,7 @@ class Placer::Attempt {
     std::unordered_map<std::string, bool> model_ok;
     for (size_t i = 0; i < p_.nodes_.size(); ++i) {
       const InventoryNode& n = p_.nodes_[i];
-      bool labels_ok = true;
-      for (const auto& [k, v] : r.node_selector) {
-        auto it = n.labels.find(k);
-        labels_ok = labels_ok && it != n.labels.end() && it->second == v;
-      }
-      if (!labels_ok) {
+      if (!carriesLabels(n, r.node_selector)) {
         ++p.labels;
         continue;
       }

@@ -47,6 +47,9 @@ struct InventoryNode {
   std::vector<GpuDevice> gpus;  // by index: gpus[i].index == i
 };
 
+// Whether `node` has every one of `labels` with the same value.
+bool carriesLabels(const InventoryNode& node, const std::map<std::string, std::string>& labels);
+
 // Names are unique DNS labels; GPU indices run 0..n-1; a node's GPUs share one model and memory
 // size; amounts are not negative. Errors name the node and the field.
 Result<void> validateInventory(const std::vector<InventoryNode>& nodes);

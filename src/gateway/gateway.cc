@@ -407,16 +407,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         std::find(key.models.begin(), key.models.end(), route.alias) == key.models.end()) {
       return false;
     }
-    if (!route.allow_tenants.empty() &&
-        std::find(route.allow_tenants.begin(), route.allow_tenants.end(), who.tenant_id) ==
-            route.allow_tenants.end()) {
-      return false;
-    }
-    if (!route.allow_teams.empty() && std::find(route.allow_teams.begin(), route.allow_teams.end(),
-                                                who.team_id) == route.allow_teams.end()) {
-      return false;
-    }
-    return true;
+    return allowsTenant(route, who.tenant_id) && allowsTeam(route, who.team_id);
   }
 
   std::vector<ledger::Scope> scopes(const Call& c) const {

@@ -98,6 +98,17 @@ size_t Provider::keyCount() const {
   return keys_.size();
 }
 
+bool allowsTenant(const Route& route, const std::string& tenant_id) {
+  return route.allow_tenants.empty() ||
+         std::find(route.allow_tenants.begin(), route.allow_tenants.end(), tenant_id) !=
+             route.allow_tenants.end();
+}
+
+bool allowsTeam(const Route& route, const std::string& team_id) {
+  return route.allow_teams.empty() || std::find(route.allow_teams.begin(), route.allow_teams.end(),
+                                                team_id) != route.allow_teams.end();
+}
+
 bool coolingDown(const Target& t, MonoTime now) {
   return t.health.cooldown_until_ns.load(std::memory_order_relaxed) > ns(now);
 }

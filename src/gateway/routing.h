@@ -96,6 +96,10 @@ struct Route {
   int64_t retries = 1;
 };
 
+// Whether a route's allow lists admit a tenant / a team (an empty list admits everyone).
+bool allowsTenant(const Route& route, const std::string& tenant_id);
+bool allowsTeam(const Route& route, const std::string& team_id);
+
 // The order to try `route`'s targets in at `now`.
 std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random);
 
