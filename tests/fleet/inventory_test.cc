@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 
 #include "fleet/engine.h"
@@ -51,7 +52,7 @@ PlacementRequest pods(const std::string& name, int64_t count, int64_t cpu, int64
 
 std::unique_ptr<Placer> placer(std::vector<InventoryNode> nodes, Policy p = Policy::kBinpack) {
   auto made = Placer::create(std::move(nodes), p, 42);
-  EXPECT_TRUE(made) << made.error().message;
+  if (!made) throw std::runtime_error("the test's inventory was refused: " + made.error().message);
   return std::move(*made);
 }
 
@@ -170,6 +171,25 @@ TEST(InventoryTest, EachPolicyChoosesItsNode) {
   EXPECT_EQ(nodesOf(p->place({pods("a", 1, 1, 2)})), std::set<std::string>{"full"});
 }
 
+// Where the policies part: a CPU-only pod on two nodes alike in GPUs, one short of CPU. Binpack
+// fills the smaller node; default sees that this would leave its GPUs without CPU for the common
+// 1-GPU, 8-CPU pods, and takes the roomy one.
+TEST(InventoryTest, DefaultKeepsCpuForTheGpusWhereBinpackDoesNot) {
+  const auto setup = [](Policy policy) {
+    auto p = placer({gpuNode("roomy", 4, "A100", 64), gpuNode("tight", 4, "A100", 40)}, policy);
+    for (int i = 0; i < 4; ++i) {  // the common shape: 1 GPU and 8 CPUs
+      const std::string name = "t" + std::to_string(i);
+      EXPECT_TRUE(p->take(name, {pods(name, 1, 8, 1)}, {{{"roomy", {0}, 1000}}}));
+      p->free(name);
+    }
+    return p;
+  };
+  EXPECT_EQ(nodesOf(setup(Policy::kBinpack)->place({pods("etl", 1, 16, 0)})),
+            std::set<std::string>{"tight"});
+  EXPECT_EQ(nodesOf(setup(Policy::kDefault)->place({pods("etl", 1, 16, 0)})),
+            std::set<std::string>{"roomy"});
+}
+
 TEST(InventoryTest, NvlinkAwareGpuSetOnAnEightGpuNodeWithTwoDomains) {
   // Domains {0,1,2,3} and {4,5,6,7}; GPU 0 is taken.
   auto p = placer({gpuNode("dgx", 8, "H100", 128, 4)});
@@ -179,7 +199,14 @@ TEST(InventoryTest, NvlinkAwareGpuSetOnAnEightGpuNodeWithTwoDomains) {
   EXPECT_EQ(r.pod_sets[0][0].gpus, (std::vector<int>{4, 5, 6, 7}));
   // Two GPUs go to the tighter domain (three free), keeping {4..7} whole.
   r = p->place({pods("two", 1, 1, 2)});
+  ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced);
   EXPECT_EQ(r.pod_sets[0][0].gpus, (std::vector<int>{1, 2}));
+  // With GPU 4 taken instead, they go to {5, 6}, not the lowest free {0, 1}.
+  auto q = placer({gpuNode("dgx", 8, "H100", 128, 4)});
+  ASSERT_TRUE(q->take("one", {pods("one", 1, 1, 1)}, {{{"dgx", {4}, 1000}}}));
+  r = q->place({pods("two", 1, 1, 2)});
+  ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced);
+  EXPECT_EQ(r.pod_sets[0][0].gpus, (std::vector<int>{5, 6}));
 }
 
 TEST(InventoryTest, GangHonoursRequiredTopologyAndFallsBackOnlyWherePreferred) {
@@ -201,7 +228,13 @@ TEST(InventoryTest, GangHonoursRequiredTopologyAndFallsBackOnlyWherePreferred) {
   r = p->place({gang});
   EXPECT_EQ(r.kind, PlacementResult::Kind::kNotNow);
   EXPECT_NE(r.message.find("within one rack (required)"), std::string::npos) << r.message;
-  // Preferred: spread across racks instead.
+  // Preferred, when one rack can hold them: still one rack.
+  auto four = pods("workers", 4, 1, 2);
+  four.topology = {"rack", false};
+  r = p->place({four});
+  ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced) << r.message;
+  EXPECT_EQ(nodesOf(r), (std::set<std::string>{"b1", "b2"}));
+  // Preferred, when none can: spread across racks instead.
   gang.topology.required = false;
   r = p->place({gang});
   ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced) << r.message;
