@@ -1745,7 +1745,6 @@ class Engine::Impl {
           preempted.emplace_back(t.wl, t.variant);
           wls_[u(t.wl)].evicting = true;
           wls_[u(t.wl)].preempted_for = e.wl;
-          w.pressing = true;
           wls_[u(t.wl)].spare = e.wl;
           wls_[u(t.wl)].signature.clear();  // its nominations now depend on whom it spares
           events_.push_back({Event::Kind::kPreempted, wls_[u(t.wl)].spec.name,
@@ -1753,6 +1752,7 @@ class Engine::Impl {
                              fmt::format("preempted to admit {}", w.spec.name), w.spec.name,
                              cycles_});
         }
+        if (!targets.empty()) w.pressing = true;
         w.reason = kWaitingForPreempted;
         w.message =
             fmt::format("{}. Pending the preemption of {} workload(s)",

@@ -40,17 +40,6 @@ int64_t amount(const Resources& r, const char* name) {
   return it == r.end() ? 0 : it->second;
 }
 
-bool isDnsLabel(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (char c : s) {
-    if (!(std::islower(static_cast<unsigned char>(c)) ||
-          std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.')) {
-      return false;
-    }
-  }
-  return s.front() != '-' && s.back() != '-';
-}
-
 // The memory of the openb traces' GPU models, in MiB (G2 and G3 are Alibaba's names for
 // models it does not disclose; they are taken as 16 GiB and 32 GiB parts).
 int64_t openbMemory(const std::string& model) {
@@ -104,9 +93,11 @@ Result<void> validateInventory(const std::vector<InventoryNode>& nodes) {
       return fail(
           invalidArgument(fmt::format("node \"{}\": {}: {}", n.name, field, why)).withField(field));
     };
-    if (!isDnsLabel(n.name)) {
-      return fail(invalidArgument(fmt::format(
-          "node name \"{}\" must be lowercase letters, digits, '-' and '.', at most 63", n.name)));
+    if (!isDnsSubdomain(n.name)) {
+      return fail(invalidArgument(
+          fmt::format("node name \"{}\" is not a DNS subdomain: lowercase letters, digits, '-' "
+                      "and '.', starting and ending with a letter or digit, at most 253",
+                      n.name)));
     }
     if (!names.insert(n.name).second) return bad("name", "listed twice");
     if (n.cpu_milli < 0) return bad("cpu", "may not be negative");
@@ -319,7 +310,8 @@ class Placer::Attempt {
       }
       // The pod's shape depends only on the GPU's memory (for shares), its admissibility on the
       // GPU's model: both are worked out once per distinct value, not per node.
-      const int64_t gm = n.gpus.empty() ? 0 : n.gpus.front().memory_mib;
+      // (One shape for pods without GPUs, whatever the node's GPUs.)
+      const int64_t gm = p.gpu.count == 0 || n.gpus.empty() ? 0 : n.gpus.front().memory_mib;
       if (p.gpu.count > 0) {
         if (n.gpus.empty()) {
           ++p.model;
@@ -368,7 +360,6 @@ class Placer::Attempt {
   }
 
   struct Domain {
-    std::string name;
     std::vector<std::pair<int, uint64_t>> members;  // node, mask of its GPUs in the domain
   };
 
@@ -377,7 +368,7 @@ class Placer::Attempt {
     const uint64_t all = ~uint64_t{0};
     std::vector<Domain> out;
     if (level.empty()) {
-      Domain d{"", {}};
+      Domain d;
       for (int i : p.eligible) d.members.emplace_back(i, all);
       out.push_back(std::move(d));
       return out;
@@ -392,11 +383,7 @@ class Placer::Attempt {
           masks[key] |= uint64_t{1} << g.index;
         }
         if (n.gpus.empty()) masks[{-1, -1}] = all;
-        for (const auto& [key, mask] : masks) {
-          out.push_back(
-              {fmt::format("{}/nvlink{}", n.name, key.first >= 0 ? key.first : key.second),
-               {{i, mask}}});
-        }
+        for (const auto& [key, mask] : masks) out.push_back({{{i, mask}}});
       }
       return out;
     }
@@ -414,9 +401,7 @@ class Placer::Attempt {
         key = it->second;
       }
       if (key.empty()) continue;  // not in any domain at this level
-      auto& d = by[key];
-      d.name = key;
-      d.members.emplace_back(i, all);
+      by[key].members.emplace_back(i, all);
     }
     for (auto& [k, d] : by) out.push_back(std::move(d));
     return out;
@@ -512,7 +497,10 @@ class Placer::Attempt {
       std::vector<Domain> ds = domains(p, l);
       // Best fit: the domain with the least free GPU (then CPU) that could hold them all first.
       std::vector<std::tuple<int64_t, int64_t, size_t>> order;
-      const Pod* any = p.pods.empty() ? nullptr : &p.pods.front();
+      // What every pod needs at least (a share's thousandths differ with the GPU's memory).
+      int64_t least_gpu = INT64_MAX;
+      for (const Pod& pod : p.pods) least_gpu = std::min(least_gpu, pod.totalGpu());
+      const int64_t cpu_per_pod = p.pods.empty() ? 0 : p.pods.front().cpu_milli;
       for (size_t k = 0; k < ds.size(); ++k) {
         int64_t gpu = 0, cpu = 0;
         NodeState scratch;
@@ -522,8 +510,8 @@ class Placer::Attempt {
           gpu += m.gpuLeft();
           cpu += m.cpu_left;
         }
-        if (any != nullptr &&
-            (gpu < any->totalGpu() * p.request->count || cpu < any->cpu_milli * p.request->count)) {
+        if (!p.pods.empty() &&
+            (gpu < least_gpu * p.request->count || cpu < cpu_per_pod * p.request->count)) {
           continue;
         }
         order.emplace_back(gpu, cpu, k);
@@ -652,12 +640,20 @@ PlacementResult Placer::place(const std::vector<PlacementRequest>& requests,
               : fmt::format("{} can never be placed: of {} node(s), {}", what, nodes_.size(), list);
       return result;
     }
-    if (!idle.placeSet(p, scratch)) {
+    // On an idle fleet, with the workload's earlier pod sets placed first (all or nothing).
+    const size_t index = static_cast<size_t>(&r - requests.data());
+    bool together = true;
+    for (size_t k = 0; k < index && together; ++k) {
+      if (requests[k].count <= 0) continue;
+      auto earlier = idle.prepare(requests[k]);
+      together = earlier && idle.placeSet(*earlier, scratch);
+    }
+    if (!together || !idle.placeSet(p, scratch)) {
       result.kind = PlacementResult::Kind::kNever;
       result.message = fmt::format(
           "{} can never be placed: {} node(s) could each hold one pod, but even an idle fleet "
-          "cannot hold all of them together{}",
-          what, p.eligible.size(), within);
+          "cannot hold all of them together{}{}",
+          what, p.eligible.size(), index > 0 ? " with the workload's other pod sets" : "", within);
       return result;
     }
     result.kind = PlacementResult::Kind::kNotNow;

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace purser::fleet {
@@ -32,6 +33,12 @@ struct Toleration {
 };
 
 bool tolerates(const std::vector<Toleration>& tolerations, const Taint& taint);
+
+// RFC 1123: a DNS label ([a-z0-9-], starting and ending alphanumeric, at most 63 characters), and
+// a subdomain (labels joined by dots, at most 253). Kubernetes object names (nodes among them) are
+// subdomains, namespaces labels.
+bool isDnsLabel(std::string_view s);
+bool isDnsSubdomain(std::string_view s);
 
 struct ResourceFlavor {
   std::string name;

@@ -195,7 +195,8 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
   const double target = options.tune * capacity;
   double total = 0;
   for (const auto& p : arrivals) total += static_cast<double>(p.totalGpu());
-  if (total < target && !workload.empty()) {
+  // (A workload without GPU demand cannot be tuned to a GPU target: it is replayed as it is.)
+  if (total < target && total > 0) {
     for (int64_t i = 0;; ++i) {
       const Pod& src = workload[uniform(rng, workload.size())];
       if (total + static_cast<double>(src.gpu_milli) > target) break;

@@ -78,6 +78,9 @@ TEST(InventoryTest, RejectsABadInventoryNamingTheNodeAndField) {
   r = Placer::create({gpuNode("n1", 1), gpuNode("n1", 1)}, Policy::kDefault, 1);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("listed twice"), std::string::npos);
+  r = Placer::create({gpuNode("GPU_node", 1)}, Policy::kDefault, 1);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("is not a DNS subdomain"), std::string::npos);
   auto negative = gpuNode("n2", 0);
   negative.cpu_milli = -1;
   r = Placer::create({negative}, Policy::kDefault, 1);
@@ -269,11 +272,40 @@ TEST(InventoryTest, GangInsideOneNvlinkDomain) {
   EXPECT_EQ(p->place({gang}).kind, PlacementResult::Kind::kNotNow);
 }
 
+TEST(InventoryTest, PodSetsThatNeverFitTogetherAreNeverNotNow) {
+  auto p = placer({gpuNode("only", 8)});
+  // Each fits the idle node alone; together (6 + 6 of 8 GPUs) they never can.
+  auto r = p->place({pods("a", 1, 1, 6), pods("b", 1, 1, 6)});
+  EXPECT_EQ(r.kind, PlacementResult::Kind::kNever);
+  EXPECT_NE(r.message.find("with the workload's other pod sets"), std::string::npos) << r.message;
+  // 6 + 2 can, once the node is free.
+  ASSERT_TRUE(p->take("x", {pods("x", 1, 1, 1)}, {{{"only", {7}, 1000}}}));
+  EXPECT_EQ(p->place({pods("a", 1, 1, 6), pods("b", 1, 1, 2)}).kind,
+            PlacementResult::Kind::kNotNow);
+}
+
+// A request in MiB takes a different share of GPUs of different sizes: a rack of large GPUs is
+// not ruled out by the share it would take of a small one.
+TEST(InventoryTest, MixedGpuMemoryDoesNotRuleOutADomainThatFits) {
+  auto small = gpuNode("small", 1, "T4", 64, 0, "r1", 16384);
+  auto big1 = gpuNode("big1", 1, "A100", 64, 0, "r2", 81920);
+  auto big2 = gpuNode("big2", 1, "A100", 64, 0, "r2", 81920);
+  auto p = placer({small, big1, big2});
+  // 12 GiB: 750 thousandths of a T4, 150 of an A100. Six of them fit rack r2 (its A100s); judged
+  // by the T4's share (4,500 thousandths against r2's 2,000 free), r2 was skipped.
+  auto gang = pods("shards", 6, 1, 1, {{"nvidia.com/gpumem", 12288 * 1000}});
+  gang.topology = {"rack", true};
+  auto r = p->place({gang});
+  ASSERT_EQ(r.kind, PlacementResult::Kind::kPlaced) << r.message;
+  for (const auto& node : nodesOf(r)) EXPECT_NE(node, "small");
+}
+
 TEST(InventoryTest, WholeWorkloadOrNothingAndTakeFreeEnvironment) {
   auto p = placer({gpuNode("n1", 2, "A100", 64, 0, "", 40960)});
-  // Two pod sets; the second cannot fit, so the first takes nothing either.
+  // Two pod sets; the second cannot fit beside the first, so the first takes nothing either
+  // (and, as 1 + 2 GPUs never fit this 2-GPU node, it never can).
   auto r = p->place({pods("a", 1, 1, 1), pods("b", 1, 1, 2)});
-  EXPECT_EQ(r.kind, PlacementResult::Kind::kNotNow);
+  EXPECT_EQ(r.kind, PlacementResult::Kind::kNever);
   // A share: memory and SM limits for HAMi-core.
   auto share =
       pods("s", 1, 1, 1, {{"nvidia.com/gpumem", 10240 * 1000}, {"nvidia.com/gpucores", 30000}});
