@@ -3,6 +3,8 @@
 #   make run      set-up, Release build, then the demo (scripts/demo.mjs): examples/demo.yaml with
 #                 simulated model servers, tenants, traffic and GPU workloads
 #   make test     set-up, Debug build with ASan+UBSan, every test, a one-line summary
+#   make test-tsan  the unit and integration tests under ThreadSanitizer (build/tsan)
+#   make test-long  long property runs: the money's invariants over many more cases
 #   make bench    benchmarks side by side with their baselines (never part of make test)
 #   make fuzz     builds the fuzz targets with AFL++ and runs each for FUZZ_SECONDS (60)
 #   make format   clang-format the C++ sources in place
@@ -16,7 +18,7 @@ DEBUG_DIR := build/debug
 BENCH_DIR := build/bench
 DEMO_CONFIG ?= examples/demo.yaml
 
-.PHONY: all setup build build-debug run test bench fuzz format tidy clean
+.PHONY: all setup build build-debug run test test-tsan test-long bench fuzz format tidy clean
 
 all: build
 
@@ -43,6 +45,17 @@ run: build
 test: build-debug
 	@scripts/run-tests $(DEBUG_DIR)
 
+TSAN_DIR := build/tsan
+test-tsan: setup
+	@[ -f $(TSAN_DIR)/CMakeCache.txt ] || cmake -S . -B $(TSAN_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DPURSER_TSAN=ON
+	cmake --build $(TSAN_DIR) --parallel $(JOBS)
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $${TSAN_OPTIONS:-}" \
+	  ctest --test-dir $(TSAN_DIR) --parallel $(JOBS) --output-on-failure --exclude-regex '^fuzz_smoke\.'
+
+test-long: build-debug
+	PURSER_PROPERTY_CASES=$${PURSER_PROPERTY_CASES:-400} $(DEBUG_DIR)/tests/ledger/ledger_test \
+	  --gtest_filter='MoneyPropertyTest.*'
+
 bench:
 	@scripts/setup bench
 	@[ -f $(BENCH_DIR)/CMakeCache.txt ] || cmake -S . -B $(BENCH_DIR) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Release -DPURSER_TESTS=OFF -DPURSER_BENCH=ON
@@ -52,7 +65,7 @@ bench:
 fuzz:
 	@scripts/setup fuzz
 	@[ -f build/fuzz/CMakeCache.txt ] || CXX=afl-g++ AFL_QUIET=1 cmake -S . -B build/fuzz $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPURSER_TESTS=OFF -DPURSER_FUZZ=ON -DPURSER_CCACHE=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=undefined -fno-sanitize-recover=undefined"
-	AFL_QUIET=1 cmake --build build/fuzz --parallel $(JOBS) --target http_request_fuzz config_fuzz numbers_fuzz url_fuzz
+	AFL_QUIET=1 cmake --build build/fuzz --parallel $(JOBS) --target http_request_fuzz config_fuzz numbers_fuzz url_fuzz json_fuzz model_api_fuzz sse_fuzz manifest_fuzz openb_fuzz
 	@fuzz/run build/fuzz
 
 format:

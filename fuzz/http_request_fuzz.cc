@@ -17,6 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r->target.empty()) std::abort();
     (void)r->path();
     (void)r->queryParam("a");
+    (void)r->targetProblem();
   }
   return 0;
 }

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <unordered_map>
 #include "common/duration.h"
+#include "common/json.h"
 #include "identity/identity_store.h"
 #include "identity/keys.h"
 #include "identity/policy.h"
@@ -87,6 +88,7 @@ json toJson(const identity::ApiKey& k) {
           {"revoked_at", k.revoked_at.empty() ? json(nullptr) : json(k.revoked_at)},
           {"previous_valid_until",
            k.previous_valid_until.empty() ? json(nullptr) : json(k.previous_valid_until)},
+          {"derived_from", k.parent_key_id.empty() ? json(nullptr) : json(k.parent_key_id)},
           {"created_at", k.created_at}};
 }
 
@@ -153,17 +155,19 @@ ledger::AuditEntry auditEntry(const Principal& who, std::string action, std::str
   return e;
 }
 
-// Records a policy denial in the audit log, then answers with it.
+// Records a policy denial in the audit log (within the principal's share, DenialLog), then
+// answers with it.
 asio::awaitable<Response> deny(const Services& s, const Principal& who, const Error& why,
                                std::string action, std::string target) {
-  ledger::AuditEntry e =
-      auditEntry(who, "policy.deny", std::move(target), "",
-                 json{{"action", action}, {"reason", why.message}}.dump(), who.tenant_id);
-  auto logged = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-    PURSER_TRY(s.audit.append(tx, e));
-    return {};
-  });
-  if (!logged) spdlog::error("api: could not audit a denial: {}", logged.error().message);
+  auto entries = denialEntries(s, who, "policy.deny", std::move(target),
+                               writeJson(json{{"action", action}, {"reason", why.message}}));
+  if (!entries.empty()) {
+    auto logged = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+      for (const auto& e : entries) PURSER_TRY(s.audit.append(tx, e));
+      return {};
+    });
+    if (!logged) spdlog::error("api: could not audit a denial: {}", logged.error().message);
+  }
   co_return problem(why);
 }
 
@@ -181,10 +185,20 @@ Error notFound(std::string_view what, std::string_view id, std::string_view fiel
   return Error(ErrorCode::kNotFound, fmt::format("{} \"{}\" not found", what, id)).withField(field);
 }
 
-// A tenant by id or by name.
-Result<identity::Tenant> findTenant(const Services& s, const std::string& ref) {
-  if (auto t = s.directory.tenant(ref)) return *t;
-  if (auto t = s.directory.tenantByName(ref)) return *t;
+// Whether `who` may learn that something of `tenant_id` exists: platform admins everywhere,
+// everyone else in their own tenant only. Lookups answer for anything outside exactly as for
+// something that does not exist (same status, same message, same work), so neither the answer
+// nor its timing tells a tenant what another one has (DESIGN.md rule 5).
+bool inReach(const Principal& who, const std::string& tenant_id) {
+  return who.role == Role::kPlatformAdmin || (!tenant_id.empty() && tenant_id == who.tenant_id);
+}
+
+// A tenant by id or by name, as `who` may see it.
+Result<identity::Tenant> findTenant(const Services& s, const Principal& who,
+                                    const std::string& ref) {
+  auto t = s.directory.tenant(ref);
+  if (!t) t = s.directory.tenantByName(ref);
+  if (t && inReach(who, t->id)) return *t;
   return fail(notFound("tenant", ref, "tenant"));
 }
 
@@ -205,29 +219,33 @@ Result<identity::Tenant> tenantFor(const Services& s, const Principal& who, cons
     if (who.tenant_id.empty()) {
       return fail(invalidArgument("\"tenant\" is required").withField("tenant"));
     }
-    return findTenant(s, who.tenant_id);
+    return findTenant(s, who, who.tenant_id);
   }
-  return findTenant(s, *ref);
+  return findTenant(s, who, *ref);
 }
 
-// The tenant/team/owner of a wallet scope, for authorization. `for_write` makes tenant and
-// team wallets a tenant-admin matter (a team lead cannot raise their own team's budget).
-Result<Target> scopeTarget(const Services& s, const ledger::Scope& scope, bool for_write) {
+// The tenant/team/owner of a wallet scope, for authorization; a scope outside `who`'s reach is
+// not found. `for_write` makes tenant and team wallets a tenant-admin matter (a team lead cannot
+// raise their own team's budget).
+Result<Target> scopeTarget(const Services& s, const Principal& who, const ledger::Scope& scope,
+                           bool for_write) {
   using ledger::ScopeKind;
   switch (scope.kind) {
     case ScopeKind::kTenant: {
       auto t = s.directory.tenant(scope.id);
-      if (!t) return fail(notFound("tenant", scope.id, "scope.id"));
+      if (!t || !inReach(who, t->id)) return fail(notFound("tenant", scope.id, "scope.id"));
       return Target{t->id, "", ""};
     }
     case ScopeKind::kTeam: {
       auto t = s.directory.team(scope.id);
-      if (!t) return fail(notFound("team", scope.id, "scope.id"));
+      if (!t || !inReach(who, t->tenant_id)) return fail(notFound("team", scope.id, "scope.id"));
       return Target{t->tenant_id, for_write ? "" : t->id, ""};
     }
     case ScopeKind::kUser: {
       auto u = s.directory.user(scope.id);
-      if (!u) return fail(notFound("user", scope.id, "scope.id"));
+      if (!u || (!u->tenant_id.empty() && !inReach(who, u->tenant_id))) {
+        return fail(notFound("user", scope.id, "scope.id"));
+      }
       if (u->tenant_id.empty()) {
         return fail(invalidArgument("platform admins have no wallets").withField("scope.id"));
       }
@@ -235,12 +253,16 @@ Result<Target> scopeTarget(const Services& s, const ledger::Scope& scope, bool f
     }
     case ScopeKind::kServiceAccount: {
       auto a = s.directory.serviceAccount(scope.id);
-      if (!a) return fail(notFound("service account", scope.id, "scope.id"));
+      if (!a || !inReach(who, a->tenant_id)) {
+        return fail(notFound("service account", scope.id, "scope.id"));
+      }
       return Target{a->tenant_id, a->team_id, a->id};
     }
     case ScopeKind::kKey: {
       auto k = s.directory.key(scope.id);
-      if (!k) return fail(notFound("key", scope.id, "scope.id"));
+      if (!k || (!k->tenant_id.empty() && !inReach(who, k->tenant_id))) {
+        return fail(notFound("key", scope.id, "scope.id"));
+      }
       if (k->tenant_id.empty()) {
         return fail(invalidArgument("platform admin keys have no wallets").withField("scope.id"));
       }
@@ -278,6 +300,44 @@ Result<ledger::Scope> parseScopeParam(const std::string& text) {
 
 Target keyTarget(const identity::ApiKey& k) { return Target{k.tenant_id, k.team_id, k.owner_id}; }
 
+// Fits `key` inside the limits of `creator`, the key that makes it: what `key` leaves open it
+// inherits; what it asks beyond them is refused (kPermissionDenied naming the field).
+Result<void> withinLimits(const identity::ApiKey& creator, identity::ApiKey& key) {
+  const auto outside = [](std::string field, std::string why) {
+    return fail(Error(ErrorCode::kPermissionDenied,
+                      "a key can only make keys within its own limits: " + why)
+                    .withField(field));
+  };
+  if (!creator.models.empty()) {
+    if (key.models.empty()) key.models = creator.models;
+    for (const auto& m : key.models) {
+      if (std::find(creator.models.begin(), creator.models.end(), m) == creator.models.end()) {
+        return outside("models", fmt::format("model \"{}\" is not among this key's models", m));
+      }
+    }
+  }
+  if (creator.rpm > 0) {
+    if (key.rpm == 0) key.rpm = creator.rpm;
+    if (key.rpm > creator.rpm) {
+      return outside("rpm", fmt::format("rpm {} is above this key's {}", key.rpm, creator.rpm));
+    }
+  }
+  if (creator.tpm > 0) {
+    if (key.tpm == 0) key.tpm = creator.tpm;
+    if (key.tpm > creator.tpm) {
+      return outside("tpm", fmt::format("tpm {} is above this key's {}", key.tpm, creator.tpm));
+    }
+  }
+  if (!creator.expires_at.empty()) {
+    if (key.expires_at.empty()) key.expires_at = creator.expires_at;
+    if (key.expires_at > creator.expires_at) {
+      return outside("expires_at",
+                     fmt::format("it would expire after this key ({})", creator.expires_at));
+    }
+  }
+  return {};
+}
+
 // --- Handlers ----------------------------------------------------------------------------------
 
 asio::awaitable<Response> createTenant(const Services& s, Request& req) {
@@ -293,7 +353,7 @@ asio::awaitable<Response> createTenant(const Services& s, Request& req) {
   const identity::Tenant t{s.ids.next(), name, now(s)};
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return identity::insertTenant(tx, t); },
-      auditEntry(who, "tenant.create", "tenant:" + t.id, "", toJson(t).dump(), t.id));
+      auditEntry(who, "tenant.create", "tenant:" + t.id, "", writeJson(toJson(t)), t.id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(t);
   co_return jsonResponse(201, toJson(t));
@@ -314,7 +374,7 @@ asio::awaitable<Response> createTeam(const Services& s, Request& req) {
   const identity::Team t{s.ids.next(), tenant.id, name, now(s)};
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return identity::insertTeam(tx, t); },
-      auditEntry(who, "team.create", "team:" + t.id, "", toJson(t).dump(), t.tenant_id));
+      auditEntry(who, "team.create", "team:" + t.id, "", writeJson(toJson(t)), t.tenant_id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(t);
   co_return jsonResponse(201, toJson(t));
@@ -372,7 +432,7 @@ asio::awaitable<Response> createUser(const Services& s, Request& req) {
   }
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return identity::insertUser(tx, u); },
-      auditEntry(who, "user.create", "user:" + u.id, "", toJson(u).dump(), u.tenant_id));
+      auditEntry(who, "user.create", "user:" + u.id, "", writeJson(toJson(u)), u.tenant_id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(u);
   co_return jsonResponse(201, toJson(u));
@@ -397,7 +457,7 @@ asio::awaitable<Response> createServiceAccount(const Services& s, Request& req) 
   const identity::ServiceAccount a{s.ids.next(), tenant.id, team.id, name, now(s)};
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return identity::insertServiceAccount(tx, a); },
-      auditEntry(who, "service_account.create", "service_account:" + a.id, "", toJson(a).dump(),
+      auditEntry(who, "service_account.create", "service_account:" + a.id, "", writeJson(toJson(a)),
                  a.tenant_id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(a);
@@ -431,12 +491,15 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
   key.owner_id = owner_id;
   if (kind == identity::OwnerKind::kUser) {
     auto u = s.directory.user(owner_id);
-    if (!u) co_return problem(notFound("user", owner_id, "owner.id"));
+    if (!u || !inReach(who, u->tenant_id))
+      co_return problem(notFound("user", owner_id, "owner.id"));
     key.tenant_id = u->tenant_id;
     key.team_id = u->team_id;
   } else {
     auto a = s.directory.serviceAccount(owner_id);
-    if (!a) co_return problem(notFound("service account", owner_id, "owner.id"));
+    if (!a || !inReach(who, a->tenant_id)) {
+      co_return problem(notFound("service account", owner_id, "owner.id"));
+    }
     key.tenant_id = a->tenant_id;
     key.team_id = a->team_id;
   }
@@ -450,18 +513,34 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
     if (*t <= s.clock.now()) co_return problem(400, "\"expires_at\" is in the past", "expires_at");
     key.expires_at = formatRfc3339(*t);
   }
+  key.models = models;
+  key.rpm = rpm.value_or(0);
+  key.tpm = tpm.value_or(0);
+  // A key makes keys only within its own limits; one made for the key's own owner is derived
+  // from it (revoked and expired with it, charged to its wallets, counted in its rate limits).
+  if (auto creator = s.directory.key(who.key_id)) {
+    if (auto outside = withinLimits(*creator, key); !outside) {
+      co_return co_await deny(s, who, outside.error(), "key.create", "key:" + creator->id);
+    }
+    if (key.owner_kind == who.kind && key.owner_id == who.id) {
+      if (s.directory.keyChain(creator->id).size() >= identity::kMaxKeyDepth) {
+        co_return problem(409,
+                          fmt::format("keys can be derived at most {} deep; make this key with "
+                                      "a key nearer the first",
+                                      identity::kMaxKeyDepth));
+      }
+      key.parent_key_id = creator->id;
+    }
+  }
   const identity::NewKey secret = identity::generateKey(s.ids, s.random);
   key.id = secret.id;
   key.lookup = secret.lookup;
   key.secret_hash = secret.secret_hash;
   key.name = name;
-  key.models = models;
-  key.rpm = rpm.value_or(0);
-  key.tpm = tpm.value_or(0);
   key.created_at = now(s);
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return identity::insertKey(tx, key); },
-      auditEntry(who, "key.create", "key:" + key.id, "", toJson(key).dump(), key.tenant_id));
+      auditEntry(who, "key.create", "key:" + key.id, "", writeJson(toJson(key)), key.tenant_id));
   if (!done) co_return problem(done.error());
   s.directory.put(key);
   json out = toJson(key);
@@ -473,27 +552,47 @@ asio::awaitable<Response> revokeKey(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   const std::string id(*req.param("id"));
   auto key = s.directory.key(id);
-  if (!key) co_return problem(notFound("key", id, "id"));
+  if (!key || !inReach(who, key->tenant_id)) co_return problem(notFound("key", id, "id"));
   if (auto denied = identity::authorize(who, Action::kManageKey, keyTarget(*key)); !denied) {
     co_return co_await deny(s, who, denied.error(), "key.revoke", "key:" + id);
   }
   if (!key->revoked_at.empty()) co_return jsonResponse(200, toJson(*key));  // already revoked
   identity::ApiKey after = *key;
   after.revoked_at = now(s);
+  // The keys derived from it go with it, in the same transaction.
+  std::vector<identity::ApiKey> derived;
+  for (auto k : s.directory.derivedKeys(id)) {
+    if (!k.revoked_at.empty()) continue;
+    k.revoked_at = after.revoked_at;
+    derived.push_back(std::move(k));
+  }
+  json out = toJson(after);
+  out["revoked_with_it"] = json::array();
+  for (const auto& k : derived) out["revoked_with_it"].push_back(k.id);
   auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::updateKey(tx, after); },
-      auditEntry(who, "key.revoke", "key:" + id, toJson(*key).dump(), toJson(after).dump(),
+      s,
+      [&](store::Tx& tx) -> Result<void> {
+        PURSER_TRY(identity::updateKey(tx, after));
+        for (const auto& k : derived) {
+          PURSER_TRY(identity::updateKey(tx, k));
+          PURSER_TRY(s.audit.append(tx, auditEntry(who, "key.revoke", "key:" + k.id, "",
+                                                   writeJson(json{{"with", id}}), k.tenant_id)));
+        }
+        return {};
+      },
+      auditEntry(who, "key.revoke", "key:" + id, writeJson(toJson(*key)), writeJson(toJson(after)),
                  key->tenant_id));
   if (!done) co_return problem(done.error());
   s.directory.put(after);
-  co_return jsonResponse(200, toJson(after));
+  for (const auto& k : derived) s.directory.put(k);
+  co_return jsonResponse(200, out);
 }
 
 asio::awaitable<Response> rotateKey(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   const std::string id(*req.param("id"));
   auto key = s.directory.key(id);
-  if (!key) co_return problem(notFound("key", id, "id"));
+  if (!key || !inReach(who, key->tenant_id)) co_return problem(notFound("key", id, "id"));
   if (auto denied = identity::authorize(who, Action::kManageKey, keyTarget(*key)); !denied) {
     co_return co_await deny(s, who, denied.error(), "key.rotate", "key:" + id);
   }
@@ -522,7 +621,7 @@ asio::awaitable<Response> rotateKey(const Services& s, Request& req) {
   after.secret_hash = secret.secret_hash;
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return identity::updateKey(tx, after); },
-      auditEntry(who, "key.rotate", "key:" + id, toJson(*key).dump(), toJson(after).dump(),
+      auditEntry(who, "key.rotate", "key:" + id, writeJson(toJson(*key)), writeJson(toJson(after)),
                  key->tenant_id));
   if (!done) co_return problem(done.error());
   s.directory.put(after);
@@ -535,7 +634,7 @@ asio::awaitable<Response> createWallet(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   API_TRY(body, parseObject(req));
   API_TRY(scope, parseScopeObject(body));
-  API_TRY(target, scopeTarget(s, scope, /*for_write=*/true));
+  API_TRY(target, scopeTarget(s, who, scope, /*for_write=*/true));
   if (auto denied = identity::authorize(who, Action::kWriteWallet, target); !denied) {
     co_return co_await deny(s, who, denied.error(), "wallet.create",
                             std::string(ledger::scopeKindName(scope.kind)) + ":" + scope.id);
@@ -569,10 +668,16 @@ asio::awaitable<Response> createWallet(const Services& s, Request& req) {
       co_return problem(400, "\"alert_at\" must be a list of percents", "alert_at");
     w.alert_at.clear();
     for (const auto& v : *it) {
-      if (!v.is_number_integer()) {
+      const std::optional<int64_t> percent = jsonInt(v);
+      if (!percent) {
         co_return problem(400, "\"alert_at\" must be a list of whole percents", "alert_at");
       }
-      w.alert_at.push_back(v.get<int>());
+      if (*percent < 1 || *percent > 1000) {
+        co_return problem(400,
+                          fmt::format("\"alert_at\": {} is outside 1..1000 percent", writeJson(v)),
+                          "alert_at");
+      }
+      w.alert_at.push_back(static_cast<int>(*percent));
     }
   }
   if (auto valid = ledger::validateWalletSpec(w); !valid) co_return problem(valid.error());
@@ -591,7 +696,8 @@ asio::awaitable<Response> createWallet(const Services& s, Request& req) {
   fresh.remaining = w.limit;
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return ledger::insertWallet(tx, w, now(s)); },
-      auditEntry(who, "wallet.create", "wallet:" + w.id, "", toJson(fresh).dump(), w.tenant_id));
+      auditEntry(who, "wallet.create", "wallet:" + w.id, "", writeJson(toJson(fresh)),
+                 w.tenant_id));
   if (!done) {
     if (done.error().code == ErrorCode::kAlreadyExists) {
       co_return problem(409, "this scope already has a wallet for that model", "scope");
@@ -612,7 +718,7 @@ auto scopedList(const char* read_action, Fetch fetch, ScopeOf scope_of, View vie
     std::optional<ledger::Scope> only;
     if (auto scope_text = req.queryParam("scope")) {
       API_TRY(scope, parseScopeParam(*scope_text));
-      API_TRY(target, scopeTarget(s, scope, /*for_write=*/false));
+      API_TRY(target, scopeTarget(s, who, scope, /*for_write=*/false));
       if (auto denied = identity::authorize(who, Action::kReadWallet, target); !denied) {
         co_return co_await deny(s, who, denied.error(), read_action, *scope_text);
       }
@@ -622,7 +728,7 @@ auto scopedList(const char* read_action, Fetch fetch, ScopeOf scope_of, View vie
     for (const auto& item : fetch(s)) {
       const ledger::Scope& scope = scope_of(item);
       if (only && !(scope == *only)) continue;
-      auto target = scopeTarget(s, scope, false);
+      auto target = scopeTarget(s, who, scope, false);
       if (!target || !identity::canSee(who, Action::kReadWallet, *target)) continue;
       items.push_back(view(item));
     }
@@ -670,17 +776,16 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
   API_TRY(entries, s.audit.list(s.store, q));
   json items = json::array();
   for (const auto& e : entries) {
-    items.push_back(
-        {{"seq", e.seq},
-         {"at", e.at},
-         {"tenant", e.tenant_id},
-         {"actor", e.actor},
-         {"actor_role", e.actor_role},
-         {"action", e.action},
-         {"target", e.target},
-         {"before", e.before.empty() ? json(nullptr) : json::parse(e.before, nullptr, false)},
-         {"after", e.after.empty() ? json(nullptr) : json::parse(e.after, nullptr, false)},
-         {"hash", e.hash}});
+    items.push_back({{"seq", e.seq},
+                     {"at", e.at},
+                     {"tenant", e.tenant_id},
+                     {"actor", e.actor},
+                     {"actor_role", e.actor_role},
+                     {"action", e.action},
+                     {"target", e.target},
+                     {"before", e.before.empty() ? json(nullptr) : parseJsonOrDiscarded(e.before)},
+                     {"after", e.after.empty() ? json(nullptr) : parseJsonOrDiscarded(e.after)},
+                     {"hash", e.hash}});
   }
   co_return jsonResponse(200, listOf(std::move(items)));
 }
@@ -708,7 +813,10 @@ asio::awaitable<Response> verifyAudit(const Services& s, Request& req) {
     co_return co_await deny(s, who, denied.error(), "audit.verify", "audit");
   }
   API_TRY(v, s.audit.verify(s.store));
-  json out = {{"ok", v.ok}, {"entries", v.entries}};
+  json out = {{"ok", v.ok},
+              {"entries", v.entries},
+              {"signed_entries", v.signed_entries},
+              {"anchored_seq", v.anchored_seq}};
   if (!v.ok) {
     out["first_bad_seq"] = v.first_bad_seq;
     out["problem"] = v.problem;
@@ -741,6 +849,9 @@ class Reservations {
       drafts_.erase(order_.front());
       order_.pop_front();
     }
+  }
+  void restore(const std::vector<ledger::RestoredReservation>& restored) {
+    for (const auto& r : restored) put(r.draft, r.token_estimate);
   }
   std::optional<std::pair<ledger::UsageEvent, int64_t>> get(const std::string& id) const {
     std::lock_guard lock(mu_);
@@ -785,6 +896,7 @@ json toJson(const ledger::UsageEvent& e) {
             {"cache_write", e.tokens.cache_write},
             {"reasoning", e.tokens.reasoning}}},
           {"cost", e.cost.toString()},
+          {"overage", e.overage.toString()},
           {"latency_ms", e.latency_ms},
           {"ttft_ms", e.ttft_ms},
           {"status", e.status},
@@ -792,11 +904,13 @@ json toJson(const ledger::UsageEvent& e) {
           {"recovered", e.recovered}};
 }
 
-std::vector<ledger::BucketRequest> keyBuckets(const identity::ApiKey& key, int64_t tokens) {
-  std::vector<ledger::BucketRequest> out;
-  if (key.rpm > 0) out.push_back({"key:" + key.id + ":rpm", key.rpm, 1});
-  if (key.tpm > 0 && tokens > 0) out.push_back({"key:" + key.id + ":tpm", key.tpm, tokens});
-  return out;
+// An id a client chose for its reservation: printable, and safe in a URL path.
+bool validClientId(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+  });
 }
 
 asio::awaitable<Response> createReservation(const Services& s, Request& req) {
@@ -806,6 +920,10 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     co_return problem(400, "platform admins have no budget to reserve on; use a tenant's key");
   }
   API_TRY(id, optionalString(body, "id"));
+  if (id && !validClientId(*id)) {
+    co_return problem(
+        400, "\"id\" must be 1 to 128 characters of letters, digits, '.', '_', ':' or '-'", "id");
+  }
   API_TRY(model, optionalString(body, "model"));
   API_TRY(provider, optionalString(body, "provider"));
   API_TRY(input_tokens, optionalInt(body, "input_tokens", 0, int64_t{1} << 40));
@@ -856,14 +974,8 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     co_return co_await deny(s, who, why, "reservation.create", "key:" + key->id);
   }
   const int64_t token_estimate = tokens.value_or(input_tokens.value_or(0) + max_tokens.value_or(0));
-  const std::vector<ledger::Scope> scopes = {
-      {ledger::ScopeKind::kTenant, who.tenant_id},
-      {ledger::ScopeKind::kTeam, who.team_id},
-      {who.kind == identity::OwnerKind::kUser ? ledger::ScopeKind::kUser
-                                              : ledger::ScopeKind::kServiceAccount,
-       who.id},
-      {ledger::ScopeKind::kKey, key->id}};
-  auto buckets = keyBuckets(*key, token_estimate);
+  const std::vector<ledger::Scope> scopes = ledger::scopesOf(gateway::chargedOf(who));
+  auto buckets = gateway::keyBuckets(s.directory.keyChain(key->id), token_estimate);
   for (auto& b : s.rate_limits.buckets(scopes, model_name, token_estimate)) {
     buckets.push_back(std::move(b));
   }
@@ -875,13 +987,14 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
                                        rate.limit, rate.key)
                          : fmt::format("rate limit {} of {} per minute reached; retry in {}",
                                        rate.key, rate.limit, formatDuration(rate.retry_after)));
-    ledger::AuditEntry e =
-        auditEntry(who, "rate.deny", "key:" + key->id, "",
-                   json{{"bucket", rate.key}, {"limit", rate.limit}}.dump(), who.tenant_id);
-    (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-      PURSER_TRY(s.audit.append(tx, e));
-      return {};
-    });
+    auto entries = denialEntries(s, who, "rate.deny", "key:" + key->id,
+                                 writeJson(json{{"bucket", rate.key}, {"limit", rate.limit}}));
+    if (!entries.empty()) {
+      (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+        for (const auto& e : entries) PURSER_TRY(s.audit.append(tx, e));
+        return {};
+      });
+    }
     Response r = problem(why);
     if (!rate.never) {
       const auto secs = std::chrono::ceil<std::chrono::seconds>(rate.retry_after).count();
@@ -900,8 +1013,10 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   draft.model = model.value_or("");
   draft.provider = provider.value_or("");
   const auto chain = s.wallets.chain(scopes, model_name);
-  auto reserved =
-      co_await gateway::asyncReserve(s.meter, draft, chain, amount, lease, asio::use_awaitable);
+  auto reserved = co_await gateway::asyncReserve(
+      s.meter, draft, chain, amount, lease,
+      ledger::ReserveOptions{.external = true, .token_estimate = token_estimate},
+      asio::use_awaitable);
   if (!reserved) {
     // Give back what the rate limits took for a request that will not run.
     for (const auto& b : buckets) s.limiter.adjust(b, -b.cost);
@@ -921,7 +1036,7 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
 Result<std::pair<ledger::UsageEvent, int64_t>> ownReservation(const Principal& who,
                                                               const std::string& id) {
   auto r = reservations().get(id);
-  if (!r) {
+  if (!r || !inReach(who, r->first.tenant_id)) {
     return fail(Error(ErrorCode::kNotFound, fmt::format("reservation \"{}\" not found", id))
                     .withField("id"));
   }
@@ -1000,17 +1115,16 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   if (!settled->duplicate) {
     // The draft stays (bounded) so a retried settlement is answered as a duplicate.
     const int64_t delta = event.tokens.total() - estimate;
-    if (auto key = s.directory.key(event.key_id); key && key->tpm > 0) {
-      s.limiter.adjust({"key:" + key->id + ":tpm", key->tpm, 0}, delta);
+    const std::vector<identity::ApiKey> keys = s.directory.keyChain(event.key_id);
+    ledger::Charged charged{
+        event.tenant_id, event.team_id, event.user_id, event.service_account_id, {}};
+    for (const auto& k : keys) charged.key_chain.push_back(k.id);
+    std::vector<ledger::BucketRequest> buckets = gateway::keyBuckets(keys, 1);
+    for (auto& b : s.rate_limits.buckets(ledger::scopesOf(charged),
+                                         event.model.empty() ? event.route : event.model, 1)) {
+      buckets.push_back(std::move(b));
     }
-    const std::vector<ledger::Scope> scopes = {
-        {ledger::ScopeKind::kTenant, event.tenant_id},
-        {ledger::ScopeKind::kTeam, event.team_id},
-        {ledger::ScopeKind::kUser, event.user_id},
-        {ledger::ScopeKind::kServiceAccount, event.service_account_id},
-        {ledger::ScopeKind::kKey, event.key_id}};
-    for (const auto& b :
-         s.rate_limits.buckets(scopes, event.model.empty() ? event.route : event.model, 1)) {
+    for (const auto& b : buckets) {
       if (b.key.ends_with(":tpm")) s.limiter.adjust(b, delta);
     }
   }
@@ -1028,10 +1142,9 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
     (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
       for (const auto& a : settled->alerts) {
         PURSER_TRY(s.audit.append(tx, auditEntry(who, "budget.alert", "wallet:" + a.wallet_id, "",
-                                                 json{{"threshold", a.threshold},
-                                                      {"spent", a.spent.toString()},
-                                                      {"limit", a.limit.toString()}}
-                                                     .dump(),
+                                                 writeJson(json{{"threshold", a.threshold},
+                                                                {"spent", a.spent.toString()},
+                                                                {"limit", a.limit.toString()}}),
                                                  event.tenant_id)));
       }
       return {};
@@ -1039,6 +1152,7 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   }
   co_return jsonResponse(200, {{"id", id},
                                {"charged", settled->charged.toString()},
+                               {"overage", settled->overage.toString()},
                                {"duplicate", settled->duplicate},
                                {"wallets", settled->wallet_ids},
                                {"alerts", alerts}});
@@ -1068,7 +1182,7 @@ asio::awaitable<Response> createRateLimit(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   API_TRY(body, parseObject(req));
   API_TRY(scope, parseScopeObject(body));
-  API_TRY(target, scopeTarget(s, scope, /*for_write=*/true));
+  API_TRY(target, scopeTarget(s, who, scope, /*for_write=*/true));
   if (auto denied = identity::authorize(who, Action::kWriteWallet, target); !denied) {
     co_return co_await deny(s, who, denied.error(), "rate_limit.create",
                             std::string(ledger::scopeKindName(scope.kind)) + ":" + scope.id);
@@ -1091,7 +1205,7 @@ asio::awaitable<Response> createRateLimit(const Services& s, Request& req) {
   }
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return ledger::insertRateLimit(tx, l, now(s)); },
-      auditEntry(who, "rate_limit.create", "rate_limit:" + l.id, "", toJson(l).dump(),
+      auditEntry(who, "rate_limit.create", "rate_limit:" + l.id, "", writeJson(toJson(l)),
                  l.tenant_id));
   if (!done) co_return problem(done.error().withField("scope"));
   s.rate_limits.put(l);
@@ -1109,7 +1223,7 @@ asio::awaitable<Result<ledger::UsageQuery>> usageQuery(const Services& s, const 
   }
   auto scope = parseScopeParam(*scope_text);
   if (!scope) co_return fail(scope.error());
-  auto target = scopeTarget(s, *scope, /*for_write=*/false);
+  auto target = scopeTarget(s, who, *scope, /*for_write=*/false);
   if (!target) co_return fail(target.error());
   if (auto allowed = identity::authorize(who, Action::kReadSpend, *target); !allowed) {
     denial = co_await deny(s, who, allowed.error(), "spend.read", *scope_text);
@@ -1162,10 +1276,11 @@ asio::awaitable<Response> spend(const Services& s, Request& req) {
   auto rows = s.meter.spend(*q, group_by);
   if (!rows) co_return problem(rows.error().withField("group_by"));
   json items = json::array();
-  Money total;
+  Money total, overage;
   for (const auto& r : *rows) {
     items.push_back({{"group", r.group},
                      {"cost", r.cost.toString()},
+                     {"overage", r.overage.toString()},
                      {"requests", r.requests},
                      {"tokens",
                       {{"input", r.tokens.input},
@@ -1174,12 +1289,57 @@ asio::awaitable<Response> spend(const Services& s, Request& req) {
                        {"cache_write", r.tokens.cache_write},
                        {"reasoning", r.tokens.reasoning}}}});
     total = total.add(r.cost).value_or(Money::max());
+    overage = overage.add(r.overage).value_or(Money::max());
   }
-  co_return jsonResponse(200,
-                         {{"group_by", group_by}, {"total", total.toString()}, {"data", items}});
+  co_return jsonResponse(200, {{"group_by", group_by},
+                               {"total", total.toString()},
+                               {"overage", overage.toString()},
+                               {"data", items}});
 }
 
 }  // namespace
+
+namespace {
+
+void writeAudits(const Services& s, std::vector<ledger::AuditEntry> entries) {
+  if (entries.empty()) return;
+  const ledger::AuditLog& log = s.audit;
+  s.store.writeAsync(
+      [entries = std::move(entries), &log](store::Tx& tx) -> Result<void> {
+        for (const auto& e : entries) PURSER_TRY(log.append(tx, e));
+        return {};
+      },
+      [](Result<void> r) {
+        if (!r) spdlog::error("api: could not audit a denial: {}", r.error().message);
+      });
+}
+
+}  // namespace
+
+std::vector<ledger::AuditEntry> denialEntries(const Services& s, const Principal& who,
+                                              std::string action, std::string target,
+                                              std::string detail) {
+  std::vector<ledger::AuditEntry> entries;
+  bool write = true;
+  if (s.denials != nullptr) {
+    auto decision = s.denials->note(who, action);
+    entries = std::move(decision.summaries);
+    write = decision.write;
+  }
+  if (write) {
+    entries.push_back(auditEntry(who, std::move(action), std::move(target), "", std::move(detail),
+                                 who.tenant_id));
+  }
+  return entries;
+}
+
+void auditClosedDenials(const Services& s) {
+  if (s.denials != nullptr) writeAudits(s, s.denials->closed());
+}
+
+void restoreReservations(const std::vector<ledger::RestoredReservation>& restored) {
+  reservations().restore(restored);
+}
 
 Result<void> loadState(const Services& s) {
   PURSER_TRY(s.store.migrate("identity", identity::identityMigrations()));
@@ -1229,7 +1389,7 @@ Result<std::optional<std::string>> bootstrap(const Services& s,
     PURSER_TRY(identity::insertUser(tx, admin));
     PURSER_TRY(identity::insertKey(tx, key));
     PURSER_TRY(s.audit.append(
-        tx, auditEntry(system, "bootstrap", "user:" + admin.id, "", toJson(admin).dump(), "")));
+        tx, auditEntry(system, "bootstrap", "user:" + admin.id, "", writeJson(toJson(admin)), "")));
     return {};
   }));
   s.directory.put(admin);
@@ -1274,8 +1434,8 @@ asio::awaitable<Response> replaceProviderKeys(const Services& s, Request& req) {
   if (keys.empty()) co_return problem(400, "\"api_keys\" must list at least one key", "api_keys");
   // The audit entry records that the keys changed and how many there are, never the keys.
   ledger::AuditEntry entry = auditEntry(who, "provider.keys.replace", "provider:" + name,
-                                        json{{"keys", provider->keyCount()}}.dump(),
-                                        json{{"keys", keys.size()}}.dump(), std::string());
+                                        writeJson(json{{"keys", provider->keyCount()}}),
+                                        writeJson(json{{"keys", keys.size()}}), std::string());
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return s.provider_keys->put(tx, name, keys); }, entry);
   if (!done) co_return problem(done.error());
@@ -1298,8 +1458,8 @@ asio::awaitable<Response> restoreProviderKeys(const Services& s, Request& req) {
     co_return problem(409, fmt::format("provider \"{}\" already uses its configured keys", name));
   }
   ledger::AuditEntry entry = auditEntry(who, "provider.keys.restore", "provider:" + name,
-                                        json{{"keys_source", "api"}}.dump(),
-                                        json{{"keys_source", "config"}}.dump(), std::string());
+                                        writeJson(json{{"keys_source", "api"}}),
+                                        writeJson(json{{"keys_source", "config"}}), std::string());
   auto done = co_await commitAudited(
       s,
       [&](store::Tx& tx) -> Result<void> {
@@ -1329,7 +1489,7 @@ void postAlerts(const Services& s, const asio::any_io_executor& executor,
                            {"end", formatRfc3339(a.window.end)}};
     }
     asio::co_spawn(executor,
-                   postWebhook(s.http_clients->current(), s.alert_webhook, payload.dump()),
+                   postWebhook(s.http_clients->current(), s.alert_webhook, writeJson(payload)),
                    asio::detached);
   }
 }
@@ -1343,10 +1503,8 @@ Result<void> auditAlerts(const Services& s, store::Tx& tx, const std::vector<led
     e.actor_role = "system";
     e.action = "budget.alert";
     e.target = "wallet:" + a.wallet_id;
-    e.after = json{{"threshold", a.threshold},
-                   {"spent", a.spent.toString()},
-                   {"limit", a.limit.toString()}}
-                  .dump();
+    e.after = writeJson(json{
+        {"threshold", a.threshold}, {"spent", a.spent.toString()}, {"limit", a.limit.toString()}});
     PURSER_TRY(s.audit.append(tx, e));
   }
   return {};

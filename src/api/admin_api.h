@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "api/denial_log.h"
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
@@ -52,11 +53,25 @@ struct Services {
   // The model gateway and its sealed provider keys, for /api/v1/providers (platform admins).
   gateway::Gateway* gateway = nullptr;
   gateway::ProviderKeyStore* provider_keys = nullptr;
+  // Bounds the audit entries denials write per principal; without it every denial is written.
+  DenialLog* denials = nullptr;
 };
 
 // Applies the identity and ledger migrations, then loads the directory and the wallets (with
 // what each has spent in its current window).
 Result<void> loadState(const Services& s);
+
+// The audit entries a denial of `who` writes (entry `action`, on `target`, with `detail`): the
+// denial itself while the principal is within its share of the audit log (DenialLog), and the
+// summaries of windows that closed.
+std::vector<ledger::AuditEntry> denialEntries(const Services& s, const identity::Principal& who,
+                                              std::string action, std::string target,
+                                              std::string detail);
+// Writes the summaries of denial windows that are over (the server calls it every second).
+void auditClosedDenials(const Services& s);
+
+// Makes reservations the ledger held again at start (Meter::recover) settleable through the API.
+void restoreReservations(const std::vector<ledger::RestoredReservation>& restored);
 
 // On first start (no keys at all): creates the platform admin "admin" and its key — the value
 // of `admin_key` (PURSER_ADMIN_KEY, at least 16 characters) or a generated one. Returns the key

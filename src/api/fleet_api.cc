@@ -12,11 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <set>
 
 #include "api/problem.h"
+#include "common/json.h"
 #include "common/quantity.h"
 #include "fleet/manifest.h"
 #include "ledger/price.h"
@@ -224,7 +226,7 @@ json recordJson(const Record& r) {
 }
 
 Result<Record> recordFrom(const std::string& text) {
-  const json j = json::parse(text, nullptr, false);
+  const json j = parseJsonOrDiscarded(text);
   if (!j.is_object()) return fail(Error(ErrorCode::kDataLoss, "a workload record is unreadable"));
   try {
     Record r;
@@ -364,8 +366,8 @@ class Fleet::Impl {
   fleet::World worldOf(const fleet::ManifestSet& set) const {
     fleet::World w = fleet::toWorld(set);
     for (const auto& team : s_.directory.teams()) {
-      auto labels = teamLabels(team.name);
-      if (labels) w.namespaces[team.name] = std::move(*labels);
+      const std::string ns = namespaceOf(team.tenant_id, team.name);
+      w.namespaces[ns] = labelsOf(ns, team.tenant_id);
     }
     for (const auto& [name, r] : records_) {
       w.namespaces[r.spec.namespace_].emplace("kubernetes.io/metadata.name", r.spec.namespace_);
@@ -373,22 +375,60 @@ class Fleet::Impl {
     return w;
   }
 
-  // The labels of the namespace a team name stands for; nullopt when teams of two tenants share
-  // the name (such a namespace is nobody's: submissions to it are refused).
-  std::optional<std::map<std::string, std::string>> teamLabels(const std::string& name) const {
-    std::optional<identity::Team> found;
+  // Namespaces are per tenant: two tenants' teams of one name are two namespaces, and neither
+  // learns of the other. The name belongs to one tenant — the one a `v1 Namespace` object of the
+  // manifests labels `purser.dev/tenant`, else the tenant whose team took the name first — and is
+  // that tenant's namespace as it is; another tenant's team of the name has the namespace
+  // "NAME@TENANT-ID" inside Purser, shown to that tenant as NAME. The manifests' LocalQueues (in
+  // namespace NAME) are the owner's.
+  std::string owningTenant(const std::string& name) const {
+    if (auto given = base_.namespaces.find(name); given != base_.namespaces.end()) {
+      if (auto t = given->second.find("purser.dev/tenant"); t != given->second.end()) {
+        if (auto tenant = s_.directory.tenantByName(t->second)) return tenant->id;
+      }
+    }
+    std::optional<identity::Team> first;
     for (const auto& team : s_.directory.teams()) {
       if (team.name != name) continue;
-      if (found) return std::nullopt;
-      found = team;
+      if (!first || std::tie(team.created_at, team.id) < std::tie(first->created_at, first->id)) {
+        first = team;
+      }
     }
-    std::map<std::string, std::string> labels = {{"kubernetes.io/metadata.name", name}};
-    if (found) {
-      auto tenant = s_.directory.tenant(found->tenant_id);
-      if (tenant) labels["purser.dev/tenant"] = tenant->name;
+    return first ? first->tenant_id : std::string();
+  }
+
+  // The namespace inside Purser of `tenant_id`'s namespace `name` (a platform admin, with no
+  // tenant, names namespaces as they are).
+  std::string namespaceOf(const std::string& tenant_id, const std::string& name) const {
+    if (tenant_id.empty() || name.find('@') != std::string::npos) return name;
+    const std::string owner = owningTenant(name);
+    return owner.empty() || owner == tenant_id ? name : name + "@" + tenant_id;
+  }
+
+  // What a tenant sees of a namespace, of "namespace/name" or of a message naming them: without
+  // the "@TENANT-ID" (namespace names never hold an '@' of their own).
+  static std::string shown(std::string text) {
+    constexpr size_t kIdLength = 26;  // a tenant id (common/id.h)
+    size_t at = 0;
+    while ((at = text.find('@', at)) != std::string::npos) {
+      size_t end = at + 1;
+      while (end < text.size() && std::isalnum(static_cast<unsigned char>(text[end]))) ++end;
+      if (end - at - 1 == kIdLength) {
+        text.erase(at, end - at);
+      } else {
+        at = end;
+      }
     }
+    return text;
+  }
+
+  // The labels of namespace `ns` of `tenant_id`'s team.
+  std::map<std::string, std::string> labelsOf(const std::string& ns,
+                                              const std::string& tenant_id) const {
+    std::map<std::string, std::string> labels = {{"kubernetes.io/metadata.name", ns}};
+    if (auto tenant = s_.directory.tenant(tenant_id)) labels["purser.dev/tenant"] = tenant->name;
     // Labels from Namespace objects in the manifests win.
-    auto given = base_.namespaces.find(name);
+    auto given = base_.namespaces.find(ns);
     if (given != base_.namespaces.end()) {
       for (const auto& [k, v] : given->second) labels[k] = v;
     }
@@ -452,15 +492,14 @@ class Fleet::Impl {
   int64_t nowMs() const { return unixMillis(s_.clock.now()); }
 
   std::vector<ledger::Scope> scopesOf(const Record& r) const {
-    std::vector<ledger::Scope> scopes = {{ledger::ScopeKind::kTenant, r.tenant_id},
-                                         {ledger::ScopeKind::kTeam, r.team_id}};
-    if (!r.owner_id.empty()) {
-      scopes.push_back({r.owner_kind == "service_account" ? ledger::ScopeKind::kServiceAccount
-                                                          : ledger::ScopeKind::kUser,
-                        r.owner_id});
-    }
-    if (!r.key_id.empty()) scopes.push_back({ledger::ScopeKind::kKey, r.key_id});
-    return scopes;
+    ledger::Charged c;
+    c.tenant_id = r.tenant_id;
+    c.team_id = r.team_id;
+    (r.owner_kind == "service_account" ? c.service_account_id : c.user_id) = r.owner_id;
+    // A workload submitted with a derived key is charged to the keys above it too.
+    for (const auto& k : s_.directory.keyChain(r.key_id)) c.key_chain.push_back(k.id);
+    if (c.key_chain.empty() && !r.key_id.empty()) c.key_chain.push_back(r.key_id);
+    return ledger::scopesOf(c);
   }
 
   // Why `r` may not start GPU work now (a hard wallet in its chain has nothing left); empty if
@@ -633,7 +672,7 @@ class Fleet::Impl {
       return std::nullopt;
     }
     r.metered_until_ms = now_ms;
-    r.charged = r.charged.add(cost).value_or(Money::max());
+    r.charged = r.charged.add(charged->charged).value_or(Money::max());
     if (charged->alerts.empty()) return std::move(charged->write);
     alerts_.emplace_back(r.tenant_id, charged->alerts);
     const Services& services = s_;
@@ -741,8 +780,8 @@ class Fleet::Impl {
     const std::string at = formatRfc3339(s_.clock.now());
     const auto row = [&](Record& r) {
       ++r.version;
-      rows.push_back(
-          {r.spec.name, r.state, r.tenant_id, r.team_id, recordJson(r).dump(), r.seq, r.version});
+      rows.push_back({r.spec.name, r.state, r.tenant_id, r.team_id, writeJson(recordJson(r)), r.seq,
+                      r.version});
     };
     for (const auto& name : dirty_) {
       auto it = records_.find(name);
@@ -835,8 +874,8 @@ class Fleet::Impl {
                       {"requests", resourcesJson(ps.requests)}});
     }
     json out = {
-        {"name", r.spec.name},
-        {"namespace", r.spec.namespace_},
+        {"name", shown(r.spec.name)},
+        {"namespace", shown(r.spec.namespace_)},
         {"workload", bareName(r.spec.name)},
         {"queue", r.spec.local_queue},
         {"priority", r.spec.priority},
@@ -915,7 +954,7 @@ class Fleet::Impl {
     if (req.body.empty()) {
       co_return problem(400, "send a workload: Kueue's Workload object or the short form");
     }
-    auto parsed = fleet::parseWorkload(req.body, "request");
+    auto parsed = fleet::parseWorkload(req.body, "request", req.max_nesting);
     if (!parsed) co_return problem(400, parsed.error().toString());
     Workload w = std::move(parsed->workload);
     // The namespace: the caller's team unless the caller may name another.
@@ -928,13 +967,6 @@ class Fleet::Impl {
       ns = team->name;
     } else {
       co_return problem(400, "name the workload's namespace (a team): you are not in a team",
-                        "namespace");
-    }
-    if (!teamLabels(ns)) {
-      co_return problem(409,
-                        fmt::format("namespace \"{}\" is ambiguous: teams of several tenants are "
-                                    "named so; rename one of them to submit there",
-                                    ns),
                         "namespace");
     }
     const bool admin = who->role == Role::kPlatformAdmin || who->role == Role::kTenantAdmin;
@@ -953,52 +985,57 @@ class Fleet::Impl {
                             "namespace");
         }
         team_id = t->id;
-      } else if (who->role == Role::kPlatformAdmin) {
-        // A team of that name, if exactly one tenant has one, owns it (and pays for it).
-        std::vector<identity::Team> matches;
-        for (const auto& t : s_.directory.teams()) {
-          if (t.name == ns) matches.push_back(t);
-        }
-        tenant_id = matches.size() == 1 ? matches[0].tenant_id : "";
-        team_id = matches.size() == 1 ? matches[0].id : "";
-      } else {
+      } else if (who->role != Role::kPlatformAdmin) {
         co_return problem(403,
                           fmt::format("you may submit only into your team's namespace \"{}\"",
                                       team ? team->name : std::string()),
                           "namespace");
       }
     }
-    w.namespace_ = ns;
-    w.name = ns + "/" + bareName(w.name);
     // Queue order is the server's: the time the workload arrived here.
     const int64_t now = nowMs();
     w.created_ms = now;
     w.queued_ms.reset();
-    Record r;
-    r.tenant_id = tenant_id;
-    r.team_id = team_id;
-    r.owner_kind = who->kind == identity::OwnerKind::kServiceAccount ? "service_account" : "user";
-    r.owner_id = who->role == Role::kPlatformAdmin && tenant_id.empty() ? "" : who->id;
-    r.key_id = r.owner_id.empty() ? "" : who->key_id;
-    r.submitted_ms = now;
     auto executor = co_await asio::this_coro::executor;
     auto waiter = std::make_shared<WriteWaiter>(executor);
     json view;
     {
       std::lock_guard lock(mu_);
+      if (who->role == Role::kPlatformAdmin && (!team || ns != team->name)) {
+        // The namespace's tenant, and its team of that name, own the workload and pay for it.
+        tenant_id = owningTenant(ns);
+        auto t = tenant_id.empty() ? std::nullopt : s_.directory.teamByName(tenant_id, ns);
+        team_id = t ? t->id : "";
+      }
+      const std::string internal = namespaceOf(tenant_id, ns);
+      w.namespace_ = internal;
+      w.name = internal + "/" + bareName(w.name);
+      Record r;
+      r.tenant_id = tenant_id;
+      r.team_id = team_id;
+      r.owner_kind = who->kind == identity::OwnerKind::kServiceAccount ? "service_account" : "user";
+      r.owner_id = who->role == Role::kPlatformAdmin && tenant_id.empty() ? "" : who->id;
+      r.key_id = r.owner_id.empty() ? "" : who->key_id;
+      r.submitted_ms = now;
       if (records_.count(w.name) != 0) {
-        co_return problem(409, fmt::format("a workload named \"{}\" already exists", w.name),
+        co_return problem(409, fmt::format("a workload named \"{}\" already exists", shown(w.name)),
                           "name");
       }
       // A namespace the engine has not seen yet (a team created since) joins it.
-      if (!engine_->hasNamespace(ns)) {
-        auto labels = teamLabels(ns);
-        engine_->setNamespace(ns,
-                              labels ? std::move(*labels) : std::map<std::string, std::string>{});
+      if (!engine_->hasNamespace(internal)) {
+        engine_->setNamespace(internal, labelsOf(internal, tenant_id));
       }
       // The engine checks the queue and the priority class; refused, nothing has changed.
       auto submitted = engine_->submit(w);
-      if (!submitted) co_return problem(400, submitted.error().message, "queue");
+      if (!submitted) {
+        // Said in the tenant's own names.
+        std::string message = submitted.error().message;
+        for (size_t at = message.find(internal); internal != ns && at != std::string::npos;
+             at = message.find(internal, at + ns.size())) {
+          message.replace(at, internal.size(), ns);
+        }
+        co_return problem(400, message, "queue");
+      }
       r.spec = w;
       r.seq = next_seq_++;
       records_[w.name] = r;
@@ -1036,7 +1073,7 @@ class Fleet::Impl {
       for (const auto& row : rows) {
         auto r = recordFrom(row.getText(0));
         if (!r || !visible(*who, r->tenant_id, r->team_id)) continue;
-        if (ns && r->spec.namespace_ != *ns) continue;
+        if (ns && shown(r->spec.namespace_) != *ns) continue;
         items.push_back(viewLocked(*r));
       }
       co_return jsonResponse(200, {{"data", items}});
@@ -1048,7 +1085,7 @@ class Fleet::Impl {
               [](const Record* a, const Record* b) { return a->seq < b->seq; });
     for (const Record* r : order) {
       if (!visible(*who, r->tenant_id, r->team_id)) continue;
-      if (ns && r->spec.namespace_ != *ns) continue;
+      if (ns && shown(r->spec.namespace_) != *ns) continue;
       if (state && r->state != *state) continue;
       items.push_back(viewLocked(*r));
     }
@@ -1068,21 +1105,30 @@ class Fleet::Impl {
     }
   }
 
-  static std::string nameOf(const Request& req) {
+  // "namespace/name" as the caller wrote it in the path.
+  static std::string askedName(const Request& req) {
     return std::string(req.param("namespace").value_or("")) + "/" +
+           std::string(req.param("name").value_or(""));
+  }
+
+  // The workload the caller means, inside Purser (mu_ held): namespaces are per tenant.
+  std::string nameOf(const Principal& who, const Request& req) const {
+    return namespaceOf(who.tenant_id, std::string(req.param("namespace").value_or(""))) + "/" +
            std::string(req.param("name").value_or(""));
   }
 
   asio::awaitable<Response> get(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
-    const std::string name = nameOf(req);
+    const std::string asked = askedName(req);
+    std::string name;
     {
       std::lock_guard lock(mu_);
+      name = nameOf(*who, req);
       auto it = records_.find(name);
       if (it != records_.end()) {
         if (!visible(*who, it->second.tenant_id, it->second.team_id)) {
-          co_return problem(404, fmt::format("no workload named \"{}\"", name));
+          co_return problem(404, fmt::format("no workload named \"{}\"", asked));
         }
         co_return jsonResponse(200, viewLocked(it->second));
       }
@@ -1101,21 +1147,22 @@ class Fleet::Impl {
         co_return jsonResponse(200, viewLocked(*r));
       }
     }
-    co_return problem(404, fmt::format("no workload named \"{}\"", name));
+    co_return problem(404, fmt::format("no workload named \"{}\"", asked));
   }
 
   asio::awaitable<Response> remove(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
-    const std::string name = nameOf(req);
+    const std::string asked = askedName(req);
     auto executor = co_await asio::this_coro::executor;
     auto waiter = std::make_shared<WriteWaiter>(executor);
     json view;
     {
       std::lock_guard lock(mu_);
+      const std::string name = nameOf(*who, req);
       auto it = records_.find(name);
       if (it == records_.end() || !visible(*who, it->second.tenant_id, it->second.team_id)) {
-        co_return problem(404, fmt::format("no workload named \"{}\"", name));
+        co_return problem(404, fmt::format("no workload named \"{}\"", asked));
       }
       Record r = it->second;
       const int64_t now = nowMs();
@@ -1139,13 +1186,14 @@ class Fleet::Impl {
   asio::awaitable<Response> why(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
-    const std::string name = nameOf(req);
+    const std::string asked = askedName(req);
     std::lock_guard lock(mu_);
+    const std::string name = nameOf(*who, req);
     auto it = records_.find(name);
     if (it == records_.end() || !visible(*who, it->second.tenant_id, it->second.team_id)) {
       co_return problem(404, fmt::format("no workload named \"{}\" (finished ones have no "
                                          "reasons)",
-                                         name));
+                                         asked));
     }
     auto explained = engine_->explain(name);
     if (!explained) co_return problem(explained.error());
@@ -1157,11 +1205,17 @@ class Fleet::Impl {
         if (victim == records_.end() ||
             !visible(*who, victim->second.tenant_id, victim->second.team_id)) {
           v["workload"] = "a workload of another team";
+        } else {
+          v["workload"] = shown(victim->first);
         }
       }
     }
+    if (out.contains("workload") && out["workload"].is_string()) {
+      out["workload"] = shown(out["workload"].get<std::string>());
+    }
     if (!it->second.hold.empty()) out["budget"] = it->second.hold;
     out["explanation"] = sentences(out);
+    for (auto& line : out["explanation"]) line = shown(line.get<std::string>());
     co_return jsonResponse(200, out);
   }
 
@@ -1230,7 +1284,9 @@ class Fleet::Impl {
     std::set<std::string> namespaces;
     for (const auto& team : s_.directory.teams()) {
       if (team.tenant_id != who.tenant_id) continue;
-      if (who.role == Role::kTenantAdmin || team.id == who.team_id) namespaces.insert(team.name);
+      if (who.role == Role::kTenantAdmin || team.id == who.team_id) {
+        namespaces.insert(namespaceOf(team.tenant_id, team.name));
+      }
     }
     std::set<std::string> out;
     for (const auto& lq : base_.local_queues) {
@@ -1287,8 +1343,8 @@ class Fleet::Impl {
             auto it = records_.find(sh.owner);
             const bool named =
                 it != records_.end() && visible(*who, it->second.tenant_id, it->second.team_id);
-            shares.push_back(
-                {{"workload", named ? json(sh.owner) : json(nullptr)}, {"gpu_milli", sh.milli}});
+            shares.push_back({{"workload", named ? json(shown(sh.owner)) : json(nullptr)},
+                              {"gpu_milli", sh.milli}});
           }
           gpus.push_back({{"index", g.gpu->index},
                           {"uuid", g.gpu->uuid.empty() ? json(nullptr) : json(g.gpu->uuid)},
@@ -1333,7 +1389,14 @@ class Fleet::Impl {
   asio::awaitable<Response> events(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
-    const auto workload = req.queryParam("workload");
+    std::optional<std::string> workload = req.queryParam("workload");
+    if (workload) {
+      // Named as the caller sees it: "namespace/name" of the caller's tenant.
+      const size_t slash = workload->find('/');
+      std::lock_guard lock(mu_);
+      workload = namespaceOf(who->tenant_id, workload->substr(0, slash)) +
+                 (slash == std::string::npos ? "" : workload->substr(slash));
+    }
     store::Rows rows;
     const auto [scope_sql, scope_value] = visibilityFilter(*who);
     auto read = s_.store.read([&](store::Tx& tx) -> Result<void> {
@@ -1360,12 +1423,12 @@ class Fleet::Impl {
                            row.getText(9) != who->tenant_id;
       items.push_back({{"at", row.getText(0)},
                        {"kind", row.getText(1)},
-                       {"workload", row.getText(2)},
+                       {"workload", shown(row.getText(2))},
                        {"cluster_queue", row.getText(3)},
                        {"reason", row.getText(4)},
                        {"message", foreign ? "preempted to admit a workload of another tenant"
-                                           : row.getText(5)},
-                       {"by", foreign ? json(nullptr) : json(row.getText(6))}});
+                                           : shown(row.getText(5))},
+                       {"by", foreign ? json(nullptr) : json(shown(row.getText(6)))}});
     }
     co_return jsonResponse(200, {{"data", items}});
   }
@@ -1377,7 +1440,7 @@ class Fleet::Impl {
       co_return problem(403, "only platform admins may change the fleet's queues and flavors");
     }
     if (req.body.empty()) co_return problem(400, "send a YAML stream of Kueue objects");
-    auto set = fleet::parseManifests(req.body, "manifest");
+    auto set = fleet::parseManifests(req.body, "manifest", req.max_nesting);
     if (!set) co_return problem(400, set.error().toString());
     const std::vector<std::string> warnings = set->warnings;
     json counts = {{"resource_flavors", set->flavors.size()},
@@ -1406,7 +1469,7 @@ class Fleet::Impl {
       audit.actor_role = std::string(identity::roleName(who->role));
       audit.action = "fleet.apply";
       audit.target = "fleet:manifests";
-      audit.after = counts.dump();
+      audit.after = writeJson(counts);
       auto changes = scheduleLocked();
       const std::string text = req.body;
       const std::string at = formatRfc3339(s_.clock.now());

@@ -1,4 +1,5 @@
 #include "api/problem.h"
+#include "common/json.h"
 
 #include <fmt/format.h>
 
@@ -38,7 +39,7 @@ int statusFor(ErrorCode code) {
 }
 
 http::Response jsonResponse(int status, const json& body) {
-  return http::Response::json(status, body.dump());
+  return http::Response::json(status, writeJson(body));
 }
 
 http::Response problem(int status, std::string_view detail, std::string_view field) {
@@ -47,7 +48,7 @@ http::Response problem(int status, std::string_view detail, std::string_view fie
                {"status", status},
                {"detail", detail}};
   if (!field.empty()) body["field"] = field;
-  http::Response r = http::Response::text(status, body.dump(), "application/problem+json");
+  http::Response r = http::Response::text(status, writeJson(body), "application/problem+json");
   if (status == 401) r.headers.add("WWW-Authenticate", "Bearer realm=\"purser\"");
   return r;
 }
@@ -62,7 +63,7 @@ Result<json> parseObject(const http::Request& request) {
   if (request.body.empty()) {
     return fail(invalidArgument("the request body is empty; expected a JSON object"));
   }
-  json body = json::parse(request.body, nullptr, false);
+  json body = parseJsonOrDiscarded(request.body);
   if (body.is_discarded()) return fail(invalidArgument("the request body is not valid JSON"));
   if (!body.is_object()) return fail(invalidArgument("the request body must be a JSON object"));
   return body;
@@ -101,7 +102,12 @@ Result<std::optional<int64_t>> optionalInt(const json& obj, const std::string& f
   if (!it->is_number_integer()) {
     return fail(fieldError(field, fmt::format("\"{}\" must be a whole number", field)));
   }
-  const int64_t v = it->get<int64_t>();
+  const std::optional<int64_t> n = jsonInt(*it);
+  if (!n || *n < min || *n > max) {
+    return fail(fieldError(field, fmt::format("\"{}\" must be from {} to {}, got {}", field, min,
+                                              max, writeJson(*it))));
+  }
+  const int64_t v = *n;
   if (v < min || v > max) {
     return fail(
         fieldError(field, fmt::format("\"{}\" must be from {} to {}, got {}", field, min, max, v)));

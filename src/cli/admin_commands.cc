@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/api_client.h"
+#include "common/json.h"
 
 namespace purser::cli {
 
@@ -41,10 +42,10 @@ std::string cell(const json& obj, const std::string& path) {
   if (v->is_array()) {
     std::string out;
     for (const auto& x : *v)
-      out += (out.empty() ? "" : ",") + (x.is_string() ? x.get<std::string>() : x.dump());
+      out += (out.empty() ? "" : ",") + (x.is_string() ? x.get<std::string>() : writeJson(x));
     return out;
   }
-  return v->dump();
+  return writeJson(*v);
 }
 
 void printTable(const json& rows, const std::vector<std::pair<std::string, std::string>>& columns) {
@@ -111,7 +112,7 @@ int run(const Globals& g, const std::string& method, const std::string& path, co
   }
   const int verdict = must_be_ok && reply->body.value("ok", true) == false ? 3 : 0;
   if (g.output == "json") {
-    std::cout << reply->body.dump(2) << "\n";
+    std::cout << writeJson(reply->body, 2) << "\n";
     return verdict;
   }
   const json& data = reply->body.is_object() && reply->body.contains("data")
@@ -120,14 +121,14 @@ int run(const Globals& g, const std::string& method, const std::string& path, co
   if (columns.size() == 1 && columns[0].first.empty()) {
     // A list of sentences, one per line.
     for (const auto& line : reply->body.value(columns[0].second, json::array())) {
-      std::cout << (line.is_string() ? line.get<std::string>() : line.dump()) << "\n";
+      std::cout << (line.is_string() ? line.get<std::string>() : writeJson(line)) << "\n";
     }
     return verdict;
   }
   printTable(data, columns);
   if (reply->body.is_object() && reply->body.contains("warnings")) {
     for (const auto& w : reply->body["warnings"]) {
-      std::cerr << "warning: " << (w.is_string() ? w.get<std::string>() : w.dump()) << "\n";
+      std::cerr << "warning: " << (w.is_string() ? w.get<std::string>() : writeJson(w)) << "\n";
     }
   }
   if (reply->body.is_object() && reply->body.contains("key")) {

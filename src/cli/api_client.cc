@@ -9,6 +9,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include "common/json.h"
 #include "http/client.h"
 
 namespace purser::cli {
@@ -31,7 +32,7 @@ class ApiClient::Impl {
   Result<ApiReply> call(const std::string& method, const std::string& path,
                         const nlohmann::json& body) {
     if (body.is_null()) return send(method, path, std::nullopt, "");
-    return send(method, path, body.dump(), "application/json");
+    return send(method, path, writeJson(body), "application/json");
   }
 
   Result<ApiReply> send(const std::string& method, const std::string& path,
@@ -56,7 +57,7 @@ class ApiClient::Impl {
     }
     ApiReply out;
     out.status = res->status;
-    out.body = nlohmann::json::parse(res->body, nullptr, false);
+    out.body = parseJsonOrDiscarded(res->body);
     if (out.body.is_discarded()) out.body = res->body;
     return out;
   }

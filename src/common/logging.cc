@@ -10,10 +10,14 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "common/json.h"
 
 namespace purser {
 
-std::string jsonEscape(std::string_view s) {
+std::string jsonEscape(std::string_view text) {
+  // Invalid UTF-8 (a client's bytes in a message) is written as U+FFFD: the line stays JSON.
+  const std::string valid = toValidUtf8(text);
+  const std::string_view s = valid;
   std::string out;
   out.reserve(s.size() + 8);
   for (unsigned char c : s) {

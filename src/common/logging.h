@@ -31,7 +31,7 @@ Result<void> setupLogging(const LogOptions& options);
 // A named logger sharing the default sink and level ("http", "store", ...).
 std::shared_ptr<spdlog::logger> logger(const std::string& name);
 
-// Escapes a string for inclusion inside a JSON string literal.
+// Escapes a string for inclusion inside a JSON string literal; invalid UTF-8 becomes U+FFFD.
 std::string jsonEscape(std::string_view s);
 
 }  // namespace purser

@@ -38,6 +38,7 @@ class Money {
   constexpr int64_t nanos() const { return nanos_; }
   constexpr bool isZero() const { return nanos_ == 0; }
   constexpr bool isNegative() const { return nanos_ < 0; }
+  constexpr bool isPositive() const { return nanos_ > 0; }
 
   std::string toString() const;
 

@@ -202,6 +202,7 @@ void readHttp(YamlReader::Map m, HttpConfig& http) {
   using std::chrono::milliseconds;
   m.optionalBytes("max_body_bytes", http.max_body_bytes, 1, 1ULL << 30);
   m.optionalBytes("max_header_bytes", http.max_header_bytes, 1024, 1ULL << 20);
+  m.optional("max_nesting_depth", http.max_nesting_depth, 2, 1000);
   m.optional("max_connections", http.max_connections, 1, 1'000'000);
   m.optional("max_requests_per_connection", http.max_requests_per_connection, 0, INT64_MAX);
   m.optional("idle_timeout", http.idle_timeout, milliseconds(1));
@@ -237,6 +238,8 @@ void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     m.optionalStrings("api_keys", p.api_keys);
     m.optional("timeout", p.timeout, std::chrono::milliseconds(1));
     m.optional("connect_timeout", p.connect_timeout, std::chrono::milliseconds(1));
+    m.optionalBytes("max_response_bytes", p.max_response_bytes, 1024, 1ULL << 30);
+    m.optionalBytes("max_event_bytes", p.max_event_bytes, 1024, 64ULL << 20);
     m.finish();
     if (!p.base_url.empty() && !p.base_url.starts_with("http://") &&
         !p.base_url.starts_with("https://")) {

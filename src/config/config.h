@@ -27,6 +27,7 @@ struct TlsConfig {
 struct HttpConfig {
   size_t max_body_bytes = 16 * 1024 * 1024;
   size_t max_header_bytes = 32 * 1024;
+  size_t max_nesting_depth = 128;  // arrays and objects in JSON and YAML request bodies
   size_t max_connections = 10'000;
   size_t max_requests_per_connection = 10'000;
   Duration idle_timeout = std::chrono::seconds(60);
@@ -66,6 +67,8 @@ struct ProviderConfig {
   std::vector<std::string> api_keys;             // used in turn
   Duration timeout = std::chrono::seconds(120);  // for a whole non-streamed answer
   Duration connect_timeout = std::chrono::seconds(5);
+  size_t max_response_bytes = 16 * 1024 * 1024;  // a whole non-streamed answer
+  size_t max_event_bytes = 1024 * 1024;          // one server-sent event of a stream
 };
 
 struct TargetConfig {

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "common/duration.h"
+#include "common/json.h"
 #include "common/quantity.h"
 
 namespace purser::config {
@@ -58,13 +59,103 @@ std::string closestMatch(std::string_view word, const std::vector<std::string>& 
   return {};
 }
 
-Result<YAML::Node> parseYaml(std::string_view text, const std::string& file) {
-  try {
-    return YAML::Load(std::string(text));
-  } catch (const YAML::ParserException& e) {
-    return fail(invalidArgument(fmt::format("invalid YAML: {}", e.msg))
-                    .at(file, e.mark.line + 1, e.mark.column + 1));
+namespace {
+
+// The 1-based line and column of byte `offset` of `text`.
+std::pair<int, int> lineAndColumn(std::string_view text, size_t offset) {
+  int line = 1, column = 1;
+  for (size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
   }
+  return {line, column};
+}
+
+// Checks the shape of what was loaded without recursion: nesting within `max_nesting`, and at most
+// `budget` nodes visited (aliases share nodes, so a small text can stand for a huge tree).
+Result<void> checkShape(const YAML::Node& root, const std::string& file, size_t max_nesting,
+                        size_t& budget) {
+  std::vector<std::pair<YAML::Node, size_t>> stack;
+  stack.emplace_back(root, 0);
+  while (!stack.empty()) {
+    auto [node, depth] = std::move(stack.back());
+    stack.pop_back();
+    if (budget == 0) {
+      return fail(
+          invalidArgument(
+              "the YAML expands to too many nodes (aliases repeat more than the text holds)")
+              .at(file, 0, 0));
+    }
+    --budget;
+    if (node.IsScalar() && !isValidUtf8(node.Scalar())) {
+      // The text was UTF-8, but an escape ("\udc00") decodes to something that is not.
+      const YAML::Mark at = node.Mark();
+      return fail(invalidArgument("a YAML string is not valid UTF-8 once its escapes are read")
+                      .at(file, at.line + 1, at.column + 1));
+    }
+    if (!node.IsSequence() && !node.IsMap()) continue;
+    if (depth + 1 > max_nesting) {
+      const YAML::Mark at = node.Mark();
+      return fail(invalidArgument(fmt::format("the YAML is nested deeper than the limit of {} "
+                                              "levels",
+                                              max_nesting))
+                      .at(file, at.line + 1, at.column + 1));
+    }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (node.IsMap()) {
+        stack.emplace_back(it->first, depth + 1);
+        stack.emplace_back(it->second, depth + 1);
+      } else {
+        stack.emplace_back(*it, depth + 1);
+      }
+    }
+  }
+  return {};
+}
+
+template <typename Load>
+auto loadChecked(std::string_view text, const std::string& file, Load load)
+    -> Result<decltype(load(std::string()))> {
+  if (const size_t bad = invalidUtf8At(text); bad != std::string_view::npos) {
+    const auto [line, column] = lineAndColumn(text, bad);
+    return fail(invalidArgument("the YAML is not valid UTF-8 text").at(file, line, column));
+  }
+  try {
+    return load(std::string(text));
+  } catch (const YAML::ParserException& e) {
+    // Also yaml-cpp's own recursion guard (DeepRecursion).
+    return fail(invalidArgument(fmt::format("invalid YAML: {}", toValidUtf8(e.msg)))
+                    .at(file, e.mark.line + 1, e.mark.column + 1));
+  } catch (const YAML::Exception& e) {
+    return fail(
+        invalidArgument(fmt::format("invalid YAML: {}", toValidUtf8(e.msg))).at(file, 0, 0));
+  }
+}
+
+// Nodes a document may expand to: generous for any real file, far below a billion laughs.
+size_t nodeBudget(std::string_view text) { return 1000 + 16 * text.size(); }
+
+}  // namespace
+
+Result<YAML::Node> parseYaml(std::string_view text, const std::string& file, size_t max_nesting) {
+  YAML::Node doc =
+      PURSER_TRY_VALUE(loadChecked(text, file, [](const std::string& t) { return YAML::Load(t); }));
+  size_t budget = nodeBudget(text);
+  PURSER_TRY(checkShape(doc, file, max_nesting, budget));
+  return doc;
+}
+
+Result<std::vector<YAML::Node>> parseYamlStream(std::string_view text, const std::string& file,
+                                                size_t max_nesting) {
+  std::vector<YAML::Node> docs = PURSER_TRY_VALUE(
+      loadChecked(text, file, [](const std::string& t) { return YAML::LoadAll(t); }));
+  size_t budget = nodeBudget(text);
+  for (const auto& doc : docs) PURSER_TRY(checkShape(doc, file, max_nesting, budget));
+  return docs;
 }
 
 void YamlReader::addError(const YAML::Mark& at, const std::string& path, std::string message) {

@@ -106,8 +106,15 @@ class YamlReader {
   std::vector<Error> errors_;
 };
 
-// Parses a whole YAML document; syntax errors come back with file:line:column.
-Result<YAML::Node> parseYaml(std::string_view text, const std::string& file);
+// Parses a whole YAML document; errors come back with file:line:column. Hostile text is refused
+// before or while it is read: invalid UTF-8 (YAML is Unicode text), collections nested deeper
+// than `max_nesting`, and aliases that expand past a budget of nodes proportional to the text's
+// size (a "billion laughs" document).
+Result<YAML::Node> parseYaml(std::string_view text, const std::string& file,
+                             size_t max_nesting = 128);
+// The same for a stream of documents separated by "---".
+Result<std::vector<YAML::Node>> parseYamlStream(std::string_view text, const std::string& file,
+                                                size_t max_nesting = 128);
 
 // The closest of `candidates` to `word` if it is a plausible typo, else empty.
 std::string closestMatch(std::string_view word, const std::vector<std::string>& candidates);

@@ -97,17 +97,6 @@ Error combine(const std::vector<Error>& errors) {
 
 bool addChecked(Amount& into, Amount v) { return !__builtin_add_overflow(into, v, &into); }
 
-Result<std::vector<YAML::Node>> loadAll(const std::string& text, const std::string& file) {
-  try {
-    return YAML::LoadAll(text);
-  } catch (const YAML::ParserException& e) {
-    return fail(invalidArgument(fmt::format("invalid YAML: {}", e.msg))
-                    .at(file, e.mark.line + 1, e.mark.column + 1));
-  } catch (const YAML::Exception& e) {
-    return fail(invalidArgument(fmt::format("invalid YAML: {}", e.msg)).at(file, 0, 0));
-  }
-}
-
 // One object of a stream: its own YamlReader, so that its errors can name the object once its
 // name is known, and the stream's shared list of warnings.
 class ObjectReader {
@@ -1089,8 +1078,10 @@ class WorkloadParser {
 
 }  // namespace
 
-Result<ManifestSet> parseManifests(const std::string& yaml, const std::string& file_name) {
-  const std::vector<YAML::Node> docs = PURSER_TRY_VALUE(loadAll(yaml, file_name));
+Result<ManifestSet> parseManifests(const std::string& yaml, const std::string& file_name,
+                                   size_t max_nesting) {
+  const std::vector<YAML::Node> docs =
+      PURSER_TRY_VALUE(config::parseYamlStream(yaml, file_name, max_nesting));
   StreamParser parser(file_name);
   for (size_t i = 0; i < docs.size(); ++i) parser.document(docs[i], "", i + 1);
   return parser.finish();
@@ -1107,9 +1098,10 @@ World toWorld(ManifestSet set) {
   return w;
 }
 
-Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json,
-                                     const std::string& file_name) {
-  std::vector<YAML::Node> docs = PURSER_TRY_VALUE(loadAll(yaml_or_json, file_name));
+Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std::string& file_name,
+                                     size_t max_nesting) {
+  std::vector<YAML::Node> docs =
+      PURSER_TRY_VALUE(config::parseYamlStream(yaml_or_json, file_name, max_nesting));
   std::erase_if(docs, [](const YAML::Node& d) { return isNull(d); });
   if (docs.size() != 1) {
     return fail(invalidArgument(fmt::format("expected one workload, got {} documents", docs.size()))

@@ -59,7 +59,10 @@ struct ManifestSet {
 };
 
 // A YAML stream (documents separated by ---) of Kubernetes objects, as described above.
-Result<ManifestSet> parseManifests(const std::string& yaml, const std::string& file_name);
+// Text that is not valid UTF-8, nested deeper than `max_nesting` or expanding (by aliases) far past
+// its size is refused.
+Result<ManifestSet> parseManifests(const std::string& yaml, const std::string& file_name,
+                                   size_t max_nesting = 128);
 
 // The objects as the engine's World (warnings are left behind).
 World toWorld(ManifestSet set);
@@ -82,6 +85,7 @@ struct ParsedWorkload {
 // The namespace defaults to "default"; Workload::name becomes "namespace/name". Extended
 // resources (nvidia.com/gpu, nvidia.com/gpumem, ...) must be whole numbers, as in Kubernetes.
 // JSON is valid YAML, so request bodies in JSON are read by the same function.
-Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std::string& file_name);
+Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std::string& file_name,
+                                     size_t max_nesting = 128);
 
 }  // namespace purser::fleet

@@ -31,14 +31,15 @@ auto resumeOn(std::shared_ptr<Handler> handler) {
 
 template <typename Token>
 auto asyncReserve(ledger::Meter& meter, ledger::UsageEvent draft, std::vector<std::string> chain,
-                  Money amount, Duration lease, Token&& token) {
+                  Money amount, Duration lease, ledger::ReserveOptions options, Token&& token) {
   return boost::asio::async_initiate<Token, void(Result<void>)>(
       [&meter](auto handler, ledger::UsageEvent draft, std::vector<std::string> chain, Money amount,
-               Duration lease) {
+               Duration lease, ledger::ReserveOptions options) {
         auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        meter.reserve(std::move(draft), std::move(chain), amount, lease, detail::resumeOn(shared));
+        meter.reserve(std::move(draft), std::move(chain), amount, lease, detail::resumeOn(shared),
+                      options);
       },
-      token, std::move(draft), std::move(chain), amount, lease);
+      token, std::move(draft), std::move(chain), amount, lease, options);
 }
 
 template <typename Token>

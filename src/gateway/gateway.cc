@@ -4,8 +4,12 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +17,7 @@
 #include <functional>
 #include <optional>
 
+#include "common/json.h"
 #include "gateway/async_meter.h"
 #include "gateway/sse.h"
 #include "gateway/translate.h"
@@ -121,7 +126,7 @@ Response apiError(Api api, Fault fault, std::string_view message, std::string_vi
     }
     body = {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
   }
-  Response r = Response::json(status, body.dump());
+  Response r = Response::json(status, writeJson(body));
   if (fault == Fault::kBudget) r.headers.add("x-should-retry", "false");
   return r;
 }
@@ -130,9 +135,9 @@ ProviderKind kindOf(Api api) {
   return api == Api::kAnthropic ? ProviderKind::kAnthropic : ProviderKind::kOpenAi;
 }
 
-// An upstream's refusal in the client's API's error shape (the status is kept).
-Response translatedError(Api api, int status, const std::string& upstream_body) {
-  const json parsed = json::parse(upstream_body, nullptr, false);
+// An upstream's refusal in the client's API's error shape (the status is kept); `parsed` is its
+// answer as JSON, or discarded when it was not JSON.
+Response translatedError(Api api, int status, const json& parsed) {
   std::string message = "The upstream model refused the request.";
   std::string type = "invalid_request_error";
   if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_object()) {
@@ -142,6 +147,7 @@ Response translatedError(Api api, int status, const std::string& upstream_body) 
   if (status == 401) type = "authentication_error";
   if (status == 403) type = "permission_error";
   if (status == 404) type = "not_found_error";
+  if (status >= 500) type = api == Api::kOpenAi ? "server_error" : "api_error";
   json body;
   if (api == Api::kOpenAi) {
     body = {
@@ -149,43 +155,96 @@ Response translatedError(Api api, int status, const std::string& upstream_body) 
   } else {
     body = {{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
   }
-  return Response::json(status, body.dump());
+  return Response::json(status, writeJson(body));
 }
 
 // --- Usage in each API's terms -----------------------------------------------------------------
 
-int64_t intAt(const json& obj, std::initializer_list<const char*> path) {
+// The most tokens one count may say: far above any real request, far below what could
+// overflow a cost.
+constexpr int64_t kMaxTokenCount = int64_t{1} << 40;
+
+// A token count at `path`: 0 when absent (or null), nullopt when present but not a whole number
+// from 0 to kMaxTokenCount (negative, fractional, a string, an overflowing number).
+std::optional<int64_t> countAt(const json& obj, std::initializer_list<const char*> path) {
   const json* v = &obj;
   for (const char* key : path) {
-    if (!v->is_object() || !v->contains(key)) return 0;
-    v = &(*v)[key];
+    if (!v->is_object()) return 0;
+    auto it = v->find(key);
+    if (it == v->end()) return 0;
+    v = &*it;
   }
-  return v->is_number_integer() ? v->get<int64_t>() : 0;
+  if (v->is_null()) return 0;
+  if (v->is_number_unsigned()) {
+    const uint64_t n = v->get<uint64_t>();
+    if (n > static_cast<uint64_t>(kMaxTokenCount)) return std::nullopt;
+    return static_cast<int64_t>(n);
+  }
+  if (!v->is_number_integer()) return std::nullopt;
+  const int64_t n = v->get<int64_t>();
+  if (n < 0 || n > kMaxTokenCount) return std::nullopt;
+  return n;
 }
 
+// Usage as the upstream reported it, in Purser's terms; nullopt when a count is not believable,
+// which is treated as missing usage (estimated and flagged, never recorded as zero).
 // OpenAI counts cached input inside prompt_tokens and reasoning inside completion_tokens;
 // Purser's kinds are disjoint.
-ledger::TokenCounts openAiUsage(const json& usage) {
+std::optional<ledger::TokenCounts> openAiUsage(const json& usage) {
+  const auto cached = countAt(usage, {"prompt_tokens_details", "cached_tokens"});
+  const auto reasoning = countAt(usage, {"completion_tokens_details", "reasoning_tokens"});
+  const auto prompt = countAt(usage, {"prompt_tokens"});
+  const auto completion = countAt(usage, {"completion_tokens"});
+  if (!cached || !reasoning || !prompt || !completion) return std::nullopt;
   ledger::TokenCounts t;
-  const int64_t cached = intAt(usage, {"prompt_tokens_details", "cached_tokens"});
-  const int64_t reasoning = intAt(usage, {"completion_tokens_details", "reasoning_tokens"});
-  t.input = std::max<int64_t>(0, intAt(usage, {"prompt_tokens"}) - cached);
-  t.cached_input = cached;
-  t.output = std::max<int64_t>(0, intAt(usage, {"completion_tokens"}) - reasoning);
-  t.reasoning = reasoning;
+  t.input = std::max<int64_t>(0, *prompt - *cached);
+  t.cached_input = std::min(*cached, *prompt);
+  t.output = std::max<int64_t>(0, *completion - *reasoning);
+  t.reasoning = std::min(*reasoning, *completion);
   return t;
 }
 
-ledger::TokenCounts anthropicUsage(const json& usage) {
-  ledger::TokenCounts t;
-  t.input = intAt(usage, {"input_tokens"});
-  t.cached_input = intAt(usage, {"cache_read_input_tokens"});
-  t.cache_write = intAt(usage, {"cache_creation_input_tokens"});
-  t.output = intAt(usage, {"output_tokens"});
-  return t;
+std::optional<ledger::TokenCounts> anthropicUsage(const json& usage) {
+  const auto input = countAt(usage, {"input_tokens"});
+  const auto cached = countAt(usage, {"cache_read_input_tokens"});
+  const auto write = countAt(usage, {"cache_creation_input_tokens"});
+  const auto output = countAt(usage, {"output_tokens"});
+  if (!input || !cached || !write || !output) return std::nullopt;
+  return ledger::TokenCounts{
+      .input = *input, .output = *output, .cached_input = *cached, .cache_write = *write};
 }
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The longest session id kept with a request's usage.
+constexpr size_t kMaxSessionBytes = 256;
+
+// Bodies at least this large are parsed and written on the CPU pool, not on an I/O worker.
+constexpr size_t kOffloadBytes = 64 * 1024;
+
+// The most of an upstream's error answer read before it is relayed.
+constexpr size_t kMaxErrorBody = 64 * 1024;
+
+// Runs `work` on `pool`; completes on the caller's executor, with the exception `work` threw.
+// A plain initiating function, not a coroutine (see async_meter.h).
+template <typename Token>
+auto runOn(asio::thread_pool& pool, const std::function<void()>& work, Token&& token) {
+  return asio::async_initiate<Token, void(std::exception_ptr)>(
+      [&pool](auto handler, const std::function<void()>* work) {
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        asio::post(pool, [shared, work] {
+          std::exception_ptr error;
+          try {
+            (*work)();
+          } catch (...) {
+            error = std::current_exception();
+          }
+          auto executor = asio::get_associated_executor(*shared);
+          asio::post(executor, [shared, error]() mutable { (*shared)(error); });
+        });
+      },
+      token, &work);
+}
 
 std::string upstreamPath(Surface s) {
   switch (s) {
@@ -230,13 +289,35 @@ int64_t micros(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
+ledger::Charged chargedOf(const identity::Principal& who) {
+  ledger::Charged c;
+  c.tenant_id = who.tenant_id;
+  c.team_id = who.team_id;
+  (who.kind == identity::OwnerKind::kUser ? c.user_id : c.service_account_id) = who.id;
+  c.key_chain = who.key_chain;
+  if (c.key_chain.empty() && !who.key_id.empty()) c.key_chain.push_back(who.key_id);
+  return c;
+}
+
+std::vector<ledger::BucketRequest> keyBuckets(const std::vector<identity::ApiKey>& chain,
+                                              int64_t tokens) {
+  std::vector<ledger::BucketRequest> out;
+  for (const auto& k : chain) {
+    if (k.rpm > 0) out.push_back({"key:" + k.id + ":rpm", k.rpm, 1});
+    if (k.tpm > 0 && tokens > 0) out.push_back({"key:" + k.id + ":tpm", k.tpm, tokens});
+  }
+  return out;
+}
+
 // --- The gateway ---------------------------------------------------------------------------
 
 class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
  public:
   Impl(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
        std::vector<std::unique_ptr<Route>> routes)
-      : d_(deps), providers_(std::move(providers)) {
+      : d_(deps),
+        providers_(std::move(providers)),
+        cpu_(std::make_unique<asio::thread_pool>(std::max<size_t>(1, deps.cpu_threads))) {
     for (auto& r : routes) {
       const std::string alias = r->alias;
       routes_.emplace(alias, std::move(r));
@@ -286,6 +367,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     std::chrono::steady_clock::duration commit_time{0};  // waiting for durable ledger commits
     std::string anthropic_version;
     std::string anthropic_beta;
+    std::string session_id;
+    size_t max_nesting = kDefaultMaxNesting;
+    size_t body_bytes = 0;  // of the client's request
   };
 
   std::optional<std::string> presentedKey(const Request& req) const {
@@ -300,7 +384,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
 
   // Authentication, parsing, routing and permission. A response when the request stops here.
-  std::optional<Response> admit(Call& c, Request& req) {
+  // Who is asking. A response when the request stops here.
+  std::optional<Response> identify(Call& c, Request& req) {
     const Api api = c.api;
     auto presented = presentedKey(req);
     if (!presented) {
@@ -320,17 +405,38 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     auto key = d_.directory.key(c.who.key_id);
     if (!key) return apiError(api, Fault::kUnauthenticated, "Incorrect API key provided.");
     c.key = *key;
+    return std::nullopt;
+  }
 
-    try {
-      c.body = json::parse(req.body);
-    } catch (const json::parse_error& e) {
+  // Parsing, routing and permission. A response when the request stops here.
+  std::optional<Response> admit(Call& c, Request& req, Result<json> parsed) {
+    const Api api = c.api;
+    if (!parsed) {
       return apiError(api, Fault::kBadRequest,
-                      fmt::format("We could not parse the JSON body of your request: {} (at byte "
-                                  "{}).",
-                                  e.what(), e.byte));
+                      fmt::format("We could not parse the JSON body of your request: {}.",
+                                  parsed.error().message));
     }
+    c.body = std::move(*parsed);
     if (!c.body.is_object()) {
       return apiError(api, Fault::kBadRequest, "The request body must be a JSON object.");
+    }
+    // The session a request belongs to (agents' runs, conversations): from the header, else the
+    // body's metadata. It is stored with the usage and shown back, so it must be text.
+    if (auto v = req.headers.get("x-purser-session")) {
+      c.session_id = std::string(*v);
+    } else if (c.body.contains("metadata") && c.body["metadata"].is_object() &&
+               c.body["metadata"].contains("session_id") &&
+               c.body["metadata"]["session_id"].is_string()) {
+      c.session_id = c.body["metadata"]["session_id"].get<std::string>();
+    }
+    if (c.session_id.size() > kMaxSessionBytes || !isValidUtf8(c.session_id) ||
+        std::any_of(c.session_id.begin(), c.session_id.end(),
+                    [](char ch) { return static_cast<unsigned char>(ch) < 0x20; })) {
+      return apiError(api, Fault::kBadRequest,
+                      fmt::format("The session id (x-purser-session or metadata.session_id) must "
+                                  "be UTF-8 text without control characters, at most {} bytes.",
+                                  kMaxSessionBytes),
+                      "session_id");
     }
     if (!c.body.contains("model") || !c.body["model"].is_string() ||
         c.body["model"].get<std::string>().empty()) {
@@ -362,8 +468,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       return apiError(api, Fault::kBadRequest, "'stream' must be a boolean", "stream");
     }
     for (const char* f : {"max_completion_tokens", "max_tokens"}) {
-      if (c.body.contains(f) && !c.body[f].is_null() &&
-          !(c.body[f].is_number_integer() && c.body[f].get<int64_t>() >= 1)) {
+      if (c.body.contains(f) && !c.body[f].is_null() && !(jsonInt(c.body[f]).value_or(0) >= 1)) {
         return apiError(api, Fault::kBadRequest, fmt::format("'{}' must be an integer >= 1", f), f);
       }
     }
@@ -375,8 +480,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
                              options["include_usage"].is_boolean() &&
                              options["include_usage"].get<bool>();
     }
-    // The worst case: the input (an upper bound from its size) plus the output cap.
-    c.input_estimate = ceilDiv(static_cast<int64_t>(c.body[required].dump().size()), 3);
+    // The worst case: the input (an upper bound from the size of the whole body, which also
+    // counts tools and system prompts, without writing it out again) plus the output cap.
+    c.input_estimate = ceilDiv(static_cast<int64_t>(req.body.size()), 3);
     if (c.surface == Surface::kEmbeddings) {
       c.max_output = 0;
     } else {
@@ -387,10 +493,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       // max_tokens); completions and messages know only max_tokens.
       const char* field = c.surface == Surface::kChat ? "max_completion_tokens" : "max_tokens";
       for (const char* f : {"max_completion_tokens", "max_tokens"}) {
-        if (c.body.contains(f) && c.body[f].is_number_integer()) {
+        if (c.body.contains(f) && jsonInt(c.body[f])) {
           field = f;
-          c.max_output =
-              std::clamp<int64_t>(c.body[f].get<int64_t>(), int64_t{0}, c.route->max_tokens);
+          c.max_output = std::clamp<int64_t>(*jsonInt(c.body[f]), int64_t{0}, c.route->max_tokens);
           break;
         }
       }
@@ -411,19 +516,13 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
 
   std::vector<ledger::Scope> scopes(const Call& c) const {
-    return {{ledger::ScopeKind::kTenant, c.who.tenant_id},
-            {ledger::ScopeKind::kTeam, c.who.team_id},
-            {c.who.kind == identity::OwnerKind::kUser ? ledger::ScopeKind::kUser
-                                                      : ledger::ScopeKind::kServiceAccount,
-             c.who.id},
-            {ledger::ScopeKind::kKey, c.key.id}};
+    return ledger::scopesOf(chargedOf(c.who));
   }
 
   // Rate limits and the reservation. A response when the request stops here.
   asio::awaitable<std::optional<Response>> reserve(Call& c, Request& req) {
     const int64_t tokens = c.input_estimate + c.max_output;
-    if (c.key.rpm > 0) c.buckets.push_back({"key:" + c.key.id + ":rpm", c.key.rpm, 1});
-    if (c.key.tpm > 0) c.buckets.push_back({"key:" + c.key.id + ":tpm", c.key.tpm, tokens});
+    c.buckets = keyBuckets(d_.directory.keyChain(c.key.id), tokens);
     const auto scope_list = scopes(c);
     for (auto& b : d_.rate_limits.buckets(scope_list, c.route->alias, tokens)) {
       c.buckets.push_back(std::move(b));
@@ -468,17 +567,11 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     (c.who.kind == identity::OwnerKind::kUser ? e.user_id : e.service_account_id) = c.who.id;
     e.key_id = c.key.id;
     e.route = c.route->alias;
-    if (auto s = req.headers.get("x-purser-session")) {
-      e.session_id = std::string(*s);
-    } else if (c.body.contains("metadata") && c.body["metadata"].is_object() &&
-               c.body["metadata"].contains("session_id") &&
-               c.body["metadata"]["session_id"].is_string()) {
-      e.session_id = c.body["metadata"]["session_id"].get<std::string>();
-    }
+    e.session_id = c.session_id;
     const auto chain = d_.wallets.chain(scope_list, c.route->alias);
     const auto asked = std::chrono::steady_clock::now();
     auto reserved = co_await asyncReserve(d_.meter, e, chain, worst, std::chrono::minutes(15),
-                                          asio::use_awaitable);
+                                          ledger::ReserveOptions{}, asio::use_awaitable);
     c.commit_time += std::chrono::steady_clock::now() - asked;
     if (!reserved) {
       giveBackRateLimits(c);
@@ -530,6 +623,25 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     }
   }
 
+  // Runs `work` here when `bytes` is small, else on the gateway's CPU pool, resuming on this
+  // worker once it is done: one client's megabytes (parsing, re-writing) never hold up the I/O
+  // worker other clients' requests share. Exceptions from `work` are rethrown here.
+  asio::awaitable<void> offload(size_t bytes, const std::function<void()>& work) {
+    if (bytes < kOffloadBytes || !cpu_) {
+      work();
+      co_return;
+    }
+    co_await runOn(*cpu_, work, asio::use_awaitable);
+  }
+
+  // The upstream request for `t` (see upstreamRequest), built off the worker for large bodies.
+  asio::awaitable<Result<http::ClientRequest>> buildUpstream(const Call& c, const Target& t) {
+    Result<http::ClientRequest> out = fail(internalError("not built"));
+    const std::function<void()> build = [&] { out = upstreamRequest(c, t); };
+    co_await offload(c.body_bytes, build);
+    co_return out;
+  }
+
   // Whether the target speaks the other API than the client (chat <-> messages translation).
   static bool crosses(const Call& c, const Target& t) {
     return t.provider->kind() != kindOf(c.api);
@@ -579,8 +691,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       r.headers.add("Authorization", "Bearer " + key);
     }
     if (c.stream) r.headers.add("Accept", "text/event-stream");
-    r.body = body.dump();
+    r.body = writeJson(body);
     r.timeout = t.provider->timeout();
+    r.max_response_bytes = t.provider->limits().max_response_bytes;
     return r;
   }
 
@@ -617,7 +730,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     for (Target* t : targets) {
       for (int64_t attempt = 0; attempt <= c.route->retries; ++attempt) {
         if (attempt > 0) co_await sleepFor(std::chrono::milliseconds(100 << (attempt - 1)));
-        auto request = upstreamRequest(c, *t);
+        auto request = co_await buildUpstream(c, *t);
         if (!request) {
           // The request cannot be put in this target's API; another target may take it as is.
           last_fault = Fault::kBadRequest;
@@ -644,35 +757,57 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           continue;
         }
         recordSuccess(*t, std::chrono::steady_clock::now() - sent);
+        json body;
+        const std::function<void()> parse_answer = [&] {
+          body = parseJsonOrDiscarded(res->body, c.max_nesting);
+        };
+        co_await offload(res->body.size(), parse_answer);
         if (res->status >= 400) {
-          // The upstream refused the request itself: nothing ran, nothing is charged.
+          // The upstream refused the request itself: nothing ran, nothing is charged. Its
+          // answer reaches the client in the client's API's shape; one that is not such a JSON
+          // error is put in that shape.
           (void)d_.meter.release(c.event.id);
           giveBackRateLimits(c);
-          Response r = crosses(c, *t) ? translatedError(c.api, res->status, res->body)
-                                      : Response::json(res->status, res->body);
+          const bool own_shape = !crosses(c, *t) && body.is_object() && body.contains("error");
+          Response r = own_shape ? Response::json(res->status, std::move(res->body))
+                                 : translatedError(c.api, res->status, body);
           overhead(r, c);
           co_return r;
         }
-        json body = json::parse(res->body, nullptr, false);
-        ledger::TokenCounts tokens;
-        bool estimated = false;
+        std::optional<ledger::TokenCounts> reported;
         if (body.is_object() && body.contains("usage") && body["usage"].is_object()) {
-          tokens = t->provider->kind() == ProviderKind::kAnthropic ? anthropicUsage(body["usage"])
-                                                                   : openAiUsage(body["usage"]);
+          reported = t->provider->kind() == ProviderKind::kAnthropic ? anthropicUsage(body["usage"])
+                                                                     : openAiUsage(body["usage"]);
+          if (!reported) {
+            spdlog::warn("gateway: {} reported usage that is not believable; estimated instead",
+                         t->provider->name());
+          }
+        }
+        ledger::TokenCounts tokens;
+        if (reported) {
+          tokens = *reported;
         } else {
-          estimated = true;
           tokens.input = c.input_estimate;
           tokens.output = ceilDiv(static_cast<int64_t>(res->body.size()), 4);
         }
-        co_await settle(c, tokens, estimated, res->status, t,
+        co_await settle(c, tokens, !reported, res->status, t,
                         std::chrono::steady_clock::now() - c.started);
+        if (!body.is_object()) {
+          // The upstream ran (and is metered, estimated) but its answer is not what its API
+          // promises: the client is told so, in its own API's shape.
+          Response r =
+              apiError(c.api, Fault::kUpstream,
+                       fmt::format("The answer of {} was not a JSON object.", t->provider->name()));
+          overhead(r, c);
+          co_return r;
+        }
         if (crosses(c, *t)) {
           std::optional<std::string> translated;
           try {
             if (body.is_object()) {
               const json answer = c.api == Api::kOpenAi ? messagesToChatResponse(body)
                                                         : chatToMessagesResponse(body);
-              translated = answer.dump();
+              translated = writeJson(answer);
             }
           } catch (const json::exception& e) {
             spdlog::warn("gateway: the answer of {} could not be translated: {}",
@@ -706,6 +841,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   struct StreamState {
     ledger::TokenCounts tokens;
     bool usage_seen = false;
+    bool usage_invalid = false;  // a usage report that was not believable: estimate instead
     int64_t output_chars = 0;
     bool first_byte = false;
     SteadyTime first_byte_at;
@@ -717,11 +853,15 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
                                 StreamState& s) const {
     if (upstream == ProviderKind::kOpenAi) {
       if (e.data == "[DONE]") return {true, true};
-      json chunk = json::parse(e.data, nullptr, false);
+      json chunk = parseJsonOrDiscarded(e.data, c.max_nesting);
       if (!chunk.is_object()) return {true, false};
       if (chunk.contains("usage") && chunk["usage"].is_object()) {
-        s.tokens = openAiUsage(chunk["usage"]);
-        s.usage_seen = true;
+        if (auto u = openAiUsage(chunk["usage"])) {
+          s.tokens = *u;
+          s.usage_seen = true;
+        } else {
+          s.usage_invalid = true;
+        }
         const bool usage_only = !chunk.contains("choices") || chunk["choices"].empty();
         if (usage_only && !c.client_wants_usage) return {false, false};
       }
@@ -738,7 +878,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     }
     if (e.event == "message_stop") return {true, true};
     if (e.event == "message_start" || e.event == "message_delta") {
-      json ev = json::parse(e.data, nullptr, false);
+      json ev = parseJsonOrDiscarded(e.data, c.max_nesting);
       const json* usage = nullptr;
       if (ev.is_object() && e.event == "message_start" && ev.contains("message") &&
           ev["message"].is_object() && ev["message"].contains("usage")) {
@@ -746,8 +886,10 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       } else if (ev.is_object() && e.event == "message_delta" && ev.contains("usage")) {
         usage = &ev["usage"];
       }
-      if (usage != nullptr && usage->is_object()) {
-        const ledger::TokenCounts u = anthropicUsage(*usage);
+      if (usage != nullptr && usage->is_object() && !anthropicUsage(*usage)) {
+        s.usage_invalid = true;
+      } else if (usage != nullptr && usage->is_object()) {
+        const ledger::TokenCounts u = *anthropicUsage(*usage);
         if (e.event == "message_start") {
           s.tokens.input = u.input;
           s.tokens.cached_input = u.cached_input;
@@ -759,7 +901,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
       }
     } else if (e.event == "content_block_delta") {
-      json ev = json::parse(e.data, nullptr, false);
+      json ev = parseJsonOrDiscarded(e.data, c.max_nesting);
       if (ev.is_object() && ev.contains("delta") && ev["delta"].is_object() &&
           ev["delta"].contains("text") && ev["delta"]["text"].is_string()) {
         s.output_chars += static_cast<int64_t>(ev["delta"]["text"].get<std::string>().size());
@@ -778,17 +920,16 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   std::string errorEvent(Api api, std::string_view message) const {
     if (api == Api::kOpenAi) {
       return "data: " +
-             json{{"error",
-                   {{"message", message},
-                    {"type", "server_error"},
-                    {"param", nullptr},
-                    {"code", "upstream_disconnected"}}}}
-                 .dump() +
+             writeJson(json{{"error",
+                             {{"message", message},
+                              {"type", "server_error"},
+                              {"param", nullptr},
+                              {"code", "upstream_disconnected"}}}}) +
              "\n\n";
     }
     return "event: error\ndata: " +
-           json{{"type", "error"}, {"error", {{"type", "api_error"}, {"message", message}}}}
-               .dump() +
+           writeJson(
+               json{{"type", "error"}, {"error", {{"type", "api_error"}, {"message", message}}}}) +
            "\n\n";
   }
 
@@ -800,7 +941,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     for (Target* t : targets) {
       for (int64_t attempt = 0; attempt <= c->route->retries; ++attempt) {
         if (attempt > 0) co_await sleepFor(std::chrono::milliseconds(100 << (attempt - 1)));
-        auto request = upstreamRequest(*c, *t);
+        auto request = co_await buildUpstream(*c, *t);
         if (!request) {
           last_fault = Fault::kBadRequest;
           last_error = request.error().message;
@@ -818,9 +959,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
         const int status = (*upstream)->status();
         if (retryable(status) || status >= 400) {
-          // Read the (small) error body; nothing has reached the client yet.
+          // Read the (small) error body, at most 64 pieces; nothing has reached the client yet.
           std::string error_body;
-          for (int i = 0; i < 64; ++i) {
+          for (int i = 0; i < 64 && error_body.size() < kMaxErrorBody; ++i) {
             auto piece = co_await (*upstream)->next();
             if (!piece || !*piece) break;
             error_body += **piece;
@@ -833,8 +974,10 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           }
           (void)d_.meter.release(c->event.id);
           giveBackRateLimits(*c);
-          Response r = crosses(*c, *t) ? translatedError(c->api, status, error_body)
-                                       : Response::json(status, error_body);
+          const json parsed = parseJsonOrDiscarded(error_body, c->max_nesting);
+          const bool own_shape = !crosses(*c, *t) && parsed.is_object() && parsed.contains("error");
+          Response r = own_shape ? Response::json(status, std::move(error_body))
+                                 : translatedError(c->api, status, parsed);
           overhead(r, *c);
           co_return r;
         }
@@ -862,7 +1005,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   // Relays an upstream stream event by event; settles before the final marker goes out.
   asio::awaitable<void> relay(Call& c, Target& t, http::ClientStream& upstream, http::BodyWriter& w,
                               SteadyTime sent) {
-    SseParser parser;
+    SseParser parser(t.provider->limits().max_event_bytes);
     StreamState s;
     std::function<std::vector<TranslatedEvent>(const SseEvent&)> translator;
     if (crosses(c, t) && c.api == Api::kOpenAi) {
@@ -933,7 +1076,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     } else {
       recordSuccess(t, std::chrono::steady_clock::now() - sent);
     }
-    const bool estimated = !s.usage_seen || cut || client_gone;
+    const bool estimated = !s.usage_seen || s.usage_invalid || cut || client_gone;
     co_await settle(c, estimated ? estimate(c, s) : s.tokens, estimated, cut ? 502 : 200, &t, ttft);
     if (client_gone) co_return;
     if (cut) {
@@ -950,7 +1093,18 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     c->surface = surface;
     c->api = apiOf(surface);
     c->started = std::chrono::steady_clock::now();
-    if (auto stop = admit(*c, req)) {
+    c->max_nesting = req.max_nesting;
+    c->body_bytes = req.body.size();
+    if (auto stop = identify(*c, req)) {
+      overhead(*stop, *c);
+      co_return std::move(*stop);
+    }
+    // A large body is parsed off the I/O worker, so one client's megabytes never hold up
+    // another client's small request.
+    Result<json> parsed = fail(internalError("not parsed"));
+    const std::function<void()> parse = [&] { parsed = parseJson(req.body, req.max_nesting); };
+    co_await offload(req.body.size(), parse);
+    if (auto stop = admit(*c, req, std::move(parsed))) {
       overhead(*stop, *c);
       co_return std::move(*stop);
     }
@@ -997,7 +1151,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       data.push_back(
           {{"id", n}, {"object", "model"}, {"created", 1767225600}, {"owned_by", "purser"}});
     }
-    Response r = Response::json(200, json{{"object", "list"}, {"data", data}}.dump());
+    Response r = Response::json(200, writeJson(json{{"object", "list"}, {"data", data}}));
     overhead(r, c);
     return r;
   }
@@ -1006,6 +1160,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   GatewayDeps d_;
   std::vector<std::unique_ptr<Provider>> providers_;
   std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
+  std::unique_ptr<asio::thread_pool> cpu_;  // parses and writes large bodies
 };
 
 Gateway::Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,

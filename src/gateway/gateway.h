@@ -57,7 +57,17 @@ struct GatewayDeps {
   std::function<void(const boost::asio::any_io_executor& executor,
                      const std::vector<ledger::Alert>& alerts, const std::string& tenant_id)>
       on_alerts = {};
+  // Threads that parse and write large bodies off the I/O workers.
+  size_t cpu_threads = 1;
 };
+
+// The budgets and limits a principal's usage counts against (ledger::scopesOf).
+ledger::Charged chargedOf(const identity::Principal& who);
+
+// The rate-limit buckets of a key and the keys it was derived from (nearest first): requests per
+// minute count 1, tokens per minute `tokens` (no tokens bucket when `tokens` is 0).
+std::vector<ledger::BucketRequest> keyBuckets(const std::vector<identity::ApiKey>& chain,
+                                              int64_t tokens);
 
 class Gateway {
  public:

@@ -50,12 +50,14 @@ std::string_view strategyName(Strategy s) {
 }
 
 Provider::Provider(std::string name, ProviderKind kind, std::string base_url,
-                   std::vector<std::string> keys, Duration timeout, Duration connect_timeout)
+                   std::vector<std::string> keys, Duration timeout, Duration connect_timeout,
+                   ProviderLimits limits)
     : name_(std::move(name)),
       kind_(kind),
       base_url_(withoutTrailingSlash(std::move(base_url))),
       timeout_(timeout),
       connect_timeout_(connect_timeout),
+      limits_(limits),
       keys_(keys),
       configured_keys_(std::move(keys)) {}
 

@@ -32,18 +32,25 @@ enum class Strategy { kFallback, kWeighted, kLeastLatency, kLeastCost, kLeastLoa
 Result<Strategy> parseStrategy(std::string_view name);
 std::string_view strategyName(Strategy s);
 
+// What an upstream may send: an upstream is as hostile as a client.
+struct ProviderLimits {
+  size_t max_response_bytes = 16 * 1024 * 1024;  // a whole non-streamed answer
+  size_t max_event_bytes = 1024 * 1024;          // one server-sent event of a stream
+};
+
 // An upstream account: where it is and the keys to use, in turn. Keys can be replaced while
 // requests run (thread-safe); they are never logged.
 class Provider {
  public:
   Provider(std::string name, ProviderKind kind, std::string base_url, std::vector<std::string> keys,
-           Duration timeout, Duration connect_timeout);
+           Duration timeout, Duration connect_timeout, ProviderLimits limits = {});
 
   const std::string& name() const { return name_; }
   ProviderKind kind() const { return kind_; }
   const std::string& baseUrl() const { return base_url_; }
   Duration timeout() const { return timeout_; }
   Duration connectTimeout() const { return connect_timeout_; }
+  const ProviderLimits& limits() const { return limits_; }
 
   // The next key in turn ("" when the provider has none).
   std::string nextKey();
@@ -63,6 +70,7 @@ class Provider {
   const std::string base_url_;
   const Duration timeout_;
   const Duration connect_timeout_;
+  const ProviderLimits limits_;
   mutable std::mutex mu_;
   std::vector<std::string> keys_;             // in use; guarded by mu_
   std::vector<std::string> configured_keys_;  // guarded by mu_

@@ -1,15 +1,11 @@
 #include "gateway/secrets.h"
+#include "common/json.h"
+#include "common/secret_key.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <memory>
 
 namespace purser::gateway {
@@ -28,62 +24,15 @@ Error cryptoError(std::string_view what) {
 }  // namespace
 
 Result<Sealer> Sealer::fromHex(std::string_view hex) {
-  if (hex.size() != 64) {
-    return fail(invalidArgument("the master key must be 64 hex characters (32 bytes)"));
-  }
-  std::array<unsigned char, 32> key{};
-  for (size_t i = 0; i < 32; ++i) {
-    unsigned value = 0;
-    for (size_t j = 0; j < 2; ++j) {
-      const char c = hex[2 * i + j];
-      unsigned d;
-      if (c >= '0' && c <= '9') {
-        d = static_cast<unsigned>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        d = static_cast<unsigned>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        d = static_cast<unsigned>(c - 'A' + 10);
-      } else {
-        return fail(invalidArgument("the master key must be 64 hex characters (32 bytes)"));
-      }
-      value = value * 16 + d;
-    }
-    key[i] = static_cast<unsigned char>(value);
-  }
+  auto key = PURSER_TRY_VALUE(secretKeyFromHex(hex, "the master key"));
   return Sealer(key);
 }
 
 Result<Sealer> Sealer::open(const std::optional<std::string>& env_value,
                             const std::string& key_file, Random& random) {
-  if (env_value) {
-    auto s = fromHex(*env_value);
-    if (!s) return fail(invalidArgument("PURSER_MASTER_KEY: " + s.error().message));
-    return s;
-  }
-  std::ifstream in(key_file);
-  if (in) {
-    std::string hex;
-    std::getline(in, hex);
-    auto s = fromHex(hex);
-    if (!s) return fail(invalidArgument(fmt::format("{}: {}", key_file, s.error().message)));
-    return s;
-  }
-  // First use: a new random master key, readable by this user only.
-  std::array<uint8_t, 32> raw{};
-  random.fill(raw);
-  std::string hex;
-  for (uint8_t b : raw) hex += fmt::format("{:02x}", b);
-  const int fd = ::open(key_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return fail(unavailable(
-        fmt::format("cannot create master key file \"{}\": {}", key_file, std::strerror(errno))));
-  }
-  const std::string line = hex + "\n";
-  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
-                  ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) return fail(unavailable(fmt::format("cannot write master key file \"{}\"", key_file)));
-  return fromHex(hex);
+  auto key =
+      PURSER_TRY_VALUE(loadOrCreateSecretKey(env_value, "PURSER_MASTER_KEY", key_file, random));
+  return Sealer(key);
 }
 
 Result<std::string> Sealer::seal(std::string_view plaintext, std::string_view associated,
@@ -145,7 +94,7 @@ const std::vector<store::Migration>& ProviderKeyStore::migrations() {
 Result<void> ProviderKeyStore::put(store::Tx& tx, const std::string& provider,
                                    const std::vector<std::string>& keys) {
   const std::string sealed =
-      PURSER_TRY_VALUE(sealer_.seal(nlohmann::json(keys).dump(), provider, random_));
+      PURSER_TRY_VALUE(sealer_.seal(writeJson(nlohmann::json(keys)), provider, random_));
   PURSER_TRY(
       tx.exec("INSERT INTO provider_keys (provider, sealed, updated_at) VALUES ($1, $2, $3)"
               " ON CONFLICT (provider) DO UPDATE SET sealed = excluded.sealed, updated_at = "
@@ -168,7 +117,7 @@ Result<std::vector<std::pair<std::string, std::vector<std::string>>>> ProviderKe
     for (const auto& r : rows) {
       const std::string provider = r.getText(0);
       const std::string plain = PURSER_TRY_VALUE(sealer_.unseal(r.getBlob(1).bytes, provider));
-      auto list = nlohmann::json::parse(plain, nullptr, false);
+      auto list = parseJsonOrDiscarded(plain);
       if (!list.is_array()) return fail(Error(ErrorCode::kDataLoss, "unreadable provider keys"));
       std::vector<std::string> keys;
       for (const auto& k : list) keys.push_back(k.get<std::string>());

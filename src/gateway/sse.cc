@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace purser::gateway {
 
 namespace {
@@ -63,14 +65,19 @@ Result<std::vector<SseEvent>> SseParser::feed(std::string_view bytes) {
   buffer_.append(bytes);
   std::vector<SseEvent> out;
   size_t start = 0;
+  // The search resumes where the last one ran out (less the few bytes a blank line spans), so
+  // a large event arriving in many pieces is scanned once, not once per piece.
+  size_t from = scanned_;
   for (;;) {
     size_t body_end = 0;
-    const size_t end = eventEnd(buffer_, start, body_end);
+    const size_t end = eventEnd(buffer_, std::max(start, from), body_end);
     if (end == std::string::npos) break;
     out.push_back(parseEvent(buffer_.substr(start, end - start), body_end - start));
     start = end;
+    from = end;
   }
   buffer_.erase(0, start);
+  scanned_ = buffer_.size() > 3 ? buffer_.size() - 3 : 0;
   if (buffer_.size() > max_) {
     return fail(
         Error(ErrorCode::kResourceExhausted, fmt::format("an event exceeds {} bytes", max_)));

@@ -33,6 +33,7 @@ class SseParser {
  private:
   size_t max_;
   std::string buffer_;
+  size_t scanned_ = 0;  // bytes of buffer_ already searched for an event's end
 };
 
 }  // namespace purser::gateway

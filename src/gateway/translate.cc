@@ -1,4 +1,5 @@
 #include "gateway/translate.h"
+#include "common/json.h"
 
 #include <fmt/format.h>
 
@@ -17,7 +18,7 @@ std::string str(const json& o, const char* key, const char* def = "") {
   return def;
 }
 int64_t num(const json& o, const char* key) {
-  if (o.is_object() && o.contains(key) && o[key].is_number_integer()) return o[key].get<int64_t>();
+  if (o.is_object() && o.contains(key)) return jsonInt(o[key]).value_or(0);
   return 0;
 }
 json obj(const json& o, const char* key) {
@@ -58,10 +59,10 @@ std::string textOf(const json& content) {
   return out;
 }
 
-std::string openAiEvent(const json& data) { return "data: " + data.dump() + "\n\n"; }
+std::string openAiEvent(const json& data) { return "data: " + writeJson(data) + "\n\n"; }
 
 std::string anthropicEvent(std::string_view name, const json& data) {
-  return fmt::format("event: {}\ndata: {}\n\n", name, data.dump());
+  return fmt::format("event: {}\ndata: {}\n\n", name, writeJson(data));
 }
 
 // An OpenAI image part as an Anthropic image block.
@@ -120,8 +121,8 @@ Result<json> chatToMessagesRequest(const json& chat, const std::string& model,
   json out = {{"model", model}};
   int64_t max_tokens = default_max_tokens;
   for (const char* f : {"max_completion_tokens", "max_tokens"}) {
-    if (chat.contains(f) && chat[f].is_number_integer()) {
-      max_tokens = chat[f].get<int64_t>();
+    if (chat.contains(f) && jsonInt(chat[f])) {
+      max_tokens = *jsonInt(chat[f]);
       break;
     }
   }
@@ -155,7 +156,7 @@ Result<json> chatToMessagesRequest(const json& chat, const std::string& model,
       if (!text.empty()) blocks.push_back({{"type", "text"}, {"text", text}});
       for (const auto& call : arr(m, "tool_calls")) {
         const json fn = obj(call, "function");
-        json input = json::parse(str(fn, "arguments", "{}"), nullptr, false);
+        json input = parseJsonOrDiscarded(str(fn, "arguments", "{}"));
         if (!input.is_object()) input = json::object();
         blocks.push_back({{"type", "tool_use"},
                           {"id", str(call, "id")},
@@ -228,7 +229,7 @@ json messagesToChatResponse(const json& message) {
           {{"id", str(block, "id")},
            {"type", "function"},
            {"function",
-            {{"name", str(block, "name")}, {"arguments", obj(block, "input").dump()}}}});
+            {{"name", str(block, "name")}, {"arguments", writeJson(obj(block, "input"))}}}});
     }
   }
   json msg = {{"role", "assistant"},
@@ -295,7 +296,7 @@ Result<json> messagesToChatRequest(const json& req, const std::string& model) {
             {{"id", str(block, "id")},
              {"type", "function"},
              {"function",
-              {{"name", str(block, "name")}, {"arguments", obj(block, "input").dump()}}}});
+              {{"name", str(block, "name")}, {"arguments", writeJson(obj(block, "input"))}}}});
       } else if (type == "tool_result") {
         messages.push_back(
             {{"role", "tool"},
@@ -353,7 +354,7 @@ json chatToMessagesResponse(const json& completion) {
   }
   for (const auto& call : arr(msg, "tool_calls")) {
     const json fn = obj(call, "function");
-    json input = json::parse(str(fn, "arguments", "{}"), nullptr, false);
+    json input = parseJsonOrDiscarded(str(fn, "arguments", "{}"));
     if (!input.is_object()) input = json::object();
     content.push_back({{"type", "tool_use"},
                        {"id", str(call, "id")},
@@ -394,7 +395,7 @@ std::string MessagesToChatStream::chunk(json delta, json finish_reason) const {
 
 std::vector<TranslatedEvent> MessagesToChatStream::translate(const SseEvent& event) {
   std::vector<TranslatedEvent> out;
-  const json data = json::parse(event.data, nullptr, false);
+  const json data = parseJsonOrDiscarded(event.data);
   if (!data.is_object()) return out;
   const std::string type = event.event.empty() ? str(data, "type") : event.event;
   if (type == "message_start") {
@@ -519,7 +520,7 @@ std::vector<TranslatedEvent> ChatToMessagesStream::translate(const SseEvent& eve
     out.push_back({anthropicEvent("message_stop", {{"type", "message_stop"}}), true});
     return out;
   }
-  const json chunk = json::parse(event.data, nullptr, false);
+  const json chunk = parseJsonOrDiscarded(event.data);
   if (!chunk.is_object()) return out;
   if (chunk.contains("error")) {
     const json err = chunk["error"];

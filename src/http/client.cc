@@ -234,7 +234,8 @@ class HttpClient::Impl {
     }
     bhttp::response_parser<bhttp::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options_.max_response_header_bytes));
-    parser.body_limit(options_.max_response_bytes);
+    const size_t max_body = req.max_response_bytes.value_or(options_.max_response_bytes);
+    parser.body_limit(max_body);
     if (req.method == Method::kHead) parser.skip(true);
     conn.lowest().expires_after(req.timeout.value_or(options_.read_timeout));
     // Header first: Boost 1.74's parser drops a body-limit error raised by the Content-Length
@@ -243,7 +244,7 @@ class HttpClient::Impl {
       return bhttp::async_read_header(s, conn.buffer, parser,
                                       net::redirect_error(net::use_awaitable, ec));
     });
-    if (!ec && parser.content_length() && *parser.content_length() > options_.max_response_bytes) {
+    if (!ec && parser.content_length() && *parser.content_length() > max_body) {
       ec = bhttp::error::body_limit;
     }
     if (!ec && !parser.is_done()) {
@@ -375,7 +376,10 @@ net::awaitable<Result<std::unique_ptr<ClientStream>>> HttpClient::Impl::stream(C
       }
       co_return fail(mapError(ec, "sending to", *url));
     }
-    auto out = std::make_unique<StreamImpl>(*this, std::move(*conn), *url, options_.read_timeout);
+    // The request's timeout bounds the header and then every silence between pieces, so a
+    // stream that stalls mid-way is cut off as soon as one that never starts.
+    auto out = std::make_unique<StreamImpl>(*this, std::move(*conn), *url,
+                                            req.timeout.value_or(options_.read_timeout));
     bool started = false;
     ec = co_await out->readHeader(req.timeout.value_or(options_.read_timeout),
                                   options_.max_response_header_bytes, started);

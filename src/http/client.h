@@ -3,8 +3,9 @@
 // Connections are kept per host and reused; a request on a reused connection that the peer had
 // already closed is retried once on a fresh connection when nothing of the response arrived.
 // Every step has a deadline: connect (DNS, TCP and TLS handshake together), write, and read (for
-// request(): the whole response; for a stream: each silence between pieces). HTTPS verifies the
-// peer's certificate and host name against the system trust store (plus an optional CA file).
+// request(): the whole response; for a stream: its header and each silence between pieces). HTTPS
+// verifies the peer's certificate and host name against the system trust store (plus an optional CA
+// file).
 //
 // Thread-safety: a client belongs to one io_context (one worker) and must only be used from
 // coroutines running on it; give each worker its own (WorkerLocal<HttpClient>). A ClientStream
@@ -45,8 +46,10 @@ struct ClientRequest {
   Headers headers;
   std::string body;
   // Deadline for the response once the request is sent (default: read_timeout): for request()
-  // the whole response, for stream() its header.
+  // the whole response; for stream() its header and then each silence between pieces.
   std::optional<std::chrono::nanoseconds> timeout;
+  // For request(): the largest body accepted (default: ClientOptions::max_response_bytes).
+  std::optional<size_t> max_response_bytes;
 };
 
 struct ClientResponse {

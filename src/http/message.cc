@@ -1,6 +1,10 @@
 #include "http/message.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "common/json.h"
 
 namespace purser::http {
 
@@ -95,6 +99,28 @@ std::optional<std::string> Request::queryParam(std::string_view name) const {
       if (eq == std::string_view::npos) return std::string();
       return percentDecode(pair.substr(eq + 1), true);
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> Request::targetProblem() const {
+  const auto check = [](std::string_view raw, bool plus_as_space,
+                        std::string_view what) -> std::optional<std::string> {
+    auto decoded = percentDecode(raw, plus_as_space);
+    if (!decoded) return fmt::format("the {} has a malformed percent-escape", what);
+    if (!isValidUtf8(*decoded)) return fmt::format("the {} is not valid UTF-8", what);
+    if (decoded->find('\0') != std::string::npos) {
+      return fmt::format("the {} contains a NUL character", what);
+    }
+    return std::nullopt;
+  };
+  if (auto bad = check(path(), false, "request path")) return bad;
+  std::string_view q = query();
+  while (!q.empty()) {
+    const size_t amp = q.find('&');
+    const std::string_view pair = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+    if (auto bad = check(pair, true, "query string")) return bad;
   }
   return std::nullopt;
 }

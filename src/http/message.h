@@ -59,6 +59,8 @@ struct Request {
   Headers headers;
   std::string body;
   std::string remote_address;  // "127.0.0.1:53422"
+  // The deepest nesting a JSON or YAML body may have (http.max_nesting_depth); set by the server.
+  size_t max_nesting = 128;
 
   // Filled in by the router: values of "{name}" and "*name" segments of the matched pattern.
   std::vector<std::pair<std::string, std::string>> params;
@@ -68,6 +70,9 @@ struct Request {
   std::optional<std::string_view> param(std::string_view name) const;
   // The value of `name` in the query string, percent-decoded; nullopt when absent.
   std::optional<std::string> queryParam(std::string_view name) const;
+  // Why the path or query cannot be served, or nullopt: a malformed percent-escape, or bytes
+  // that decode to invalid UTF-8 or a NUL (the server answers such requests with 400).
+  std::optional<std::string> targetProblem() const;
 };
 
 // Writes a streamed response body. Each write() is sent to the client before it returns (no

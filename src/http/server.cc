@@ -519,6 +519,12 @@ class Server::Impl {
   }
 
   net::awaitable<std::pair<Response, RouteMetrics*>> dispatch(Request& request) {
+    request.max_nesting = options_.max_nesting;
+    // Bytes no handler should see: every path parameter and query value is valid UTF-8.
+    if (auto problem = request.targetProblem()) {
+      rejected_malformed_.inc();
+      co_return std::pair{options_.render_error(400, *problem, &request), unmatched_.get()};
+    }
     Router::Match match = router_.match(request);
     if (match.route == nullptr) {
       if (!match.allow.empty()) {

@@ -44,6 +44,7 @@ struct ServerOptions {
   uint16_t port = 8080;  // 0 picks a free port; read it back with Server::port()
   size_t max_body_bytes = 16 * 1024 * 1024;
   size_t max_header_bytes = 32 * 1024;
+  size_t max_nesting = 128;  // JSON and YAML bodies: the deepest nesting handlers accept
   size_t max_connections = 10'000;
   size_t max_requests_per_connection = 10'000;                         // 0: unlimited
   std::chrono::nanoseconds idle_timeout = std::chrono::seconds(60);    // between requests

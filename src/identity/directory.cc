@@ -109,6 +109,41 @@ std::optional<ApiKey> Directory::key(const std::string& id) const {
   return find(keys_, id);
 }
 
+std::vector<const ApiKey*> Directory::chainLocked(const ApiKey& k) const {
+  std::vector<const ApiKey*> out = {&k};
+  while (!out.back()->parent_key_id.empty() && out.size() <= kMaxKeyDepth) {
+    auto it = keys_.find(out.back()->parent_key_id);
+    if (it == keys_.end()) break;
+    out.push_back(&it->second);
+  }
+  return out;
+}
+
+std::vector<ApiKey> Directory::keyChain(const std::string& id) const {
+  std::shared_lock lock(mu_);
+  auto it = keys_.find(id);
+  if (it == keys_.end()) return {};
+  std::vector<ApiKey> out;
+  for (const ApiKey* k : chainLocked(it->second)) out.push_back(*k);
+  return out;
+}
+
+std::vector<ApiKey> Directory::derivedKeys(const std::string& id) const {
+  std::shared_lock lock(mu_);
+  std::vector<ApiKey> out;
+  for (const auto& [_, k] : keys_) {
+    if (k.id == id) continue;
+    for (const ApiKey* above : chainLocked(k)) {
+      if (above != &k && above->id == id) {
+        out.push_back(k);
+        break;
+      }
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const ApiKey& a, const ApiKey& b) { return a.id < b.id; });
+  return out;
+}
+
 bool Directory::nameTaken(OwnerKind kind, const std::string& tenant_id,
                           std::string_view name) const {
   std::shared_lock lock(mu_);
@@ -167,6 +202,22 @@ Result<Principal> Directory::authenticate(std::string_view presented) const {
     return fail(Error(ErrorCode::kUnauthenticated, "this API key has expired"));
   }
   Principal out;
+  // A derived key stands only while every key above it does.
+  for (const ApiKey* above : chainLocked(k)) {
+    if (above != &k && !above->revoked_at.empty()) {
+      return fail(Error(ErrorCode::kUnauthenticated,
+                        "this API key was revoked (with the key it was made with)"));
+    }
+    if (above != &k && !above->expires_at.empty() && now >= above->expires_at) {
+      return fail(Error(ErrorCode::kUnauthenticated,
+                        "this API key has expired (with the key it was made with)"));
+    }
+    out.key_chain.push_back(above->id);
+  }
+  if (!k.parent_key_id.empty() &&
+      (out.key_chain.size() < 2 || out.key_chain[1] != k.parent_key_id)) {
+    return fail(invalid);  // the key it was made with is gone
+  }
   out.kind = k.owner_kind;
   out.id = k.owner_id;
   out.key_id = k.id;

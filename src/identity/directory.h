@@ -45,6 +45,10 @@ class Directory {
   std::optional<User> user(const std::string& id) const;
   std::optional<ServiceAccount> serviceAccount(const std::string& id) const;
   std::optional<ApiKey> key(const std::string& id) const;
+  // The key and the keys above it (ApiKey::parent_key_id), nearest first; empty when unknown.
+  std::vector<ApiKey> keyChain(const std::string& id) const;
+  // The keys derived from `id`, directly or through others.
+  std::vector<ApiKey> derivedKeys(const std::string& id) const;
   bool nameTaken(OwnerKind kind, const std::string& tenant_id, std::string_view name) const;
 
   // Everything, sorted by id; callers filter by what the caller may see.
@@ -56,10 +60,13 @@ class Directory {
   size_t keyCount() const;
 
   // The principal behind a presented key. kUnauthenticated for an unknown key or a wrong secret
-  // (the same message either way), a revoked or expired key, or a deleted owner.
+  // (the same message either way), a revoked or expired key, or a deleted owner; a derived key
+  // also when a key above it is revoked, expired or gone.
   Result<Principal> authenticate(std::string_view presented) const;
 
  private:
+  std::vector<const ApiKey*> chainLocked(const ApiKey& k) const;
+
   const Clock& clock_;
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, Tenant> tenants_;           // guarded by mu_

@@ -74,7 +74,14 @@ struct ApiKey {
   int64_t tpm = 0;                   // tokens per minute; 0: no own limit
   std::string revoked_at;            // RFC 3339; empty: active
   std::string created_at;
+  // The key this one was made with by the same owner ("" for keys made for someone else, or by
+  // an admin's own hand before derivation existed). A derived key is valid only while every key
+  // above it is, and shares their wallets and rate limits (see docs/governance.md).
+  std::string parent_key_id;
 };
+
+// How many keys may descend from one another (a key, its derived key, that key's, ...).
+inline constexpr size_t kMaxKeyDepth = 8;
 
 // Who is acting: the owner of the key that authenticated the request.
 struct Principal {
@@ -85,6 +92,8 @@ struct Principal {
   std::string team_id;    // empty: not in a team
   Role role = Role::kMember;
   std::string key_id;
+  // The key and every key above it (see ApiKey::parent_key_id), nearest first.
+  std::vector<std::string> key_chain;
 };
 
 }  // namespace purser::identity

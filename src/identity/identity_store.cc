@@ -1,4 +1,5 @@
 #include "identity/identity_store.h"
+#include "common/json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,9 @@ const std::vector<store::Migration>& identityMigrations() {
        " previous_hash TEXT NOT NULL, previous_valid_until TEXT NOT NULL, models TEXT NOT NULL,"
        " expires_at TEXT NOT NULL, rpm INTEGER NOT NULL, tpm INTEGER NOT NULL,"
        " revoked_at TEXT NOT NULL, created_at TEXT NOT NULL)"},
+      {2, "keys derived from other keys",
+       // The key a key was made with, by the same owner: it lives and dies with it.
+       "ALTER TABLE api_keys ADD COLUMN parent_key_id TEXT NOT NULL DEFAULT ''"},
   };
   return kMigrations;
 }
@@ -70,12 +74,13 @@ std::vector<store::Value> keyValues(const ApiKey& k) {
           k.secret_hash,
           k.previous_hash,
           k.previous_valid_until,
-          nlohmann::json(k.models).dump(),
+          writeJson(nlohmann::json(k.models)),
           k.expires_at,
           k.rpm,
           k.tpm,
           k.revoked_at,
-          k.created_at};
+          k.created_at,
+          k.parent_key_id};
 }
 
 }  // namespace
@@ -84,8 +89,9 @@ Result<void> insertKey(store::Tx& tx, const ApiKey& k) {
   PURSER_TRY(
       tx.exec("INSERT INTO api_keys (id, lookup, owner_kind, owner_id, tenant_id, team_id, name,"
               " secret_hash, previous_hash, previous_valid_until, models, expires_at, rpm, tpm,"
-              " revoked_at, created_at)"
-              " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+              " revoked_at, created_at, parent_key_id)"
+              " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
+              " $17)",
               keyValues(k)));
   return {};
 }
@@ -95,7 +101,7 @@ Result<void> updateKey(store::Tx& tx, const ApiKey& k) {
       tx.exec("UPDATE api_keys SET lookup = $2, owner_kind = $3, owner_id = $4, tenant_id = $5,"
               " team_id = $6, name = $7, secret_hash = $8, previous_hash = $9,"
               " previous_valid_until = $10, models = $11, expires_at = $12, rpm = $13, tpm = $14,"
-              " revoked_at = $15, created_at = $16 WHERE id = $1",
+              " revoked_at = $15, created_at = $16, parent_key_id = $17 WHERE id = $1",
               keyValues(k)));
   if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such key"));
   return {};
@@ -126,7 +132,7 @@ Result<Snapshot> loadIdentity(store::Store& store) {
     for (const auto& r : PURSER_TRY_VALUE(tx.query(
              "SELECT id, lookup, owner_kind, owner_id, tenant_id, team_id, name, secret_hash,"
              " previous_hash, previous_valid_until, models, expires_at, rpm, tpm, revoked_at,"
-             " created_at FROM api_keys"))) {
+             " created_at, parent_key_id FROM api_keys"))) {
       ApiKey k;
       k.id = r.getText(0);
       k.lookup = r.getText(1);
@@ -140,7 +146,7 @@ Result<Snapshot> loadIdentity(store::Store& store) {
       k.secret_hash = r.getText(7);
       k.previous_hash = r.getText(8);
       k.previous_valid_until = r.getText(9);
-      auto models = nlohmann::json::parse(r.getText(10), nullptr, false);
+      auto models = parseJsonOrDiscarded(r.getText(10));
       if (models.is_array()) {
         for (const auto& m : models) {
           if (m.is_string()) k.models.push_back(m.get<std::string>());
@@ -151,6 +157,7 @@ Result<Snapshot> loadIdentity(store::Store& store) {
       k.tpm = r.getInt(13);
       k.revoked_at = r.getText(14);
       k.created_at = r.getText(15);
+      k.parent_key_id = r.getText(16);
       s.keys.push_back(std::move(k));
     }
     return {};

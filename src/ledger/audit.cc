@@ -1,7 +1,17 @@
 #include "ledger/audit.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/json.h"
 
 namespace purser::ledger {
 
@@ -14,6 +24,8 @@ const std::vector<store::Migration>& AuditLog::migrations() {
        " target TEXT NOT NULL, before TEXT NOT NULL, after TEXT NOT NULL,"
        " prev_hash TEXT NOT NULL, hash TEXT NOT NULL);"
        "CREATE INDEX audit_log_tenant_at ON audit_log (tenant_id, at)"},
+      {2, "audit entries signed with a key kept outside the database",
+       "ALTER TABLE audit_log ADD COLUMN mac TEXT NOT NULL DEFAULT ''"},
   };
   return kMigrations;
 }
@@ -39,16 +51,31 @@ std::string AuditLog::hashOf(const AuditEntry& e) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
   EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr);
-  std::string hex;
-  hex.reserve(size * 2);
-  for (unsigned int i = 0; i < size; ++i) hex += fmt::format("{:02x}", digest[i]);
-  return hex;
+  std::string out;
+  out.reserve(size * 2);
+  for (unsigned int i = 0; i < size; ++i) out += fmt::format("{:02x}", digest[i]);
+  return out;
 }
 
 namespace {
 
 constexpr const char* kColumns =
-    "seq, at, tenant_id, actor, actor_role, action, target, before, after, prev_hash, hash";
+    "seq, at, tenant_id, actor, actor_role, action, target, before, after, prev_hash, hash, mac";
+
+std::string hex(const unsigned char* bytes, unsigned int size) {
+  std::string out;
+  out.reserve(size * 2);
+  for (unsigned int i = 0; i < size; ++i) out += fmt::format("{:02x}", bytes[i]);
+  return out;
+}
+
+// Compares without leaking where two MACs differ.
+bool sameMac(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 AuditEntry fromRow(const store::Row& r) {
   AuditEntry e;
@@ -63,6 +90,7 @@ AuditEntry fromRow(const store::Row& r) {
   e.after = r.getText(8);
   e.prev_hash = r.getText(9);
   e.hash = r.getText(10);
+  e.mac = r.getText(11);
   return e;
 }
 
@@ -75,12 +103,13 @@ Result<AuditEntry> AuditLog::append(store::Tx& tx, AuditEntry entry) const {
   entry.prev_hash = last.empty() ? "" : last[0].getText(1);
   entry.at = formatRfc3339(clock_.now());
   entry.hash = hashOf(entry);
+  entry.mac = key_ ? macOf(entry.hash) : std::string();
   PURSER_TRY(
       tx.exec(fmt::format("INSERT INTO audit_log ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, "
-                          "$8, $9, $10, $11)",
+                          "$8, $9, $10, $11, $12)",
                           kColumns),
               {entry.seq, entry.at, entry.tenant_id, entry.actor, entry.actor_role, entry.action,
-               entry.target, entry.before, entry.after, entry.prev_hash, entry.hash}));
+               entry.target, entry.before, entry.after, entry.prev_hash, entry.hash, entry.mac}));
   return entry;
 }
 
@@ -115,8 +144,177 @@ Result<std::vector<AuditEntry>> AuditLog::list(store::Store& store, const AuditQ
   return out;
 }
 
+std::string AuditLog::macOf(std::string_view data) const {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), key_->data(), static_cast<int>(key_->size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &size);
+  return hex(out, size);
+}
+
+std::string AuditLog::anchorMac(const Anchor& a) const {
+  return macOf(fmt::format("purser-audit-anchor|{}|{}|{}", a.sealed_from, a.seq, a.hash));
+}
+
+Result<std::optional<AuditLog::Anchor>> AuditLog::readAnchor() const {
+  std::ifstream in(anchor_file_);
+  if (!in) return std::optional<Anchor>();
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json j = parseJsonOrDiscarded(text.str());
+  const auto bad = [&] {
+    return fail(Error(ErrorCode::kDataLoss,
+                      fmt::format("the audit anchor \"{}\" was altered (its signature does not "
+                                  "match); the log cannot be vouched for",
+                                  anchor_file_)));
+  };
+  if (!j.is_object() || !jsonInt(j.value("sealed_from", Json())) ||
+      !jsonInt(j.value("seq", Json())) || !j.value("hash", Json()).is_string() ||
+      !j.value("mac", Json()).is_string()) {
+    return bad();
+  }
+  Anchor a;
+  a.sealed_from = *jsonInt(j["sealed_from"]);
+  a.seq = *jsonInt(j["seq"]);
+  a.hash = j["hash"].get<std::string>();
+  if (!sameMac(j["mac"].get<std::string>(), anchorMac(a))) return bad();
+  return std::optional<Anchor>(a);
+}
+
+Result<void> AuditLog::writeAnchor(const Anchor& a) const {
+  const std::string text = writeJson(Json{{"version", 1},
+                                          {"sealed_from", a.sealed_from},
+                                          {"seq", a.seq},
+                                          {"hash", a.hash},
+                                          {"at", formatRfc3339(clock_.now())},
+                                          {"mac", anchorMac(a)}}) +
+                           "\n";
+  // Written beside, then renamed over: the anchor is always whole.
+  const std::string tmp = anchor_file_ + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(unavailable(fmt::format("cannot write \"{}\"", tmp)));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || std::rename(tmp.c_str(), anchor_file_.c_str()) != 0) {
+    return fail(unavailable(fmt::format("cannot write the audit anchor \"{}\"", anchor_file_)));
+  }
+  return {};
+}
+
+Result<void> AuditLog::open(store::Store& store) {
+  if (!key_) return {};
+  auto existing = readAnchor();
+  if (!existing) {
+    spdlog::error("audit: {}", existing.error().message);
+    return {};  // verify() reports it; the anchor is not replaced
+  }
+  std::lock_guard lock(mu_);
+  if (*existing) {
+    anchored_seq_ = (*existing)->seq;
+    sealed_from_ = (*existing)->sealed_from;
+    return {};
+  }
+  // The first start with a key: the entries written before get their MACs now, once. A log that
+  // already has signed entries but no anchor lost its anchor: nothing is sealed again (that would
+  // launder a rewrite); verify() reports it.
+  bool signed_before = false;
+  PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
+    signed_before =
+        !PURSER_TRY_VALUE(tx.query("SELECT 1 FROM audit_log WHERE mac <> '' LIMIT 1")).empty();
+    return {};
+  }));
+  if (signed_before) {
+    spdlog::error(
+        "audit: the anchor \"{}\" is missing though the log is signed; `purser audit "
+        "verify` reports it",
+        anchor_file_);
+    return {};
+  }
+  int64_t sealed = 0;
+  Anchor a;
+  PURSER_TRY(store.write([&](store::Tx& tx) -> Result<void> {
+    auto rows = PURSER_TRY_VALUE(tx.query("SELECT seq, hash FROM audit_log ORDER BY seq"));
+    for (const auto& r : rows) {
+      PURSER_TRY(tx.exec("UPDATE audit_log SET mac = $2 WHERE seq = $1",
+                         {r.getInt(0), macOf(r.getText(1))}));
+      ++sealed;
+    }
+    if (sealed > 0) {
+      AuditEntry e;
+      e.actor = "system";
+      e.actor_role = "system";
+      e.action = "audit.sealed";
+      e.target = "audit";
+      e.after = writeJson(Json{{"entries", sealed}});
+      PURSER_TRY(append(tx, e));
+    }
+    auto head =
+        PURSER_TRY_VALUE(tx.query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"));
+    if (!head.empty()) {
+      a.seq = head[0].getInt(0);
+      a.hash = head[0].getText(1);
+    }
+    return {};
+  }));
+  if (sealed > 0) {
+    spdlog::warn("audit: signed the {} entries written before the log had a key", sealed);
+  }
+  PURSER_TRY(writeAnchor(a));
+  anchored_seq_ = a.seq;
+  sealed_from_ = a.sealed_from;
+  return {};
+}
+
+Result<void> AuditLog::anchor(store::Store& store) {
+  if (!key_) return {};
+  Anchor a;
+  PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
+    auto head =
+        PURSER_TRY_VALUE(tx.query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"));
+    if (!head.empty()) {
+      a.seq = head[0].getInt(0);
+      a.hash = head[0].getText(1);
+    }
+    return {};
+  }));
+  std::lock_guard lock(mu_);
+  if (a.seq == anchored_seq_) return {};
+  if (a.seq < anchored_seq_) {
+    return fail(Error(ErrorCode::kDataLoss,
+                      fmt::format("the audit log ends at entry {} but its anchor vouches for "
+                                  "entry {}: its newest entries were removed",
+                                  a.seq, anchored_seq_)));
+  }
+  a.sealed_from = sealed_from_;
+  PURSER_TRY(writeAnchor(a));
+  anchored_seq_ = a.seq;
+  return {};
+}
+
 Result<AuditVerdict> AuditLog::verify(store::Store& store) const {
   AuditVerdict v;
+  v.signed_entries = key_.has_value();
+  std::optional<Anchor> anchor;
+  if (key_) {
+    auto read = readAnchor();
+    if (!read) {
+      v.ok = false;
+      v.problem = read.error().message;
+      return v;
+    }
+    anchor = *read;
+    if (!anchor) {
+      v.ok = false;
+      v.problem = fmt::format(
+          "the audit anchor \"{}\" is missing: removed newest entries could not be noticed",
+          anchor_file_);
+      return v;
+    }
+    v.anchored_seq = anchor->seq;
+  }
+  const int64_t sealed_from = anchor ? anchor->sealed_from : 1;
+  int64_t last_seq = 0;
   PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
     // In pages, so a long log is checked in bounded memory.
     int64_t after = 0;
@@ -137,6 +335,12 @@ Result<AuditVerdict> AuditLog::verify(store::Store& store) const {
           problem = "its link to the previous entry is broken (deleted or reordered entries)";
         } else if (hashOf(e) != e.hash) {
           problem = "its contents do not match its hash (the entry was edited)";
+        } else if (key_ && e.seq >= sealed_from && !sameMac(e.mac, macOf(e.hash))) {
+          problem =
+              "its signature does not match: the entry was written or rewritten without the "
+              "audit key";
+        } else if (anchor && e.seq == anchor->seq && e.hash != anchor->hash) {
+          problem = "it is not the entry the anchor vouches for (the log was rewritten)";
         }
         if (!problem.empty()) {
           v.ok = false;
@@ -146,10 +350,19 @@ Result<AuditVerdict> AuditLog::verify(store::Store& store) const {
         }
         ++v.entries;
         after = e.seq;
+        last_seq = e.seq;
         prev_hash = e.hash;
       }
     }
   }));
+  if (v.ok && anchor && last_seq < anchor->seq) {
+    v.ok = false;
+    v.first_bad_seq = last_seq + 1;
+    v.problem = fmt::format(
+        "the log ends at entry {} but its anchor vouches for entry {}: its newest entries were "
+        "removed",
+        last_seq, anchor->seq);
+  }
   return v;
 }
 

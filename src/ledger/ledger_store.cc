@@ -1,4 +1,5 @@
 #include "ledger/ledger_store.h"
+#include "common/json.h"
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,16 @@ const std::vector<store::Migration>& ledgerMigrations() {
        // what is left after a crash is recovered at start.
        "CREATE TABLE usage_intents (event_id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL,"
        " amount_nanos INTEGER NOT NULL, wallets TEXT NOT NULL, event TEXT NOT NULL)"},
+      {2, "overage, intent leases and the quarantine",
+       // The cost of an event beyond what its hold and its hard wallets allowed (not charged).
+       "ALTER TABLE usage_events ADD COLUMN overage_nanos INTEGER NOT NULL DEFAULT 0;"
+       // When an intent's lease ends, and whether its work runs outside the process (a client
+       // of the reservations API, who may settle it after a restart).
+       "ALTER TABLE usage_intents ADD COLUMN expires_at_ms INTEGER NOT NULL DEFAULT 0;"
+       "ALTER TABLE usage_intents ADD COLUMN external INTEGER NOT NULL DEFAULT 0;"
+       // Intents recovery could not resolve, set aside with the reason.
+       "CREATE TABLE ledger_quarantine (event_id TEXT NOT NULL, at_ms INTEGER NOT NULL,"
+       " reason TEXT NOT NULL, intent TEXT NOT NULL)"},
   };
   return kMigrations;
 }
@@ -45,7 +56,7 @@ Result<void> insertWallet(store::Tx& tx, const WalletSpec& w, const std::string&
       " hard, alert_at, model, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
       {w.id, w.tenant_id, std::string(scopeKindName(w.scope.kind)), w.scope.id, w.limit.nanos(),
        std::string(periodName(w.period)), w.zone.name(), int64_t{w.hard ? 1 : 0},
-       nlohmann::json(w.alert_at).dump(), w.model, created_at}));
+       writeJson(nlohmann::json(w.alert_at)), w.model, created_at}));
   return {};
 }
 
@@ -71,7 +82,7 @@ Result<std::vector<WalletSpec>> loadWallets(store::Store& store) {
       w.period = *period;
       w.zone = *zone;
       w.hard = r.getInt(7) != 0;
-      auto alerts = nlohmann::json::parse(r.getText(8), nullptr, false);
+      auto alerts = parseJsonOrDiscarded(r.getText(8));
       if (alerts.is_array()) {
         for (const auto& a : alerts) {
           if (a.is_number_integer()) w.alert_at.push_back(a.get<int>());

@@ -1,4 +1,5 @@
 #include "ledger/meter.h"
+#include "common/json.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +13,8 @@ namespace {
 
 using nlohmann::json;
 
-json toJson(const UsageEvent& e) {
+// The draft kept in an intent, and how its work runs.
+json intentJson(const UsageEvent& e, const ReserveOptions& options) {
   return {{"id", e.id},
           {"at_ms", unixMillis(e.at)},
           {"tenant_id", e.tenant_id},
@@ -23,35 +25,48 @@ json toJson(const UsageEvent& e) {
           {"session_id", e.session_id},
           {"route", e.route},
           {"provider", e.provider},
-          {"model", e.model}};
+          {"model", e.model},
+          {"external", options.external},
+          {"token_estimate", options.token_estimate}};
 }
 
-UsageEvent fromJson(const json& j) {
+std::string textAt(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+int64_t intAt(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+UsageEvent draftFromJson(const json& j) {
   UsageEvent e;
-  e.id = j.value("id", "");
-  e.at = SystemTime(std::chrono::milliseconds(j.value("at_ms", int64_t{0})));
-  e.tenant_id = j.value("tenant_id", "");
-  e.team_id = j.value("team_id", "");
-  e.user_id = j.value("user_id", "");
-  e.service_account_id = j.value("service_account_id", "");
-  e.key_id = j.value("key_id", "");
-  e.session_id = j.value("session_id", "");
-  e.route = j.value("route", "");
-  e.provider = j.value("provider", "");
-  e.model = j.value("model", "");
+  e.id = textAt(j, "id");
+  e.at = SystemTime(std::chrono::milliseconds(intAt(j, "at_ms")));
+  e.tenant_id = textAt(j, "tenant_id");
+  e.team_id = textAt(j, "team_id");
+  e.user_id = textAt(j, "user_id");
+  e.service_account_id = textAt(j, "service_account_id");
+  e.key_id = textAt(j, "key_id");
+  e.session_id = textAt(j, "session_id");
+  e.route = textAt(j, "route");
+  e.provider = textAt(j, "provider");
+  e.model = textAt(j, "model");
   return e;
 }
 
 constexpr const char* kEventColumns =
     "id, at_ms, tenant_id, team_id, user_id, service_account_id, key_id, session_id, route,"
     " provider, model, input_tokens, output_tokens, cached_input_tokens, cache_write_tokens,"
-    " reasoning_tokens, cost_nanos, latency_ms, ttft_ms, status, estimated, recovered";
+    " reasoning_tokens, cost_nanos, latency_ms, ttft_ms, status, estimated, recovered,"
+    " overage_nanos";
 
 Result<void> insertEvent(store::Tx& tx, const UsageEvent& e,
                          const std::vector<std::string>& wallets) {
   PURSER_TRY(tx.exec(
       fmt::format("INSERT INTO usage_events ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
-                  " $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+                  " $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
                   kEventColumns),
       {e.id,
        unixMillis(e.at),
@@ -74,7 +89,8 @@ Result<void> insertEvent(store::Tx& tx, const UsageEvent& e,
        e.ttft_ms,
        int64_t{e.status},
        int64_t{e.estimated ? 1 : 0},
-       int64_t{e.recovered ? 1 : 0}}));
+       int64_t{e.recovered ? 1 : 0},
+       e.overage.nanos()}));
   for (const auto& w : wallets) {
     PURSER_TRY(
         tx.exec("INSERT INTO usage_charges (event_id, wallet_id, at_ms, cost_nanos) VALUES ($1, "
@@ -105,6 +121,7 @@ UsageEvent eventFromRow(const store::Row& r) {
   e.status = static_cast<int>(r.getInt(19));
   e.estimated = r.getInt(20) != 0;
   e.recovered = r.getInt(21) != 0;
+  e.overage = Money::fromNanos(r.getInt(22));
   return e;
 }
 
@@ -162,34 +179,75 @@ Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect d
 }
 
 void Meter::reserve(UsageEvent draft, std::vector<std::string> wallet_ids, Money amount,
-                    Duration lease, std::function<void(Result<void>)> done) {
+                    Duration lease, std::function<void(Result<void>)> done,
+                    ReserveOptions options) {
   auto reserved = book_.reserve({draft.id, wallet_ids, amount, lease});
   if (!reserved) {
     done(fail(reserved.error()));
     return;
   }
-  const std::string event_json = toJson(draft).dump();
-  const std::string wallets_json = json(wallet_ids).dump();
+  const std::string event_json = writeJson(intentJson(draft, options));
+  const std::string wallets_json = writeJson(json(wallet_ids));
   const int64_t at_ms = unixMillis(clock_.now());
+  const int64_t expires_ms =
+      at_ms + std::chrono::duration_cast<std::chrono::milliseconds>(lease).count();
   auto id = draft.id;
   store_.writeAsync(
-      [id, event_json, wallets_json, at_ms, amount](store::Tx& tx) -> Result<void> {
+      [id, event_json, wallets_json, at_ms, expires_ms, amount,
+       external = options.external](store::Tx& tx) -> Result<void> {
+        // Ids are unique across the durable record, not only across what memory remembers.
+        auto used =
+            PURSER_TRY_VALUE(tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {id}));
+        if (!used.empty()) {
+          return fail(Error(ErrorCode::kAlreadyExists,
+                            fmt::format("a usage event with id \"{}\" already exists", id)));
+        }
         PURSER_TRY(
-            tx.exec("INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, event)"
-                    " VALUES ($1, $2, $3, $4, $5)",
-                    {id, at_ms, amount.nanos(), wallets_json, event_json}));
+            tx.exec("INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, event,"
+                    " expires_at_ms, external) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    {id, at_ms, amount.nanos(), wallets_json, event_json, expires_ms,
+                     int64_t{external ? 1 : 0}}));
         return {};
       },
       [this, id, done = std::move(done)](Result<void> r) {
         if (!r) {
           // Without its intent the work must not run: give the hold back.
           (void)book_.release(id);
+          if (r.error().code == ErrorCode::kAlreadyExists) {
+            done(fail(Error(ErrorCode::kAlreadyExists,
+                            fmt::format("id \"{}\" is already used by another reservation or usage "
+                                        "event; choose another",
+                                        id))
+                          .withField("id")));
+            return;
+          }
           spdlog::error("ledger: could not record the intent of {}: {}", id, r.error().message);
           done(fail(unavailable("the ledger could not record the reservation; try again")));
           return;
         }
         done({});
       });
+}
+
+store::TxFn Meter::recordWrite(UsageEvent event, std::vector<std::string> wallets) const {
+  return [event = std::move(event), wallets = std::move(wallets),
+          audit = audit_](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(insertEvent(tx, event, wallets));
+    if (audit != nullptr && event.overage.isPositive()) {
+      AuditEntry e;
+      e.tenant_id = event.tenant_id;
+      e.actor = "ledger";
+      e.actor_role = "system";
+      e.action = "usage.overage";
+      e.target = "event:" + event.id;
+      e.after = writeJson(json{{"charged", event.cost.toString()},
+                               {"overage", event.overage.toString()},
+                               {"recovered", event.recovered},
+                               {"wallets", wallets}});
+      PURSER_TRY(audit->append(tx, e));
+    }
+    return {};
+  };
 }
 
 void Meter::settle(UsageEvent event, std::function<void(Result<Settlement>)> done) {
@@ -203,9 +261,15 @@ void Meter::settle(UsageEvent event, std::function<void(Result<Settlement>)> don
     done(std::move(*settled));
     return;
   }
+  event.cost = settled->charged;
+  event.overage = settled->overage;
+  if (event.overage.isPositive()) {
+    spdlog::warn("ledger: event {} cost {} more than its wallets allow; recorded as overage",
+                 event.id, event.overage.toString());
+  }
   auto shared = std::make_shared<Settlement>(std::move(*settled));
   store_.writeAsync(
-      [event, shared](store::Tx& tx) { return insertEvent(tx, event, shared->wallet_ids); },
+      recordWrite(event, shared->wallet_ids),
       [shared, id = event.id, done = std::move(done)](Result<void> r) {
         if (!r) {
           // Charged in memory, not on disk: the intent stays, so a restart recovers it.
@@ -220,11 +284,13 @@ void Meter::settle(UsageEvent event, std::function<void(Result<Settlement>)> don
 Result<Meter::Charge> Meter::charge(UsageEvent event, std::vector<std::string> wallet_ids) {
   if (event.at == SystemTime()) event.at = clock_.now();
   auto charged = PURSER_TRY_VALUE(book_.charge(event.id, wallet_ids, event.cost));
-  if (charged.duplicate) return Charge{[](store::Tx&) -> Result<void> { return {}; }, {}};
-  return Charge{[event = std::move(event), wallets = std::move(charged.wallet_ids)](store::Tx& tx) {
-                  return insertEvent(tx, event, wallets);
-                },
-                std::move(charged.alerts)};
+  if (charged.duplicate) {
+    return Charge{[](store::Tx&) -> Result<void> { return {}; }, {}, charged.charged, {}};
+  }
+  event.cost = charged.charged;
+  event.overage = charged.overage;
+  return Charge{recordWrite(std::move(event), std::move(charged.wallet_ids)),
+                std::move(charged.alerts), charged.charged, charged.overage};
 }
 
 Result<void> Meter::release(const std::string& event_id) {
@@ -240,36 +306,135 @@ Result<void> Meter::release(const std::string& event_id) {
   return {};
 }
 
-Result<int> Meter::recover() {
+std::vector<std::string> Meter::expireLeases() {
+  std::vector<std::string> ids = book_.expireLeases();
+  if (ids.empty()) return ids;
+  store_.writeAsync(
+      [ids](store::Tx& tx) -> Result<void> {
+        for (const auto& id : ids) {
+          PURSER_TRY(tx.exec("DELETE FROM usage_intents WHERE event_id = $1", {id}));
+        }
+        return {};
+      },
+      [](Result<void> r) {
+        if (!r) spdlog::warn("ledger: expired intents not removed: {}", r.error().message);
+      });
+  return ids;
+}
+
+Result<void> Meter::quarantine(const std::string& event_id, const std::string& intent,
+                               const std::string& reason) {
+  spdlog::error(
+      "ledger: the intent of event {} cannot be resolved ({}); it is set aside in "
+      "ledger_quarantine and nothing was charged for it",
+      event_id, reason);
+  const int64_t at_ms = unixMillis(clock_.now());
+  return store_.write([&](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(tx.exec(
+        "INSERT INTO ledger_quarantine (event_id, at_ms, reason, intent) VALUES ($1, $2, $3, $4)",
+        {event_id, at_ms, reason, intent}));
+    PURSER_TRY(tx.exec("DELETE FROM usage_intents WHERE event_id = $1", {event_id}));
+    if (audit_ != nullptr) {
+      AuditEntry e;
+      e.actor = "ledger";
+      e.actor_role = "system";
+      e.action = "ledger.quarantine";
+      e.target = "event:" + event_id;
+      e.after = writeJson(json{{"reason", reason}});
+      PURSER_TRY(audit_->append(tx, e));
+    }
+    return {};
+  });
+}
+
+Result<Recovery> Meter::recover() {
   store::Rows intents;
   PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
-    intents = PURSER_TRY_VALUE(tx.query(
-        "SELECT event_id, amount_nanos, wallets, event FROM usage_intents ORDER BY at_ms"));
+    intents = PURSER_TRY_VALUE(
+        tx.query("SELECT event_id, amount_nanos, wallets, event, expires_at_ms, external"
+                 " FROM usage_intents ORDER BY at_ms"));
     return {};
   }));
-  int recovered = 0;
+  Recovery out;
+  const SystemTime now = clock_.now();
+  const int64_t now_ms = unixMillis(now);
   for (const auto& row : intents) {
-    const auto event_json = json::parse(row.getText(3), nullptr, false);
-    const auto wallets_json = json::parse(row.getText(2), nullptr, false);
-    if (!event_json.is_object() || !wallets_json.is_array()) {
-      return fail(Error(ErrorCode::kDataLoss,
-                        fmt::format("the intent of event {} is unreadable", row.getText(0))));
+    const std::string& id = row.getText(0);
+    const json event_json = parseJsonOrDiscarded(row.getText(3));
+    const json wallets_json = parseJsonOrDiscarded(row.getText(2));
+    std::vector<std::string> wallets;
+    bool readable =
+        event_json.is_object() && wallets_json.is_array() && !row.isNull(1) && row.getInt(1) >= 0;
+    for (const auto& w : readable ? wallets_json : json::array()) {
+      if (!w.is_string()) readable = false;
+      if (readable) wallets.push_back(w.get<std::string>());
     }
-    UsageEvent e = fromJson(event_json);
-    e.id = row.getText(0);
-    e.at = clock_.now();
-    e.cost = Money::fromNanos(row.getInt(1));
+    const std::string raw = row.getText(3);
+    if (!readable) {
+      PURSER_TRY(quarantine(id, raw, "the intent is unreadable"));
+      ++out.quarantined;
+      continue;
+    }
+    bool recorded = false;
+    PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
+      recorded =
+          !PURSER_TRY_VALUE(tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {id}))
+               .empty();
+      return {};
+    }));
+    if (recorded) {
+      PURSER_TRY(quarantine(id, raw, "its id already has a usage event"));
+      ++out.quarantined;
+      continue;
+    }
+    UsageEvent e = draftFromJson(event_json);
+    e.id = id;
+    const Money amount = Money::fromNanos(row.getInt(1));
+    const bool external = row.getInt(5) != 0;
+    const int64_t expires_ms = row.getInt(4);
+    if (external && expires_ms <= now_ms) {
+      // Its client had the lease to settle; as when a lease ends while running, nothing is held
+      // or charged.
+      PURSER_TRY(store_.write([&](store::Tx& tx) -> Result<void> {
+        PURSER_TRY(tx.exec("DELETE FROM usage_intents WHERE event_id = $1", {id}));
+        return {};
+      }));
+      spdlog::warn("ledger: reservation {} ended its lease while the server was down; dropped", id);
+      ++out.dropped;
+      continue;
+    }
+    if (external) {
+      const auto left = std::chrono::milliseconds(expires_ms - now_ms);
+      if (book_.reserve({id, wallets, amount, left})) {
+        RestoredReservation r;
+        r.draft = e;
+        r.amount = amount;
+        r.token_estimate = intAt(event_json, "token_estimate");
+        r.lease_ends = SystemTime(std::chrono::milliseconds(expires_ms));
+        out.reservations.push_back(std::move(r));
+        ++out.restored;
+        continue;
+      }
+      // Its hold no longer fits (a limit was lowered): charged by the recovery rule below.
+    }
+    e.at = now;
     e.estimated = true;
     e.recovered = true;
-    std::vector<std::string> wallets;
-    for (const auto& w : wallets_json) wallets.push_back(w.get<std::string>());
-    PURSER_TRY(store_.write([&](store::Tx& tx) { return insertEvent(tx, e, wallets); }));
-    (void)book_.charge(e.id, wallets, e.cost);
-    spdlog::warn("ledger: recovered event {} cut off by a restart; charged its reservation of {}",
-                 e.id, e.cost.toString());
-    ++recovered;
+    auto charged = book_.charge(e.id, wallets, amount);
+    if (!charged) {
+      PURSER_TRY(quarantine(id, raw, charged.error().message));
+      ++out.quarantined;
+      continue;
+    }
+    e.cost = charged->charged;
+    e.overage = charged->overage;
+    PURSER_TRY(store_.write(recordWrite(e, wallets)));
+    spdlog::warn(
+        "ledger: recovered event {} cut off by a restart; charged {} of its reservation of {}",
+        e.id, e.cost.toString(), amount.toString());
+    ++out.charged;
   }
-  return recovered;
+  return out;
 }
 
 Result<std::vector<UsageEvent>> Meter::events(const UsageQuery& q) {
@@ -293,7 +458,7 @@ Result<std::vector<SpendRow>> Meter::spend(const UsageQuery& q, std::string_view
     auto rows = PURSER_TRY_VALUE(tx.query(
         fmt::format("SELECT {0} AS g, SUM(cost_nanos), COUNT(*), SUM(input_tokens),"
                     " SUM(output_tokens), SUM(cached_input_tokens), SUM(cache_write_tokens),"
-                    " SUM(reasoning_tokens) FROM usage_events"
+                    " SUM(reasoning_tokens), SUM(overage_nanos) FROM usage_events"
                     " WHERE {1} = $1 AND at_ms >= $2 AND at_ms < $3 GROUP BY g ORDER BY g",
                     group, scopeColumn(q.scope_kind)),
         {q.scope_id, toMs(q.from, INT64_MIN), toMs(q.to, INT64_MAX)}));
@@ -303,6 +468,7 @@ Result<std::vector<SpendRow>> Meter::spend(const UsageQuery& q, std::string_view
       row.cost = Money::fromNanos(r.getInt(1));
       row.requests = r.getInt(2);
       row.tokens = {r.getInt(3), r.getInt(4), r.getInt(5), r.getInt(6), r.getInt(7)};
+      row.overage = Money::fromNanos(r.getInt(8));
       out.push_back(std::move(row));
     }
     return {};

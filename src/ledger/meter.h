@@ -6,9 +6,22 @@
 //   settle   the actual cost is charged, and the usage event, what it charged to each wallet and
 //            the removal of the intent are committed together; the caller answers its client
 //            only after that.
-//   recover  at start, every intent left by a crash becomes a usage event charged by the
-//            recovery rule: the reserved worst case, marked estimated and recovered — the work
-//            may have run to completion upstream, so the budget is never under-charged.
+//   expire   a reservation whose lease ends unsettled gives its hold back and its intent is
+//            removed (a late settlement is still charged, within the wallets' room).
+//   recover  at start, every intent left behind is resolved, and the start goes on whatever it
+//            finds: a reservation made through the API whose lease has not ended is held again
+//            (its client may still settle it); one whose lease ended is dropped; the intent of
+//            in-process work cut off by a crash becomes a usage event charged by the recovery
+//            rule — the reserved worst case, marked estimated and recovered, since the work may
+//            have run to completion upstream. An intent that cannot be resolved (unreadable, or
+//            its id already has a usage event) is set aside in ledger_quarantine, audited and
+//            reported; it never stops the server from starting.
+//
+// No charge takes a hard wallet past its limit (WalletBook): what a settlement or a recovery
+// could not charge is recorded on the usage event as `overage`, and audited.
+//
+// Event ids are unique across the durable record: a reservation whose id already has a usage
+// event is refused (kAlreadyExists) before anything runs.
 //
 // Completion callbacks run on the store's writer thread (or at once on the caller's thread when
 // refused up front); they must not block. Thread-safe.
@@ -21,6 +34,7 @@
 #include "common/clock.h"
 #include "common/money.h"
 #include "common/result.h"
+#include "ledger/audit.h"
 #include "ledger/price.h"
 #include "ledger/wallet_book.h"
 #include "store/store.h"
@@ -40,7 +54,8 @@ struct UsageEvent {
   std::string provider;
   std::string model;
   TokenCounts tokens;
-  Money cost;
+  Money cost;     // what the wallets were charged
+  Money overage;  // the cost beyond what the hold and the hard wallets allowed (not charged)
   int64_t latency_ms = 0;
   int64_t ttft_ms = 0;
   int status = 0;
@@ -59,6 +74,7 @@ struct UsageQuery {
 struct SpendRow {
   std::string group;  // the value grouped by (a user id, a model, a day "2026-11-29", ...)
   Money cost;
+  Money overage;
   int64_t requests = 0;
   TokenCounts tokens;
 };
@@ -67,13 +83,38 @@ struct SpendRow {
 // bucket in UTC: day, hour, minute.
 Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect dialect);
 
+// How a reservation's work runs, for recovery after a restart.
+struct ReserveOptions {
+  // The work runs outside this process (a client of the reservations API): after a restart its
+  // hold is taken again for the rest of its lease instead of being charged.
+  bool external = false;
+  int64_t token_estimate = 0;  // the tokens the rate limits were charged, kept for the client
+};
+
+// A reservation held again at start (ReserveOptions::external), for the API to serve.
+struct RestoredReservation {
+  UsageEvent draft;
+  Money amount;
+  int64_t token_estimate = 0;
+  SystemTime lease_ends;
+};
+
+struct Recovery {
+  int charged = 0;      // cut-off in-process work charged by the recovery rule
+  int restored = 0;     // external reservations held again
+  int dropped = 0;      // external reservations whose lease had ended
+  int quarantined = 0;  // intents set aside as inconsistent
+  std::vector<RestoredReservation> reservations;
+};
+
 class Meter {
  public:
-  Meter(store::Store& store, WalletBook& book, const Clock& clock)
-      : store_(store), book_(book), clock_(clock) {}
+  // `audit`, when given, records overages and quarantined intents.
+  Meter(store::Store& store, WalletBook& book, const Clock& clock, const AuditLog* audit = nullptr)
+      : store_(store), book_(book), clock_(clock), audit_(audit) {}
 
   void reserve(UsageEvent draft, std::vector<std::string> wallet_ids, Money amount, Duration lease,
-               std::function<void(Result<void>)> done);
+               std::function<void(Result<void>)> done, ReserveOptions options = {});
   void settle(UsageEvent event, std::function<void(Result<Settlement>)> done);
   // Usage known only after it ran (GPU time already used): charges `wallet_ids` in memory now,
   // idempotently by event id, and returns the write that records the event and its charges, for
@@ -81,20 +122,30 @@ class Meter {
   struct Charge {
     store::TxFn write;
     std::vector<Alert> alerts;  // thresholds the charge crossed
+    Money charged;
+    Money overage;
   };
   Result<Charge> charge(UsageEvent event, std::vector<std::string> wallet_ids);
   // Drops a reservation whose work never ran; the intent is removed in the background.
   Result<void> release(const std::string& event_id);
-  // Charges every leftover intent by the recovery rule; returns how many were recovered.
-  Result<int> recover();
+  // Gives back the holds whose lease ended; their intents are removed in the background.
+  std::vector<std::string> expireLeases();
+  // Resolves every intent left from before this start (see the file comment).
+  Result<Recovery> recover();
 
   Result<std::vector<UsageEvent>> events(const UsageQuery& query);
   Result<std::vector<SpendRow>> spend(const UsageQuery& query, std::string_view group_by);
 
  private:
+  // The write that records `event` (and its overage's audit entry) and removes its intent.
+  store::TxFn recordWrite(UsageEvent event, std::vector<std::string> wallets) const;
+  Result<void> quarantine(const std::string& event_id, const std::string& intent,
+                          const std::string& reason);
+
   store::Store& store_;
   WalletBook& book_;
   const Clock& clock_;
+  const AuditLog* audit_;
 };
 
 }  // namespace purser::ledger

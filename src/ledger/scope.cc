@@ -30,4 +30,17 @@ std::string_view scopeKindName(ScopeKind kind) {
   return "tenant";
 }
 
+std::vector<Scope> scopesOf(const Charged& who) {
+  std::vector<Scope> out;
+  const auto add = [&](ScopeKind kind, const std::string& id) {
+    if (!id.empty()) out.push_back({kind, id});
+  };
+  add(ScopeKind::kTenant, who.tenant_id);
+  add(ScopeKind::kTeam, who.team_id);
+  add(ScopeKind::kUser, who.user_id);
+  add(ScopeKind::kServiceAccount, who.service_account_id);
+  for (const auto& k : who.key_chain) add(ScopeKind::kKey, k);
+  return out;
+}
+
 }  // namespace purser::ledger

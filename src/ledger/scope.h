@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 
@@ -19,5 +20,17 @@ struct Scope {
   std::string id;
   friend bool operator==(const Scope&, const Scope&) = default;
 };
+
+// Whose budgets and limits a piece of usage counts against: its tenant, team and owner (a user
+// or a service account), and the key it came with together with every key that key was derived
+// from (nearest first). Empty ids are left out. The one place this chain is spelled out.
+struct Charged {
+  std::string tenant_id;
+  std::string team_id;
+  std::string user_id;
+  std::string service_account_id;
+  std::vector<std::string> key_chain;
+};
+std::vector<Scope> scopesOf(const Charged& who);
 
 }  // namespace purser::ledger

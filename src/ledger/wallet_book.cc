@@ -185,15 +185,30 @@ void WalletBook::rememberSettled(const std::string& event_id, Money charged) {
 
 Result<Settlement> WalletBook::chargeLocked(const std::string& event_id,
                                             const std::vector<std::string>& wallet_ids,
-                                            Money actual, SystemTime now) {
+                                            Money actual, std::optional<Money> cap,
+                                            SystemTime now) {
   Settlement out;
-  out.charged = actual;
+  // What may be charged: the cost, within the hold and the room every hard wallet has left.
+  Money charged = actual;
+  if (cap && *cap < charged) charged = *cap;
+  for (const auto& id : wallet_ids) {
+    auto it = wallets_.find(id);
+    if (it == wallets_.end()) continue;
+    WalletState& w = it->second;
+    rollIfDue(w, now);
+    if (!w.spec.hard) continue;
+    const auto used = w.spent.add(w.reserved);
+    const auto left = used ? w.spec.limit.sub(*used) : Result<Money>(Money::zero());
+    const Money room = (left && !left->isNegative()) ? *left : Money::zero();
+    if (room < charged) charged = room;
+  }
+  out.charged = charged;
+  out.overage = actual.sub(charged).value_or(Money::zero());
   for (const auto& id : wallet_ids) {
     auto it = wallets_.find(id);
     if (it == wallets_.end()) continue;  // deleted since: nothing left to charge there
     WalletState& w = it->second;
-    rollIfDue(w, now);
-    auto spent = w.spent.add(actual);
+    auto spent = w.spent.add(charged);
     w.spent = spent ? *spent : Money::max();
     if (w.spec.limit.isNegative() || w.spec.alert_at.empty()) continue;
     for (int threshold : w.spec.alert_at) {
@@ -207,7 +222,7 @@ Result<Settlement> WalletBook::chargeLocked(const std::string& event_id,
       }
     }
   }
-  rememberSettled(event_id, actual);
+  rememberSettled(event_id, charged);
   out.wallet_ids = wallet_ids;
   return out;
 }
@@ -217,7 +232,7 @@ Result<Settlement> WalletBook::settle(const std::string& event_id, Money actual)
   const SystemTime now = clock_.now();
   std::lock_guard lock(mu_);
   if (auto done = settled_.find(event_id); done != settled_.end()) {
-    return Settlement{done->second, true, {}};
+    return Settlement{done->second, Money::zero(), true, {}};
   }
   auto it = reservations_.find(event_id);
   if (it == reservations_.end()) {
@@ -226,9 +241,9 @@ Result<Settlement> WalletBook::settle(const std::string& event_id, Money actual)
       return fail(
           Error(ErrorCode::kNotFound, fmt::format("event \"{}\" has no reservation", event_id)));
     }
-    const std::vector<std::string> ids = std::move(late->second);
+    const Expired was = std::move(late->second);
     expired_.erase(late);
-    return chargeLocked(event_id, ids, actual, now);
+    return chargeLocked(event_id, was.wallet_ids, actual, was.amount, now);
   }
   Reservation res = std::move(it->second);
   expiries_.erase(res.expiry);
@@ -239,7 +254,7 @@ Result<Settlement> WalletBook::settle(const std::string& event_id, Money actual)
     auto r = w->second.reserved.sub(res.amount);
     w->second.reserved = (r && !r->isNegative()) ? *r : Money::zero();
   }
-  return chargeLocked(event_id, res.wallet_ids, actual, now);
+  return chargeLocked(event_id, res.wallet_ids, actual, res.amount, now);
 }
 
 Result<Settlement> WalletBook::charge(const std::string& event_id,
@@ -248,13 +263,13 @@ Result<Settlement> WalletBook::charge(const std::string& event_id,
   const SystemTime now = clock_.now();
   std::lock_guard lock(mu_);
   if (auto done = settled_.find(event_id); done != settled_.end()) {
-    return Settlement{done->second, true, {}};
+    return Settlement{done->second, Money::zero(), true, {}};
   }
   if (reservations_.contains(event_id)) {
     return fail(Error(ErrorCode::kAlreadyExists,
                       fmt::format("event \"{}\" has a reservation; settle it instead", event_id)));
   }
-  return chargeLocked(event_id, wallet_ids, actual, now);
+  return chargeLocked(event_id, wallet_ids, actual, std::nullopt, now);
 }
 
 Result<void> WalletBook::release(const std::string& event_id) {
@@ -290,7 +305,7 @@ std::vector<std::string> WalletBook::expireLeases() {
       auto r = w->second.reserved.sub(it->second.amount);
       w->second.reserved = (r && !r->isNegative()) ? *r : Money::zero();
     }
-    expired_.emplace(event_id, std::move(it->second.wallet_ids));
+    expired_.emplace(event_id, Expired{std::move(it->second.wallet_ids), it->second.amount});
     expired_order_.push_back(event_id);
     while (expired_order_.size() > kRemembered) {
       expired_.erase(expired_order_.front());

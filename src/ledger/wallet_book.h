@@ -8,6 +8,12 @@
 // A reservation that is neither settled nor released before its lease ends is released by
 // expireLeases(), so a crash or a dropped connection never leaves a phantom hold.
 //
+// What is charged never takes a hard wallet past its limit, whatever the caller says the work
+// cost: a settlement charges at most what was reserved, and every charge at most the room its
+// hard wallets have left (which matters after a lease expired, after a limit was lowered, and for
+// usage known only afterwards). The rest is the settlement's `overage`, for the caller to record
+// and flag; it is never added to a wallet and never silently dropped.
+//
 // Spending is counted per period window (see period.h); a new window starts with nothing spent
 // (holds carry over) and re-arms the alert thresholds, each of which fires once per window.
 //
@@ -74,7 +80,8 @@ struct ReserveRequest {
 };
 
 struct Settlement {
-  Money charged;
+  Money charged;           // what the wallets were charged
+  Money overage;           // the cost beyond what could be charged (see the file comment)
   bool duplicate = false;  // settled before: nothing changed this time
   std::vector<Alert> alerts;
   std::vector<std::string> wallet_ids;  // the wallets charged
@@ -96,13 +103,15 @@ class WalletBook {
   // unknown wallet.
   Result<void> reserve(const ReserveRequest& request);
 
-  // Charges `actual` to the reservation's wallets and releases its hold. Settling an event twice
-  // charges once. An event whose lease already expired is still charged (to the wallets it
-  // reserved on). kNotFound if the event was never reserved here.
+  // Charges `actual` to the reservation's wallets, at most the amount reserved and the room of its
+  // hard wallets, and releases its hold. Settling an event twice charges once. An event whose
+  // lease already expired is still charged (to the wallets it reserved on, within their room
+  // now). kNotFound if the event was never reserved here.
   Result<Settlement> settle(const std::string& event_id, Money actual);
 
   // Charges `actual` to `wallet_ids` without a prior reservation (usage known only afterwards,
-  // e.g. recovered at restart). Idempotent by event id like settle().
+  // e.g. recovered at restart), at most the room their hard wallets have left. Idempotent by
+  // event id like settle().
   Result<Settlement> charge(const std::string& event_id, const std::vector<std::string>& wallet_ids,
                             Money actual);
 
@@ -135,9 +144,10 @@ class WalletBook {
 
   void rollIfDue(WalletState& w, SystemTime now) const;
   WalletStatus statusOf(const WalletState& w) const;
+  // Charges min(actual, cap, room of the hard wallets) to `wallet_ids`.
   Result<Settlement> chargeLocked(const std::string& event_id,
                                   const std::vector<std::string>& wallet_ids, Money actual,
-                                  SystemTime now);
+                                  std::optional<Money> cap, SystemTime now);
   void rememberSettled(const std::string& event_id, Money charged);
 
   const Clock& clock_;
@@ -147,8 +157,12 @@ class WalletBook {
   std::unordered_map<std::string, Reservation> reservations_;     // guarded by mu_
   std::multimap<MonoTime, std::string> expiries_;                 // guarded by mu_
   // Reservations released by lease expiry, kept so a late settlement still charges them.
-  std::unordered_map<std::string, std::vector<std::string>> expired_;  // guarded by mu_
-  std::deque<std::string> expired_order_;                              // guarded by mu_
+  struct Expired {
+    std::vector<std::string> wallet_ids;
+    Money amount;
+  };
+  std::unordered_map<std::string, Expired> expired_;  // guarded by mu_
+  std::deque<std::string> expired_order_;             // guarded by mu_
   // Recently settled events and what they were charged, for idempotency.
   std::unordered_map<std::string, Money> settled_;  // guarded by mu_
   std::deque<std::string> settled_order_;           // guarded by mu_

@@ -14,6 +14,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
 #include "api/admin_api.h"
@@ -22,7 +23,9 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/id.h"
+#include "common/json.h"
 #include "common/random.h"
+#include "common/secret_key.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
 #include "http/builtin.h"
@@ -70,12 +73,24 @@ Result<std::string> installationId(store::Store& store, IdGenerator& ids, const 
   return id;
 }
 
+// Runs one turn of a background loop. A turn that fails is logged and the loop goes on: no input
+// may stop a background loop (metering, lease expiry) for the rest of the process's life.
+template <typename F>
+void guardedTurn(const char* loop, F&& turn) {
+  try {
+    turn();
+  } catch (const std::exception& e) {
+    spdlog::error("{}: a turn failed and was skipped; the loop goes on: {}", loop, e.what());
+  }
+}
+
 http::ServerOptions serverOptions(const config::Config& c) {
   http::ServerOptions o;
   o.host = c.host;
   o.port = c.port;
   o.max_body_bytes = c.http.max_body_bytes;
   o.max_header_bytes = c.http.max_header_bytes;
+  o.max_nesting = c.http.max_nesting_depth;
   o.max_connections = c.http.max_connections;
   o.max_requests_per_connection = c.http.max_requests_per_connection;
   o.idle_timeout = c.http.idle_timeout;
@@ -106,8 +121,15 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
 
   identity::Directory directory(clock);
   ledger::WalletBook wallets(clock);
-  ledger::AuditLog audit(clock);
-  ledger::Meter meter(*store, wallets, clock);
+  // The audit log is signed with a key kept outside the database, and anchored beside it.
+  std::optional<std::string> audit_key_hex;
+  if (const char* env = std::getenv("PURSER_AUDIT_KEY"); env != nullptr && *env != '\0') {
+    audit_key_hex = env;
+  }
+  const SecretKey audit_key = PURSER_TRY_VALUE(loadOrCreateSecretKey(
+      audit_key_hex, "PURSER_AUDIT_KEY", data_dir->file("audit.key"), SystemRandom::instance()));
+  ledger::AuditLog audit(clock, audit_key, data_dir->file("audit.anchor"));
+  ledger::Meter meter(*store, wallets, clock, &audit);
   ledger::RateLimiter limiter(clock);
   ledger::RateLimitBook rate_limits;
   std::vector<ledger::ModelPrice> model_prices;
@@ -131,10 +153,27 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                          limiter,      rate_limits,
                          prices,       config.alerts.webhook_url,
                          &http_clients};
+  api::DenialLog denials(clock);
+  services.denials = &denials;
   PURSER_TRY(api::loadState(services));
-  if (const int recovered = PURSER_TRY_VALUE(meter.recover()); recovered > 0) {
-    spdlog::warn("ledger: {} request(s) cut off by the last shutdown were recovered and charged",
-                 recovered);
+  PURSER_TRY(audit.open(*store));
+  {
+    const ledger::Recovery recovery = PURSER_TRY_VALUE(meter.recover());
+    api::restoreReservations(recovery.reservations);
+    if (recovery.charged > 0) {
+      spdlog::warn("ledger: {} request(s) cut off by the last shutdown were recovered and charged",
+                   recovery.charged);
+    }
+    if (recovery.restored > 0) {
+      spdlog::info("ledger: {} reservation(s) made through the API are held again",
+                   recovery.restored);
+    }
+    if (recovery.quarantined > 0) {
+      spdlog::error(
+          "ledger: {} intent(s) could not be resolved and were set aside in ledger_quarantine "
+          "(see the audit log); the server starts anyway",
+          recovery.quarantined);
+    }
   }
   std::optional<std::string> admin_key;
   if (const char* env = std::getenv("PURSER_ADMIN_KEY"); env != nullptr && *env != '\0') {
@@ -173,7 +212,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
         {"started_at", formatRfc3339(started_at)},
         {"workers", workers.size()},
     };
-    return http::Response::json(200, body.dump());
+    return http::Response::json(200, writeJson(body));
   }));
   // The model API: providers and routes from the configuration.
   std::vector<std::unique_ptr<gateway::Provider>> providers;
@@ -181,7 +220,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     providers.push_back(std::make_unique<gateway::Provider>(
         p.name,
         p.kind == "anthropic" ? gateway::ProviderKind::kAnthropic : gateway::ProviderKind::kOpenAi,
-        p.base_url, p.api_keys, p.timeout, p.connect_timeout));
+        p.base_url, p.api_keys, p.timeout, p.connect_timeout,
+        gateway::ProviderLimits{p.max_response_bytes, p.max_event_bytes}));
   }
   std::vector<std::unique_ptr<gateway::Route>> routes;
   for (const auto& r : config.routes) {
@@ -217,9 +257,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
           if (!r) spdlog::error("gateway: a budget alert was not audited: {}", r.error().message);
         });
   };
-  gateway::Gateway gateway({clock, SystemRandom::instance(), ids, directory, wallets, meter,
-                            limiter, rate_limits, prices, http_clients, on_alerts},
-                           std::move(providers), std::move(routes));
+  gateway::Gateway gateway(
+      {clock, SystemRandom::instance(), ids, directory, wallets, meter, limiter, rate_limits,
+       prices, http_clients, on_alerts, std::max<size_t>(1, workers.size() / 2)},
+      std::move(providers), std::move(routes));
   PURSER_TRY(gateway.addRoutes(router));
   // Provider keys replaced through the API are kept sealed (AES-256-GCM) and win over the
   // configuration's.
@@ -341,21 +382,48 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   std::function<void(const boost::system::error_code&)> expire_leases =
       [&](const boost::system::error_code& ec) {
         if (ec) return;
-        for (const auto& id : wallets.expireLeases()) {
-          spdlog::warn("ledger: reservation {} expired unsettled; its hold was released", id);
-        }
+        guardedTurn("ledger leases", [&] {
+          for (const auto& id : meter.expireLeases()) {
+            spdlog::warn("ledger: reservation {} expired unsettled; its hold was released", id);
+          }
+        });
+        guardedTurn("denial summaries", [&] { api::auditClosedDenials(services); });
         lease_timer.expires_after(std::chrono::seconds(1));
         lease_timer.async_wait(expire_leases);
       };
   lease_timer.expires_after(std::chrono::seconds(1));
   lease_timer.async_wait(expire_leases);
 
+  // The audit log's anchor follows its newest entry every few seconds, written off the I/O
+  // workers (a file write and fsync).
+  boost::asio::thread_pool housekeeping(1);
+  boost::asio::steady_timer anchor_timer(workers.context(0));
+  std::atomic<bool> anchoring{false};
+  std::function<void(const boost::system::error_code&)> anchor_audit =
+      [&](const boost::system::error_code& ec) {
+        if (ec) return;
+        if (!anchoring.exchange(true)) {
+          boost::asio::post(housekeeping, [&] {
+            guardedTurn("audit anchor", [&] {
+              if (auto anchored = audit.anchor(*store); !anchored) {
+                spdlog::error("audit: {}", anchored.error().message);
+              }
+            });
+            anchoring = false;
+          });
+        }
+        anchor_timer.expires_after(std::chrono::seconds(5));
+        anchor_timer.async_wait(anchor_audit);
+      };
+  anchor_timer.expires_after(std::chrono::seconds(5));
+  anchor_timer.async_wait(anchor_audit);
+
   // The fleet meters GPU time that is due and re-checks budget holds every second.
   boost::asio::steady_timer fleet_timer(workers.context(0));
   std::function<void(const boost::system::error_code&)> fleet_tick =
       [&](const boost::system::error_code& ec) {
         if (ec) return;
-        fleet->tick(workers.context(0).get_executor());
+        guardedTurn("fleet tick", [&] { fleet->tick(workers.context(0).get_executor()); });
         fleet_timer.expires_after(std::chrono::seconds(1));
         fleet_timer.async_wait(fleet_tick);
       };
@@ -373,7 +441,12 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   out.flush();
 
   workers.join();
-  // The workers are gone: nothing can queue more writes. Flush the store last.
+  housekeeping.join();
+  // The workers are gone: nothing can queue more writes. Anchor the audit log, then flush the
+  // store last.
+  if (auto anchored = audit.anchor(*store); !anchored) {
+    spdlog::error("audit: {}", anchored.error().message);
+  }
   store->close();
   spdlog::info(forced ? "stopped at once" : "stopped");
   return forced ? 1 : 0;

@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "common/hash.h"
+#include "common/json.h"
 #include "common/random.h"
 
 namespace purser::sim {
@@ -106,7 +107,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
             ? json{{"error",
                     {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}}
             : json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
-    return Response::json(status, body.dump());
+    return Response::json(status, writeJson(body));
   }
 
   // Checks the provider key and the model; an error response when either is wrong.
@@ -299,7 +300,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
   }
 
   asio::awaitable<Response> openAi(Request& req, bool chat) {
-    json body = json::parse(req.body, nullptr, false);
+    json body = parseJsonOrDiscarded(req.body);
     if (!body.is_object()) {
       co_return error(Api::kOpenAi, 400, "invalid_request_error", "the body is not a JSON object");
     }
@@ -353,13 +354,13 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
                                 {"text", text(g)},
                                 {"logprobs", nullptr},
                                 {"finish_reason", finish}};
-      co_return Response::json(200, json{{"id", g.id},
-                                         {"object", chat ? "chat.completion" : "text_completion"},
-                                         {"created", now()},
-                                         {"model", g.model},
-                                         {"choices", json::array({choice})},
-                                         {"usage", usageJson(g)}}
-                                        .dump());
+      co_return Response::json(
+          200, writeJson(json{{"id", g.id},
+                              {"object", chat ? "chat.completion" : "text_completion"},
+                              {"created", now()},
+                              {"model", g.model},
+                              {"choices", json::array({choice})},
+                              {"usage", usageJson(g)}}));
     }
     const bool include_usage = body.contains("stream_options") &&
                                body["stream_options"].is_object() &&
@@ -384,25 +385,29 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
         std::move(g), cut,
         [chunk, chat](const Generation& gen) {
           return "data: " +
-                 chunk(gen, chat ? json{{"role", "assistant"}, {"content", ""}} : json(""), nullptr)
-                     .dump() +
+                 writeJson(chunk(gen,
+                                 chat ? json{{"role", "assistant"}, {"content", ""}} : json(""),
+                                 nullptr)) +
                  "\n\n";
         },
         [chunk, chat](const Generation& gen, const std::string& word) {
           return "data: " +
-                 chunk(gen, chat ? json{{"content", word}} : json(word), nullptr).dump() + "\n\n";
+                 writeJson(chunk(gen, chat ? json{{"content", word}} : json(word), nullptr)) +
+                 "\n\n";
         },
         [chunk, chat, include_usage, object](const Generation& gen) {
-          std::string out =
-              "data: " +
-              chunk(gen, chat ? json::object() : json(""), gen.truncated ? "length" : "stop")
-                  .dump() +
-              "\n\n";
+          std::string out = "data: " +
+                            writeJson(chunk(gen, chat ? json::object() : json(""),
+                                            gen.truncated ? "length" : "stop")) +
+                            "\n\n";
           if (include_usage) {
             out += "data: " +
-                   json{{"id", gen.id},       {"object", object},         {"created", now()},
-                        {"model", gen.model}, {"choices", json::array()}, {"usage", usageJson(gen)}}
-                       .dump() +
+                   writeJson(json{{"id", gen.id},
+                                  {"object", object},
+                                  {"created", now()},
+                                  {"model", gen.model},
+                                  {"choices", json::array()},
+                                  {"usage", usageJson(gen)}}) +
                    "\n\n";
           }
           return out + "data: [DONE]\n\n";
@@ -410,7 +415,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
   }
 
   Response embeddings(Request& req) {
-    json body = json::parse(req.body, nullptr, false);
+    json body = parseJsonOrDiscarded(req.body);
     if (!body.is_object()) {
       return error(Api::kOpenAi, 400, "invalid_request_error", "the body is not a JSON object");
     }
@@ -424,7 +429,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
       inputs.push_back(body["input"].get<std::string>());
     } else if (body["input"].is_array()) {
       for (const auto& i : body["input"])
-        inputs.push_back(i.is_string() ? i.get<std::string>() : i.dump());
+        inputs.push_back(i.is_string() ? i.get<std::string>() : writeJson(i));
     }
     if (roll(options_.fail_rate)) {
       return error(Api::kOpenAi, 500, "server_error", "simulated upstream failure");
@@ -442,12 +447,11 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     }
     prompt_tokens_.labels({model}).inc(static_cast<uint64_t>(tokens));
     success_.labels({model}).inc();
-    return Response::json(200,
-                          json{{"object", "list"},
-                               {"data", data},
-                               {"model", model},
-                               {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
-                              .dump());
+    return Response::json(
+        200, writeJson(json{{"object", "list"},
+                            {"data", data},
+                            {"model", model},
+                            {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}));
   }
 
   Response models() const {
@@ -458,17 +462,17 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
       data.push_back(
           {{"id", m}, {"object", "model"}, {"created", 1767225600}, {"owned_by", "purser-sim"}});
     }
-    return Response::json(200, json{{"object", "list"}, {"data", data}}.dump());
+    return Response::json(200, writeJson(json{{"object", "list"}, {"data", data}}));
   }
 
   // --- Anthropic ------------------------------------------------------------------------------
 
   static std::string event(std::string_view name, const json& data) {
-    return fmt::format("event: {}\ndata: {}\n\n", name, data.dump());
+    return fmt::format("event: {}\ndata: {}\n\n", name, writeJson(data));
   }
 
   asio::awaitable<Response> messages(Request& req) {
-    json body = json::parse(req.body, nullptr, false);
+    json body = parseJsonOrDiscarded(req.body);
     if (!body.is_object()) {
       co_return error(Api::kAnthropic, 400, "invalid_request_error",
                       "the body is not a JSON object");
@@ -504,15 +508,15 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
         co_return error(Api::kAnthropic, 400, "invalid_request_error", "the request is too long");
       }
       co_return Response::json(
-          200, json{{"id", g.id},
-                    {"type", "message"},
-                    {"role", "assistant"},
-                    {"model", g.model},
-                    {"content", json::array({{{"type", "text"}, {"text", text(g)}}})},
-                    {"stop_reason", g.truncated ? "max_tokens" : "end_turn"},
-                    {"stop_sequence", nullptr},
-                    {"usage", {{"input_tokens", g.prompt_tokens}, {"output_tokens", g.tokens}}}}
-                   .dump());
+          200, writeJson(json{
+                   {"id", g.id},
+                   {"type", "message"},
+                   {"role", "assistant"},
+                   {"model", g.model},
+                   {"content", json::array({{{"type", "text"}, {"text", text(g)}}})},
+                   {"stop_reason", g.truncated ? "max_tokens" : "end_turn"},
+                   {"stop_sequence", nullptr},
+                   {"usage", {{"input_tokens", g.prompt_tokens}, {"output_tokens", g.tokens}}}}));
     }
     co_return streamed(
         std::move(g), cut,

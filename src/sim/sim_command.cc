@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/json.h"
 #include "common/logging.h"
 #include "config/config.h"
 #include "fleet/openb.h"
@@ -168,7 +169,7 @@ int runPlacement(const Options& o) {
                         {"fragmentation_100", round2(r->fragmentation_100)},
                         {"fragmentation_130", round2(r->fragmentation_130)},
                         {"runtime_s", round2(r->runtime_s)}};
-  std::cout << out.dump() << "\n";
+  std::cout << writeJson(out) << "\n";
   return 0;
 }
 
@@ -231,7 +232,7 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
       exit_code = 2;
       return;
     }
-    std::cout << out->dump(2) << "\n";
+    std::cout << writeJson(*out, 2) << "\n";
     exit_code = 0;
   });
 

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <nlohmann/json.hpp>
 
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -35,7 +36,7 @@ class AdminApiTest : public ::testing::Test {
     auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
     ASSERT_TRUE(s.has_value());
     store = std::move(*s);
-    meter = std::make_unique<ledger::Meter>(*store, wallets, clock);
+    meter = std::make_unique<ledger::Meter>(*store, wallets, clock, &audit);
     clients = std::make_unique<http::WorkerLocal<http::HttpClient>>(
         server.workers, [](boost::asio::io_context& ctx) {
           return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
@@ -495,15 +496,16 @@ TEST_F(MeteringTest, ReserveThenSettleChargesEveryWalletInTheChain) {
   wallet({{"kind", "team"}, {"id", team}}, "10.00");
   wallet({{"kind", "user"}, {"id", dana}}, "5.00", {{"alert_at", {50}}});
   wallet({{"kind", "user"}, {"id", dana}}, "1.00", {{"model", "other-model"}});  // not in chain
-  Reply r = reserve(dana_key, "2.00", {{"session_id", "s-1"}, {"tokens", 500}});
+  Reply r = reserve(dana_key, "3.00", {{"session_id", "s-1"}, {"tokens", 500}});
   ASSERT_EQ(r.status, 201) << r.body.dump();
   EXPECT_EQ(r.body["wallets"].size(), 3u);
   const std::string id = r.body["id"];
-  EXPECT_EQ(walletStatus("user:" + dana)["reserved"], "2.00");
+  EXPECT_EQ(walletStatus("user:" + dana)["reserved"], "3.00");
 
-  Reply s = settle(dana_key, id, "2.60");  // more than reserved is still charged, truthfully
+  Reply s = settle(dana_key, id, "2.60");
   ASSERT_EQ(s.status, 200) << s.body.dump();
   EXPECT_EQ(s.body["charged"], "2.60");
+  EXPECT_EQ(s.body["overage"], "0.00");
   EXPECT_EQ(s.body["alerts"].size(), 1u);  // dana's 50 % threshold
   // ... also delivered to the webhook, in the background.
   for (int i = 0; i < 5000; ++i) {
@@ -638,6 +640,65 @@ TEST_F(MeteringTest, KeyRateLimitsAndModelAllowListsAreEnforced) {
   EXPECT_EQ(wrong_model.body["field"], "model");
 }
 
+TEST_F(MeteringTest, AKeyMakesKeysOnlyWithinItsOwnLimitsAndTheyLiveAndDieWithIt) {
+  // Found by a hostile tenant: a member key restricted to one model, rpm 1, a 10-minute expiry
+  // and its own tiny wallet created a key with none of those limits, which kept working after
+  // the parent key was revoked.
+  const std::string expires = formatRfc3339(clock.now() + std::chrono::minutes(10));
+  Reply parent = call("POST", "/api/v1/keys", kAdminKey,
+                      {{"owner", {{"kind", "user"}, {"id", dana}}},
+                       {"name", "restricted"},
+                       {"models", {"gpt-4o"}},
+                       {"rpm", 1},
+                       {"expires_at", expires}});
+  ASSERT_EQ(parent.status, 201) << parent.body.dump();
+  const std::string parent_key = parent.body["key"];
+  const std::string parent_id = parent.body["id"];
+  wallet({{"kind", "key"}, {"id", parent_id}}, "0.10");
+  const json owner = {{"kind", "user"}, {"id", dana}};
+  // Anything beyond the key's own limits is refused, field by field.
+  for (const json& extra : {json{{"models", {"gpt-4o", "claude"}}}, json{{"rpm", 1000}},
+                            json{{"expires_at", formatRfc3339(clock.now() + std::chrono::hours(1))}}}) {
+    json body = {{"owner", owner}, {"name", "escape"}};
+    body.update(extra);
+    Reply refused = call("POST", "/api/v1/keys", parent_key, body);
+    EXPECT_EQ(refused.status, 403) << extra.dump() << " " << refused.body.dump();
+    EXPECT_EQ(refused.body["field"], extra.begin().key());
+  }
+  // What the request leaves open, the derived key inherits.
+  Reply child = call("POST", "/api/v1/keys", parent_key, {{"owner", owner}, {"name", "child"}});
+  ASSERT_EQ(child.status, 201) << child.body.dump();
+  EXPECT_EQ(child.body["models"], json({"gpt-4o"}));
+  EXPECT_EQ(child.body["rpm"], 1);
+  EXPECT_EQ(child.body["expires_at"], expires);
+  EXPECT_EQ(child.body["derived_from"], parent_id);
+  const std::string child_key = child.body["key"];
+  // Its usage is charged to the parent key's wallet, and counts in the parent key's rpm.
+  Reply held = reserve(child_key, "0.08");
+  ASSERT_EQ(held.status, 201) << held.body.dump();
+  EXPECT_EQ(walletStatus("key:" + parent_id)["reserved"], "0.08");
+  EXPECT_EQ(reserve(parent_key, "0.01").status, 429) << "the parent's rpm of 1 is used up";
+  clock.advance(std::chrono::seconds(61));
+  EXPECT_EQ(reserve(child_key, "0.05").status, 429) << "the parent key's wallet has 0.02 left";
+  // Revoking the parent revokes what it made.
+  Reply revoked = call("DELETE", "/api/v1/keys/" + parent_id, kAdminKey);
+  ASSERT_EQ(revoked.status, 200);
+  EXPECT_EQ(revoked.body["revoked_with_it"], json({child.body["id"]}));
+  EXPECT_EQ(call("GET", "/api/v1/whoami", child_key).status, 401);
+}
+
+TEST_F(MeteringTest, AlertThresholdsOutOfRangeAreRefusedNotWrapped) {
+  // Found by a hostile tenant: alert_at [4294967346] silently became [50].
+  for (const json& bad : {json{4294967346LL}, json{0}, json{1001}, json{18446744073709551615ULL},
+                          json{2.5}}) {
+    Reply r = call("POST", "/api/v1/wallets", kAdminKey,
+                   {{"scope", {{"kind", "user"}, {"id", dana}}}, {"limit", "1.00"}, {"alert_at", bad}});
+    EXPECT_EQ(r.status, 400) << bad.dump() << " " << r.body.dump();
+    EXPECT_EQ(r.body["field"], "alert_at");
+  }
+  EXPECT_TRUE(walletStatus("user:" + dana).is_null()) << "nothing was created";
+}
+
 TEST_F(MeteringTest, TeamAndModelRateLimitsApplyToEveryoneInScope) {
   // The team may make 3 requests a minute in all; dana's gpt-4o use is capped at 1000 tokens.
   ASSERT_EQ(call("POST", "/api/v1/rate-limits", kAdminKey,
@@ -696,34 +757,197 @@ TEST_F(MeteringTest, OnlyTheOwnerOrTheirAdminsMaySettleOrRelease) {
   EXPECT_EQ(settle(dana_key, id, "0.10").status, 404);
 }
 
-TEST_F(MeteringTest, ReservationsCutOffByARestartAreRecoveredAtTheirWorstCase) {
+// A new process over the same store: fresh memory, the intents on disk.
+struct Restarted {
+  Restarted(ManualClock& clock, Random& random, IdGenerator& ids, store::Store& store,
+            ledger::AuditLog& audit, const ledger::PriceBook& prices)
+      : book(clock),
+        meter(store, book, clock, &audit),
+        directory(clock),
+        limiter(clock),
+        services{clock, random, ids,     store,       directory, book,
+                 audit, meter,  limiter, rate_limits, prices} {}
+  ledger::WalletBook book;
+  ledger::Meter meter;
+  identity::Directory directory;
+  ledger::RateLimiter limiter;
+  ledger::RateLimitBook rate_limits;
+  Services services;
+};
+
+TEST_F(MeteringTest, ApiReservationsOutliveARestartUntilTheirLeaseEnds) {
   wallet({{"kind", "user"}, {"id", dana}}, "10.00");
-  Reply r = reserve(dana_key, "3.25", {{"session_id", "lost"}});
+  Reply r = reserve(dana_key, "3.25", {{"session_id", "lost"}, {"lease", "10m"}});
   ASSERT_EQ(r.status, 201);
   const std::string id = r.body["id"];
-  // A new process over the same store: fresh memory, the intent on disk.
-  ledger::WalletBook book2(clock);
-  ledger::Meter meter2(*store, book2, clock);
-  identity::Directory directory2(clock);
-  ledger::RateLimiter limiter2(clock);
-  ledger::RateLimitBook rate_limits2;
-  Services restarted{clock, random, ids,      *store,       directory2, book2,
-                     audit, meter2, limiter2, rate_limits2, prices};
-  ASSERT_TRUE(loadState(restarted).has_value());
-  auto recovered = meter2.recover();
+  Restarted after(clock, random, ids, *store, audit, prices);
+  ASSERT_TRUE(loadState(after.services).has_value());
+  auto recovered = after.meter.recover();
   ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
-  EXPECT_EQ(*recovered, 1);
-  auto events = meter2.events({.scope_kind = ledger::ScopeKind::kUser, .scope_id = dana});
+  // Its client works on: the hold is taken again, nothing is charged.
+  EXPECT_EQ(recovered->restored, 1);
+  EXPECT_EQ(recovered->charged, 0);
+  ASSERT_EQ(recovered->reservations.size(), 1u);
+  EXPECT_EQ(recovered->reservations[0].draft.id, id);
+  EXPECT_EQ(recovered->reservations[0].draft.session_id, "lost");
+  const auto chain = after.book.chain({{ledger::ScopeKind::kUser, dana}}, "");
+  ASSERT_EQ(chain.size(), 1u);
+  EXPECT_EQ(after.book.status(chain[0])->reserved.toString(), "3.25");
+  EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "0.00");
+  // Settled after the restart: charged once, the intent gone.
+  auto settled = after.book.settle(id, Money::parse("1.00").value());
+  ASSERT_TRUE(settled.has_value());
+  EXPECT_EQ(after.book.status(chain[0])->reserved.toString(), "0.00");
+}
+
+TEST_F(MeteringTest, ApiReservationsWhoseLeaseEndedWhileDownAreDroppedNotCharged) {
+  // Found by a hostile tenant: expired leases were kept on disk and charged at the next start,
+  // even after a graceful stop ($2.00 charged on a $1.00 wallet).
+  wallet({{"kind", "user"}, {"id", dana}}, "1.00");
+  ASSERT_EQ(reserve(dana_key, "1.00", {{"lease", "30s"}}).status, 201);
+  clock.advance(std::chrono::seconds(31));
+  EXPECT_EQ(meter->expireLeases().size(), 1u);  // what purser serve does every second
+  ASSERT_EQ(reserve(dana_key, "1.00", {{"lease", "30s"}}).status, 201);
+  clock.advance(std::chrono::seconds(31));  // this one ends while the server is down
+  Restarted after(clock, random, ids, *store, audit, prices);
+  ASSERT_TRUE(loadState(after.services).has_value());
+  auto recovered = after.meter.recover();
+  ASSERT_TRUE(recovered.has_value());
+  EXPECT_EQ(recovered->dropped, 1);
+  EXPECT_EQ(recovered->charged, 0);
+  const auto chain = after.book.chain({{ledger::ScopeKind::kUser, dana}}, "");
+  EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "0.00");
+  EXPECT_EQ(after.book.status(chain[0])->reserved.toString(), "0.00");
+}
+
+TEST_F(MeteringTest, InProcessWorkCutOffByARestartIsChargedAtItsWorstCaseWithinTheLimit) {
+  const std::string w = wallet({{"kind", "user"}, {"id", dana}}, "10.00");
+  // The gateway's own reservations (in-process work) die with the process.
+  std::promise<Result<void>> held;
+  ledger::UsageEvent draft;
+  draft.id = "cut-off";
+  draft.tenant_id = tenant;
+  draft.user_id = dana;
+  draft.session_id = "lost";
+  meter->reserve(draft, {w}, Money::parse("3.25").value(), std::chrono::minutes(15),
+                 [&](Result<void> r) { held.set_value(r); });
+  ASSERT_TRUE(held.get_future().get().has_value());
+  Restarted after(clock, random, ids, *store, audit, prices);
+  ASSERT_TRUE(loadState(after.services).has_value());
+  auto recovered = after.meter.recover();
+  ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
+  EXPECT_EQ(recovered->charged, 1);
+  auto events = after.meter.events({.scope_kind = ledger::ScopeKind::kUser, .scope_id = dana});
   ASSERT_EQ(events->size(), 1u);
-  EXPECT_EQ((*events)[0].id, id);
+  EXPECT_EQ((*events)[0].id, "cut-off");
   EXPECT_EQ((*events)[0].cost.toString(), "3.25");
   EXPECT_TRUE((*events)[0].recovered);
   EXPECT_TRUE((*events)[0].estimated);
   EXPECT_EQ((*events)[0].session_id, "lost");
-  EXPECT_EQ(book2.chain({{ledger::ScopeKind::kUser, dana}}, "").size(), 1u);
-  EXPECT_EQ(book2.status(book2.chain({{ledger::ScopeKind::kUser, dana}}, "")[0])->spent.toString(),
-            "3.25");
-  EXPECT_EQ(*meter2.recover(), 0) << "recovered once";
+  EXPECT_EQ(after.book.status(w)->spent.toString(), "3.25");
+  EXPECT_EQ(after.meter.recover()->charged, 0) << "recovered once";
+}
+
+TEST_F(MeteringTest, SettlingAboveTheReservationChargesTheHoldAndRecordsTheOverage) {
+  // Found by a hostile tenant: $250 settled on a $1.00 reservation was charged to a $1.00 hard
+  // wallet.
+  wallet({{"kind", "user"}, {"id", dana}}, "1.00");
+  Reply r = reserve(dana_key, "1.00");
+  ASSERT_EQ(r.status, 201);
+  Reply s = settle(dana_key, r.body["id"], "250.00");
+  ASSERT_EQ(s.status, 200) << s.body.dump();
+  EXPECT_EQ(s.body["charged"], "1.00");
+  EXPECT_EQ(s.body["overage"], "249.00");
+  EXPECT_EQ(walletStatus("user:" + dana)["spent"], "1.00");
+  Reply usage = call("GET", "/api/v1/usage?scope=user:" + dana, kAdminKey);
+  ASSERT_EQ(usage.body["data"].size(), 1u);
+  EXPECT_EQ(usage.body["data"][0]["cost"], "1.00");
+  EXPECT_EQ(usage.body["data"][0]["overage"], "249.00");
+  Reply spent = call("GET", "/api/v1/spend?scope=user:" + dana + "&group_by=user", kAdminKey);
+  EXPECT_EQ(spent.body["overage"], "249.00");
+  Reply audited = call("GET", "/api/v1/audit?action=usage.overage", kAdminKey);
+  ASSERT_EQ(audited.body["data"].size(), 1u);
+  EXPECT_EQ(audited.body["data"][0]["after"]["overage"], "249.00");
+}
+
+TEST_F(MeteringTest, ASettlementAfterTheLeaseEndedFitsWhatTheWalletHasLeft) {
+  // Found by a hostile tenant: settling after the lease expired charged $1.20 on a $1.00 wallet.
+  wallet({{"kind", "user"}, {"id", dana}}, "1.00");
+  Reply first = reserve(dana_key, "1.00", {{"lease", "30s"}});
+  ASSERT_EQ(first.status, 201);
+  clock.advance(std::chrono::seconds(31));
+  EXPECT_EQ(meter->expireLeases().size(), 1u);
+  Reply second = reserve(dana_key, "0.80");
+  ASSERT_EQ(second.status, 201);
+  ASSERT_EQ(settle(dana_key, second.body["id"], "0.80").status, 200);
+  Reply late = settle(dana_key, first.body["id"], "0.40");
+  ASSERT_EQ(late.status, 200) << late.body.dump();
+  EXPECT_EQ(late.body["charged"], "0.20");
+  EXPECT_EQ(late.body["overage"], "0.20");
+  EXPECT_EQ(walletStatus("user:" + dana)["spent"], "1.00");
+}
+
+TEST_F(MeteringTest, AnIdThatAlreadyHasAUsageEventIsRefusedEvenAfterARestart) {
+  // Found by a hostile tenant: after a restart a reservation reusing a settled event's id was
+  // accepted, and every later start failed on the usage_events primary key.
+  Reply r = reserve(dana_key, "0.10", {{"id", "mine-1"}});
+  ASSERT_EQ(r.status, 201);
+  ASSERT_EQ(settle(dana_key, "mine-1", "0.10").status, 200);
+  Restarted after(clock, random, ids, *store, audit, prices);
+  ASSERT_TRUE(loadState(after.services).has_value());
+  std::promise<Result<void>> again;
+  ledger::UsageEvent draft;
+  draft.id = "mine-1";
+  draft.tenant_id = tenant;
+  after.meter.reserve(draft, {}, Money::parse("0.10").value(), std::chrono::minutes(1),
+                      [&](Result<void> res) { again.set_value(res); }, {.external = true});
+  auto refused = again.get_future().get();
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kAlreadyExists);
+  EXPECT_EQ(after.book.outstanding(), 0u) << "the hold is given back";
+  auto recovered = after.meter.recover();
+  ASSERT_TRUE(recovered.has_value()) << "the next start starts";
+  EXPECT_EQ(recovered->quarantined, 0);
+  // Through the API too, and ids are checked for shape.
+  EXPECT_EQ(reserve(dana_key, "0.10", {{"id", "mine-1"}}).status, 409);
+  EXPECT_EQ(reserve(dana_key, "0.10", {{"id", "bad id/\u00ff"}}).status, 400);
+}
+
+TEST_F(MeteringTest, AnIntentThatCannotBeResolvedIsSetAsideAndTheStartGoesOn) {
+  Reply r = reserve(dana_key, "0.10", {{"id", "dup-1"}});
+  ASSERT_EQ(r.status, 201);
+  ASSERT_EQ(settle(dana_key, "dup-1", "0.10").status, 200);
+  // What the old bug left behind: an intent whose id already has a usage event, and one that
+  // cannot be read.
+  ASSERT_TRUE(store
+                  ->write([](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(tx.exec(
+                        "INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, "
+                        "event) VALUES ('dup-1', 0, 100, '[]', '{}')"));
+                    PURSER_TRY(tx.exec(
+                        "INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, "
+                        "event) VALUES ('junk', 0, 100, 'not json', '{')"));
+                    return {};
+                  })
+                  .has_value());
+  Restarted after(clock, random, ids, *store, audit, prices);
+  ASSERT_TRUE(loadState(after.services).has_value());
+  auto recovered = after.meter.recover();
+  ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
+  EXPECT_EQ(recovered->quarantined, 2);
+  int64_t left = -1, set_aside = -1;
+  ASSERT_TRUE(
+      store
+          ->read([&](store::Tx& tx) -> Result<void> {
+            left = PURSER_TRY_VALUE(tx.query("SELECT COUNT(*) FROM usage_intents"))[0].getInt(0);
+            set_aside =
+                PURSER_TRY_VALUE(tx.query("SELECT COUNT(*) FROM ledger_quarantine"))[0].getInt(0);
+            return {};
+          })
+          .has_value());
+  EXPECT_EQ(left, 0);
+  EXPECT_EQ(set_aside, 2);
+  EXPECT_EQ(after.meter.recover()->quarantined, 0) << "set aside once";
 }
 
 }  // namespace

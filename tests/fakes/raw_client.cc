@@ -138,4 +138,20 @@ bool RawClient::waitForClose() {
   }
 }
 
+std::optional<std::string> RawClient::readUntilClose() {
+  std::string all = std::move(buffer_);
+  buffer_.clear();
+  char buf[16384];
+  for (;;) {
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n == 0) return all;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ECONNRESET) return all;
+      return std::nullopt;  // the safety timeout expired
+    }
+    all.append(buf, static_cast<size_t>(n));
+  }
+}
+
 }  // namespace purser::testing

@@ -34,6 +34,9 @@ class RawClient {
   bool readUntil(const std::string& needle);
   // Reads until the peer closes; true if it closed (or reset) before the safety timeout.
   bool waitForClose();
+  // Everything (not yet consumed) until the peer closes; nullopt when the safety timeout expired
+  // first.
+  std::optional<std::string> readUntilClose();
   void close();
 
  private:

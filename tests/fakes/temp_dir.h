@@ -21,5 +21,7 @@ class TempDir {
 
 // Writes `content` to `path`, replacing it.
 void writeFile(const std::string& path, const std::string& content);
+// The whole of `path` ("" when it cannot be read).
+std::string readFile(const std::string& path);
 
 }  // namespace purser::testing

@@ -149,6 +149,50 @@ TEST_F(WalletBookTest, AnAbandonedReservationIsReleasedWhenItsLeaseExpires) {
   EXPECT_EQ(book.status("w")->spent, m("0.50"));
 }
 
+TEST_F(WalletBookTest, NoChargeTakesAHardWalletPastItsLimit) {
+  // Found by a hostile tenant: $250 settled on a $1.00 reservation, usage charged after a lease
+  // expired, and recovered charges all went past hard limits.
+  ASSERT_TRUE(book.put(wallet("w", "1.00")));
+  ASSERT_TRUE(book.put(wallet("soft", "1.00", /*hard=*/false)));
+  ASSERT_TRUE(book.reserve({"e1", {"w", "soft"}, m("1.00")}));
+  auto s = book.settle("e1", m("250.00"));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->charged, m("1.00")) << "at most what was reserved";
+  EXPECT_EQ(s->overage, m("249.00")) << "the rest is reported, not dropped";
+  EXPECT_EQ(book.status("w")->spent, m("1.00"));
+  EXPECT_EQ(book.status("soft")->spent, m("1.00")) << "one charged amount per event";
+  // Usage known only afterwards fits the room that is left (none).
+  auto c = book.charge("e2", {"w"}, m("0.50"));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->charged, m("0"));
+  EXPECT_EQ(c->overage, m("0.50"));
+  EXPECT_EQ(book.status("w")->spent, m("1.00"));
+  // A limit lowered under a hold: the settlement fits what the wallet has now.
+  ASSERT_TRUE(book.put(wallet("w2", "10.00")));
+  ASSERT_TRUE(book.reserve({"e3", {"w2"}, m("5.00")}));
+  ASSERT_TRUE(book.put(wallet("w2", "2.00")));
+  auto lowered = book.settle("e3", m("4.00"));
+  ASSERT_TRUE(lowered.has_value());
+  EXPECT_EQ(lowered->charged, m("2.00"));
+  EXPECT_EQ(lowered->overage, m("2.00"));
+  EXPECT_EQ(book.status("w2")->spent, m("2.00"));
+  EXPECT_EQ(book.status("w2")->reserved, m("0"));
+}
+
+TEST_F(WalletBookTest, ALateSettlementFitsTheRoomLeftAfterItsLeaseEnded) {
+  ASSERT_TRUE(book.put(wallet("w", "1.00")));
+  ASSERT_TRUE(book.reserve({"late", {"w"}, m("1.00"), std::chrono::seconds(10)}));
+  clock.advance(std::chrono::seconds(11));
+  EXPECT_EQ(book.expireLeases(), std::vector<std::string>{"late"});
+  ASSERT_TRUE(book.reserve({"other", {"w"}, m("0.80")}));
+  ASSERT_TRUE(book.settle("other", m("0.80")));
+  auto s = book.settle("late", m("1.20"));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->charged, m("0.20"));
+  EXPECT_EQ(s->overage, m("1.00"));
+  EXPECT_EQ(book.status("w")->spent, m("1.00"));
+}
+
 TEST_F(WalletBookTest, ReleaseDropsAHoldWithoutCharging) {
   ASSERT_TRUE(book.put(wallet("w", "10.00")));
   ASSERT_TRUE(book.reserve({"e", {"w"}, m("4.00")}));
