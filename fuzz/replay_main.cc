@@ -123,7 +123,12 @@ std::string mutate(std::string s, const std::vector<std::string>& corpus, Rng& r
   return s;
 }
 
+// With PURSER_FUZZ_LAST=FILE, each input is written there before it runs, so an input that
+// hangs or exhausts memory can be found.
 void run(const std::string& bytes) {
+  if (const char* last = std::getenv("PURSER_FUZZ_LAST")) {
+    std::ofstream(last, std::ios::binary | std::ios::trunc) << bytes;
+  }
   LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 

@@ -659,7 +659,7 @@ class Fleet::Impl {
       e.user_id = r.owner_id;
     }
     e.key_id = r.key_id;
-    e.session_id = r.spec.name;
+    e.session_id = shown(r.spec.name);
     e.route = flavor;
     e.provider = "fleet";
     e.model = kGpuModel;

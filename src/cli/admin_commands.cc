@@ -701,13 +701,16 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
                  "/api/v1/audit" + query({{"from", a->from}, {"to", a->to}, {"limit", a->limit}}),
                  nullptr, kAuditColumns);
     });
-    CLI::App* verify = cmd->add_subcommand("verify", "Check the hash chain of the whole log");
+    CLI::App* verify = cmd->add_subcommand(
+        "verify", "Check the whole log: its hash chain, its signatures and its anchor");
     common(verify);
     verify->callback([g, &code] {
       // A broken chain exits 3, so scripts and cron jobs notice.
       code = run(*g, "GET", "/api/v1/audit/verify", nullptr,
                  {{"OK", "ok"},
                   {"ENTRIES", "entries"},
+                  {"SIGNED", "signed_entries"},
+                  {"ANCHORED AT", "anchored_seq"},
                   {"FIRST BAD", "first_bad_seq"},
                   {"PROBLEM", "problem"}},
                  /*must_be_ok=*/true);

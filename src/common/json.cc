@@ -123,7 +123,7 @@ Result<Json> parseJson(std::string_view text, size_t max_nesting) {
     // valid UTF-8.
     std::string what = toValidUtf8(e.what());
     if (what.size() > 300) what = toValidUtf8(what.substr(0, 300)) + "...";
-    return fail(invalidArgument(fmt::format("not valid JSON: {}", what)));
+    return fail(invalidArgument(fmt::format("not valid JSON at byte {}: {}", e.byte, what)));
   } catch (const Json::exception& e) {
     return fail(invalidArgument(fmt::format("not valid JSON: {}", toValidUtf8(e.what()))));
   }

@@ -161,7 +161,15 @@ Result<Quantity> Quantity::parse(std::string_view text) {
   } else {
     value = divideRounded(value, pow10(-exp10), Rounding::kCeil);
   }
-  return Quantity(negative ? -value : value, format);
+  // A value must print to text that reads back (at most 30 significant digits): a fraction of a
+  // binary suffix ("1.3Ei") can need more than any written number may have.
+  const Quantity out(negative ? -value : value, format);
+  const std::string printed = out.toString();
+  const size_t first = printed.find_first_of("0123456789");
+  const size_t end = printed.find_first_not_of("0123456789", first);
+  const size_t printed_digits = (end == std::string::npos ? printed.size() : end) - first;
+  if (printed_digits > 30) return fail(outOfRangeFor(text));
+  return out;
 }
 
 Quantity Quantity::fromInt(int64_t value, Format format) {

@@ -1,6 +1,7 @@
 #include "config/yaml_reader.h"
 
 #include <fmt/format.h>
+#include <yaml.h>
 
 #include <algorithm>
 #include <charconv>
@@ -117,13 +118,78 @@ Result<void> checkShape(const YAML::Node& root, const std::string& file, size_t 
   return {};
 }
 
+// The most aliases (*name) a text may use; each can stand for a whole subtree.
+constexpr size_t kMaxAliases = 10'000;
+
+// Reads the text with libyaml before yaml-cpp builds anything from it. libyaml is a small state
+// machine without recursion, fuzzed for years; yaml-cpp's parser has hung, growing without
+// bound, on malformed text as short as ",\nb". So text libyaml refuses is refused with its line
+// and column, and nesting and aliases are counted on the way, before any node exists.
+Result<void> screen(std::string_view text, const std::string& file, size_t max_nesting) {
+  yaml_parser_t parser;
+  if (yaml_parser_initialize(&parser) == 0) {
+    return fail(Error(ErrorCode::kResourceExhausted, "cannot read YAML: out of memory"));
+  }
+  yaml_parser_set_input_string(&parser, reinterpret_cast<const unsigned char*>(text.data()),
+                               text.size());
+  yaml_parser_set_encoding(&parser, YAML_UTF8_ENCODING);
+  size_t depth = 0, aliases = 0;
+  Result<void> out;
+  for (bool done = false; !done;) {
+    yaml_event_t event;
+    if (yaml_parser_parse(&parser, &event) == 0) {
+      const std::string problem = parser.problem != nullptr ? parser.problem : "malformed";
+      const std::string context = parser.context != nullptr ? parser.context : "";
+      out = fail(
+          invalidArgument(toValidUtf8(fmt::format("invalid YAML: {}{}", problem,
+                                                  context.empty() ? "" : " (" + context + ")")))
+              .at(file, static_cast<int>(parser.problem_mark.line) + 1,
+                  static_cast<int>(parser.problem_mark.column) + 1));
+      break;
+    }
+    const yaml_mark_t at = event.start_mark;
+    switch (event.type) {
+      case YAML_SEQUENCE_START_EVENT:
+      case YAML_MAPPING_START_EVENT:
+        if (++depth > max_nesting) {
+          out = fail(invalidArgument(fmt::format("the YAML is nested deeper than the limit of {} "
+                                                 "levels",
+                                                 max_nesting))
+                         .at(file, static_cast<int>(at.line) + 1, static_cast<int>(at.column) + 1));
+          done = true;
+        }
+        break;
+      case YAML_SEQUENCE_END_EVENT:
+      case YAML_MAPPING_END_EVENT:
+        if (depth > 0) --depth;
+        break;
+      case YAML_ALIAS_EVENT:
+        if (++aliases > kMaxAliases) {
+          out = fail(invalidArgument(fmt::format("the YAML uses more than {} aliases", kMaxAliases))
+                         .at(file, static_cast<int>(at.line) + 1, static_cast<int>(at.column) + 1));
+          done = true;
+        }
+        break;
+      case YAML_STREAM_END_EVENT:
+        done = true;
+        break;
+      default:
+        break;
+    }
+    yaml_event_delete(&event);
+  }
+  yaml_parser_delete(&parser);
+  return out;
+}
+
 template <typename Load>
-auto loadChecked(std::string_view text, const std::string& file, Load load)
+auto loadChecked(std::string_view text, const std::string& file, size_t max_nesting, Load load)
     -> Result<decltype(load(std::string()))> {
   if (const size_t bad = invalidUtf8At(text); bad != std::string_view::npos) {
     const auto [line, column] = lineAndColumn(text, bad);
     return fail(invalidArgument("the YAML is not valid UTF-8 text").at(file, line, column));
   }
+  PURSER_TRY(screen(text, file, max_nesting));
   try {
     return load(std::string(text));
   } catch (const YAML::ParserException& e) {
@@ -142,8 +208,8 @@ size_t nodeBudget(std::string_view text) { return 1000 + 16 * text.size(); }
 }  // namespace
 
 Result<YAML::Node> parseYaml(std::string_view text, const std::string& file, size_t max_nesting) {
-  YAML::Node doc =
-      PURSER_TRY_VALUE(loadChecked(text, file, [](const std::string& t) { return YAML::Load(t); }));
+  YAML::Node doc = PURSER_TRY_VALUE(
+      loadChecked(text, file, max_nesting, [](const std::string& t) { return YAML::Load(t); }));
   size_t budget = nodeBudget(text);
   PURSER_TRY(checkShape(doc, file, max_nesting, budget));
   return doc;
@@ -152,7 +218,7 @@ Result<YAML::Node> parseYaml(std::string_view text, const std::string& file, siz
 Result<std::vector<YAML::Node>> parseYamlStream(std::string_view text, const std::string& file,
                                                 size_t max_nesting) {
   std::vector<YAML::Node> docs = PURSER_TRY_VALUE(
-      loadChecked(text, file, [](const std::string& t) { return YAML::LoadAll(t); }));
+      loadChecked(text, file, max_nesting, [](const std::string& t) { return YAML::LoadAll(t); }));
   size_t budget = nodeBudget(text);
   for (const auto& doc : docs) PURSER_TRY(checkShape(doc, file, max_nesting, budget));
   return docs;

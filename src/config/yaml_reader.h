@@ -107,9 +107,11 @@ class YamlReader {
 };
 
 // Parses a whole YAML document; errors come back with file:line:column. Hostile text is refused
-// before or while it is read: invalid UTF-8 (YAML is Unicode text), collections nested deeper
-// than `max_nesting`, and aliases that expand past a budget of nodes proportional to the text's
-// size (a "billion laughs" document).
+// before or while it is read: invalid UTF-8 (YAML is Unicode text, and so are its strings once
+// their escapes are read), text libyaml does not accept as YAML (it reads everything first:
+// yaml-cpp's own parser has hung on malformed text), collections nested deeper than
+// `max_nesting`, more than 10,000 aliases, and aliases that expand past a budget of nodes
+// proportional to the text's size (a "billion laughs" document).
 Result<YAML::Node> parseYaml(std::string_view text, const std::string& file,
                              size_t max_nesting = 128);
 // The same for a stream of documents separated by "---".

@@ -45,7 +45,12 @@ class Csv {
       ++number;
       if (number == 1) {
         const auto names = splitCsv(line);
-        for (size_t i = 0; i < names.size(); ++i) columns_[names[i]] = i;
+        for (size_t i = 0; i < names.size(); ++i) {
+          if (!columns_.emplace(names[i], i).second) {
+            return fail(invalidArgument(
+                fmt::format("{}:1: column \"{}\" appears more than once", file_, names[i])));
+          }
+        }
         for (const auto& r : required) {
           if (columns_.count(r) == 0) {
             return fail(invalidArgument(fmt::format("{}:1: missing column \"{}\"", file_, r)));

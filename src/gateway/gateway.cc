@@ -383,7 +383,6 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     return std::nullopt;
   }
 
-  // Authentication, parsing, routing and permission. A response when the request stops here.
   // Who is asking. A response when the request stops here.
   std::optional<Response> identify(Call& c, Request& req) {
     const Api api = c.api;

@@ -558,12 +558,15 @@ TEST_F(GatewayTest, BudgetExhaustionUnder200ConcurrentStreamsNeverOverspends) {
                   up));
   ASSERT_EQ(
       call(port, "POST", "/api/v1/wallets", {std::string("Authorization: Bearer ") + kAdminKey},
-           json{{"scope", {{"kind", "user"}, {"id", user}}}, {"limit", "0.50"}}.dump())
+           json{{"scope", {{"kind", "user"}, {"id", user}}},
+                {"limit", "0.50"},
+                {"alert_at", {25, 50}}}
+               .dump())
           .status,
       201);
   json body = kHello;
   body["stream"] = true;
-  body["max_tokens"] = 10;  // worst case about 0.011 each: about 45 fit
+  body["max_tokens"] = 10;  // worst case about 0.014 each (the whole body's size counts as input)
   std::vector<std::unique_ptr<RawClient>> clients;
   for (int i = 0; i < 200; ++i) {
     clients.push_back(std::make_unique<RawClient>(port));
@@ -591,7 +594,7 @@ TEST_F(GatewayTest, BudgetExhaustionUnder200ConcurrentStreamsNeverOverspends) {
   EXPECT_LE(*Money::parse(w["spent"].get<std::string>()), *Money::parse("0.50")) << w.dump();
   EXPECT_EQ(w["reserved"], "0.00") << "no reservation is left behind";
   EXPECT_EQ(static_cast<int>(usage().size()), ok);
-  // The thresholds crossed by the traffic (50 % and 80 % by default) are in the audit log.
+  // The thresholds crossed by the traffic (25 % and 50 %) are in the audit log.
   const Reply audit =
       call(port, "GET", "/api/v1/audit", {std::string("Authorization: Bearer ") + kAdminKey});
   ASSERT_EQ(audit.status, 200);

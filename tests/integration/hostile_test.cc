@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <regex>
 #include <set>
@@ -32,6 +33,13 @@ using testing::Process;
 using testing::RawClient;
 
 constexpr const char* kAdminKey = "hostile-test-admin-key-0123456789";
+
+// The purser under test: this build's, or PURSER_TEST_BINARY (to show a regression test fails
+// against an older build).
+std::string binary() {
+  const char* other = std::getenv("PURSER_TEST_BINARY");
+  return other != nullptr && *other != '\0' ? other : PURSER_BINARY;
+}
 
 struct Reply {
   int status = 0;
@@ -88,8 +96,8 @@ class HostileTest : public ::testing::Test {
                     "gpu_prices:\n  - {{flavor: h100, per_gpu_hour: \"2.00\"}}\n{}",
                     PURSER_SOURCE_DIR, extra_config));
     server = std::make_unique<Process>(
-        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
-                                 "--data", dir.file("var")},
+        std::vector<std::string>{binary(), "serve", "--config", dir.file("purser.yaml"), "--data",
+                                 dir.file("var")},
         "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
     auto line = server->waitForStdout("purser: listening on ");
     ASSERT_TRUE(line.has_value()) << server->err();
