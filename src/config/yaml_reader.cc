@@ -140,11 +140,14 @@ Result<void> screen(std::string_view text, const std::string& file, size_t max_n
     if (yaml_parser_parse(&parser, &event) == 0) {
       const std::string problem = parser.problem != nullptr ? parser.problem : "malformed";
       const std::string context = parser.context != nullptr ? parser.context : "";
+      // Where it went wrong, from the byte offset (libyaml's own line count runs past the end
+      // of a text without a final newline).
+      const auto [line, column] =
+          lineAndColumn(text, std::min<size_t>(parser.problem_mark.index, text.size()));
       out = fail(
           invalidArgument(toValidUtf8(fmt::format("invalid YAML: {}{}", problem,
                                                   context.empty() ? "" : " (" + context + ")")))
-              .at(file, static_cast<int>(parser.problem_mark.line) + 1,
-                  static_cast<int>(parser.problem_mark.column) + 1));
+              .at(file, line, column));
       break;
     }
     const yaml_mark_t at = event.start_mark;

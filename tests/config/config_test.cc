@@ -136,7 +136,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "from 0 to 1"},
         // Broken YAML.
         BadCase{"listen: [127.0.0.1:80\n",
-                "purser.yaml:2:1: invalid YAML: end of sequence flow not found"}));
+                "purser.yaml:2:1: invalid YAML: did not find expected ',' or ']' (while parsing "
+                "a flow sequence)"}));
 
 TEST(ConfigTest, ReadsPricesAsExactDecimals) {
   auto c = parseConfig(R"(
