@@ -15,20 +15,8 @@ purser="$build/purser"
 probes=${PROBES:-300}
 tmp=$(mktemp -d)
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
+. bench/lib.sh
 trap cleanup EXIT
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 20000))
-    ss -ltn "sport = :$p" | grep -q ":$p" || { echo "$p"; return; }
-  done
-}
-wait_for() { for _ in $(seq 200); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
 
 sim_port=$(free_port)
 "$purser" sim llm --listen "127.0.0.1:$sim_port" --ttft-ms 0 --tokens-per-s 0 --threads 2 >"$tmp/sim.log" 2>&1 &

@@ -14,20 +14,8 @@ duration=${DURATION:-10s}
 rounds=${ROUNDS:-3}
 tmp=$(mktemp -d)
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
+. bench/lib.sh
 trap cleanup EXIT
-
-free_port() {
-  local p
-  while :; do
-    p=$((20000 + RANDOM % 20000))
-    ss -ltn "sport = :$p" | grep -q ":$p" || { echo "$p"; return; }
-  done
-}
 
 nginx_port=$(free_port)
 purser_port=$(free_port)

@@ -144,6 +144,16 @@ Result<std::vector<AuditEntry>> AuditLog::list(store::Store& store, const AuditQ
   return out;
 }
 
+Result<void> AuditLog::readHead(store::Tx& tx, Anchor& a) {
+  auto head =
+      PURSER_TRY_VALUE(tx.query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"));
+  if (!head.empty()) {
+    a.seq = head[0].getInt(0);
+    a.hash = head[0].getText(1);
+  }
+  return {};
+}
+
 std::string AuditLog::macOf(std::string_view data) const {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
@@ -249,12 +259,7 @@ Result<void> AuditLog::open(store::Store& store) {
       e.after = writeJson(Json{{"entries", sealed}});
       PURSER_TRY(append(tx, e));
     }
-    auto head =
-        PURSER_TRY_VALUE(tx.query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"));
-    if (!head.empty()) {
-      a.seq = head[0].getInt(0);
-      a.hash = head[0].getText(1);
-    }
+    PURSER_TRY(readHead(tx, a));
     return {};
   }));
   if (sealed > 0) {
@@ -269,15 +274,7 @@ Result<void> AuditLog::open(store::Store& store) {
 Result<void> AuditLog::anchor(store::Store& store) {
   if (!key_) return {};
   Anchor a;
-  PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
-    auto head =
-        PURSER_TRY_VALUE(tx.query("SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1"));
-    if (!head.empty()) {
-      a.seq = head[0].getInt(0);
-      a.hash = head[0].getText(1);
-    }
-    return {};
-  }));
+  PURSER_TRY(store.read([&](store::Tx& tx) { return readHead(tx, a); }));
   std::lock_guard lock(mu_);
   if (a.seq == anchored_seq_) return {};
   if (a.seq < anchored_seq_) {

@@ -102,6 +102,8 @@ class AuditLog {
     int64_t seq = 0;
     std::string hash;
   };
+  // The newest entry's seq and hash into `a` (left as they are when the log is empty).
+  static Result<void> readHead(store::Tx& tx, Anchor& a);
   std::string macOf(std::string_view data) const;
   std::string anchorMac(const Anchor& a) const;
   // The anchor file: nullopt when there is none; an error when it cannot be believed.

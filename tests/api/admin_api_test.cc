@@ -114,16 +114,8 @@ class AdminApiTest : public ::testing::Test {
   std::mutex webhook_mu;
   std::vector<std::string> webhook_bodies;
   testing::FakeUpstream webhook{[this](int fd) {
-    const std::string head = testing::FakeUpstream::readRequestHead(fd);
-    const size_t at = head.find("Content-Length: ");
-    size_t length = at == std::string::npos ? 0 : std::stoul(head.substr(at + 16));
-    std::string body(length, '\0');
-    size_t got = 0;
-    while (got < length) {
-      const ssize_t n = ::recv(fd, body.data() + got, length - got, 0);
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
+    const std::string request = testing::FakeUpstream::readRequest(fd);
+    const std::string body = request.substr(request.find("\r\n\r\n") + 4);
     {
       std::lock_guard lock(webhook_mu);
       webhook_bodies.push_back(body);
@@ -657,8 +649,9 @@ TEST_F(MeteringTest, AKeyMakesKeysOnlyWithinItsOwnLimitsAndTheyLiveAndDieWithIt)
   wallet({{"kind", "key"}, {"id", parent_id}}, "0.10");
   const json owner = {{"kind", "user"}, {"id", dana}};
   // Anything beyond the key's own limits is refused, field by field.
-  for (const json& extra : {json{{"models", {"gpt-4o", "claude"}}}, json{{"rpm", 1000}},
-                            json{{"expires_at", formatRfc3339(clock.now() + std::chrono::hours(1))}}}) {
+  for (const json& extra :
+       {json{{"models", {"gpt-4o", "claude"}}}, json{{"rpm", 1000}},
+        json{{"expires_at", formatRfc3339(clock.now() + std::chrono::hours(1))}}}) {
     json body = {{"owner", owner}, {"name", "escape"}};
     body.update(extra);
     Reply refused = call("POST", "/api/v1/keys", parent_key, body);
@@ -689,10 +682,11 @@ TEST_F(MeteringTest, AKeyMakesKeysOnlyWithinItsOwnLimitsAndTheyLiveAndDieWithIt)
 
 TEST_F(MeteringTest, AlertThresholdsOutOfRangeAreRefusedNotWrapped) {
   // Found by a hostile tenant: alert_at [4294967346] silently became [50].
-  for (const json& bad : {json{4294967346LL}, json{0}, json{1001}, json{18446744073709551615ULL},
-                          json{2.5}}) {
-    Reply r = call("POST", "/api/v1/wallets", kAdminKey,
-                   {{"scope", {{"kind", "user"}, {"id", dana}}}, {"limit", "1.00"}, {"alert_at", bad}});
+  for (const json& bad :
+       {json{4294967346LL}, json{0}, json{1001}, json{18446744073709551615ULL}, json{2.5}}) {
+    Reply r =
+        call("POST", "/api/v1/wallets", kAdminKey,
+             {{"scope", {{"kind", "user"}, {"id", dana}}}, {"limit", "1.00"}, {"alert_at", bad}});
     EXPECT_EQ(r.status, 400) << bad.dump() << " " << r.body.dump();
     EXPECT_EQ(r.body["field"], "alert_at");
   }

@@ -1,5 +1,7 @@
 #include "fakes/fake_upstream.h"
 
+#include <cstring>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -51,6 +53,24 @@ std::string FakeUpstream::readRequestHead(int fd) {
     data.push_back(c);
   }
   return data;
+}
+
+std::string FakeUpstream::readRequest(int fd) {
+  std::string head = readRequestHead(fd);
+  size_t length = 0;
+  for (const char* name : {"Content-Length: ", "content-length: "}) {
+    const size_t at = head.find(name);
+    if (at != std::string::npos) length = std::stoul(head.substr(at + std::strlen(name)));
+  }
+  std::string body(length, '\0');
+  size_t got = 0;
+  while (got < length) {
+    const ssize_t n = ::recv(fd, body.data() + got, length - got, 0);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  body.resize(got);
+  return head + body;
 }
 
 void FakeUpstream::writeAll(int fd, const std::string& data) {

@@ -22,6 +22,8 @@ class FakeUpstream {
 
   // Helpers for behaviours.
   static std::string readRequestHead(int fd);  // up to and including the blank line
+  // The head and then the body its Content-Length announces (what arrived of it).
+  static std::string readRequest(int fd);
   static void writeAll(int fd, const std::string& data);
 
  private:

@@ -68,24 +68,6 @@ std::string request(const std::string& method, const std::string& target,
   return req + "\r\n" + body;
 }
 
-// Reads a request with its body (by Content-Length) from an upstream's connection.
-std::string readRequest(int fd) {
-  std::string head = FakeUpstream::readRequestHead(fd);
-  std::smatch m;
-  size_t length = 0;
-  if (std::regex_search(head, m, std::regex("[Cc]ontent-[Ll]ength: *([0-9]+)"))) {
-    length = std::stoul(m[1]);
-  }
-  std::string body(length, '\0');
-  size_t got = 0;
-  while (got < length) {
-    const ssize_t n = ::recv(fd, body.data() + got, length - got, 0);
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  return head + body;
-}
-
 class HostileTest : public ::testing::Test {
  protected:
   void serve(const std::string& extra_config) {
@@ -484,7 +466,7 @@ class HostileUpstreamTest : public HostileTest {
                 const std::string& provider_extra = "", const std::string& wallet = "") {
     const bool stall = provider_extra.find("timeout") != std::string::npos;
     fake = std::make_unique<FakeUpstream>([answer, stall](int fd) {
-      const std::string req = readRequest(fd);
+      const std::string req = FakeUpstream::readRequest(fd);
       FakeUpstream::writeAll(fd, answer(req));
       if (stall) stallAfterAnswer(fd);
     });
