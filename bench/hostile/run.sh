@@ -7,12 +7,14 @@
 #   (c) while 6 clients stream from an upstream that sends the largest allowed events (1 MiB,
 #       64 per answer).
 # Reported: the probe's p50/p99 in each, and the ratio to the baseline.
-# Results: bench/results/hostile.json.   bench/hostile/run.sh BUILD_DIR   (env: PROBES=300)
+# Results: bench/results/hostile.json.   bench/hostile/run.sh BUILD_DIR   (env: PROBES=300;
+# EVENT_LIMIT= for a purser older than providers[].max_event_bytes, to compare with it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/bench}
 purser="$build/purser"
 probes=${PROBES:-300}
+event_limit=${EVENT_LIMIT-", max_event_bytes: 1Mi"}
 tmp=$(mktemp -d)
 pids=()
 . bench/lib.sh
@@ -36,7 +38,7 @@ listen: 127.0.0.1:$purser_port
 log: {level: error}
 providers:
   - {name: sim, kind: openai, base_url: http://127.0.0.1:$sim_port/v1}
-  - {name: hostile, kind: openai, base_url: http://127.0.0.1:$hostile_port/v1, max_event_bytes: 1Mi}
+  - {name: hostile, kind: openai, base_url: http://127.0.0.1:$hostile_port/v1${event_limit}}
   - {name: sink, kind: openai, base_url: http://127.0.0.1:$sink_port/v1}
 routes:
   - {model: bench, targets: [{provider: sim, model: sim-small}]}
@@ -74,5 +76,5 @@ done
 echo "  probe p99 vs alone: 15 MiB bodies x6 $(ratio "$(field "$bodies" p99_ms)" "$(field "$alone" p99_ms)")x," \
   "1 MiB events x6 $(ratio "$(field "$events" p99_ms)" "$(field "$alone" p99_ms)")x"
 mkdir -p bench/results
-printf '{"cores": %s, "alone": %s, "bodies": %s, "events": %s}\n' "$cores" "$alone" "$bodies" "$events" \
-  >bench/results/hostile.json
+printf '{"cores": %s, "purser": "%s", "alone": %s, "bodies": %s, "events": %s}\n' "$cores" \
+  "$("$purser" version | head -1)" "$alone" "$bodies" "$events" >"${RESULT:-bench/results/hostile.json}"

@@ -743,6 +743,18 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         c.upstream_time += std::chrono::steady_clock::now() - sent;
         if (!res) {
           recordFailure(*t, d_.clock.monotonic());
+          if (res.error().code == ErrorCode::kResourceExhausted) {
+            // It ran and answered more than a provider may send: not retried (the work is
+            // done), charged as estimated at the worst case that was held for it.
+            co_await settle(c, {.input = c.input_estimate, .output = c.max_output}, true, 502, t,
+                            std::chrono::steady_clock::now() - c.started);
+            Response r =
+                apiError(c.api, Fault::kUpstream,
+                         fmt::format("The answer of {} exceeded {} bytes.", t->provider->name(),
+                                     t->provider->limits().max_response_bytes));
+            overhead(r, c);
+            co_return r;
+          }
           last_fault =
               res.error().code == ErrorCode::kDeadlineExceeded ? Fault::kTimeout : Fault::kUpstream;
           last_error = res.error().message;
@@ -1030,29 +1042,36 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         cut = true;
         break;
       }
+      // Reading the events (their JSON) is work proportional to their size: large ones are read
+      // off the I/O worker.
       std::string out;
-      for (const auto& e : *events) {
-        auto [forward, final_marker] = inspect(c, t.provider->kind(), e, s);
-        if (translator) {
-          // The client speaks the other API: its events are made from the upstream's. An event
-          // that cannot be translated ends the stream as a cut one.
-          try {
-            for (auto& te : translator(e)) (te.final ? held : out) += te.raw;
-          } catch (const json::exception& ex) {
-            spdlog::warn("gateway: an event from {} could not be translated: {}",
-                         t.provider->name(), ex.what());
-            cut = true;
-            break;
+      size_t batch_bytes = 0;
+      for (const auto& e : *events) batch_bytes += e.raw.size();
+      const std::function<void()> read_events = [&] {
+        for (const auto& e : *events) {
+          auto [forward, final_marker] = inspect(c, t.provider->kind(), e, s);
+          if (translator) {
+            // The client speaks the other API: its events are made from the upstream's. An
+            // event that cannot be translated ends the stream as a cut one.
+            try {
+              for (auto& te : translator(e)) (te.final ? held : out) += te.raw;
+            } catch (const json::exception& ex) {
+              spdlog::warn("gateway: an event from {} could not be translated: {}",
+                           t.provider->name(), ex.what());
+              cut = true;
+              return;
+            }
+            continue;
           }
-          continue;
+          if (!forward) continue;
+          if (final_marker) {
+            held += e.raw;
+            continue;
+          }
+          out += e.raw;
         }
-        if (!forward) continue;
-        if (final_marker) {
-          held += e.raw;
-          continue;
-        }
-        out += e.raw;
-      }
+      };
+      co_await offload(batch_bytes, read_events);
       if (!out.empty()) {
         if (!s.first_byte) {
           s.first_byte = true;

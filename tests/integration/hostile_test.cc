@@ -586,12 +586,28 @@ TEST_F(HostileUpstreamTest, ReportedUsageIsChargedNoMoreThanWasReserved) {
   const json wallet =
       call("GET", "/api/v1/wallets?scope=user:" + user, kAdminKey).parsed()["data"][0];
   EXPECT_LE(*Money::parse(wallet["spent"].get<std::string>()), *Money::parse("10.00"));
+  ASSERT_TRUE(events[0].contains("overage")) << events[0].dump();
   EXPECT_NE(events[0]["overage"], "0.00") << events[0].dump();
   EXPECT_EQ(*Money::parse(events[0]["cost"].get<std::string>())
                  .value()
                  .add(*Money::parse(events[0]["overage"].get<std::string>())),
             *Money::parse("25.001"))
       << "what was not charged is recorded, not dropped: " << events[0].dump();
+}
+
+TEST_F(HostileUpstreamTest, AnOversizedAnswerIsA502AndIsMeteredAtTheHeldWorstCase) {
+  upstream([](const std::string&) { return ok("{\"pad\":\"" + std::string(8000, 'x') + "\"}"); },
+           ", max_response_bytes: 4Ki");
+  Reply r = chat();
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_NE(r.parsed()["error"]["message"].get<std::string>().find("exceeded 4096 bytes"),
+            std::string::npos)
+      << r.body;
+  const auto events = usage();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(events[0]["estimated"].get<bool>());
+  EXPECT_EQ(events[0]["status"], 502);
+  EXPECT_EQ(fake->connections(), 1) << "the work was done: not retried";
 }
 
 TEST_F(HostileUpstreamTest, AnOversizedStreamEventCutsTheStreamAndIsMetered) {
