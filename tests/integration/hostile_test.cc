@@ -367,6 +367,18 @@ TEST_F(HostileTest, AWorkloadWithInvalidUtf8ChangesNothingAndTheFleetGoesOn) {
                  "application/yaml")
                 .status,
             201);
+  // The once-a-second tick still meters GPU time (the configured interval is 1 s).
+  Reply gpu = call("POST", "/api/v1/workloads", key,
+                   "name: gpu\nqueue: research\npod_sets:\n  - name: main\n    requests: "
+                   "{cpu: \"1\", nvidia.com/gpu: 1}\n",
+                   {}, "application/yaml");
+  ASSERT_EQ(gpu.status, 201) << gpu.body;
+  std::string charged = "0.00";
+  for (int i = 0; i < 300 && charged == "0.00"; ++i) {  // bounded: a broken tick fails, not hangs
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    charged = call("GET", "/api/v1/workloads/ml/gpu", key).parsed().value("gpu_charged", "0.00");
+  }
+  EXPECT_NE(charged, "0.00") << "GPU time is metered";
   EXPECT_TRUE(alive());
 }
 
