@@ -209,6 +209,7 @@ const std::vector<std::pair<std::string, std::string>> kWalletColumns = {{"ID", 
 const std::vector<std::pair<std::string, std::string>> kSpendColumns = {
     {"GROUP", "group"},
     {"COST", "cost"},
+    {"OVERAGE", "overage"},
     {"REQUESTS", "requests"},
     {"INPUT TOKENS", "tokens.input"},
     {"OUTPUT TOKENS", "tokens.output"}};
