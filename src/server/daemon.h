@@ -8,6 +8,9 @@
 //   - One store writer thread owns the write connection and commits in groups; reads run on the
 //     calling thread from a small pool of read connections.
 //   - The fleet engine (later) runs on its own strand: one admission cycle at a time.
+//   - The gateway's CPU pool (one thread per two workers) parses and writes model API bodies and
+//     reads stream events of 64 KiB and more, so one client's megabytes never hold up a worker.
+//   - One housekeeping thread writes the audit log's anchor (a file and its fsync).
 //   - The main thread starts everything, then waits for the workers to end.
 // Shutdown order on SIGTERM/SIGINT: stop accepting, close idle connections, let requests in
 // flight finish within http.drain_timeout, stop the workers, then flush and close the store.
