@@ -4,7 +4,8 @@
 #                 simulated model servers, tenants, traffic and GPU workloads
 #   make test     set-up, Debug build with ASan+UBSan, every test, a one-line summary
 #   make test-tsan  the unit and integration tests under ThreadSanitizer (build/tsan)
-#   make test-long  long property runs: the money's invariants over many more cases
+#   make test-long  long property runs: the money's invariants and the cycle modes' equivalence
+#                   over many more cases
 #   make bench    benchmarks side by side with their baselines (never part of make test)
 #   make fuzz     builds the fuzz targets with AFL++ and runs each for FUZZ_SECONDS (60)
 #   make format   clang-format the C++ sources in place
@@ -55,6 +56,8 @@ test-tsan: setup
 test-long: build-debug
 	PURSER_PROPERTY_CASES=$${PURSER_PROPERTY_CASES:-400} $(DEBUG_DIR)/tests/ledger/ledger_test \
 	  --gtest_filter='MoneyPropertyTest.*'
+	PURSER_EQUIVALENCE_CASES=$${PURSER_EQUIVALENCE_CASES:-10000} $(DEBUG_DIR)/tests/fleet/fleet_test \
+	  --gtest_filter='CycleModeEquivalenceTest.*'
 
 bench:
 	@scripts/setup bench

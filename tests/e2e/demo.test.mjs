@@ -42,7 +42,7 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), "purser-demo-"));
   const [openai, anthropic] = [await freePort(), await freePort()];
   const config = readFileSync("examples/demo.yaml", "utf8")
-    .replace("127.0.0.1:8080", "127.0.0.1:0")
+    .replace(/^listen: .*$/m, "listen: 127.0.0.1:0")
     .replaceAll("127.0.0.1:8101", `127.0.0.1:${openai}`)
     .replaceAll("127.0.0.1:8102", `127.0.0.1:${anthropic}`);
   writeFileSync(join(dir, "demo.yaml"), config);

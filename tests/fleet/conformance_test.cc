@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include "common/quantity.h"
@@ -17,9 +19,9 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// The shared admission cases: in PURSER_SHARED_DIR when set, else in ../shared beside the
-// checkout. Empty when neither has them.
-fs::path casesDir() {
+// The shared folder: PURSER_SHARED_DIR when set, else ../shared beside the checkout (it may be
+// absent: a plain clone has no such folder).
+fs::path sharedCasesDir() {
   const char* env = std::getenv("PURSER_SHARED_DIR");
   const fs::path shared = env != nullptr && *env != '\0'
                               ? fs::path(env)
@@ -27,15 +29,25 @@ fs::path casesDir() {
   return shared / "specs" / "admission-cases";
 }
 
-std::vector<std::string> caseFiles() {
+// The cases the conformance claims rest on, kept in the repository (copied from the shared
+// specs; see tests/fleet/admission-cases/README.md).
+fs::path casesDir() { return fs::path(PURSER_SOURCE_DIR) / "tests" / "fleet" / "admission-cases"; }
+
+std::vector<std::string> yamlFiles(const fs::path& dir) {
   std::vector<std::string> out;
-  const fs::path dir = casesDir();
   if (!fs::exists(dir)) return out;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".yaml") out.push_back(e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+std::vector<std::string> caseFiles() { return yamlFiles(casesDir()); }
+
+std::string readAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 bool sameQuantity(const json& a, const json& b) {
@@ -157,12 +169,25 @@ INSTANTIATE_TEST_SUITE_P(AdmissionCases, ConformanceTest, ::testing::ValuesIn(ca
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ConformanceTest);
 
 TEST(ConformanceCases, ArePresent) {
-  // Without the shared cases the suite above would pass vacuously: say so, loudly.
-  if (!fs::exists(casesDir())) {
-    GTEST_SKIP() << "the shared admission cases are not at " << casesDir().string()
-                 << " (set PURSER_SHARED_DIR to the shared folder to run them)";
+  // Without the cases the suite above would pass vacuously.
+  EXPECT_GE(caseFiles().size(), 16u) << "no admission cases at " << casesDir().string();
+}
+
+TEST(ConformanceCases, AreInStepWithTheSharedSpecs) {
+  const fs::path shared = sharedCasesDir();
+  if (!fs::exists(shared)) {
+    GTEST_SKIP() << "no shared folder beside the checkout to compare the copied admission cases "
+                    "with (set PURSER_SHARED_DIR)";
   }
-  EXPECT_GE(caseFiles().size(), 16u);
+  std::set<std::string> ours, theirs;
+  for (const auto& f : caseFiles()) ours.insert(fs::path(f).filename().string());
+  for (const auto& f : yamlFiles(shared)) theirs.insert(fs::path(f).filename().string());
+  EXPECT_EQ(ours, theirs) << "copy the shared admission cases into " << casesDir().string();
+  for (const auto& name : theirs) {
+    if (!ours.contains(name)) continue;
+    EXPECT_EQ(readAll(casesDir() / name), readAll(shared / name))
+        << name << " differs from the shared spec: copy it again";
+  }
 }
 
 }  // namespace
