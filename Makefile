@@ -1,7 +1,7 @@
 # Purser's two commands are `make run` and `make test`; each does its own set-up.
 #
 #   make run      set-up, Release build, then the demo (scripts/demo.mjs): examples/demo.yaml with
-#                 simulated model servers, tenants, traffic and GPU workloads
+#                 simulated model servers, tenants, traffic and GPU workloads (PORT=8091 to move it)
 #   make test     set-up, Debug build with ASan+UBSan, every test, a one-line summary
 #   make test-tsan  the unit and integration tests under ThreadSanitizer (build/tsan)
 #   make test-long  long property runs: the money's invariants and the cycle modes' equivalence
@@ -38,10 +38,11 @@ build-debug: setup
 # The demo's platform admin key (a fresh data directory adopts it at first start).
 DEMO_ADMIN_KEY ?= purser-demo-admin-key-change-me
 
+# make run PORT=8091 puts the demo's Purser on another port than 8080.
 run: build
 	@mkdir -p var
 	@echo "purser: starting the demo (simulated model servers, tenants, traffic, GPU workloads); Ctrl-C stops it"
-	node scripts/demo.mjs --purser $(RELEASE_DIR)/purser --config $(DEMO_CONFIG) --data var --admin-key $(DEMO_ADMIN_KEY)
+	node scripts/demo.mjs --purser $(RELEASE_DIR)/purser --config $(DEMO_CONFIG) --data var --admin-key $(DEMO_ADMIN_KEY) $(if $(PORT),--port $(PORT))
 
 test: build-debug
 	@scripts/run-tests $(DEBUG_DIR)

@@ -5,12 +5,15 @@
 // the gateway, so every view of the console has live data within a minute.
 //
 //   node scripts/demo.mjs [--purser build/release/purser] [--config examples/demo.yaml]
-//                         [--data var] [--admin-key KEY] [--rate 3]
+//                         [--data var] [--admin-key KEY] [--rate 3] [--port 8080]
 //                         [--openai-port 8101] [--anthropic-port 8102]
 //
-// The simulated servers' ports must be those the configuration's providers point at.
+// --port puts Purser on another port than the configuration's (`make run PORT=8091`). The
+// simulated servers' ports must be those the configuration's providers point at.
 //
-// Ctrl-C stops everything. Keys the demo made are kept in <data>/demo-keys.json.
+// Ctrl-C stops everything: the servers run in process groups of their own, so the terminal's
+// signal reaches only this script, which asks each of them once to stop (Purser drains the
+// requests in flight first). Keys the demo made are kept in <data>/demo-keys.json.
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -26,10 +29,16 @@ const adminKey = args["admin-key"] ?? process.env.PURSER_ADMIN_KEY ?? "purser-de
 const rate = Number(args.rate ?? 3);  // requests per second through the gateway
 const openaiPort = args["openai-port"] ?? "8101";
 const anthropicPort = args["anthropic-port"] ?? "8102";
+const port = args.port;  // Purser's, when not the configuration's
 
 const children = [];
 function start(name, argv, env = {}) {
-  const child = spawn(purserBin, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  // detached: a process group of its own, out of reach of the terminal's Ctrl-C (see stop()).
+  const child = spawn(purserBin, argv, {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
+    detached: true,
+  });
   child.done = new Promise((resolve) => child.on("exit", resolve));
   children.push(child);
   const listening = new Promise((resolve, reject) => {
@@ -43,6 +52,13 @@ function start(name, argv, env = {}) {
     child.stderr.on("data", (d) => {
       for (const line of String(d).split("\n")) {
         if (/warn|error|critical|cannot/i.test(line)) process.stderr.write(`[${name}] ${line}\n`);
+        if (/address already in use/i.test(line)) {
+          process.stderr.write(
+            name === "purser"
+              ? "demo: that port is taken; start the demo on another with `make run PORT=8091`\n"
+              : `demo: ${name}'s port is taken; free it (the configuration's providers point there)\n`,
+          );
+        }
       }
     });
     child.on("exit", (code) => {
@@ -189,7 +205,10 @@ async function main() {
       "--api-keys", "sk-demo-anthropic", "--ttft-ms", "200", "--tokens-per-s", "300"]),
   ]);
   mkdirSync(data, { recursive: true });
-  base = await start("purser", ["serve", "--config", config, "--data", data], { PURSER_ADMIN_KEY: adminKey });
+  const listen = port ? ["--listen", `127.0.0.1:${port}`] : [];
+  base = await start("purser", ["serve", "--config", config, "--data", data, ...listen], {
+    PURSER_ADMIN_KEY: adminKey,
+  });
   const keys = await seed();
   await submitWorkloads(keys);
   traffic(keys);

@@ -204,7 +204,12 @@ class Server::Impl {
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
     if (ec) {
-      return fail(unavailable(fmt::format("cannot listen on {}: {}", where, ec.message())));
+      return fail(unavailable(
+          fmt::format("cannot listen on {}: {}{}", where, ec.message(),
+                      ec == net::error::address_in_use
+                          ? " (another process has it: choose another address with `listen:` in "
+                            "the configuration or --listen HOST:PORT)"
+                          : "")));
     }
     port_ = acceptor_.local_endpoint().port();
     return {};

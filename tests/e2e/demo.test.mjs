@@ -1,6 +1,8 @@
 // `make run`'s demo (scripts/demo.mjs with examples/demo.yaml), on free ports: within seconds it
 // has tenants, people over and under their wallets, GPU workloads admitted and waiting, and
-// traffic through every route — what a newcomer's console shows.
+// traffic through every route — what a newcomer's console shows. It runs in a process group of
+// its own, and stops as it does in a terminal: Ctrl-C signals the whole group, and a request in
+// flight still completes.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -49,7 +51,8 @@ before(async () => {
   copyFileSync("examples/fleet.yaml", join(dir, "fleet.yaml"));
   demo = spawn("node", ["scripts/demo.mjs", "--purser", purserBinary, "--config", join(dir, "demo.yaml"),
     "--data", join(dir, "var"), "--admin-key", ADMIN, "--rate", "10",
-    "--openai-port", String(openai), "--anthropic-port", String(anthropic)], { stdio: ["ignore", "pipe", "pipe"] });
+    "--openai-port", String(openai), "--anthropic-port", String(anthropic)],
+  { stdio: ["ignore", "pipe", "pipe"], detached: true });
   let out = "", err = "";
   demo.stderr.on("data", (d) => (err += d));
   exited = new Promise((resolve) => demo.on("exit", (code) => resolve(code)));
@@ -68,10 +71,7 @@ before(async () => {
 });
 
 after(async () => {
-  if (demo) {
-    demo.kill("SIGINT");
-    assert.equal(await exited, 0, "the demo stops cleanly on Ctrl-C");
-  }
+  if (demo) process.kill(-demo.pid, "SIGKILL");  // only if the last test did not stop it
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -98,4 +98,23 @@ test("the demo fills every view with live data within seconds", async () => {
   }, "traffic on every route");
   const nodes = await get("/api/v1/fleet/nodes");
   assert.equal(nodes.data.length, 3);
+});
+
+test("Ctrl-C, as a terminal sends it to the whole group, drains the requests in flight", async () => {
+  const keys = JSON.parse(readFileSync(join(dir, "var", "demo-keys.json"), "utf8"));
+  const ana = keys.find((k) => k.name === "ana");  // well within her wallet
+  // A stream of 600 tokens at the simulated 400 tokens/s: in flight for over a second once its
+  // header is here.
+  const res = await fetch(url + "/v1/chat/completions", {
+    method: "POST",
+    headers: { authorization: `Bearer ${ana.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "gpt-4o-mini", stream: true, max_tokens: 600,
+      messages: [{ role: "user", content: "a long answer, please" }] }),
+  });
+  assert.equal(res.status, 200);
+  process.kill(-demo.pid, "SIGINT");  // the terminal's Ctrl-C: every process of the group
+  const body = await res.text();
+  assert.ok(body.includes("[DONE]"), "the stream in flight completed");
+  assert.equal(await exited, 0, "the demo stops cleanly on Ctrl-C");
+  demo = undefined;
 });
