@@ -272,6 +272,82 @@ Result<Target> scopeTarget(const Services& s, const Principal& who, const ledger
   return fail(internalError("unknown scope kind"));
 }
 
+// A scope as its caller named it: by id, or — tenants, teams, users and service accounts — by
+// name, among what `who` may see (a team, user or service account in the caller's own tenant; a
+// platform admin's team name must be one tenant's only). A name nobody has stays as it was, and
+// the lookup after it answers "not found" as for an unknown id.
+ledger::Scope resolveScope(const Services& s, const Principal& who, ledger::Scope scope) {
+  using ledger::ScopeKind;
+  const auto unique = [&](const auto& items, auto match) -> std::optional<std::string> {
+    std::optional<std::string> found;
+    for (const auto& x : items) {
+      if (!match(x) || !inReach(who, x.tenant_id)) continue;
+      if (found) return std::nullopt;  // ambiguous: ids only
+      found = x.id;
+    }
+    return found;
+  };
+  const auto mine = [&](const std::string& tenant_id) {
+    return who.role == Role::kPlatformAdmin || tenant_id == who.tenant_id;
+  };
+  std::optional<std::string> id;
+  switch (scope.kind) {
+    case ScopeKind::kTenant:
+      if (!s.directory.tenant(scope.id)) {
+        if (auto t = s.directory.tenantByName(scope.id); t && inReach(who, t->id)) id = t->id;
+      }
+      break;
+    case ScopeKind::kTeam:
+      if (!s.directory.team(scope.id)) {
+        id = unique(s.directory.teams(), [&](const identity::Team& t) {
+          return t.name == scope.id && mine(t.tenant_id);
+        });
+      }
+      break;
+    case ScopeKind::kUser:
+      if (!s.directory.user(scope.id)) {
+        id = unique(s.directory.users(), [&](const identity::User& u) {
+          return u.name == scope.id && !u.tenant_id.empty() && mine(u.tenant_id);
+        });
+      }
+      break;
+    case ScopeKind::kServiceAccount:
+      if (!s.directory.serviceAccount(scope.id)) {
+        id = unique(s.directory.serviceAccounts(), [&](const identity::ServiceAccount& a) {
+          return a.name == scope.id && mine(a.tenant_id);
+        });
+      }
+      break;
+    case ScopeKind::kKey:
+      break;  // key names are not unique: ids only
+  }
+  if (id) scope.id = *id;
+  return scope;
+}
+
+// The name of what a scope stands for ("" when it is gone).
+std::string scopeName(const Services& s, ledger::ScopeKind kind, const std::string& id) {
+  using ledger::ScopeKind;
+  switch (kind) {
+    case ScopeKind::kTenant:
+      if (auto t = s.directory.tenant(id)) return t->name;
+      break;
+    case ScopeKind::kTeam:
+      if (auto t = s.directory.team(id)) return t->name;
+      break;
+    case ScopeKind::kUser:
+      if (auto u = s.directory.user(id)) return u->name;
+      break;
+    case ScopeKind::kServiceAccount:
+      if (auto a = s.directory.serviceAccount(id)) return a->name;
+      break;
+    case ScopeKind::kKey:
+      if (auto k = s.directory.key(id)) return k->name;
+      break;
+  }
+  return {};
+}
+
 Result<ledger::Scope> parseScopeObject(const json& body) {
   auto it = body.find("scope");
   if (it == body.end() || !it->is_object()) {
@@ -484,7 +560,13 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
     if (!k) co_return problem(k.error().withField("owner.kind"));
     kind = *k;
     API_TRY(id, requiredString(*it, "id"));
-    owner_id = id;
+    // By id, or by name among what the caller may see.
+    owner_id =
+        resolveScope(s, who,
+                     {kind == identity::OwnerKind::kUser ? ledger::ScopeKind::kUser
+                                                         : ledger::ScopeKind::kServiceAccount,
+                      id})
+            .id;
   }
   identity::ApiKey key;
   key.owner_kind = kind;
@@ -633,7 +715,8 @@ asio::awaitable<Response> rotateKey(const Services& s, Request& req) {
 asio::awaitable<Response> createWallet(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   API_TRY(body, parseObject(req));
-  API_TRY(scope, parseScopeObject(body));
+  API_TRY(named, parseScopeObject(body));
+  const ledger::Scope scope = resolveScope(s, who, named);
   API_TRY(target, scopeTarget(s, who, scope, /*for_write=*/true));
   if (auto denied = identity::authorize(who, Action::kWriteWallet, target); !denied) {
     co_return co_await deny(s, who, denied.error(), "wallet.create",
@@ -717,7 +800,8 @@ auto scopedList(const char* read_action, Fetch fetch, ScopeOf scope_of, View vie
     API_TRY(who, authenticate(s, req));
     std::optional<ledger::Scope> only;
     if (auto scope_text = req.queryParam("scope")) {
-      API_TRY(scope, parseScopeParam(*scope_text));
+      API_TRY(named, parseScopeParam(*scope_text));
+      const ledger::Scope scope = resolveScope(s, who, named);
       API_TRY(target, scopeTarget(s, who, scope, /*for_write=*/false));
       if (auto denied = identity::authorize(who, Action::kReadWallet, target); !denied) {
         co_return co_await deny(s, who, denied.error(), read_action, *scope_text);
@@ -730,7 +814,9 @@ auto scopedList(const char* read_action, Fetch fetch, ScopeOf scope_of, View vie
       if (only && !(scope == *only)) continue;
       auto target = scopeTarget(s, who, scope, false);
       if (!target || !identity::canSee(who, Action::kReadWallet, *target)) continue;
-      items.push_back(view(item));
+      json shown = view(item);
+      shown["scope"]["name"] = scopeName(s, scope.kind, scope.id);
+      items.push_back(std::move(shown));
     }
     co_return jsonResponse(200, listOf(std::move(items)));
   };
@@ -1181,7 +1267,8 @@ json toJson(const ledger::RateLimitSpec& l) {
 asio::awaitable<Response> createRateLimit(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   API_TRY(body, parseObject(req));
-  API_TRY(scope, parseScopeObject(body));
+  API_TRY(named, parseScopeObject(body));
+  const ledger::Scope scope = resolveScope(s, who, named);
   API_TRY(target, scopeTarget(s, who, scope, /*for_write=*/true));
   if (auto denied = identity::authorize(who, Action::kWriteWallet, target); !denied) {
     co_return co_await deny(s, who, denied.error(), "rate_limit.create",
@@ -1221,8 +1308,9 @@ asio::awaitable<Result<ledger::UsageQuery>> usageQuery(const Services& s, const 
     co_return fail(
         invalidArgument("\"scope\" is required, e.g. scope=team:01jb...").withField("scope"));
   }
-  auto scope = parseScopeParam(*scope_text);
-  if (!scope) co_return fail(scope.error());
+  auto named = parseScopeParam(*scope_text);
+  if (!named) co_return fail(named.error());
+  const std::optional<ledger::Scope> scope = resolveScope(s, who, *named);
   auto target = scopeTarget(s, who, *scope, /*for_write=*/false);
   if (!target) co_return fail(target.error());
   if (auto allowed = identity::authorize(who, Action::kReadSpend, *target); !allowed) {
@@ -1275,10 +1363,22 @@ asio::awaitable<Response> spend(const Services& s, Request& req) {
   const std::string group_by = req.queryParam("group_by").value_or("day");
   auto rows = s.meter.spend(*q, group_by);
   if (!rows) co_return problem(rows.error().withField("group_by"));
+  // Who a group is, beside its id.
+  std::optional<ledger::ScopeKind> named;
+  if (group_by == "team") named = ledger::ScopeKind::kTeam;
+  if (group_by == "key") named = ledger::ScopeKind::kKey;
   json items = json::array();
   Money total, overage;
   for (const auto& r : *rows) {
+    std::string name;
+    if (group_by == "user") {
+      name = scopeName(s, ledger::ScopeKind::kUser, r.group);
+      if (name.empty()) name = scopeName(s, ledger::ScopeKind::kServiceAccount, r.group);
+    } else if (named) {
+      name = scopeName(s, *named, r.group);
+    }
     items.push_back({{"group", r.group},
+                     {"name", name.empty() ? json(nullptr) : json(name)},
                      {"cost", r.cost.toString()},
                      {"overage", r.overage.toString()},
                      {"requests", r.requests},

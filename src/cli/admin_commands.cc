@@ -5,13 +5,17 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "cli/api_client.h"
 #include "common/json.h"
+#include "common/money.h"
 
 namespace purser::cli {
 
@@ -22,7 +26,29 @@ using nlohmann::json;
 struct Globals {
   std::string server;
   std::string output = "table";
+  bool exact = false;  // money to the nano-unit instead of the cent
 };
+
+// Fields that hold money, printed to the cent in tables unless --exact.
+bool isMoney(const std::string& path) {
+  static const std::set<std::string> kMoney = {"cost",     "overage",   "limit",       "spent",
+                                               "reserved", "remaining", "gpu_charged", "charged",
+                                               "total",    "amount"};
+  return kMoney.contains(path);
+}
+
+// "0.004521" -> "0.00", "12.345" -> "12.35" (half to even, as the ledger rounds); text that is
+// not money is left as it is.
+std::string toCents(const std::string& text) {
+  auto m = Money::parse(text);
+  if (!m) return text;
+  // Whole cents, as nano-units / 10^7 (half to even).
+  auto cents = m->mulDiv(1, 10'000'000, Rounding::kHalfEven);
+  if (!cents) return text;
+  const int64_t c = cents->nanos();
+  const uint64_t mag = c < 0 ? -static_cast<uint64_t>(c) : static_cast<uint64_t>(c);
+  return fmt::format("{}{}.{:02}", c < 0 ? "-" : "", mag / 100, mag % 100);
+}
 
 // "a.b" -> obj["a"]["b"], printed for a table cell.
 std::string cell(const json& obj, const std::string& path) {
@@ -48,14 +74,17 @@ std::string cell(const json& obj, const std::string& path) {
   return writeJson(*v);
 }
 
-void printTable(const json& rows, const std::vector<std::pair<std::string, std::string>>& columns) {
+void printTable(const json& rows, const std::vector<std::pair<std::string, std::string>>& columns,
+                bool exact) {
   std::vector<size_t> width;
   for (const auto& [title, _] : columns) width.push_back(title.size());
   std::vector<std::vector<std::string>> cells;
   for (const auto& row : rows) {
     std::vector<std::string> line;
     for (size_t i = 0; i < columns.size(); ++i) {
-      line.push_back(cell(row, columns[i].second));
+      std::string text = cell(row, columns[i].second);
+      if (!exact && isMoney(columns[i].second)) text = toCents(text);
+      line.push_back(std::move(text));
       width[i] = std::max(width[i], line.back().size());
     }
     cells.push_back(std::move(line));
@@ -125,7 +154,7 @@ int run(const Globals& g, const std::string& method, const std::string& path, co
     }
     return verdict;
   }
-  printTable(data, columns);
+  printTable(data, columns, g.exact);
   if (reply->body.is_object() && reply->body.contains("warnings")) {
     for (const auto& w : reply->body["warnings"]) {
       std::cerr << "warning: " << (w.is_string() ? w.get<std::string>() : writeJson(w)) << "\n";
@@ -136,7 +165,8 @@ int run(const Globals& g, const std::string& method, const std::string& path, co
               << "\n";
   }
   if (reply->body.is_object() && reply->body.contains("total")) {
-    std::cout << "\ntotal: " << reply->body["total"].get<std::string>() << "\n";
+    const std::string total = reply->body["total"].get<std::string>();
+    std::cout << "\ntotal: " << (g.exact ? total : toCents(total)) << "\n";
   }
   return verdict;
 }
@@ -198,6 +228,7 @@ const std::vector<std::pair<std::string, std::string>> kKeyColumns = {
 const std::vector<std::pair<std::string, std::string>> kWalletColumns = {{"ID", "id"},
                                                                          {"SCOPE", "scope.kind"},
                                                                          {"SCOPE ID", "scope.id"},
+                                                                         {"NAME", "scope.name"},
                                                                          {"MODEL", "model"},
                                                                          {"LIMIT", "limit"},
                                                                          {"SPENT", "spent"},
@@ -208,6 +239,7 @@ const std::vector<std::pair<std::string, std::string>> kWalletColumns = {{"ID", 
                                                                          {"HARD", "hard"}};
 const std::vector<std::pair<std::string, std::string>> kSpendColumns = {
     {"GROUP", "group"},
+    {"NAME", "name"},
     {"COST", "cost"},
     {"OVERAGE", "overage"},
     {"REQUESTS", "requests"},
@@ -334,17 +366,19 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
           rows.push_back(row);
         }
       }
-      printTable(rows, {{"CLUSTER QUEUE", "name"},
-                        {"COHORT", "cohort"},
-                        {"FLAVOR", "flavor"},
-                        {"RESOURCE", "resource"},
-                        {"NOMINAL", "nominal"},
-                        {"USAGE", "usage"},
-                        {"BORROWED", "borrowed"},
-                        {"LENT", "lent"},
-                        {"AVAILABLE", "available"},
-                        {"PENDING", "pending"},
-                        {"ADMITTED", "admitted"}});
+      printTable(rows,
+                 {{"CLUSTER QUEUE", "name"},
+                  {"COHORT", "cohort"},
+                  {"FLAVOR", "flavor"},
+                  {"RESOURCE", "resource"},
+                  {"NOMINAL", "nominal"},
+                  {"USAGE", "usage"},
+                  {"BORROWED", "borrowed"},
+                  {"LENT", "lent"},
+                  {"AVAILABLE", "available"},
+                  {"PENDING", "pending"},
+                  {"ADMITTED", "admitted"}},
+                 g->exact);
       code = 0;
     });
   }
@@ -423,11 +457,23 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     cmd->add_option("-o,--output", g->output, "Output format")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();
+    cmd->add_flag("--exact", g->exact, "Money to the last digit, not rounded to the cent");
   };
+  // A group of subcommands whose `list` is what the bare group does ("purser tenants").
+  auto defaults = std::make_shared<std::map<CLI::App*, std::function<void()>>>();
   const auto group = [&](const char* name, const char* what) {
     CLI::App* cmd = root.add_subcommand(name, what);
-    cmd->require_subcommand(1);
+    cmd->require_subcommand(0, 1);
+    common(cmd);
+    cmd->callback([cmd, defaults] {
+      if (!cmd->get_subcommands().empty()) return;
+      if (auto it = defaults->find(cmd); it != defaults->end()) it->second();
+    });
     return cmd;
+  };
+  const auto listing = [defaults](CLI::App* cmd, CLI::App* list, std::function<void()> action) {
+    list->callback(action);
+    (*defaults)[cmd] = std::move(action);
   };
   auto& code = exit_code;
 
@@ -436,8 +482,8 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     CLI::App* cmd = group("tenants", "List and create tenants");
     CLI::App* list = cmd->add_subcommand("list", "List the tenants you can see");
     common(list);
-    list->callback(
-        [g, &code] { code = run(*g, "GET", "/api/v1/tenants", nullptr, kTenantColumns); });
+    listing(cmd, list,
+            [g, &code] { code = run(*g, "GET", "/api/v1/tenants", nullptr, kTenantColumns); });
     auto name = std::make_shared<std::string>();
     CLI::App* create = cmd->add_subcommand("create", "Create a tenant (platform admins)");
     create->add_option("name", *name, "Tenant name")->required();
@@ -451,7 +497,8 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     CLI::App* cmd = group("teams", "List and create teams");
     CLI::App* list = cmd->add_subcommand("list", "List the teams you can see");
     common(list);
-    list->callback([g, &code] { code = run(*g, "GET", "/api/v1/teams", nullptr, kTeamColumns); });
+    listing(cmd, list,
+            [g, &code] { code = run(*g, "GET", "/api/v1/teams", nullptr, kTeamColumns); });
     auto name = std::make_shared<std::string>();
     auto tenant = std::make_shared<std::string>();
     CLI::App* create = cmd->add_subcommand("create", "Create a team in a tenant");
@@ -469,7 +516,8 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     CLI::App* cmd = group("users", "List and create users");
     CLI::App* list = cmd->add_subcommand("list", "List the users you can see");
     common(list);
-    list->callback([g, &code] { code = run(*g, "GET", "/api/v1/users", nullptr, kUserColumns); });
+    listing(cmd, list,
+            [g, &code] { code = run(*g, "GET", "/api/v1/users", nullptr, kUserColumns); });
     struct U {
       std::string name, tenant, team, email, role;
     };
@@ -493,7 +541,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     CLI::App* sa = group("service-accounts", "List and create service accounts (apps, agents)");
     CLI::App* sa_list = sa->add_subcommand("list", "List the service accounts you can see");
     common(sa_list);
-    sa_list->callback([g, &code] {
+    listing(sa, sa_list, [g, &code] {
       code = run(*g, "GET", "/api/v1/service-accounts", nullptr, kAccountColumns);
     });
     auto a = std::make_shared<U>();
@@ -513,7 +561,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     CLI::App* cmd = group("keys", "Create, list, revoke and rotate API keys");
     CLI::App* list = cmd->add_subcommand("list", "List the keys you can see (never their secrets)");
     common(list);
-    list->callback([g, &code] { code = run(*g, "GET", "/api/v1/keys", nullptr, kKeyColumns); });
+    listing(cmd, list, [g, &code] { code = run(*g, "GET", "/api/v1/keys", nullptr, kKeyColumns); });
     struct K {
       std::string name, owner, models, expires;
       int64_t rpm = 0, tpm = 0;
@@ -572,7 +620,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
         cmd->add_subcommand("list", "Wallet status: limit, spent, reserved, remaining");
     list->add_option("--scope", *scope, "Only this scope, KIND:ID (e.g. team:01jb...)");
     common(list);
-    list->callback([g, scope, &code] {
+    listing(cmd, list, [g, scope, &code] {
       code =
           run(*g, "GET", "/api/v1/wallets" + query({{"scope", *scope}}), nullptr, kWalletColumns);
     });
@@ -624,7 +672,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     CLI::App* list = cmd->add_subcommand("list", "List rate limits");
     list->add_option("--scope", *scope, "Only this scope, KIND:ID");
     common(list);
-    list->callback([g, scope, &code] {
+    listing(cmd, list, [g, scope, &code] {
       code = run(*g, "GET", "/api/v1/rate-limits" + query({{"scope", *scope}}), nullptr,
                  {{"ID", "id"},
                   {"SCOPE", "scope.kind"},
@@ -697,7 +745,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     list->add_option("--to", a->to, "To (RFC 3339, exclusive)");
     list->add_option("--limit", a->limit, "At most this many entries (default 1000)");
     common(list);
-    list->callback([g, a, &code] {
+    listing(cmd, list, [g, a, &code] {
       code = run(*g, "GET",
                  "/api/v1/audit" + query({{"from", a->from}, {"to", a->to}, {"limit", a->limit}}),
                  nullptr, kAuditColumns);

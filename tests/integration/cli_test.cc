@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fakes/process.h"
+#include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
 
 namespace purser {
@@ -105,6 +106,49 @@ TEST_F(CliGovernanceTest, ReportsProblemsAndMissingKeys) {
   EXPECT_EQ(unreachable.code, 1);
   EXPECT_NE(unreachable.err.find("cannot reach http://127.0.0.1:1"), std::string::npos)
       << unreachable.err;
+}
+
+TEST_F(CliGovernanceTest, SpeaksNamesListsByDefaultAndShowsMoneyToTheCent) {
+  ASSERT_EQ(cli({"tenants", "create", "acme"}).code, 0);
+  ASSERT_EQ(cli({"teams", "create", "ml", "--tenant", "acme"}).code, 0);
+  ASSERT_EQ(cli({"users", "create", "dana", "--tenant", "acme", "--team", "ml"}).code, 0);
+  // A bare group lists.
+  Run tenants = cli({"tenants"});
+  ASSERT_EQ(tenants.code, 0) << tenants.err;
+  EXPECT_NE(tenants.out.find("acme"), std::string::npos) << tenants.out;
+  // Names where ids were asked: scopes and owners.
+  ASSERT_EQ(cli({"wallets", "create", "--scope", "user:dana", "--limit", "10.00"}).code, 0);
+  Run k = cli({"keys", "create", "--name", "k", "--owner", "user:dana", "-o", "json"});
+  ASSERT_EQ(k.code, 0) << k.err;
+  const std::string key = nlohmann::json::parse(k.out)["key"];
+  // Spend that is not a whole number of cents.
+  const uint16_t port = testing::portFromListeningLine("listening on " + url);
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/api/v1/reservations", R"({"id":"r1","amount":"0.50"})"},
+           {"/api/v1/reservations/r1/settle", R"({"cost":"0.123456"})"}}) {
+    testing::RawClient c(port);
+    ASSERT_TRUE(c.send("POST " + path + " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + key +
+                       "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body));
+    auto r = c.readResponse();
+    ASSERT_TRUE(r.has_value());
+    ASSERT_LT(r->status, 300) << r->body;
+  }
+  Run spend = cli({"spend", "--scope", "tenant:acme", "--group-by", "user"});
+  ASSERT_EQ(spend.code, 0) << spend.err;
+  EXPECT_NE(spend.out.find("dana"), std::string::npos) << "names beside ids: " << spend.out;
+  EXPECT_NE(spend.out.find("0.12 "), std::string::npos) << spend.out;
+  EXPECT_EQ(spend.out.find("0.123456"), std::string::npos) << "to the cent: " << spend.out;
+  EXPECT_NE(spend.out.find("total: 0.12"), std::string::npos) << spend.out;
+  Run exact = cli({"spend", "--scope", "user:dana", "--group-by", "user", "--exact"});
+  EXPECT_NE(exact.out.find("0.123456"), std::string::npos) << exact.out;
+  Run wallets = cli({"wallets"});
+  EXPECT_NE(wallets.out.find("dana"), std::string::npos) << wallets.out;
+  EXPECT_NE(wallets.out.find("9.88"), std::string::npos) << wallets.out;
+  // Another tenant's names are not names here.
+  ASSERT_EQ(cli({"tenants", "create", "globex"}).code, 0);
+  Run unknown = cli({"spend", "--scope", "user:nobody"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.err.find("404"), std::string::npos) << unknown.err;
 }
 
 }  // namespace
