@@ -1523,6 +1523,35 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& services, FleetOption
 
 void Fleet::tick(const boost::asio::any_io_executor& executor) { impl_->tick(executor); }
 
+void Fleet::addMetrics(http::MetricsRegistry& metrics) {
+  auto& pending = metrics.gaugeFamily("purser_fleet_pending_workloads",
+                                      "Workloads waiting in each ClusterQueue.", {"cluster_queue"});
+  auto& admitted =
+      metrics.gaugeFamily("purser_fleet_admitted_workloads",
+                          "Workloads admitted in each ClusterQueue.", {"cluster_queue"});
+  auto& used = metrics.gaugeFamily(
+      "purser_fleet_quota_used",
+      "Quota in use, by ClusterQueue, flavor and resource (in the resource's units: GPUs, cores, "
+      "bytes).",
+      {"cluster_queue", "flavor", "resource"});
+  auto& nominal = metrics.gaugeFamily("purser_fleet_quota_nominal",
+                                      "Nominal quota, by ClusterQueue, flavor and resource.",
+                                      {"cluster_queue", "flavor", "resource"});
+  Impl* f = impl_.get();
+  metrics.addCollector([f, &pending, &admitted, &used, &nominal] {
+    std::lock_guard lock(f->mu_);
+    if (!f->engine_) return;
+    for (const auto& q : f->engine_->queues()) {
+      pending.labels({q.name}).set(static_cast<double>(q.pending));
+      admitted.labels({q.name}).set(static_cast<double>(q.admitted));
+      for (const auto& u : q.usage) {
+        used.labels({q.name, u.flavor, u.resource}).set(static_cast<double>(u.usage) / 1000.0);
+        nominal.labels({q.name, u.flavor, u.resource}).set(static_cast<double>(u.nominal) / 1000.0);
+      }
+    }
+  });
+}
+
 const std::vector<std::string>& Fleet::warnings() const { return impl_->warnings_; }
 
 Result<void> Fleet::addRoutes(http::Router& router) {

@@ -45,6 +45,7 @@
 #include "common/result.h"
 #include "fleet/engine.h"
 #include "fleet/inventory.h"
+#include "http/metrics.h"
 #include "http/router.h"
 
 namespace purser::api {
@@ -70,6 +71,9 @@ class Fleet {
   Fleet& operator=(const Fleet&) = delete;
 
   Result<void> addRoutes(http::Router& router);
+  // Registers the fleet's gauges (pending and admitted workloads, quota used and nominal per
+  // ClusterQueue, flavor and resource), refreshed at every scrape.
+  void addMetrics(http::MetricsRegistry& metrics);
 
   // Charges the GPU time that is due, re-evaluates budget holds, retries writes that failed and
   // posts budget alerts (from `executor`, the calling worker's). Call every second or so.

@@ -21,6 +21,7 @@
 #include "gateway/async_meter.h"
 #include "gateway/sse.h"
 #include "gateway/translate.h"
+#include "http/metrics.h"
 
 namespace purser::gateway {
 
@@ -311,6 +312,41 @@ std::vector<ledger::BucketRequest> keyBuckets(const std::vector<identity::ApiKey
 
 // --- The gateway ---------------------------------------------------------------------------
 
+// The gateway's own metrics (names as docs/operations.md lists them).
+struct GatewayMetrics {
+  explicit GatewayMetrics(http::MetricsRegistry& m)
+      : requests(&m.counterFamily("purser_gateway_requests_total",
+                                  "Model API requests by route, the target that served them (\"\" "
+                                  "when none did) and status code.",
+                                  {"route", "target", "code"})),
+        upstream_errors(&m.counterFamily(
+            "purser_gateway_upstream_errors_total",
+            "Failed tries of an upstream, by target and kind: 5xx, 4xx, 429, connect, timeout.",
+            {"target", "kind"})),
+        ttft(&m.histogramFamily("purser_gateway_ttft_seconds",
+                                "Time to the first byte of an answer (the whole answer when not "
+                                "streamed), by route and target.",
+                                {"route", "target"}, http::latencyBuckets())),
+        upstream_latency(&m.histogramFamily(
+            "purser_gateway_upstream_latency_seconds",
+            "Time an upstream took for one try, to its last byte, by route and target.",
+            {"route", "target"}, http::latencyBuckets())),
+        tokens(&m.counterFamily("purser_gateway_tokens_total",
+                                "Tokens metered, by route, target and kind (input, output, "
+                                "cached_input, cache_write, reasoning).",
+                                {"route", "target", "kind"})),
+        cost(&m.counterFamily("purser_gateway_cost_nanos_total",
+                              "Cost charged, in nano-units (1e-9) of the currency, by route and "
+                              "target.",
+                              {"route", "target"})) {}
+  http::Family<http::Counter>* requests;
+  http::Family<http::Counter>* upstream_errors;
+  http::Family<http::Histogram>* ttft;
+  http::Family<http::Histogram>* upstream_latency;
+  http::Family<http::Counter>* tokens;
+  http::Family<http::Counter>* cost;
+};
+
 class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
  public:
   Impl(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
@@ -318,6 +354,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       : d_(deps),
         providers_(std::move(providers)),
         cpu_(std::make_unique<asio::thread_pool>(std::max<size_t>(1, deps.cpu_threads))) {
+    if (deps.metrics != nullptr) metrics_.emplace(*deps.metrics);
     for (auto& r : routes) {
       const std::string alias = r->alias;
       routes_.emplace(alias, std::move(r));
@@ -369,7 +406,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     std::string anthropic_beta;
     std::string session_id;
     size_t max_nesting = kDefaultMaxNesting;
-    size_t body_bytes = 0;  // of the client's request
+    size_t body_bytes = 0;                // of the client's request
+    const Target* last_target = nullptr;  // the upstream tried last
+    bool counted = false;                 // in purser_gateway_requests_total
   };
 
   std::optional<std::string> presentedKey(const Request& req) const {
@@ -612,13 +651,59 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     for (const auto& b : c.buckets) {
       if (b.key.ends_with(":tpm")) d_.limiter.adjust(b, delta);
     }
+    countRequest(c, target, status);
+    if (metrics_ && target != nullptr) {
+      const std::vector<std::string> where = {c.route->alias, target->provider->name()};
+      metrics_->ttft->labels(where).observe(std::chrono::duration<double>(ttft).count());
+      for (const auto& [kind, n] : {std::pair{"input", tokens.input},
+                                    {"output", tokens.output},
+                                    {"cached_input", tokens.cached_input},
+                                    {"cache_write", tokens.cache_write},
+                                    {"reasoning", tokens.reasoning}}) {
+        if (n > 0) {
+          metrics_->tokens->labels({where[0], where[1], kind}).inc(static_cast<uint64_t>(n));
+        }
+      }
+    }
     const auto asked = std::chrono::steady_clock::now();
     auto settled = co_await asyncSettle(d_.meter, e, asio::use_awaitable);
     c.commit_time += std::chrono::steady_clock::now() - asked;
+    if (settled && metrics_ && target != nullptr && !settled->duplicate) {
+      metrics_->cost->labels({c.route->alias, target->provider->name()})
+          .inc(static_cast<uint64_t>(std::max<int64_t>(0, settled->charged.nanos())));
+    }
     if (!settled) {
       spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);
     } else if (!settled->alerts.empty() && d_.on_alerts) {
       d_.on_alerts(co_await asio::this_coro::executor, settled->alerts, e.tenant_id);
+    }
+  }
+
+  void countRequest(Call& c, const Target* t, int status) {
+    c.counted = true;
+    if (!metrics_) return;
+    metrics_->requests
+        ->labels({c.route != nullptr ? c.route->alias : std::string(),
+                  t != nullptr ? t->provider->name() : std::string(), std::to_string(status)})
+        .inc();
+  }
+
+  // An upstream that failed a try: `kind` is 5xx, 4xx, 429, connect or timeout.
+  void upstreamError(const Target& t, std::string_view kind) {
+    if (metrics_) metrics_->upstream_errors->labels({t.provider->name(), std::string(kind)}).inc();
+  }
+  static const char* errorKind(int status) {
+    return status == 429 ? "429" : status >= 500 ? "5xx" : "4xx";
+  }
+  static const char* errorKind(const Error& e) {
+    return e.code == ErrorCode::kDeadlineExceeded    ? "timeout"
+           : e.code == ErrorCode::kResourceExhausted ? "5xx"
+                                                     : "connect";
+  }
+  void observeUpstream(const Call& c, const Target& t, std::chrono::steady_clock::duration d) {
+    if (metrics_) {
+      metrics_->upstream_latency->labels({c.route->alias, t.provider->name()})
+          .observe(std::chrono::duration<double>(d).count());
     }
   }
 
@@ -738,11 +823,14 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
         const auto sent = std::chrono::steady_clock::now();
         t->health.in_flight.fetch_add(1, std::memory_order_relaxed);
+        c.last_target = t;
         auto res = co_await client.request(std::move(*request));
         t->health.in_flight.fetch_sub(1, std::memory_order_relaxed);
         c.upstream_time += std::chrono::steady_clock::now() - sent;
+        observeUpstream(c, *t, std::chrono::steady_clock::now() - sent);
         if (!res) {
           recordFailure(*t, d_.clock.monotonic());
+          upstreamError(*t, errorKind(res.error()));
           if (res.error().code == ErrorCode::kResourceExhausted) {
             // It ran and answered more than a provider may send: not retried (the work is
             // done), charged as estimated at the worst case that was held for it.
@@ -762,6 +850,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
         if (retryable(res->status)) {
           recordFailure(*t, d_.clock.monotonic());
+          upstreamError(*t, errorKind(res->status));
           last_fault = Fault::kUpstream;
           last_error = fmt::format("{} answered {}", t->provider->name(), res->status);
           co_await sleepFor(retryAfter(res->headers));
@@ -774,6 +863,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         };
         co_await offload(res->body.size(), parse_answer);
         if (res->status >= 400) {
+          upstreamError(*t, errorKind(res->status));
           // The upstream refused the request itself: nothing ran, nothing is charged. Its
           // answer reaches the client in the client's API's shape; one that is not such a JSON
           // error is put in that shape.
@@ -959,10 +1049,12 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           break;
         }
         const auto sent = std::chrono::steady_clock::now();
+        c->last_target = t;
         auto upstream = co_await client.stream(std::move(*request));
         c->upstream_time += std::chrono::steady_clock::now() - sent;
         if (!upstream) {
           recordFailure(*t, d_.clock.monotonic());
+          upstreamError(*t, errorKind(upstream.error()));
           last_fault = upstream.error().code == ErrorCode::kDeadlineExceeded ? Fault::kTimeout
                                                                              : Fault::kUpstream;
           last_error = upstream.error().message;
@@ -970,6 +1062,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
         const int status = (*upstream)->status();
         if (retryable(status) || status >= 400) {
+          upstreamError(*t, errorKind(status));
           // Read the (small) error body, at most 64 pieces; nothing has reached the client yet.
           std::string error_body;
           for (int i = 0; i < 64 && error_body.size() < kMaxErrorBody; ++i) {
@@ -1089,8 +1182,10 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     t.health.in_flight.fetch_sub(1, std::memory_order_relaxed);
     const auto ttft =
         s.first_byte ? s.first_byte_at - c.started : std::chrono::steady_clock::duration(0);
+    observeUpstream(c, t, std::chrono::steady_clock::now() - sent);
     if (cut) {
       recordFailure(t, d_.clock.monotonic());
+      upstreamError(t, "5xx");
     } else {
       recordSuccess(t, std::chrono::steady_clock::now() - sent);
     }
@@ -1113,6 +1208,14 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     c->started = std::chrono::steady_clock::now();
     c->max_nesting = req.max_nesting;
     c->body_bytes = req.body.size();
+    Response r = co_await serve(c, req);
+    // A stream is counted when it settles; whatever was not settled (refused, failed) is counted
+    // here, against the target it last tried ("" when it never reached one).
+    if (!r.stream && !c->counted) countRequest(*c, c->last_target, r.status);
+    co_return r;
+  }
+
+  asio::awaitable<Response> serve(const std::shared_ptr<Call>& c, Request& req) {
     if (auto stop = identify(*c, req)) {
       overhead(*stop, *c);
       co_return std::move(*stop);
@@ -1179,6 +1282,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   std::vector<std::unique_ptr<Provider>> providers_;
   std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
   std::unique_ptr<asio::thread_pool> cpu_;  // parses and writes large bodies
+  std::optional<GatewayMetrics> metrics_;
 };
 
 Gateway::Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,

@@ -32,6 +32,7 @@
 #include "common/random.h"
 #include "gateway/routing.h"
 #include "http/client.h"
+#include "http/metrics.h"
 #include "http/router.h"
 #include "http/workers.h"
 #include "identity/directory.h"
@@ -59,6 +60,8 @@ struct GatewayDeps {
       on_alerts = {};
   // Threads that parse and write large bodies off the I/O workers.
   size_t cpu_threads = 1;
+  // Where the gateway's own metrics go (none when null).
+  http::MetricsRegistry* metrics = nullptr;
 };
 
 // The budgets and limits a principal's usage counts against (ledger::scopesOf).

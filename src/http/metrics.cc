@@ -192,7 +192,16 @@ Family<Histogram>& MetricsRegistry::histogramFamily(const std::string& name,
   return *entry(name, help, Type::kHistogram, std::move(labels), std::move(bounds)).histograms;
 }
 
+void MetricsRegistry::addCollector(std::function<void()> collect) {
+  std::lock_guard lock(collect_mu_);
+  collectors_.push_back(std::move(collect));
+}
+
 std::string MetricsRegistry::render() const {
+  {
+    std::lock_guard collecting(collect_mu_);
+    for (const auto& c : collectors_) c();
+  }
   std::string out;
   std::lock_guard lock(mu_);
   for (const auto& e : entries_) {

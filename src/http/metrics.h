@@ -95,6 +95,10 @@ class MetricsRegistry {
   Family<Histogram>& histogramFamily(const std::string& name, const std::string& help,
                                      std::vector<std::string> labels, std::vector<double> bounds);
 
+  // Runs before every render(): sets gauges that are snapshots of other state (wallets, queues).
+  // Collectors run on the scraping thread, one render at a time; they must not render.
+  void addCollector(std::function<void()> collect);
+
   // Prometheus text exposition of everything registered, in registration order.
   std::string render() const;
 
@@ -112,7 +116,9 @@ class MetricsRegistry {
                std::vector<std::string> labels, std::vector<double> bounds);
 
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Entry>> entries_;  // guarded by mu_
+  std::vector<std::unique_ptr<Entry>> entries_;    // guarded by mu_
+  mutable std::mutex collect_mu_;                  // one collection at a time
+  std::vector<std::function<void()>> collectors_;  // guarded by collect_mu_
 };
 
 // Prometheus number formatting ("+Inf", "0.005", "12").

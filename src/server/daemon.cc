@@ -259,8 +259,39 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   };
   gateway::Gateway gateway(
       {clock, SystemRandom::instance(), ids, directory, wallets, meter, limiter, rate_limits,
-       prices, http_clients, on_alerts, std::max<size_t>(1, workers.size() / 2)},
+       prices, http_clients, on_alerts, std::max<size_t>(1, workers.size() / 2), &metrics},
       std::move(providers), std::move(routes));
+  // The ledger's state at every scrape: how much of each wallet is spent, what is held.
+  {
+    auto& spent_ratio = metrics.gaugeFamily(
+        "purser_wallet_spent_ratio",
+        "What a wallet has spent of its limit in its current window (1 = all), by scope "
+        "(kind:name), tenant and wallet id.",
+        {"scope", "tenant", "wallet"});
+    auto& outstanding =
+        metrics.gauge("purser_ledger_reservations_outstanding", "Reservations holding budget now.");
+    metrics.addCollector([&wallets, &directory, &spent_ratio, &outstanding] {
+      outstanding.set(static_cast<double>(wallets.outstanding()));
+      for (const auto& w : wallets.all()) {
+        const ledger::Scope& scope = w.spec.scope;
+        std::string name = scope.id;
+        if (scope.kind == ledger::ScopeKind::kTenant) {
+          if (auto t = directory.tenant(scope.id)) name = t->name;
+        } else if (scope.kind == ledger::ScopeKind::kTeam) {
+          if (auto t = directory.team(scope.id)) name = t->name;
+        } else if (scope.kind == ledger::ScopeKind::kUser) {
+          if (auto u = directory.user(scope.id)) name = u->name;
+        } else if (scope.kind == ledger::ScopeKind::kServiceAccount) {
+          if (auto a = directory.serviceAccount(scope.id)) name = a->name;
+        }
+        const auto tenant = directory.tenant(w.spec.tenant_id);
+        spent_ratio
+            .labels({fmt::format("{}:{}", ledger::scopeKindName(scope.kind), name),
+                     tenant ? tenant->name : std::string(), w.spec.id})
+            .set(static_cast<double>(w.used_basis_points) / 10'000.0);
+      }
+    });
+  }
   PURSER_TRY(gateway.addRoutes(router));
   // Provider keys replaced through the API are kept sealed (AES-256-GCM) and win over the
   // configuration's.
@@ -317,6 +348,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   auto fleet = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_options)));
   for (const auto& w : fleet->warnings()) spdlog::warn("fleet: {}", w);
   PURSER_TRY(fleet->addRoutes(router));
+  fleet->addMetrics(metrics);
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
 
   server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics);

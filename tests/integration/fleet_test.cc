@@ -11,6 +11,7 @@
 
 #include "common/money.h"
 #include "fakes/process.h"
+#include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
 
 namespace purser {
@@ -181,6 +182,20 @@ TEST_F(FleetServeTest, AdmitsExplainsReleasesAndSurvivesARestart) {
     EXPECT_EQ(r["borrowed"], "0");
   }
   EXPECT_TRUE(saw_gpu);
+  // The same on /metrics, for dashboards and `purser diagnose`.
+  testing::RawClient scrape(testing::portFromListeningLine("listening on " + url));
+  ASSERT_TRUE(scrape.send("GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n"));
+  const auto metrics = scrape.readResponse();
+  ASSERT_TRUE(metrics.has_value());
+  for (const std::string line :
+       {"purser_fleet_pending_workloads{cluster_queue=\"research\"} 1",
+        "purser_fleet_admitted_workloads{cluster_queue=\"research\"} 1",
+        "purser_fleet_quota_used{cluster_queue=\"research\",flavor=\"h100\",resource=\"nvidia.com/"
+        "gpu\"} 8",
+        "purser_fleet_quota_nominal{cluster_queue=\"research\",flavor=\"h100\",resource=\"nvidia."
+        "com/gpu\"} 8"}) {
+    EXPECT_NE(metrics->body.find(line), std::string::npos) << line << "\n" << metrics->body;
+  }
 
   // Deleting the first releases its quota: the second is admitted at once.
   Run del = cli({"workloads", "delete", "ml/train-1"}, key);

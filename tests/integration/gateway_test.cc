@@ -178,6 +178,34 @@ TEST_F(GatewayTest, WhenEveryTargetFailsTheClientGets502AndNothingIsCharged) {
   EXPECT_TRUE(usage().empty());
 }
 
+TEST_F(GatewayTest, MetricsCountRequestsTokensCostAndUpstreamErrorsByRouteAndTarget) {
+  // The first target always fails (500), the second answers: one request, one upstream error.
+  serve(twoTargets(sim({"--fail-rate", "1", "--ttft-ms", "0"}), sim({"--ttft-ms", "0"})));
+  ASSERT_EQ(
+      call(port, "POST", "/api/v1/wallets", {std::string("Authorization: Bearer ") + kAdminKey},
+           json{{"scope", {{"kind", "user"}, {"id", user}}}, {"limit", "1.00"}}.dump())
+          .status,
+      201);
+  ASSERT_EQ(chat(kHello).status, 200);
+  json unknown = kHello;
+  unknown["model"] = "nope";
+  ASSERT_EQ(chat(unknown).status, 404);
+  const std::string m = call(port, "GET", "/metrics", {}).body;
+  for (const std::string line :
+       {"purser_gateway_requests_total{route=\"chat\",target=\"second\",code=\"200\"} 1",
+        "purser_gateway_requests_total{route=\"\",target=\"\",code=\"404\"} 1",
+        "purser_gateway_upstream_errors_total{target=\"first\",kind=\"5xx\"} 1",
+        "purser_gateway_tokens_total{route=\"chat\",target=\"second\",kind=\"output\"} 5",
+        "purser_gateway_ttft_seconds_count{route=\"chat\",target=\"second\"} 1",
+        "purser_gateway_upstream_latency_seconds_count{route=\"chat\",target=\"first\"} 1",
+        "purser_wallet_spent_ratio{scope=\"user:dana\",tenant=\"acme\"",
+        "purser_ledger_reservations_outstanding 0"}) {
+    EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
+  }
+  EXPECT_NE(m.find("purser_gateway_cost_nanos_total{route=\"chat\",target=\"second\"}"),
+            std::string::npos);
+}
+
 TEST_F(GatewayTest, ACutMidStreamEndsWithAnErrorEventAndAnEstimatedUsageEvent) {
   const std::string cut = sim({"--cut-rate", "1", "--ttft-ms", "0"});
   serve(fmt::format(
