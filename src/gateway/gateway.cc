@@ -226,6 +226,22 @@ constexpr size_t kOffloadBytes = 64 * 1024;
 // The most of an upstream's error answer read before it is relayed.
 constexpr size_t kMaxErrorBody = 64 * 1024;
 
+// Puts the alias where an answer names the upstream model ("model": "<upstream>"): clients see
+// the name they asked for, never what serves it. A byte-level rewrite, no parse: inside a JSON
+// string every quote is escaped, so the sequence can only be a key and its value.
+void hideUpstreamModel(std::string& text, const std::string& upstream, const std::string& alias) {
+  if (upstream == alias) return;
+  const std::string from = writeJson(Json(upstream)), to = writeJson(Json(alias));
+  for (const char* key : {"\"model\":", "\"model\": "}) {
+    const std::string needle = key + from;
+    const std::string replacement = key + to;
+    for (size_t at = text.find(needle); at != std::string::npos;
+         at = text.find(needle, at + replacement.size())) {
+      text.replace(at, needle.size(), replacement);
+    }
+  }
+}
+
 // Runs `work` on `pool`; completes on the caller's executor, with the exception `work` threw.
 // A plain initiating function, not a coroutine (see async_meter.h).
 template <typename Token>
@@ -924,6 +940,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           }
           res->body = std::move(*translated);
         }
+        hideUpstreamModel(res->body, t->model, c.route->alias);
         Response r = Response::json(res->status, std::move(res->body));
         overhead(r, c);
         co_return r;
@@ -1165,6 +1182,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
       };
       co_await offload(batch_bytes, read_events);
+      hideUpstreamModel(out, t.model, c.route->alias);
       if (!out.empty()) {
         if (!s.first_byte) {
           s.first_byte = true;
@@ -1196,7 +1214,10 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       (void)co_await w.write(errorEvent(c.api, "The upstream connection was lost mid-stream."));
       throw http::AbortStream();  // the client sees the stream end without its final marker
     }
-    if (!held.empty()) (void)co_await w.write(held);
+    if (!held.empty()) {
+      hideUpstreamModel(held, t.model, c.route->alias);
+      (void)co_await w.write(held);
+    }
   }
 
   // --- Entry points ---------------------------------------------------------------------------

@@ -60,6 +60,7 @@ const messages = [{ role: "user", content: "What does a budget protect?" }];
 test("OpenAI chat, not streamed", async () => {
   const r = await openai.chat.completions.create({ model: "chat-default", messages, max_tokens: 8 });
   assert.equal(r.object, "chat.completion");
+  assert.equal(r.model, "chat-default", "the alias answers, not the upstream model");
   assert.equal(r.usage.completion_tokens, 8);
   assert.ok(r.choices[0].message.content.length > 0);
 });
@@ -73,6 +74,7 @@ test("OpenAI chat, streamed, costs what the same tokens cost unstreamed", async 
   let text = "";
   let sawUsage = false;
   for await (const chunk of stream) {
+    assert.equal(chunk.model, "chat-default");
     if (chunk.usage) sawUsage = true;
     text += chunk.choices[0]?.delta?.content ?? "";
   }
@@ -104,11 +106,13 @@ test("OpenAI embeddings and models", async () => {
 test("Anthropic messages, streamed and not", async () => {
   const m = await anthropic.messages.create({ model: "claude", max_tokens: 6, messages });
   assert.equal(m.type, "message");
+  assert.equal(m.model, "claude", "the alias answers, not the upstream model");
   assert.equal(m.usage.output_tokens, 6);
   const stream = anthropic.messages.stream({ model: "claude", max_tokens: 6, messages });
   let text = "";
   stream.on("text", (t) => (text += t));
   const final = await stream.finalMessage();
+  assert.equal(final.model, "claude");
   assert.equal(text, m.content[0].text);
   assert.equal(final.usage.output_tokens, 6);
 });
