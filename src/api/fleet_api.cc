@@ -865,6 +865,14 @@ class Fleet::Impl {
 
   // --- Views -----------------------------------------------------------------------------------
 
+  // The priority a workload is ordered by: its WorkloadPriorityClass's value when it names one.
+  int32_t priorityOf(const Workload& w) const {
+    for (const auto& pc : base_.priority_classes) {
+      if (pc.name == w.priority_class) return pc.value;
+    }
+    return w.priority;
+  }
+
   json viewLocked(const Record& r) const {
     json sets = json::array();
     for (const auto& ps : r.spec.pod_sets) {
@@ -878,7 +886,7 @@ class Fleet::Impl {
         {"namespace", shown(r.spec.namespace_)},
         {"workload", bareName(r.spec.name)},
         {"queue", r.spec.local_queue},
-        {"priority", r.spec.priority},
+        {"priority", priorityOf(r.spec)},
         {"priority_class",
          r.spec.priority_class.empty() ? json(nullptr) : json(r.spec.priority_class)},
         {"state", r.state},

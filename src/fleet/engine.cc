@@ -810,6 +810,46 @@ class Engine::Impl {
     return {kNoFit, 0};
   }
 
+  // Whether some flavor of `group` could ever hold pod set `ps` (at its smallest partial count)
+  // in `cq`, with `assumed` already taken by the workload's earlier pod sets. When none could,
+  // `why` names the largest request against the most each flavor allows.
+  bool everFits(int cq, const PodSet& ps, int64_t count, const ResourceGroup& group,
+                const std::map<int, Amount>& assumed, std::string* why) {
+    const Cq& q = cqs_[u(cq)];
+    const int64_t least = ps.min_count ? std::min(*ps.min_count, count) : count;
+    std::vector<std::string> limits;
+    for (const auto& fq : group.flavors) {
+      const int flavor = flavor_index_.at(fq.flavor);
+      std::string ignored;
+      if (!flavorMatches(world_.flavors[u(flavor)], ps, &ignored)) continue;
+      bool holds = true;
+      for (const auto& r : group.covered) {
+        Amount per_pod = 0;
+        if (r == "pods" && q.covers_pods) {
+          per_pod = 1000;
+        } else if (auto it = ps.requests.find(r); it != ps.requests.end()) {
+          per_pod = it->second;
+        }
+        if (per_pod == 0) continue;
+        const int f = fr(flavor, resourceIndex(r, false));
+        auto before = assumed.find(f);
+        const Amount val = per_pod * least + (before == assumed.end() ? 0 : before->second);
+        const Amount most = potential(q.node, f);
+        if (val > most) {
+          holds = false;
+          limits.push_back(fmt::format("flavor {} holds at most {} {} ({} asked)", fq.flavor,
+                                       amountText(most), r, amountText(val)));
+          break;
+        }
+      }
+      if (holds) return true;
+    }
+    std::string joined;
+    for (const auto& l : limits) joined += (joined.empty() ? "" : " and ") + l;
+    *why = fmt::format("it can never fit in ClusterQueue {}: {}", q.spec.name, joined);
+    return false;
+  }
+
   // One attempt at assigning flavors to every pod set with the given counts.
   Assignment assign(const Wl& w, int cq, const std::vector<int64_t>& counts) {
     Assignment a;
@@ -892,6 +932,16 @@ class Engine::Impl {
             psa.reasons.push_back(m);
           }
           if (attempts.empty()) psa.reasons.push_back("no flavor of its resource group fits");
+          // Kueue's attempts stop at the first resource that does not fit now, so they can say
+          // "insufficient unused quota" of a pod set that no flavor could ever hold. When none
+          // could, even at its smallest partial count, that is the reason that stands.
+          if (cat == kWaitingForQuota) {
+            std::string never;
+            if (!everFits(cq, ps, counts[i], group, a.usage, &never)) {
+              cat = kExceedsMaxQuota;
+              psa.reasons.push_back(never);
+            }
+          }
           psa.category = cat;
           break;
         }

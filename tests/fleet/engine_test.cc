@@ -165,6 +165,53 @@ TEST(EngineTest, ExplainSaysWhatIsAskedWhatIsThereAndWhatPreemptionWouldTake) {
   EXPECT_FALSE(e.explain("ml/nobody"));
 }
 
+// Kueue's flavor attempt stops at the first resource short now (cpu here), so by its message
+// alone a workload no flavor could ever hold would seem to wait for quota. The headline says
+// the truth: it exceeds the most the ClusterQueue can ever use, unless a smaller partial count
+// could fit.
+TEST(EngineTest, AWorkloadThatCanNeverFitSaysSoThoughAnotherResourceIsShortFirst) {
+  World world;
+  world.flavors.push_back({"h100", {}, {}, {}});
+  ClusterQueue cq;
+  cq.name = "a";
+  cq.resource_groups.push_back({{"cpu", "nvidia.com/gpu"},
+                                {{"h100",
+                                  {{"cpu", Quota{8000, std::nullopt, std::nullopt}},
+                                   {"nvidia.com/gpu", Quota{4000, std::nullopt, std::nullopt}}}}}});
+  world.cluster_queues.push_back(cq);
+  world.local_queues.push_back({"ml", "a", "a"});
+  world.namespaces["ml"] = {};
+  auto engine = Engine::create(world);
+  ASSERT_TRUE(engine) << engine.error().message;
+  Engine& e = **engine;
+  const auto job = [](const std::string& name, int64_t count, Amount cpu, Amount gpus,
+                      int64_t created) {
+    Workload w = gpuJob(name, "a", gpus, 0, created);
+    w.pod_sets[0].count = count;
+    w.pod_sets[0].requests["cpu"] = cpu * 1000;
+    return w;
+  };
+  ASSERT_TRUE(e.submit(job("busy", 1, 8, 0, 1)));  // every cpu, no GPU
+  e.runUntilStable();
+  ASSERT_EQ(e.status("ml/busy")->state, WorkloadStatus::State::kAdmitted);
+  ASSERT_TRUE(e.submit(job("huge", 1, 1, 8, 2)));   // 8 GPUs: never
+  ASSERT_TRUE(e.submit(job("later", 1, 1, 2, 3)));  // fits once cpu is free
+  Workload partial = job("partial", 4, 1, 2, 4);    // 8 GPUs in full, 4 at two pods
+  partial.pod_sets[0].min_count = 2;
+  ASSERT_TRUE(e.submit(partial));
+  e.runUntilStable();
+  const auto huge = e.status("ml/huge");
+  EXPECT_EQ(huge->state, WorkloadStatus::State::kPending);
+  EXPECT_EQ(huge->reason, "ExceedsMaxQuota");
+  EXPECT_NE(huge->message.find("it can never fit in ClusterQueue a: flavor h100 holds at most 4 "
+                               "nvidia.com/gpu (8 asked)"),
+            std::string::npos)
+      << huge->message;
+  EXPECT_EQ(e.status("ml/later")->reason, "WaitingForQuota");
+  EXPECT_EQ(e.status("ml/partial")->reason, "WaitingForQuota");
+  EXPECT_EQ(e.status("ml/later")->message.find("never"), std::string::npos);
+}
+
 TEST(EngineTest, RequestsBeyondAnyQuotaAreRefused) {
   auto engine = Engine::create(twoQueues());
   ASSERT_TRUE(engine);

@@ -45,6 +45,11 @@ apiVersion: kueue.x-k8s.io/v1beta1
 kind: LocalQueue
 metadata: {namespace: ml, name: research}
 spec: {clusterQueue: research}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: urgent}
+value: 1000
 )";
 
 constexpr const char* kTrain = R"(apiVersion: kueue.x-k8s.io/v1beta1
@@ -224,6 +229,15 @@ TEST_F(FleetServeTest, AdmitsExplainsReleasesAndSurvivesARestart) {
   // Its quota is held: a workload needing the whole queue waits.
   ASSERT_EQ(cli({"submit", "-f", workloadFile("train-3", 2)}, key).code, 0);
   EXPECT_EQ(workload("ml/train-3", key)["state"], "pending");
+  // A workload's priority is its priority class's value, as the queue orders it.
+  const std::string urgent = dir.file("urgent.yaml");
+  testing::writeFile(urgent,
+                     "name: hot\nqueue: research\npriority_class: urgent\n"
+                     "pod_sets: [{name: a, requests: {cpu: 1}}]\n");
+  ASSERT_EQ(cli({"submit", "-f", urgent}, key).code, 0);
+  const json hot = workload("ml/hot", key);
+  EXPECT_EQ(hot["priority"], 1000);
+  EXPECT_EQ(hot["priority_class"], "urgent");
 }
 
 TEST_F(FleetServeTest, BadInputIsRefusedAndChangesNothing) {
