@@ -1149,48 +1149,64 @@ asio::awaitable<void> postWebhook(http::HttpClient& client, std::string url, std
   }
 }
 
+// The optional "tokens" object of a settlement or a recorded event: {input, output, cached_input,
+// cache_write, reasoning}.
+Result<void> readTokens(const json& body, ledger::TokenCounts* tokens) {
+  auto it = body.find("tokens");
+  if (it == body.end() || it->is_null()) return {};
+  if (!it->is_object()) {
+    return fail(invalidArgument("\"tokens\" must be an object of counts").withField("tokens"));
+  }
+  for (const auto& [name, field] :
+       std::initializer_list<std::pair<const char*, int64_t ledger::TokenCounts::*>>{
+           {"input", &ledger::TokenCounts::input},
+           {"output", &ledger::TokenCounts::output},
+           {"cached_input", &ledger::TokenCounts::cached_input},
+           {"cache_write", &ledger::TokenCounts::cache_write},
+           {"reasoning", &ledger::TokenCounts::reasoning}}) {
+    auto v = optionalInt(*it, name, 0, int64_t{1} << 40);
+    if (!v) return fail(v.error().withField("tokens"));
+    tokens->*field = v->value_or(0);
+  }
+  return {};
+}
+
+// What an event costs: "cost" as given, or its tokens at the model's price.
+Result<Money> eventCost(const Services& s, const json& body, const ledger::UsageEvent& event) {
+  if (body.contains("cost")) {
+    auto cost = PURSER_TRY_VALUE(requiredMoney(body, "cost"));
+    if (cost.isNegative()) {
+      return fail(invalidArgument("\"cost\" cannot be negative").withField("cost"));
+    }
+    return cost;
+  }
+  const ledger::TokenPrice* price = s.prices.find(event.provider, event.model);
+  if (price == nullptr) {
+    return fail(
+        invalidArgument(fmt::format("there is no price for model \"{}\"; give \"cost\"",
+                                    event.model))
+            .withField("cost"));
+  }
+  auto priced = ledger::tokenCost(*price, event.tokens, Rounding::kHalfEven);
+  if (!priced) return fail(priced.error().withField("cost"));
+  return *priced;
+}
+
 asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   const std::string id(*req.param("id"));
   API_TRY(body, parseObject(req));
   API_TRY(own, ownReservation(who, id));
   auto [event, estimate] = own;
-  if (auto it = body.find("tokens"); it != body.end() && !it->is_null()) {
-    if (!it->is_object())
-      co_return problem(400, "\"tokens\" must be an object of counts", "tokens");
-    for (const auto& [name, field] :
-         std::initializer_list<std::pair<const char*, int64_t ledger::TokenCounts::*>>{
-             {"input", &ledger::TokenCounts::input},
-             {"output", &ledger::TokenCounts::output},
-             {"cached_input", &ledger::TokenCounts::cached_input},
-             {"cache_write", &ledger::TokenCounts::cache_write},
-             {"reasoning", &ledger::TokenCounts::reasoning}}) {
-      auto v = optionalInt(*it, name, 0, int64_t{1} << 40);
-      if (!v) co_return problem(v.error().withField("tokens"));
-      event.tokens.*field = v->value_or(0);
-    }
-  }
+  if (auto read = readTokens(body, &event.tokens); !read) co_return problem(read.error());
   API_TRY(status, optionalInt(body, "status", 0, 999));
   API_TRY(latency, optionalInt(body, "latency_ms", 0, int64_t{1} << 40));
   API_TRY(ttft, optionalInt(body, "ttft_ms", 0, int64_t{1} << 40));
   API_TRY(provider, optionalString(body, "provider"));
   API_TRY(estimated, optionalBool(body, "estimated"));
   if (provider) event.provider = *provider;
-  if (body.contains("cost")) {
-    API_TRY(cost, requiredMoney(body, "cost"));
-    if (cost.isNegative()) co_return problem(400, "\"cost\" cannot be negative", "cost");
-    event.cost = cost;
-  } else {
-    const ledger::TokenPrice* price = s.prices.find(event.provider, event.model);
-    if (price == nullptr) {
-      co_return problem(
-          400, fmt::format("there is no price for model \"{}\"; give \"cost\"", event.model),
-          "cost");
-    }
-    auto priced = ledger::tokenCost(*price, event.tokens, Rounding::kHalfEven);
-    if (!priced) co_return problem(priced.error().withField("cost"));
-    event.cost = *priced;
-  }
+  API_TRY(cost, eventCost(s, body, event));
+  event.cost = cost;
   event.status = static_cast<int>(status.value_or(200));
   event.latency_ms = latency.value_or(0);
   event.ttft_ms = ttft.value_or(0);
@@ -1253,6 +1269,242 @@ asio::awaitable<Response> releaseReservation(const Services& s, Request& req) {
   if (!released) co_return problem(released.error().withField("id"));
   reservations().erase(id);
   co_return jsonResponse(200, {{"id", id}, {"released", true}});
+}
+
+// At most this many events in one POST /usage.
+constexpr size_t kMaxRecordedEvents = 1000;
+
+// An optional label of a recorded event (model, route, provider, session): 1 to 256 bytes, no
+// control characters.
+Result<std::string> optionalLabel(const json& body, const std::string& field) {
+  auto v = PURSER_TRY_VALUE(optionalString(body, field));
+  if (!v) return std::string();
+  if (v->empty() || v->size() > 256 ||
+      std::any_of(v->begin(), v->end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 32 || c == 127; })) {
+    return fail(invalidArgument(fmt::format(
+                                    "\"{}\" must be 1 to 256 characters with no control characters",
+                                    field))
+                    .withField(field));
+  }
+  return *v;
+}
+
+struct RecordedEvent {
+  ledger::UsageEvent event;
+  std::vector<std::string> wallets;
+};
+
+// One event of POST /usage: {id, at, owner: {kind, id}, key?, model?, route?, provider?,
+// session_id?, tokens?, cost?, status?, latency_ms?, ttft_ms?}.
+Result<RecordedEvent> readRecordedEvent(const Services& s, const Principal& who, const json& body,
+                                        SystemTime now) {
+  if (!body.is_object()) return fail(invalidArgument("each event must be a JSON object"));
+  RecordedEvent out;
+  ledger::UsageEvent& e = out.event;
+  e.id = PURSER_TRY_VALUE(requiredString(body, "id"));
+  if (!validClientId(e.id)) {
+    return fail(invalidArgument("\"id\" must be 1 to 128 characters of letters, digits, '.', '_', "
+                                "':' or '-'")
+                    .withField("id"));
+  }
+  const std::string at_text = PURSER_TRY_VALUE(requiredString(body, "at"));
+  auto at = parseRfc3339(at_text);
+  if (!at) {
+    return fail(invalidArgument(fmt::format("\"at\" must be an RFC 3339 time such as "
+                                            "\"2026-11-02T14:05:00Z\", got \"{}\"",
+                                            at_text))
+                    .withField("at"));
+  }
+  if (*at > now) {
+    return fail(invalidArgument("\"at\" is in the future; only usage that ran is recorded")
+                    .withField("at"));
+  }
+  if (*at < parseRfc3339("2000-01-01T00:00:00Z").value()) {
+    return fail(invalidArgument("\"at\" is before 2000").withField("at"));
+  }
+  e.at = *at;
+  auto owner = body.find("owner");
+  if (owner == body.end() || !owner->is_object()) {
+    return fail(invalidArgument("\"owner\" is required: {\"kind\": \"user\" or "
+                                "\"service_account\", \"id\": id or name}")
+                    .withField("owner"));
+  }
+  const std::string kind_text = PURSER_TRY_VALUE(requiredString(*owner, "kind"));
+  auto kind = identity::parseOwnerKind(kind_text);
+  if (!kind) return fail(kind.error().withField("owner.kind"));
+  const std::string named = PURSER_TRY_VALUE(requiredString(*owner, "id"));
+  const bool user = *kind == identity::OwnerKind::kUser;
+  const std::string owner_id =
+      resolveScope(s, who,
+                   {user ? ledger::ScopeKind::kUser : ledger::ScopeKind::kServiceAccount, named})
+          .id;
+  if (user) {
+    auto u = s.directory.user(owner_id);
+    if (!u || u->tenant_id.empty()) return fail(notFound("user", named, "owner.id"));
+    e.tenant_id = u->tenant_id;
+    e.team_id = u->team_id;
+    e.user_id = u->id;
+  } else {
+    auto a = s.directory.serviceAccount(owner_id);
+    if (!a) return fail(notFound("service account", named, "owner.id"));
+    e.tenant_id = a->tenant_id;
+    e.team_id = a->team_id;
+    e.service_account_id = a->id;
+  }
+  ledger::Charged charged{e.tenant_id, e.team_id, e.user_id, e.service_account_id, {}};
+  if (auto key = PURSER_TRY_VALUE(optionalString(body, "key")); key) {
+    auto k = s.directory.key(*key);
+    if (!k || k->owner_id != owner_id) {
+      return fail(invalidArgument(fmt::format("key \"{}\" is not a key of the owner",
+                                              *key))
+                      .withField("key"));
+    }
+    e.key_id = k->id;
+    for (const auto& c : s.directory.keyChain(k->id)) charged.key_chain.push_back(c.id);
+  }
+  e.model = PURSER_TRY_VALUE(optionalLabel(body, "model"));
+  e.route = PURSER_TRY_VALUE(optionalLabel(body, "route"));
+  e.provider = PURSER_TRY_VALUE(optionalLabel(body, "provider"));
+  e.session_id = PURSER_TRY_VALUE(optionalLabel(body, "session_id"));
+  PURSER_TRY(readTokens(body, &e.tokens));
+  e.cost = PURSER_TRY_VALUE(eventCost(s, body, e));
+  e.status = static_cast<int>(
+      PURSER_TRY_VALUE(optionalInt(body, "status", 100, 599)).value_or(200));
+  e.latency_ms = PURSER_TRY_VALUE(optionalInt(body, "latency_ms", 0, int64_t{1} << 40)).value_or(0);
+  e.ttft_ms = PURSER_TRY_VALUE(optionalInt(body, "ttft_ms", 0, int64_t{1} << 40)).value_or(0);
+  out.wallets =
+      s.wallets.chain(ledger::scopesOf(charged), e.model.empty() ? e.route : e.model);
+  return out;
+}
+
+// POST /api/v1/usage: usage that ran elsewhere, recorded after the fact — history brought from
+// another gateway, or work metered outside Purser (platform admins). Each event is charged to its
+// owner's wallets whose current window holds its time (older events are history only: spend
+// reports, not budgets) and recorded once by id: a retry answers the ids already recorded. A bad
+// event refuses the whole request, naming it; nothing is recorded.
+asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  if (auto denied = identity::authorize(who, Action::kRecordUsage, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "usage.record", "usage");
+  }
+  API_TRY(body, parseObject(req));
+  auto list = body.find("events");
+  if (list == body.end() || !list->is_array() || list->empty()) {
+    co_return problem(400, "\"events\" must be a non-empty list of usage events", "events");
+  }
+  if (list->size() > kMaxRecordedEvents) {
+    co_return problem(400,
+                      fmt::format("at most {} events per request, got {}; send the rest in "
+                                  "further requests",
+                                  kMaxRecordedEvents, list->size()),
+                      "events");
+  }
+  const SystemTime now = s.clock.now();
+  std::vector<RecordedEvent> events;
+  std::set<std::string> ids;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string at = fmt::format("events[{}]", i);
+    auto read = readRecordedEvent(s, who, (*list)[i], now);
+    if (!read) {
+      co_return problem(read.error().withField(at));
+    }
+    if (!ids.insert(read->event.id).second) {
+      co_return problem(400, fmt::format("id \"{}\" is given twice", read->event.id),
+                        at + ".id");
+    }
+    if (s.wallets.holds(read->event.id)) {
+      co_return problem(Error(ErrorCode::kAlreadyExists,
+                              fmt::format("id \"{}\" is an outstanding reservation's; settle it "
+                                          "instead",
+                                          read->event.id))
+                            .withField(at + ".id"));
+    }
+    events.push_back(std::move(*read));
+  }
+  // The ids the durable record already has: a retry, or ids in use.
+  std::set<std::string> recorded;
+  auto looked = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+    for (const auto& r : events) {
+      auto rows = PURSER_TRY_VALUE(
+          tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {r.event.id}));
+      if (!rows.empty()) recorded.insert(r.event.id);
+    }
+    return {};
+  });
+  if (!looked) co_return problem(unavailable("the ledger could not be read; try again"));
+  // Charged in memory first (as every charge is), then written together; a failed write leaves
+  // memory charged (never under-counting), and the retry records what this attempt charged.
+  struct TenantTotal {
+    int64_t events = 0;
+    Money charged, overage;
+    SystemTime from = SystemTime::max(), to = SystemTime::min();
+    std::vector<ledger::Alert> alerts;
+  };
+  std::map<std::string, TenantTotal> tenants;
+  std::vector<store::TxFn> writes;
+  Money charged, overage;
+  json alerts = json::array();
+  Error failed;
+  bool stopped = false;
+  for (const auto& r : events) {
+    if (recorded.contains(r.event.id)) continue;
+    auto c = s.meter.record(r.event, r.wallets);
+    if (!c) {
+      // Only a race with a reservation made since the check above: record what was charged.
+      failed = c.error().withField("events");
+      stopped = true;
+      break;
+    }
+    writes.push_back(std::move(c->write));
+    TenantTotal& t = tenants[r.event.tenant_id];
+    ++t.events;
+    t.charged = t.charged.add(c->charged).value_or(Money::max());
+    t.overage = t.overage.add(c->overage).value_or(Money::max());
+    t.from = std::min(t.from, r.event.at);
+    t.to = std::max(t.to, r.event.at);
+    charged = charged.add(c->charged).value_or(Money::max());
+    overage = overage.add(c->overage).value_or(Money::max());
+    for (const auto& a : c->alerts) {
+      t.alerts.push_back(a);
+      alerts.push_back({{"wallet", a.wallet_id},
+                        {"threshold", a.threshold},
+                        {"spent", a.spent.toString()},
+                        {"limit", a.limit.toString()}});
+    }
+  }
+  auto written = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
+    for (const auto& w : writes) PURSER_TRY(w(tx));
+    for (const auto& [tenant, t] : tenants) {
+      PURSER_TRY(auditAlerts(s, tx, t.alerts, tenant, who.id));
+      PURSER_TRY(s.audit.append(
+          tx, auditEntry(who, "usage.record", "tenant:" + tenant, "",
+                         writeJson(json{{"events", t.events},
+                                        {"charged", t.charged.toString()},
+                                        {"overage", t.overage.toString()},
+                                        {"from", formatRfc3339(t.from)},
+                                        {"to", formatRfc3339(t.to)}}),
+                         tenant)));
+    }
+    return {};
+  });
+  if (!written) {
+    spdlog::error("api: recorded usage not written: {}", written.error().message);
+    co_return problem(unavailable(
+        "the ledger could not record the usage; send the same events again (ids already recorded "
+        "are skipped)"));
+  }
+  const auto executor = co_await asio::this_coro::executor;
+  for (const auto& [tenant, t] : tenants) {
+    if (!t.alerts.empty()) postAlerts(s, executor, t.alerts, tenant);
+  }
+  if (stopped) co_return problem(failed);
+  co_return jsonResponse(200, {{"recorded", writes.size()},
+                               {"already_recorded", json(std::vector<std::string>(
+                                                        recorded.begin(), recorded.end()))},
+                               {"charged", charged.toString()},
+                               {"overage", overage.toString()},
+                               {"alerts", alerts}});
 }
 
 json toJson(const ledger::RateLimitSpec& l) {
@@ -1619,6 +1871,7 @@ Result<void> addMeteringRoutes(http::Router& router, const Services& services) {
   PURSER_TRY(route(Method::kPost, "/api/v1/reservations/{id}/settle", settleReservation));
   PURSER_TRY(route(Method::kDelete, "/api/v1/reservations/{id}", releaseReservation));
   PURSER_TRY(route(Method::kGet, "/api/v1/usage", listUsage));
+  PURSER_TRY(route(Method::kPost, "/api/v1/usage", recordUsage));
   PURSER_TRY(route(Method::kGet, "/api/v1/spend", spend));
   PURSER_TRY(route(Method::kPost, "/api/v1/rate-limits", createRateLimit));
   PURSER_TRY(

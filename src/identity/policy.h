@@ -37,6 +37,7 @@ enum class Action {
   kReadSpend,
   kReadAudit,
   kVerifyAudit,
+  kRecordUsage,  // record usage that ran elsewhere (platform admins)
 };
 
 // What an action is applied to: where it lives, and for per-person things, whose it is.

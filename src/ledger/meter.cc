@@ -293,6 +293,29 @@ Result<Meter::Charge> Meter::charge(UsageEvent event, std::vector<std::string> w
                 std::move(charged.alerts), charged.charged, charged.overage};
 }
 
+Result<Meter::Charge> Meter::record(UsageEvent event, std::vector<std::string> wallet_ids) {
+  if (event.at > clock_.now()) {
+    return fail(invalidArgument(
+        fmt::format("usage event \"{}\" is dated in the future; only usage that ran is recorded",
+                    event.id)));
+  }
+  wallet_ids = book_.holding(wallet_ids, event.at);
+  const Money cost = event.cost;
+  auto charged = PURSER_TRY_VALUE(book_.charge(event.id, wallet_ids, cost));
+  event.cost = charged.charged;
+  event.overage = cost.sub(charged.charged).value_or(Money::zero());
+  if (!charged.duplicate) wallet_ids = std::move(charged.wallet_ids);
+  store::TxFn write = recordWrite(event, wallet_ids);
+  return Charge{[write = std::move(write), id = event.id](store::Tx& tx) -> Result<void> {
+                  auto used = PURSER_TRY_VALUE(
+                      tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {id}));
+                  if (!used.empty()) return {};
+                  return write(tx);
+                },
+                charged.duplicate ? std::vector<Alert>{} : std::move(charged.alerts),
+                event.cost, event.overage};
+}
+
 Result<void> Meter::release(const std::string& event_id) {
   PURSER_TRY(book_.release(event_id));
   store_.writeAsync(

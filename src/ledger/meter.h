@@ -126,6 +126,12 @@ class Meter {
     Money overage;
   };
   Result<Charge> charge(UsageEvent event, std::vector<std::string> wallet_ids);
+  // Usage that ran elsewhere, recorded after the fact (history brought from another gateway, work
+  // metered outside Purser): charged like charge(), but only to those of `wallet_ids` whose
+  // current window holds `event.at`, and recorded once — the write skips an event whose id the
+  // durable record already has, and an id charged in memory by an attempt whose write failed is
+  // recorded now with what that attempt charged. `event.at` must not be in the future.
+  Result<Charge> record(UsageEvent event, std::vector<std::string> wallet_ids);
   // Drops a reservation whose work never ran; the intent is removed in the background.
   Result<void> release(const std::string& event_id);
   // Gives back the holds whose lease ended; their intents are removed in the background.

@@ -334,6 +334,25 @@ std::vector<std::string> WalletBook::chain(const std::vector<Scope>& scopes,
   return out;
 }
 
+std::vector<std::string> WalletBook::holding(const std::vector<std::string>& wallet_ids,
+                                             SystemTime at) const {
+  const SystemTime now = clock_.now();
+  std::vector<std::string> out;
+  std::lock_guard lock(mu_);
+  for (const auto& id : wallet_ids) {
+    auto it = wallets_.find(id);
+    if (it == wallets_.end()) continue;
+    rollIfDue(it->second, now);
+    if (at >= it->second.window.start && at < it->second.window.end) out.push_back(id);
+  }
+  return out;
+}
+
+bool WalletBook::holds(const std::string& event_id) const {
+  std::lock_guard lock(mu_);
+  return reservations_.contains(event_id);
+}
+
 size_t WalletBook::outstanding() const {
   std::lock_guard lock(mu_);
   return reservations_.size();

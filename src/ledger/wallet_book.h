@@ -115,6 +115,10 @@ class WalletBook {
   Result<Settlement> charge(const std::string& event_id, const std::vector<std::string>& wallet_ids,
                             Money actual);
 
+  // Of `wallet_ids`, those whose current window holds `at` (usage recorded after the fact counts
+  // only toward the window it ran in).
+  std::vector<std::string> holding(const std::vector<std::string>& wallet_ids, SystemTime at) const;
+
   // Drops a reservation without charging (the work never ran).
   Result<void> release(const std::string& event_id);
 
@@ -122,6 +126,8 @@ class WalletBook {
   std::vector<std::string> expireLeases();
 
   size_t outstanding() const;
+  // Whether a reservation with this event id is outstanding.
+  bool holds(const std::string& event_id) const;
 
   // The wallets that apply to usage by these scopes for `model`: those on any of the scopes
   // with no model, or with exactly this model. Sorted by id.

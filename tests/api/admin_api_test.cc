@@ -944,5 +944,110 @@ TEST_F(MeteringTest, AnIntentThatCannotBeResolvedIsSetAsideAndTheStartGoesOn) {
   EXPECT_EQ(after.meter.recover()->quarantined, 0) << "set aside once";
 }
 
+TEST_F(MeteringTest, UsageThatRanElsewhereIsRecordedOnceAndChargesOnlyTheWindowItRanIn) {
+  clock.setNow(parseRfc3339("2026-01-15T12:00:00Z").value());
+  wallet({{"kind", "user"}, {"id", dana}}, "10.00", {{"period", "monthly"}});
+  wallet({{"kind", "team"}, {"id", team}}, "100.00");  // no period: every event is in its window
+  auto event = [&](const std::string& id, const std::string& at, const char* cost) {
+    return json{{"id", id},
+                {"at", at},
+                {"owner", {{"kind", "user"}, {"id", "dana"}}},  // a name, as people give it
+                {"model", "gpt-4o"},
+                {"cost", cost},
+                {"tokens", {{"input", 100}, {"output", 20}}}};
+  };
+  const json events = {event("old-1", "2025-12-20T09:00:00Z", "3.00"),
+                       event("new-1", "2026-01-10T09:00:00Z", "2.00"),
+                       event("new-2", "2026-01-15T11:00:00Z", "1.50")};
+  auto usageCount = [&] {
+    return call("GET", "/api/v1/usage?scope=user:" + dana, kAdminKey).body["data"].size();
+  };
+
+  // Only platform admins record usage; a bad event anywhere refuses the whole request, naming it.
+  EXPECT_EQ(call("POST", "/api/v1/usage", dana_key, {{"events", events}}).status, 403);
+  json bad = events;
+  bad[1]["at"] = "2026-02-01T00:00:00Z";
+  Reply future = call("POST", "/api/v1/usage", kAdminKey, {{"events", bad}});
+  EXPECT_EQ(future.status, 400);
+  EXPECT_EQ(future.body["field"], "events[1].at");
+  bad = events;
+  bad[2]["cost"] = "-1";
+  EXPECT_EQ(call("POST", "/api/v1/usage", kAdminKey, {{"events", bad}}).body["field"],
+            "events[2].cost");
+  bad = events;
+  bad[0]["owner"]["id"] = "nobody";
+  Reply unknown = call("POST", "/api/v1/usage", kAdminKey, {{"events", bad}});
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.body["field"], "events[0].owner.id");
+  bad = events;
+  bad[0]["key"] = call("POST", "/api/v1/keys", kAdminKey,
+                       {{"owner", {{"kind", "service_account"}, {"id", bot}}}, {"name", "other"}})
+                      .body["id"];
+  EXPECT_EQ(call("POST", "/api/v1/usage", kAdminKey, {{"events", bad}}).body["field"],
+            "events[0].key");
+  bad = events;
+  bad[2]["id"] = "new-1";
+  EXPECT_EQ(call("POST", "/api/v1/usage", kAdminKey, {{"events", bad}}).body["field"],
+            "events[2].id");
+  bad = events;
+  bad[1]["tokens"]["output"] = "many";
+  EXPECT_EQ(call("POST", "/api/v1/usage", kAdminKey, {{"events", bad}}).body["field"],
+            "events[1].tokens.output");
+  json many = json::array();
+  for (int i = 0; i < 1001; ++i)
+    many.push_back(event("e-" + std::to_string(i), "2026-01-02T00:00:00Z", "0.01"));
+  Reply too_many = call("POST", "/api/v1/usage", kAdminKey, {{"events", many}});
+  EXPECT_EQ(too_many.status, 400);
+  EXPECT_EQ(too_many.body["field"], "events");
+  EXPECT_EQ(call("POST", "/api/v1/usage", kAdminKey, {{"events", json::array()}}).status, 400);
+  EXPECT_EQ(usageCount(), 0u) << "nothing refused was recorded";
+  EXPECT_EQ(walletStatus("team:" + team)["spent"], "0.00");
+
+  Reply r = call("POST", "/api/v1/usage", kAdminKey, {{"events", events}});
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["recorded"], 3);
+  EXPECT_TRUE(r.body["already_recorded"].empty());
+  EXPECT_EQ(r.body["charged"], "6.50");
+  // December's event is history: in the reports and the team's open-ended wallet, not in Dana's
+  // January budget.
+  EXPECT_EQ(walletStatus("user:" + dana)["spent"], "3.50");
+  EXPECT_EQ(walletStatus("team:" + team)["spent"], "6.50");
+  Reply by_day = call("GET",
+                      "/api/v1/spend?scope=user:" + dana +
+                          "&group_by=day&from=2025-12-01T00:00:00Z&to=2026-01-16T00:00:00Z",
+                      kAdminKey);
+  ASSERT_EQ(by_day.status, 200) << by_day.body.dump();
+  std::map<std::string, std::string> days;
+  for (const auto& row : by_day.body["data"]) days[row["group"]] = row["cost"];
+  EXPECT_EQ(days, (std::map<std::string, std::string>{
+                      {"2025-12-20", "3.00"}, {"2026-01-10", "2.00"}, {"2026-01-15", "1.50"}}));
+
+  // A retry records nothing twice.
+  Reply again = call("POST", "/api/v1/usage", kAdminKey, {{"events", events}});
+  ASSERT_EQ(again.status, 200);
+  EXPECT_EQ(again.body["recorded"], 0);
+  EXPECT_EQ(again.body["already_recorded"], json({"new-1", "new-2", "old-1"}));
+  EXPECT_EQ(walletStatus("user:" + dana)["spent"], "3.50");
+  EXPECT_EQ(usageCount(), 3u);
+  // Recorded ids are taken, and an outstanding reservation's id cannot be recorded over.
+  EXPECT_EQ(reserve(dana_key, "0.10", {{"id", "new-1"}}).status, 409);
+  ASSERT_EQ(reserve(dana_key, "0.10", {{"id", "open-1"}}).status, 201);
+  Reply open = call("POST", "/api/v1/usage", kAdminKey,
+                    {{"events", {event("open-1", "2026-01-15T11:30:00Z", "0.10")}}});
+  EXPECT_EQ(open.status, 409);
+  EXPECT_EQ(open.body["field"], "events[0].id");
+  // The change is audited in the tenant's log.
+  Reply audited = call("GET", "/api/v1/audit?action=usage.record", kAdminKey);
+  ASSERT_EQ(audited.status, 200);
+  ASSERT_EQ(audited.body["data"].size(), 1u) << audited.body.dump();
+
+  // What was charged is what a restart finds.
+  Restarted after(clock, random, ids, *store, audit, prices);
+  ASSERT_TRUE(loadState(after.services).has_value());
+  const auto chain = after.book.chain({{ledger::ScopeKind::kUser, dana}}, "");
+  ASSERT_EQ(chain.size(), 1u);
+  EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "3.50");
+}
+
 }  // namespace
 }  // namespace purser::api
