@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // The demo `make run` starts: two simulated model servers, `purser serve` with
 // examples/demo.yaml, then (once, into ./var) two tenants with teams, people and wallets — Dana
-// spending far more than the rest — a handful of GPU workloads, and background traffic through
-// the gateway, so every view of the console has live data within a minute.
+// spending far more than the rest, Ana past an alert — thirty days of their history, a handful of
+// GPU workloads, and background traffic through the gateway, so every view of the console has
+// data from the first minute.
 //
 //   node scripts/demo.mjs [--purser build/release/purser] [--config examples/demo.yaml]
 //                         [--data var] [--admin-key KEY] [--rate 3] [--port 8080]
@@ -98,23 +99,81 @@ async function call(path, { method = "GET", body, key = adminKey, headers = {} }
 }
 
 // Tenants, teams, people, wallets and keys, made once; their keys are kept in the data folder.
-// Earlier this month, before the demo started: what each had already spent (dollars).
 const PEOPLE = [
-  // tenant, team, name, role, monthly wallet, traffic weight, spent before
-  ["acme", "ml", "olivia", "tenant-admin", null, 0, 0],
-  ["acme", "ml", "dana", "member", "40.00", 10, 46],
-  ["acme", "ml", "ana", "member", "40.00", 1, 6],
-  ["acme", "ml", "bo", "member", "40.00", 1, 9],
-  ["acme", "serving", "carol", "team-lead", "40.00", 1, 4],
-  ["globex", "labs", "gus", "tenant-admin", "60.00", 1, 5],
-  ["globex", "labs", "hana", "member", "60.00", 1, 12],
+  // tenant, team, name, role, monthly wallet, traffic weight, spent this month before the demo
+  // started, dollars a day in the weeks before the month began
+  ["acme", "ml", "olivia", "tenant-admin", null, 0, 0, 0],
+  ["acme", "ml", "dana", "member", "40.00", 10, 46, 1.1],
+  ["acme", "ml", "ana", "member", "40.00", 1, 31, 0.9],  // past her 75 % alert: amber
+  ["acme", "ml", "bo", "member", "40.00", 1, 9, 0.4],
+  ["acme", "serving", "carol", "team-lead", "40.00", 1, 4, 0.2],
+  ["globex", "labs", "gus", "tenant-admin", "60.00", 1, 5, 0.3],
+  ["globex", "labs", "hana", "member", "60.00", 1, 12, 0.6],
 ];
+
+// A repeatable pseudo-random sequence (the history has the same shape at every start).
+function seeded(seed) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// What people spent before the demo started, hour by hour over the last 30 days, as usage that
+// ran elsewhere (POST /api/v1/usage): this month's sums to each one's `before` and counts in this
+// month's wallets; the days before the month began are history, in the reports only. Working
+// hours and weekdays weigh more.
+function history(people, now) {
+  const HOUR = 3600e3;
+  const random = seeded(2026);
+  const monthStart = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1);
+  const first = Math.floor((now.getTime() - 30 * 24 * HOUR) / HOUR) * HOUR;
+  const weight = (t) => {
+    const d = new Date(t);
+    const working = d.getUTCHours() >= 8 && d.getUTCHours() < 19 ? 1 : 0.12;
+    const weekend = d.getUTCDay() === 0 || d.getUTCDay() === 6 ? 0.3 : 1;
+    return working * weekend * (0.4 + 1.2 * random());
+  };
+  const MODELS = [["gpt-4o", 0.55], ["claude", 0.3], ["gpt-4o-mini", 0.15]];
+  const events = [];
+  for (const p of people) {
+    const hours = [];
+    for (let t = first; t < now.getTime(); t += HOUR) hours.push({ t, w: weight(t) });
+    // This month: cents shared out by weight, the rounding left over given to the busiest hour.
+    const month = hours.filter((h) => h.t >= monthStart);
+    const total = month.reduce((sum, h) => sum + h.w, 0);
+    let left = Math.round(p.before * 100);
+    for (const h of month) h.cents = Math.floor((p.before * 100 * h.w) / total);
+    left -= month.reduce((sum, h) => sum + h.cents, 0);
+    if (month.length > 0) month.reduce((a, b) => (b.w > a.w ? b : a)).cents += left;
+    // Before it: about `daily` a day (a weekday's weights sum to about 12).
+    for (const h of hours) if (h.t < monthStart) h.cents = Math.round((p.daily * 100 * h.w) / 12);
+    for (const h of hours) {
+      if (!h.cents) continue;
+      const at = new Date(h.t + Math.floor(random() * Math.min(HOUR, now.getTime() - h.t)));
+      const day = at.toISOString().slice(0, 10);
+      let pick = random(), model = MODELS[0][0];
+      for (const [m, share] of MODELS) if ((pick -= share) < 0) { model = m; break; }
+      const cost = h.cents / 100;
+      events.push({
+        id: `demo-${p.name}-${h.t / HOUR}`, at: at.toISOString(),
+        owner: { kind: "user", id: p.id }, key: p.key_id, model, route: model,
+        session_id: `${p.name}-${day}`, cost: cost.toFixed(2),
+        tokens: { input: Math.round(cost * 250_000), output: Math.round(cost * 40_000) },
+        status: 200, latency_ms: 600 + Math.floor(random() * 2400),
+      });
+    }
+  }
+  return events;
+}
 
 async function seed() {
   const file = join(data, "demo-keys.json");
   if (existsSync(file)) return JSON.parse(readFileSync(file, "utf8"));
   const tenants = {};
-  for (const [name, limit] of [["acme", "105.00"], ["globex", "150.00"]]) {
+  for (const [name, limit] of [["acme", "140.00"], ["globex", "150.00"]]) {
     tenants[name] = await call("/api/v1/tenants", { method: "POST", body: { name } });
     await call("/api/v1/wallets", { method: "POST", body: { scope: { kind: "tenant", id: tenants[name].id },
       limit, period: "monthly", hard: false, alert_at: [50, 80, 100] } });
@@ -124,7 +183,8 @@ async function seed() {
     teams[team] = await call("/api/v1/teams", { method: "POST", body: { tenant: tenants[tenant].id, name: team } });
   }
   const keys = [];
-  for (const [tenant, team, name, role, limit, weight, before] of PEOPLE) {
+  const spenders = [];
+  for (const [tenant, team, name, role, limit, weight, before, daily] of PEOPLE) {
     const u = await call("/api/v1/users", { method: "POST",
       body: { tenant: tenants[tenant].id, team: teams[team].id, name, role, email: `${name}@${tenant}.example` } });
     if (limit) {
@@ -133,14 +193,11 @@ async function seed() {
     }
     const k = await call("/api/v1/keys", { method: "POST", body: { owner: { kind: "user", id: u.id }, name: `${name}-laptop` } });
     keys.push({ tenant, team, name, role, weight, key: k.key });
-    // The month so far, as a few sessions of metered work.
-    for (let i = 0; before > 0 && i < 3; i++) {
-      const amount = (before / 3).toFixed(2);
-      const r = await call("/api/v1/reservations", { method: "POST", key: k.key,
-        body: { amount, session_id: `${name}-earlier-${i + 1}` } });
-      await call(`/api/v1/reservations/${r.id}/settle`, { method: "POST", key: k.key,
-        body: { cost: amount, status: 200, latency_ms: 900 } });
-    }
+    if (before > 0 || daily > 0) spenders.push({ name, id: u.id, key_id: k.id, before, daily });
+  }
+  const events = history(spenders, new Date());
+  for (let i = 0; i < events.length; i += 1000) {
+    await call("/api/v1/usage", { method: "POST", body: { events: events.slice(i, i + 1000) } });
   }
   mkdirSync(data, { recursive: true });
   writeFileSync(file, JSON.stringify(keys, null, 2), { mode: 0o600 });

@@ -822,6 +822,35 @@ auto scopedList(const char* read_action, Fetch fetch, ScopeOf scope_of, View vie
   };
 }
 
+json nameOrNull(const std::string& name) { return name.empty() ? json(nullptr) : json(name); }
+
+// Who an audit entry's actor is, by name: a user or a service account ("system" is itself).
+std::string auditActorName(const Services& s, const std::string& actor) {
+  if (actor == "system") return {};
+  std::string name = scopeName(s, ledger::ScopeKind::kUser, actor);
+  return name.empty() ? scopeName(s, ledger::ScopeKind::kServiceAccount, actor) : name;
+}
+
+// What an audit entry's target ("KIND:ID") is, by name: a tenant, team, person, key or wallet
+// ("user dana's wallet"); empty when it has none or is gone.
+std::string auditTargetName(const Services& s, const std::string& target) {
+  const size_t colon = target.find(':');
+  if (colon == std::string::npos) return {};
+  const std::string kind = target.substr(0, colon), id = target.substr(colon + 1);
+  if (kind == "wallet") {
+    auto w = s.wallets.status(id);
+    if (!w) return {};
+    const std::string owner = scopeName(s, w->spec.scope.kind, w->spec.scope.id);
+    if (owner.empty()) return {};
+    std::string kind_name(ledger::scopeKindName(w->spec.scope.kind));
+    std::replace(kind_name.begin(), kind_name.end(), '_', ' ');
+    return fmt::format("{} {}'s {}wallet", kind_name, owner,
+                       w->spec.model.empty() ? "" : w->spec.model + " ");
+  }
+  auto scope = ledger::parseScopeKind(kind);
+  return scope ? scopeName(s, *scope, id) : std::string();
+}
+
 asio::awaitable<Response> listAudit(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   ledger::AuditQuery q;
@@ -850,6 +879,18 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
     }
     q.limit = n;
   }
+  for (const char* bound : {"before", "after"}) {
+    if (auto v = req.queryParam(bound)) {
+      char* end = nullptr;
+      const long long n = std::strtoll(v->c_str(), &end, 10);
+      if (v->empty() || *end != '\0' || n < 1 || n >= (int64_t{1} << 62)) {
+        co_return problem(
+            400, fmt::format("\"{}\" must be an entry's number (a whole number from 1)", bound),
+            bound);
+      }
+      (std::string_view(bound) == "before" ? q.before_seq : q.after_seq) = n;
+    }
+  }
   if (auto action = req.queryParam("action")) q.action = *action;
   if (auto actor = req.queryParam("actor")) q.actor = *actor;
   if (auto order = req.queryParam("order")) {
@@ -859,21 +900,30 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
     }
     q.newest_first = *order == "desc";
   }
+  // One more than asked, to say whether there is another page.
+  const int64_t page = q.limit;
+  ++q.limit;
   API_TRY(entries, s.audit.list(s.store, q));
+  const bool more = static_cast<int64_t>(entries.size()) > page;
+  if (more) entries.resize(static_cast<size_t>(page));
   json items = json::array();
   for (const auto& e : entries) {
     items.push_back({{"seq", e.seq},
                      {"at", e.at},
                      {"tenant", e.tenant_id},
                      {"actor", e.actor},
+                     {"actor_name", nameOrNull(auditActorName(s, e.actor))},
                      {"actor_role", e.actor_role},
                      {"action", e.action},
                      {"target", e.target},
+                     {"target_name", nameOrNull(auditTargetName(s, e.target))},
                      {"before", e.before.empty() ? json(nullptr) : parseJsonOrDiscarded(e.before)},
                      {"after", e.after.empty() ? json(nullptr) : parseJsonOrDiscarded(e.after)},
                      {"hash", e.hash}});
   }
-  co_return jsonResponse(200, listOf(std::move(items)));
+  json out = listOf(std::move(items));
+  out["more"] = more;
+  co_return jsonResponse(200, out);
 }
 
 // Who the caller's key stands for: the console's sign-in.

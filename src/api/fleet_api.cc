@@ -1335,8 +1335,8 @@ class Fleet::Impl {
     co_return jsonResponse(200, {{"data", items}});
   }
 
-  // The inventory and what is placed on it. Another team's workloads show as shares without a
-  // name.
+  // The inventory and what is placed on it: each GPU's shares as "team/workload" with its
+  // tenant's name; another team's workloads show as shares without either.
   asio::awaitable<Response> nodes(Request& req) {
     auto who = authenticate(req);
     if (!who) co_return problem(who.error());
@@ -1351,8 +1351,13 @@ class Fleet::Impl {
             auto it = records_.find(sh.owner);
             const bool named =
                 it != records_.end() && visible(*who, it->second.tenant_id, it->second.team_id);
-            shares.push_back({{"workload", named ? json(shown(sh.owner)) : json(nullptr)},
-                              {"gpu_milli", sh.milli}});
+            json share = {{"workload", named ? json(shown(sh.owner)) : json(nullptr)},
+                          {"tenant", nullptr},
+                          {"gpu_milli", sh.milli}};
+            if (named) {
+              if (auto t = s_.directory.tenant(it->second.tenant_id)) share["tenant"] = t->name;
+            }
+            shares.push_back(std::move(share));
           }
           gpus.push_back({{"index", g.gpu->index},
                           {"uuid", g.gpu->uuid.empty() ? json(nullptr) : json(g.gpu->uuid)},

@@ -58,6 +58,8 @@ constexpr const char* kWaitingForPreempted = "WaitingForPreemptedWorkloads";
 // With an inventory: quota fits but no node has room now, or none ever could.
 constexpr const char* kWaitingForPlacement = "WaitingForPlacement";
 constexpr const char* kNeverFits = "NeverFits";
+// How the reason that a pod set could never fit a ClusterQueue's quota begins.
+constexpr std::string_view kNeverFitsPrefix = "it can never fit in ClusterQueue";
 
 int severity(const std::string& reason) {
   if (reason == kNoMatchingFlavor) return 3;
@@ -846,7 +848,7 @@ class Engine::Impl {
     }
     std::string joined;
     for (const auto& l : limits) joined += (joined.empty() ? "" : " and ") + l;
-    *why = fmt::format("it can never fit in ClusterQueue {}: {}", q.spec.name, joined);
+    *why = fmt::format("{} {}: {}", kNeverFitsPrefix, q.spec.name, joined);
     return false;
   }
 
@@ -980,6 +982,9 @@ class Engine::Impl {
       std::vector<std::string> reasons = psa.reasons;
       std::sort(reasons.begin(), reasons.end());
       reasons.erase(std::unique(reasons.begin(), reasons.end()), reasons.end());
+      // That it can never fit is the headline; what is short now follows, in Kueue's order.
+      std::stable_partition(reasons.begin(), reasons.end(),
+                            [](const std::string& r) { return r.starts_with(kNeverFitsPrefix); });
       std::string joined;
       for (const auto& r : reasons) joined += (joined.empty() ? "" : ", ") + r;
       parts.push_back(fmt::format("couldn't assign flavors to pod set {}: {}", psa.name, joined));

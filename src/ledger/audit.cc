@@ -135,6 +135,14 @@ Result<std::vector<AuditEntry>> AuditLog::list(store::Store& store, const AuditQ
       bind("action =", q.action);
     }
     if (!q.actor.empty()) bind("actor =", q.actor);
+    if (q.before_seq > 0) {
+      params.emplace_back(q.before_seq);
+      sql += fmt::format(" AND seq < ${}", params.size());
+    }
+    if (q.after_seq > 0) {
+      params.emplace_back(q.after_seq);
+      sql += fmt::format(" AND seq > ${}", params.size());
+    }
     sql += fmt::format(" ORDER BY seq{} LIMIT {}", q.newest_first ? " DESC" : "",
                        std::max<int64_t>(1, q.limit));
     auto rows = PURSER_TRY_VALUE(tx.query(sql, params));

@@ -303,6 +303,48 @@ TEST_F(AdminApiTest, EveryChangeAndDenialIsAuditedAndTheChainVerifies) {
   EXPECT_EQ(verdict.body["entries"], 7);  // the six above and the denied verification
 }
 
+TEST_F(AdminApiTest, TheAuditLogPagesByEntryNumberAndNamesWhoAndWhat) {
+  const std::string tenant = create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  const std::string team = create("/api/v1/teams", kAdminKey, {{"tenant", tenant}, {"name", "ml"}});
+  const std::string ada = create("/api/v1/users", kAdminKey,
+                                 {{"tenant", tenant}, {"name", "ada"}, {"role", "tenant-admin"}});
+  const std::string ada_key = keyFor("user", ada);
+  const std::string wallet = create("/api/v1/wallets", ada_key,
+                                    {{"scope", {{"kind", "team"}, {"id", team}}}, {"limit", "5"}});
+  // Seven entries: bootstrap, tenant, team, user, key, wallet... and three more teams.
+  for (const char* name : {"a", "b", "c"}) {
+    create("/api/v1/teams", kAdminKey, {{"tenant", tenant}, {"name", name}});
+  }
+  std::vector<int64_t> seen;
+  std::string before;
+  for (int page = 0; page < 10; ++page) {
+    Reply r = call("GET", "/api/v1/audit?order=desc&limit=3" + before, kAdminKey);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    for (const auto& e : r.body["data"]) seen.push_back(e["seq"]);
+    if (!r.body["more"].get<bool>()) break;
+    before = "&before=" + std::to_string(seen.back());
+  }
+  EXPECT_EQ(seen, (std::vector<int64_t>{9, 8, 7, 6, 5, 4, 3, 2, 1}));
+  Reply newer = call("GET", "/api/v1/audit?order=asc&limit=2&after=7", kAdminKey);
+  ASSERT_EQ(newer.body["data"].size(), 2u);
+  EXPECT_EQ(newer.body["data"][0]["seq"], 8);
+  EXPECT_EQ(newer.body["more"], false);
+  EXPECT_EQ(call("GET", "/api/v1/audit?before=0", kAdminKey).body["field"], "before");
+  EXPECT_EQ(call("GET", "/api/v1/audit?after=x", kAdminKey).body["field"], "after");
+  // Who did it and what it was done to, by name.
+  Reply made = call("GET", "/api/v1/audit?action=wallet.create", kAdminKey);
+  ASSERT_EQ(made.body["data"].size(), 1u);
+  const json& e = made.body["data"][0];
+  EXPECT_EQ(e["actor"], ada);
+  EXPECT_EQ(e["actor_name"], "ada");
+  EXPECT_EQ(e["target"], "wallet:" + wallet);
+  EXPECT_EQ(e["target_name"], "team ml's wallet");
+  Reply tenant_made = call("GET", "/api/v1/audit?action=tenant.create", kAdminKey);
+  EXPECT_EQ(tenant_made.body["data"][0]["target_name"], "acme");
+  EXPECT_EQ(call("GET", "/api/v1/audit?action=bootstrap", kAdminKey).body["data"][0]["actor_name"],
+            nullptr);
+}
+
 // Roles x actions x tenants: allowed ones succeed, the rest get 403 (same tenant) or 404 (another
 // tenant), and a denied request changes nothing.
 TEST_F(AdminApiTest, RolesActionsAndTenantsMatrix) {

@@ -1,5 +1,5 @@
 // `make run`'s demo (scripts/demo.mjs with examples/demo.yaml), on free ports: within seconds it
-// has tenants, people over and under their wallets, GPU workloads admitted and waiting, and
+// has tenants, people over, near and under their wallets, 30 days of spend, GPU workloads admitted and waiting, and
 // traffic through every route — what a newcomer's console shows. It runs in a process group of
 // its own, and stops as it does in a terminal: Ctrl-C signals the whole group, and a request in
 // flight still completes.
@@ -78,12 +78,20 @@ after(async () => {
 test("the demo fills every view with live data within seconds", async () => {
   const tenants = (await get("/api/v1/tenants")).data.map((t) => t.name).sort();
   assert.deepEqual(tenants, ["acme", "globex"]);
-  // Dana is far over her wallet; the others are not.
+  // Dana is far over her wallet, Ana past her first alert (75 %), the others well within.
   const users = Object.fromEntries((await get("/api/v1/users")).data.map((u) => [u.id, u.name]));
   const wallets = (await get("/api/v1/wallets")).data;
   const pct = (name) => Number(wallets.find((w) => users[w.scope.id] === name).percent_used);
   assert.ok(pct("dana") > 100, `dana at ${pct("dana")} %`);
-  for (const name of ["ana", "bo", "carol"]) assert.ok(pct(name) < 75, `${name} at ${pct(name)} %`);
+  assert.ok(pct("ana") >= 75 && pct("ana") < 100, `ana at ${pct("ana")} %`);
+  for (const name of ["bo", "carol"]) assert.ok(pct(name) < 75, `${name} at ${pct(name)} %`);
+  // Spend has a history: most of the last 30 days, and most hours of the last day.
+  const acme = (await get("/api/v1/tenants")).data.find((t) => t.name === "acme").id;
+  const since = (hours) => encodeURIComponent(new Date(Date.now() - hours * 3600e3).toISOString());
+  const days = (await get(`/api/v1/spend?scope=tenant:${acme}&group_by=day&from=${since(30 * 24)}`)).data;
+  assert.ok(days.length >= 25, `spend on ${days.length} of the last 30 days`);
+  const hours = (await get(`/api/v1/spend?scope=tenant:${acme}&group_by=hour&from=${since(24)}`)).data;
+  assert.ok(hours.length >= 12, `spend in ${hours.length} of the last 24 hours`);
   // GPU workloads: some admitted onto the nodes, one waiting with a reason.
   const workloads = (await get("/api/v1/workloads")).data;
   assert.equal(workloads.length, 5);
@@ -102,12 +110,12 @@ test("the demo fills every view with live data within seconds", async () => {
 
 test("Ctrl-C, as a terminal sends it to the whole group, drains the requests in flight", async () => {
   const keys = JSON.parse(readFileSync(join(dir, "var", "demo-keys.json"), "utf8"));
-  const ana = keys.find((k) => k.name === "ana");  // well within her wallet
+  const bo = keys.find((k) => k.name === "bo");  // well within his wallet
   // A stream of 600 tokens at the simulated 400 tokens/s: in flight for over a second once its
   // header is here.
   const res = await fetch(url + "/v1/chat/completions", {
     method: "POST",
-    headers: { authorization: `Bearer ${ana.key}`, "content-type": "application/json" },
+    headers: { authorization: `Bearer ${bo.key}`, "content-type": "application/json" },
     body: JSON.stringify({ model: "gpt-4o-mini", stream: true, max_tokens: 600,
       messages: [{ role: "user", content: "a long answer, please" }] }),
   });

@@ -1,17 +1,64 @@
-// GPU pools: per flavor, GPUs in the inventory and how many are allocated; a node map with
-// every GPU and the shares placed on it.
+// GPU pools: per flavor, GPUs in the inventory and how many are allocated; a node map with every
+// GPU and the shares placed on it, each labelled "team/workload" in its own colour, and a legend
+// of who holds what. Another team's workloads are grey and unnamed (the API does not name them).
 import { ErrorNote, api, html, usePoll } from "../lib.js";
 
-function GpuBox({ gpu }) {
+// Distinct on white and under white text; a workload keeps its colour while the set is the same.
+const PALETTE = ["#2f5fb3", "#b4531f", "#1f7a3f", "#7a3fb3", "#8a6d00", "#0f7283", "#b3306b", "#4f6b1a",
+  "#5b4ab8", "#a33b3b"];
+const OTHERS = "#9aa3b2";
+
+const gpuText = (milli) => {
+  const n = milli / 1000;
+  return `${Number.isInteger(n) ? n : n.toFixed(2)} GPU${n === 1 ? "" : "s"}`;
+};
+
+// "ml/llama-finetune" as the team over the workload's name, and the share when not whole.
+function SliceLabel({ share }) {
+  const [team, ...rest] = (share.workload ?? "other team").split("/");
+  const part = share.gpu_milli < 1000 ? ` · ${share.gpu_milli / 10}%` : "";
+  return html`<span class="slice-label">${rest.length ? html`<span class="slice-team">${team}/</span>` : ""}
+    <span>${rest.length ? rest.join("/") : team}${part}</span></span>`;
+}
+
+function GpuBox({ gpu, colours }) {
   const used = gpu.used_milli / 10;
   const label = `GPU ${gpu.index} (${gpu.model}): ${used}% of memory allocated` +
     (gpu.cores_used ? `, ${gpu.cores_used}% of compute` : "") +
     gpu.shares.map((s) => `; ${s.workload ?? "another team's workload"} ${s.gpu_milli / 10}%`).join("");
   return html`<div class="gpu" title=${label} aria-label=${label} data-used=${gpu.used_milli}>
-    ${gpu.shares.map((s) => html`<div class=${`slice ${s.workload ? "" : "other"}`}
-      style=${`height: ${s.gpu_milli / 10}%`}></div>`)}
-    <span class="gpu-index">${gpu.index}</span>
+    <span class="gpu-index">GPU ${gpu.index}${gpu.used_milli === 0 ? " · free" : ""}</span>
+    <div class="gpu-slices">
+      ${gpu.shares.map((s) => html`<div class=${`slice ${s.workload ? "" : "other"}`}
+        data-workload=${s.workload ?? ""}
+        style=${`flex-grow: ${s.gpu_milli}; background: ${s.workload ? colours.get(s.workload) : OTHERS}`}>
+        ${s.gpu_milli >= 250 && html`<${SliceLabel} share=${s} />`}
+      </div>`)}
+      ${gpu.used_milli < 1000 && html`<div class="slice free" style=${`flex-grow: ${1000 - gpu.used_milli}`}></div>`}
+    </div>
   </div>`;
+}
+
+// Who holds what, over every node: by workload, its tenant, GPUs (shares summed) and nodes.
+function holders(nodes) {
+  const byWorkload = new Map();
+  let others = 0;
+  for (const n of nodes) {
+    for (const g of n.gpus) {
+      for (const s of g.shares) {
+        if (!s.workload) {
+          others += s.gpu_milli;
+          continue;
+        }
+        const h = byWorkload.get(s.workload) ?? { workload: s.workload, tenant: s.tenant, milli: 0, nodes: new Set() };
+        h.milli += s.gpu_milli;
+        h.nodes.add(n.name);
+        byWorkload.set(s.workload, h);
+      }
+    }
+  }
+  const list = [...byWorkload.values()].sort((a, b) => a.workload.localeCompare(b.workload));
+  return { list, others };
 }
 
 export function Gpus() {
@@ -32,17 +79,33 @@ export function Gpus() {
       pools.set(f, p);
     }
   }
+  const { list, others } = holders(data.data);
+  const tenants = new Set(list.map((h) => h.tenant).filter(Boolean));
+  const colours = new Map(list.map((h, i) => [h.workload, PALETTE[i % PALETTE.length]]));
   return html`<h2>GPU pools</h2>
     <${ErrorNote} error=${error} />
     <div class="pools">${[...pools.values()].map((p) => html`<section class="card pool" aria-label=${p.name}>
       <h3>${p.name}</h3>
-      <div class="big">${p.allocated.toFixed(2)} <span class="muted">of ${p.gpus} GPUs allocated</span></div>
+      <div class="big">${Number.isInteger(p.allocated) ? p.allocated : p.allocated.toFixed(2)}${" "}<span
+        class="muted">of ${p.gpus} GPUs allocated</span></div>
       <div class="muted small">${p.nodes} node(s) · ${p.model ?? ""}</div>
     </section>`)}</div>
-    <h3>Nodes <span class="muted small">policy: ${data.policy}</span></h3>
+    <h3>Nodes <span class="muted small">placement policy: ${data.policy}</span></h3>
+    <section class="card legend" aria-label="Who holds the GPUs">
+      ${list.length === 0 && others === 0 && html`<span class="muted">Every GPU is free.</span>`}
+      ${list.map((h) => html`<span class="legend-item" data-workload=${h.workload}>
+        <span class="swatch" style=${`background: ${colours.get(h.workload)}`}></span>
+        <strong>${h.workload}</strong>${tenants.size > 1 && h.tenant ? html` <span class="muted">${h.tenant}</span>` : ""}
+        <span class="muted">· ${gpuText(h.milli)} on ${[...h.nodes].join(", ")}</span>
+      </span>`)}
+      ${others > 0 && html`<span class="legend-item" data-workload="">
+        <span class="swatch" style=${`background: ${OTHERS}`}></span>other teams' workloads
+        <span class="muted">· ${gpuText(others)}</span></span>`}
+      <span class="legend-item"><span class="swatch free"></span>free</span>
+    </section>
     <div class="nodes">${data.data.map((n) => html`<section class="card node" aria-label=${n.name}>
       <div class="node-head"><strong>${n.name}</strong>
-        <span class="muted small">${n.rack ? `rack ${n.rack} · ` : ""}CPU ${n.cpu_used}/${n.cpu}</span></div>
-      <div class="gpus">${n.gpus.map((g) => html`<${GpuBox} gpu=${g} />`)}</div>
+        <span class="muted small">${n.rack ? `rack ${n.rack} · ` : ""}${n.gpu_model ?? ""} · CPU ${n.cpu_used}/${n.cpu}</span></div>
+      <div class="gpus">${n.gpus.map((g) => html`<${GpuBox} gpu=${g} colours=${colours} />`)}</div>
     </section>`)}</div>`;
 }

@@ -2,7 +2,7 @@
 // with why they wait, in words; admitted and finished ones; the fleet's events.
 import { useState } from "preact/hooks";
 
-import { ErrorNote, Table, api, html, usePoll, when } from "../lib.js";
+import { ErrorNote, Table, api, html, money, usePoll, when } from "../lib.js";
 
 function Why({ name }) {
   const { data, error } = usePoll(() => api(`/api/v1/workloads/${name}/why`), [name], 10000);
@@ -64,12 +64,14 @@ export function Queues() {
         { key: "placed", title: "Placed on", nosort: true, render: placedOn },
         { key: "admitted_at", title: "Admitted", render: (w) => when(w.admitted_at) },
         { key: "preemptions", title: "Preempted", num: true },
-        { key: "gpu_charged", title: "GPU charged", num: true }]} /></div>
+        { key: "gpu_charged", title: "GPU charged", num: true, render: (w) => money(w.gpu_charged),
+          sort: (w) => Number(w.gpu_charged) }]} /></div>
     <h3>Finished</h3>
     <div class="card"><${Table} label="Finished workloads" rows=${data.finished.slice(0, 50)}
       empty="Nothing has finished yet."
       columns=${[{ key: "name", title: "Workload" }, { key: "finished_at", title: "Finished", render: (w) => when(w.finished_at) },
-        { key: "preemptions", title: "Preempted", num: true }, { key: "gpu_charged", title: "GPU charged", num: true }]} /></div>
+        { key: "preemptions", title: "Preempted", num: true }, { key: "gpu_charged", title: "GPU charged", num: true, render: (w) => money(w.gpu_charged),
+          sort: (w) => Number(w.gpu_charged) }]} /></div>
     <h3>Events</h3>
     <div class="card"><${Table} label="Fleet events" rows=${data.events.slice(-50).reverse()} sortable=${false}
       empty="No events yet."
