@@ -162,8 +162,18 @@ test("a platform admin sees every tenant, the 62 % wallet, and Dana in red", asy
   await page.screenshot({ path: join(shots, "platform-people.png"), fullPage: true });
 
   await go(page, "Audit");
+  // Names, not ids: who did it, what to, and what was made, in words; a page at a time.
+  const entries = page.getByRole("table", { name: "Audit entries" });
+  await entries.getByText("user dana's wallet").first().waitFor();
+  await entries.locator("tr", { hasText: "user.create" }).filter({ hasText: "olivia" }).first()
+    .getByText("tenant-admin").first().waitFor();
+  const rows = await entries.locator("tbody tr").count();
+  assert.ok(rows > 0 && rows <= 25, `${rows} entries on the first page`);
+  assert.doesNotMatch(await entries.innerText(), new RegExp(seeded.dana.id), "no raw ids shown");
+  assert.equal(await page.getByRole("button", { name: "Newest" }).first().isDisabled(), true);
   await page.getByRole("button", { name: "Verify the chain" }).click();
   await page.locator("#verdict").filter({ hasText: "intact" }).waitFor();
+  await page.screenshot({ path: join(shots, "platform-audit.png"), fullPage: true });
   assert.deepEqual(watch.errors, [], "no script errors");
   await page.close();
 });
