@@ -246,8 +246,8 @@ const std::vector<std::pair<std::string, std::string>> kSpendColumns = {
     {"INPUT TOKENS", "tokens.input"},
     {"OUTPUT TOKENS", "tokens.output"}};
 const std::vector<std::pair<std::string, std::string>> kAuditColumns = {
-    {"SEQ", "seq"},         {"AT", "at"},         {"ACTOR", "actor"},
-    {"ROLE", "actor_role"}, {"ACTION", "action"}, {"TARGET", "target"}};
+    {"SEQ", "seq"},        {"AT", "at"},         {"ACTOR", "actor"},   {"WHO", "actor_name"},
+    {"ROLE", "actor_role"}, {"ACTION", "action"}, {"TARGET", "target"}, {"NAME", "target_name"}};
 
 }  // namespace
 
@@ -737,17 +737,30 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
   {
     CLI::App* cmd = group("audit", "Read and verify the audit log");
     struct A {
-      std::string from, to, limit;
+      std::string from, to, limit, action, actor, before;
+      bool newest = false;
     };
     auto a = std::make_shared<A>();
     CLI::App* list = cmd->add_subcommand("list", "Audit entries, oldest first");
     list->add_option("--from", a->from, "From (RFC 3339, inclusive)");
     list->add_option("--to", a->to, "To (RFC 3339, exclusive)");
     list->add_option("--limit", a->limit, "At most this many entries (default 1000)");
+    list->add_option("--action", a->action,
+                     "Only this action (key.create), or those starting so (key.)");
+    list->add_option("--actor", a->actor, "Only what this actor (an id) did");
+    list->add_flag("--newest-first", a->newest, "Newest entries first");
+    list->add_option("--before", a->before,
+                     "Only entries numbered below this SEQ (the next page, with --newest-first)");
     common(list);
     listing(cmd, list, [g, a, &code] {
       code = run(*g, "GET",
-                 "/api/v1/audit" + query({{"from", a->from}, {"to", a->to}, {"limit", a->limit}}),
+                 "/api/v1/audit" + query({{"from", a->from},
+                                          {"to", a->to},
+                                          {"limit", a->limit},
+                                          {"action", a->action},
+                                          {"actor", a->actor},
+                                          {"before", a->before},
+                                          {"order", a->newest ? "desc" : ""}}),
                  nullptr, kAuditColumns);
     });
     CLI::App* verify = cmd->add_subcommand(

@@ -79,6 +79,11 @@ TEST_F(CliGovernanceTest, MirrorsTheApi) {
   Run audit = cli({"audit", "list"});
   ASSERT_EQ(audit.code, 0);
   EXPECT_NE(audit.out.find("wallet.create"), std::string::npos) << audit.out;
+  // Newest first, one action, with names beside the ids.
+  Run made = cli({"audit", "list", "--action", "wallet.", "--newest-first", "--limit", "1"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_NE(made.out.find("user dana's wallet"), std::string::npos) << made.out;
+  EXPECT_EQ(made.out.find("user.create"), std::string::npos) << made.out;
   Run verify = cli({"audit", "verify"});
   EXPECT_EQ(verify.code, 0) << verify.err;
   EXPECT_NE(verify.out.find("true"), std::string::npos);
