@@ -246,7 +246,7 @@ const std::vector<std::pair<std::string, std::string>> kSpendColumns = {
     {"INPUT TOKENS", "tokens.input"},
     {"OUTPUT TOKENS", "tokens.output"}};
 const std::vector<std::pair<std::string, std::string>> kAuditColumns = {
-    {"SEQ", "seq"},        {"AT", "at"},         {"ACTOR", "actor"},   {"WHO", "actor_name"},
+    {"SEQ", "seq"},         {"AT", "at"},         {"ACTOR", "actor"},   {"WHO", "actor_name"},
     {"ROLE", "actor_role"}, {"ACTION", "action"}, {"TARGET", "target"}, {"NAME", "target_name"}};
 
 }  // namespace
