@@ -1232,10 +1232,9 @@ Result<Money> eventCost(const Services& s, const json& body, const ledger::Usage
   }
   const ledger::TokenPrice* price = s.prices.find(event.provider, event.model);
   if (price == nullptr) {
-    return fail(
-        invalidArgument(fmt::format("there is no price for model \"{}\"; give \"cost\"",
-                                    event.model))
-            .withField("cost"));
+    return fail(invalidArgument(
+                    fmt::format("there is no price for model \"{}\"; give \"cost\"", event.model))
+                    .withField("cost"));
   }
   auto priced = ledger::tokenCost(*price, event.tokens, Rounding::kHalfEven);
   if (!priced) return fail(priced.error().withField("cost"));
@@ -1329,13 +1328,13 @@ constexpr size_t kMaxRecordedEvents = 1000;
 Result<std::string> optionalLabel(const json& body, const std::string& field) {
   auto v = PURSER_TRY_VALUE(optionalString(body, field));
   if (!v) return std::string();
-  if (v->empty() || v->size() > 256 ||
-      std::any_of(v->begin(), v->end(),
-                  [](char c) { return static_cast<unsigned char>(c) < 32 || c == 127; })) {
-    return fail(invalidArgument(fmt::format(
-                                    "\"{}\" must be 1 to 256 characters with no control characters",
-                                    field))
-                    .withField(field));
+  if (v->empty() || v->size() > 256 || std::any_of(v->begin(), v->end(), [](char c) {
+        return static_cast<unsigned char>(c) < 32 || c == 127;
+      })) {
+    return fail(
+        invalidArgument(
+            fmt::format("\"{}\" must be 1 to 256 characters with no control characters", field))
+            .withField(field));
   }
   return *v;
 }
@@ -1406,8 +1405,7 @@ Result<RecordedEvent> readRecordedEvent(const Services& s, const Principal& who,
   if (auto key = PURSER_TRY_VALUE(optionalString(body, "key")); key) {
     auto k = s.directory.key(*key);
     if (!k || k->owner_id != owner_id) {
-      return fail(invalidArgument(fmt::format("key \"{}\" is not a key of the owner",
-                                              *key))
+      return fail(invalidArgument(fmt::format("key \"{}\" is not a key of the owner", *key))
                       .withField("key"));
     }
     e.key_id = k->id;
@@ -1419,12 +1417,11 @@ Result<RecordedEvent> readRecordedEvent(const Services& s, const Principal& who,
   e.session_id = PURSER_TRY_VALUE(optionalLabel(body, "session_id"));
   PURSER_TRY(readTokens(body, &e.tokens));
   e.cost = PURSER_TRY_VALUE(eventCost(s, body, e));
-  e.status = static_cast<int>(
-      PURSER_TRY_VALUE(optionalInt(body, "status", 100, 599)).value_or(200));
+  e.status =
+      static_cast<int>(PURSER_TRY_VALUE(optionalInt(body, "status", 100, 599)).value_or(200));
   e.latency_ms = PURSER_TRY_VALUE(optionalInt(body, "latency_ms", 0, int64_t{1} << 40)).value_or(0);
   e.ttft_ms = PURSER_TRY_VALUE(optionalInt(body, "ttft_ms", 0, int64_t{1} << 40)).value_or(0);
-  out.wallets =
-      s.wallets.chain(ledger::scopesOf(charged), e.model.empty() ? e.route : e.model);
+  out.wallets = s.wallets.chain(ledger::scopesOf(charged), e.model.empty() ? e.route : e.model);
   return out;
 }
 
@@ -1460,8 +1457,7 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
       co_return problem(read.error().withField(at));
     }
     if (!ids.insert(read->event.id).second) {
-      co_return problem(400, fmt::format("id \"{}\" is given twice", read->event.id),
-                        at + ".id");
+      co_return problem(400, fmt::format("id \"{}\" is given twice", read->event.id), at + ".id");
     }
     if (s.wallets.holds(read->event.id)) {
       co_return problem(Error(ErrorCode::kAlreadyExists,
@@ -1527,14 +1523,13 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
     for (const auto& w : writes) PURSER_TRY(w(tx));
     for (const auto& [tenant, t] : tenants) {
       PURSER_TRY(auditAlerts(s, tx, t.alerts, tenant, who.id));
-      PURSER_TRY(s.audit.append(
-          tx, auditEntry(who, "usage.record", "tenant:" + tenant, "",
-                         writeJson(json{{"events", t.events},
-                                        {"charged", t.charged.toString()},
-                                        {"overage", t.overage.toString()},
-                                        {"from", formatRfc3339(t.from)},
-                                        {"to", formatRfc3339(t.to)}}),
-                         tenant)));
+      PURSER_TRY(s.audit.append(tx, auditEntry(who, "usage.record", "tenant:" + tenant, "",
+                                               writeJson(json{{"events", t.events},
+                                                              {"charged", t.charged.toString()},
+                                                              {"overage", t.overage.toString()},
+                                                              {"from", formatRfc3339(t.from)},
+                                                              {"to", formatRfc3339(t.to)}}),
+                                               tenant)));
     }
     return {};
   });
@@ -1549,12 +1544,12 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
     if (!t.alerts.empty()) postAlerts(s, executor, t.alerts, tenant);
   }
   if (stopped) co_return problem(failed);
-  co_return jsonResponse(200, {{"recorded", writes.size()},
-                               {"already_recorded", json(std::vector<std::string>(
-                                                        recorded.begin(), recorded.end()))},
-                               {"charged", charged.toString()},
-                               {"overage", overage.toString()},
-                               {"alerts", alerts}});
+  co_return jsonResponse(
+      200, {{"recorded", writes.size()},
+            {"already_recorded", json(std::vector<std::string>(recorded.begin(), recorded.end()))},
+            {"charged", charged.toString()},
+            {"overage", overage.toString()},
+            {"alerts", alerts}});
 }
 
 json toJson(const ledger::RateLimitSpec& l) {

@@ -60,11 +60,11 @@ struct AuditVerdict {
 };
 
 struct AuditQuery {
-  std::string tenant_id;  // empty: all tenants (platform view)
-  std::string from;       // RFC 3339, inclusive; empty: the beginning
-  std::string to;         // RFC 3339, exclusive; empty: now
-  std::string action;     // exact ("key.create") or a prefix ending in '.' ("key."); empty: all
-  std::string actor;      // an actor id; empty: all
+  std::string tenant_id;   // empty: all tenants (platform view)
+  std::string from;        // RFC 3339, inclusive; empty: the beginning
+  std::string to;          // RFC 3339, exclusive; empty: now
+  std::string action;      // exact ("key.create") or a prefix ending in '.' ("key."); empty: all
+  std::string actor;       // an actor id; empty: all
   int64_t before_seq = 0;  // > 0: only entries numbered below it (the next page, newest first)
   int64_t after_seq = 0;   // > 0: only entries numbered above it
   bool newest_first = false;

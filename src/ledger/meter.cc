@@ -295,9 +295,8 @@ Result<Meter::Charge> Meter::charge(UsageEvent event, std::vector<std::string> w
 
 Result<Meter::Charge> Meter::record(UsageEvent event, std::vector<std::string> wallet_ids) {
   if (event.at > clock_.now()) {
-    return fail(invalidArgument(
-        fmt::format("usage event \"{}\" is dated in the future; only usage that ran is recorded",
-                    event.id)));
+    return fail(invalidArgument(fmt::format(
+        "usage event \"{}\" is dated in the future; only usage that ran is recorded", event.id)));
   }
   wallet_ids = book_.holding(wallet_ids, event.at);
   const Money cost = event.cost;
@@ -312,8 +311,8 @@ Result<Meter::Charge> Meter::record(UsageEvent event, std::vector<std::string> w
                   if (!used.empty()) return {};
                   return write(tx);
                 },
-                charged.duplicate ? std::vector<Alert>{} : std::move(charged.alerts),
-                event.cost, event.overage};
+                charged.duplicate ? std::vector<Alert>{} : std::move(charged.alerts), event.cost,
+                event.overage};
 }
 
 Result<void> Meter::release(const std::string& event_id) {
