@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/json.h"
-#include "fleet/manifest.h"
+#include "fleet_io/manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fleet/inventory.h"
-#include "fleet/openb.h"
+#include "fleet_io/openb.h"
 
 using namespace purser;
 using namespace purser::fleet;

@@ -20,7 +20,7 @@
 #include "api/problem.h"
 #include "common/json.h"
 #include "common/quantity.h"
-#include "fleet/manifest.h"
+#include "fleet_io/manifest.h"
 #include "ledger/price.h"
 
 namespace purser::api {

@@ -1,7 +1,9 @@
 // Rules of the source tree that keep whole classes of bugs out, checked on every build:
 //   - outside bytes become JSON values, and JSON values become text, only through common/json
 //     (parseJson bounds nesting; writeJson never throws on invalid UTF-8), and YAML is loaded
-//     only through config/yaml_reader (UTF-8, nesting and alias expansion checked).
+//     only through config/yaml_reader (UTF-8, nesting and alias expansion checked);
+//   - the fleet's engines (src/fleet) are pure: they include nothing of Purser's outside
+//     src/common, and neither files, YAML nor a clock (DESIGN.md §2).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,6 +61,41 @@ TEST(SourceRulesTest, OutsideBytesBecomeJsonAndYamlOnlyThroughTheirCheckedDoors)
     }
   }
   EXPECT_GT(files, 50) << "the source tree was not found";
+}
+
+TEST(SourceRulesTest, TheFleetEnginesArePure) {
+  const std::regex project_include(R"re(^\s*#\s*include\s+"([a-z_]+)/)re");
+  const std::regex outside(
+      R"re(^\s*#\s*include\s+<(fstream|filesystem|chrono|thread|mutex|yaml-cpp/[a-z_./]+|sqlite3\.h|boost/[a-z_./]+)>)re");
+  const std::regex clock(R"(\b(steady_clock|system_clock|high_resolution_clock)\b)");
+  const fs::path dir = fs::path(PURSER_SOURCE_DIR) / "src" / "fleet";
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto ext = entry.path().extension();
+    if (ext != ".cc" && ext != ".h") continue;
+    ++files;
+    std::ifstream in(entry.path());
+    std::string line;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      const std::string where =
+          "src/fleet/" + entry.path().filename().string() + ":" + std::to_string(number) + ": ";
+      std::smatch m;
+      if (std::regex_search(line, m, project_include) && m[1] != "fleet" && m[1] != "common") {
+        ADD_FAILURE() << where << "the engines include only src/common (reading, files and "
+                      << "services belong in fleet_io or a service)\n  " << line;
+      }
+      if (std::regex_search(line, outside)) {
+        ADD_FAILURE() << where << "no files, YAML, threads or clocks in the engines\n  " << line;
+      }
+      const auto comment = line.find("//");
+      if (std::regex_search(comment == std::string::npos ? line : line.substr(0, comment), clock)) {
+        ADD_FAILURE() << where << "time is passed in to the engines, never read\n  " << line;
+      }
+    }
+  }
+  EXPECT_GE(files, 6) << "src/fleet was not found";
 }
 
 }  // namespace

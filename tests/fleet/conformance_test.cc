@@ -11,7 +11,7 @@
 #include <set>
 
 #include "common/quantity.h"
-#include "fleet/scenario.h"
+#include "fleet_io/scenario.h"
 
 namespace purser::fleet {
 namespace {

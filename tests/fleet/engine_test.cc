@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "fleet/engine.h"
-#include "fleet/manifest.h"
-#include "fleet/scenario.h"
+#include "fleet_io/manifest.h"
+#include "fleet_io/scenario.h"
 
 namespace purser::fleet {
 namespace {

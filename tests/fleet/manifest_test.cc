@@ -1,5 +1,5 @@
 // Tests of reading Kueue manifests and workloads into fleet objects.
-#include "fleet/manifest.h"
+#include "fleet_io/manifest.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

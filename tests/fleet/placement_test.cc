@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "fleet/openb.h"
+#include "fleet_io/openb.h"
 #include "fleet/placement.h"
 
 namespace purser::fleet::placement {

@@ -1,4 +1,4 @@
-#include "fleet/openb.h"
+#include "fleet_io/openb.h"
 
 #include <fmt/format.h>
 

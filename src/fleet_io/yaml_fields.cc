@@ -1,4 +1,4 @@
-#include "fleet/yaml_fields.h"
+#include "fleet_io/yaml_fields.h"
 
 #include <fmt/format.h>
 

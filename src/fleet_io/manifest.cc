@@ -1,5 +1,5 @@
 // Reading Kueue manifests and workloads (see manifest.h).
-#include "fleet/manifest.h"
+#include "fleet_io/manifest.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
-#include "fleet/yaml_fields.h"
+#include "fleet_io/yaml_fields.h"
 
 namespace purser::fleet {
 

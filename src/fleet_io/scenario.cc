@@ -1,4 +1,4 @@
-#include "fleet/scenario.h"
+#include "fleet_io/scenario.h"
 
 #include <fmt/format.h>
 

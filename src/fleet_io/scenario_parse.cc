@@ -7,8 +7,8 @@
 
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
-#include "fleet/scenario.h"
-#include "fleet/yaml_fields.h"
+#include "fleet_io/scenario.h"
+#include "fleet_io/yaml_fields.h"
 
 namespace purser::fleet {
 
