@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -46,6 +47,8 @@ namespace {
 constexpr std::string_view kGroup = "kueue.x-k8s.io";
 constexpr char kNameLabel[] = "kubernetes.io/metadata.name";
 constexpr char kQueueLabel[] = "kueue.x-k8s.io/queue-name";
+constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
+constexpr char kMinParallelismAnnotation[] = "kueue.x-k8s.io/job-min-parallelism";
 constexpr char kDefaultNamespace[] = "default";
 constexpr char kIgnored[] = "not supported by Purser; ignored";
 
@@ -214,6 +217,7 @@ struct Meta {
   std::string namespace_;
   bool namespace_given = false;  // false: the default namespace stands in
   std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
   std::string uid;
   std::optional<int64_t> created_ms;
 };
@@ -245,6 +249,9 @@ Meta readMeta(ObjectReader& o, Map& top, bool namespaced) {
     }
   }
   if (m.present("labels")) meta.labels = o.stringMap(m.get("labels"), m.child("labels"));
+  if (m.present("annotations")) {
+    meta.annotations = o.stringMap(m.get("annotations"), m.child("annotations"));
+  }
   m.optional("uid", meta.uid);
   if (m.present("creationTimestamp") && !isNull(m.get("creationTimestamp"))) {
     const YAML::Node n = m.get("creationTimestamp");
@@ -837,6 +844,88 @@ class WorkloadParser {
     return w;
   }
 
+  // A batch/v1 Job, as Kueue's job integration sees one: a single pod set "main" of
+  // min(parallelism, completions) pods (parallelism defaults to 1, as Kubernetes defaults it),
+  // per-pod requests from the pod template; the queue from the kueue.x-k8s.io/queue-name label, a
+  // WorkloadPriorityClass from the kueue.x-k8s.io/priority-class label, and partial admission
+  // down to the kueue.x-k8s.io/job-min-parallelism annotation. The rest of the Job (backoff,
+  // completion mode, deadlines, ...) is for whatever runs it.
+  Workload job(Map& top) {
+    Workload w;
+    std::string api, kind;
+    top.required("apiVersion", api);
+    top.required("kind", kind);
+    if (api != "batch/v1") {
+      r_.addError(top.get("apiVersion"), top.child("apiVersion"),
+                  fmt::format("a Job is batch/v1, got \"{}\"", api));
+    }
+    const Meta meta = readMeta(o_, top, true);
+    namespace_given_ = meta.namespace_given;
+    setName(w, meta.name, meta.namespace_);
+    w.uid = meta.uid;
+    if (meta.created_ms) w.created_ms = *meta.created_ms;
+    if (auto q = meta.labels.find(kQueueLabel); q != meta.labels.end()) w.local_queue = q->second;
+    if (w.local_queue.empty()) {
+      r_.addError(top.get("metadata"), "metadata.labels",
+                  fmt::format("a Job is queued by its \"{}\" label, naming a LocalQueue of its "
+                              "namespace; add it to metadata.labels",
+                              kQueueLabel));
+    }
+    if (auto c = meta.labels.find(kPriorityClassLabel); c != meta.labels.end()) {
+      w.priority_class = c->second;
+    }
+    Map spec = top.map("spec");
+    int64_t parallelism = 1;
+    if (auto p = o_.integer(spec, "parallelism", 0, INT32_MAX)) parallelism = *p;
+    PodSet ps;
+    ps.name = "main";  // Kueue's name for a Job's only pod set
+    ps.count = parallelism;
+    if (auto c = o_.integer(spec, "completions", 0, INT32_MAX); c && *c < ps.count) ps.count = *c;
+    if (auto a = meta.annotations.find(kMinParallelismAnnotation); a != meta.annotations.end()) {
+      int64_t least = 0;
+      const auto [end, ec] =
+          std::from_chars(a->second.data(), a->second.data() + a->second.size(), least);
+      if (ec != std::errc() || end != a->second.data() + a->second.size() || least < 1 ||
+          least > ps.count) {
+        r_.addError(top.get("metadata"), "metadata.annotations",
+                    fmt::format("\"{}\" must be a whole number from 1 to the Job's {} pods, got "
+                                "\"{}\"",
+                                kMinParallelismAnnotation, ps.count, a->second));
+      } else if (least < ps.count) {
+        ps.min_count = least;
+      }
+    }
+    if (!spec.present("template")) {
+      r_.addError(spec.node().IsDefined() ? spec.node() : top.node(), spec.child("template"),
+                  "required field is missing");
+    } else {
+      Map t = spec.map("template");
+      if (t.present("metadata")) templateAnnotations(t.get("metadata"), t.child("metadata"), ps);
+      Map pod = t.map("spec");
+      std::string pod_class;
+      pod.optional("priorityClassName", pod_class);
+      if (!pod_class.empty() && w.priority_class.empty()) {
+        o_.warn(keyMark(pod, "priorityClassName"), pod.child("priorityClassName"),
+                fmt::format("pod PriorityClass \"{}\" is not known to Purser; give the Job a "
+                            "WorkloadPriorityClass with the \"{}\" label",
+                            pod_class, kPriorityClassLabel));
+      }
+      podSpec(pod, ps);
+      t.finish();
+    }
+    for (const char* runner :
+         {"suspend", "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
+          "activeDeadlineSeconds", "ttlSecondsAfterFinished", "completionMode", "podFailurePolicy",
+          "successPolicy", "manualSelector", "selector", "podReplacementPolicy", "managedBy"}) {
+      (void)spec.present(runner);  // for whatever runs the Job, not for admission
+    }
+    spec.finish();
+    (void)top.present("status");
+    top.finish();
+    w.pod_sets.push_back(std::move(ps));
+    return w;
+  }
+
   // Purser's short form.
   Workload shortForm(Map& top) {
     Workload w;
@@ -1114,7 +1203,12 @@ Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std:
   Map top = o.reader().map(doc, "");
   if (top.valid()) {
     WorkloadParser p(o);
-    out.workload = top.has("apiVersion") || top.has("kind") ? p.kueue(top) : p.shortForm(top);
+    const YAML::Node kind = top.has("kind") ? top.get("kind") : YAML::Node();
+    if (kind.IsScalar() && kind.Scalar() == "Job") {
+      out.workload = p.job(top);
+    } else {
+      out.workload = top.has("apiVersion") || top.has("kind") ? p.kueue(top) : p.shortForm(top);
+    }
     out.namespace_given = p.namespaceGiven();
   }
   std::vector<Error> errors;

@@ -73,12 +73,16 @@ struct ParsedWorkload {
   std::vector<std::string> warnings;  // unsupported fields, as for manifests
 };
 
-// One workload, in either shape:
+// One workload, in any of these shapes:
 //   - Kueue's Workload (apiVersion kueue.x-k8s.io/v1beta1|v1beta2, kind Workload): the queue is
 //     spec.queueName (or the kueue.x-k8s.io/queue-name label), a pod set's per-pod requests are
 //     computed from its template as Kubernetes does (containers summed, init containers as a
 //     maximum, sidecars added, overhead added, limits standing in for missing requests).
 //     metadata.uid and metadata.creationTimestamp are kept; status is ignored.
+//   - a batch/v1 Job carrying the kueue.x-k8s.io/queue-name label, as Kueue's job integration
+//     reads it: one pod set "main" of min(parallelism, completions) pods with the template's
+//     requests, kueue.x-k8s.io/priority-class naming a WorkloadPriorityClass, and
+//     kueue.x-k8s.io/job-min-parallelism allowing partial admission.
 //   - Purser's short form: {name, namespace?, queue, priority_class?, priority?,
 //     pod_sets: [{name, count?, min_count?, requests: {cpu: "1", nvidia.com/gpu: 1},
 //     tolerations?, node_selector?}]}.

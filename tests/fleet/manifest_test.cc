@@ -726,6 +726,114 @@ spec:
   EXPECT_THAT(both.error().toString(), HasSubstr("give required or preferred, not both"));
 }
 
+TEST(ManifestWorkloadTest, ReadsABatchJobAsKueuesJobIntegrationDoes) {
+  // Kueue's own sample Job, with a GPU, a WorkloadPriorityClass and partial admission.
+  const std::string yaml = R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  generateName: ignored-
+  name: sample-job
+  namespace: team-a
+  labels:
+    kueue.x-k8s.io/queue-name: user-queue
+    kueue.x-k8s.io/priority-class: high
+  annotations:
+    kueue.x-k8s.io/job-min-parallelism: "2"
+spec:
+  parallelism: 3
+  completions: 5
+  suspend: true
+  backoffLimit: 2
+  completionMode: Indexed
+  template:
+    metadata:
+      annotations: {kueue.x-k8s.io/podset-required-topology: rack}
+    spec:
+      nodeSelector: {gpu: h100}
+      containers:
+      - name: dummy-job
+        image: registry.k8s.io/e2e-test-images/agnhost:2.53
+        command: ["/bin/sh"]
+        args: ["-c", "sleep 30"]
+        resources:
+          requests: {cpu: "1", memory: 200Mi}
+          limits: {nvidia.com/gpu: 1}
+      restartPolicy: Never
+)";
+  auto w = parseWorkload(yaml, "job.yaml");
+  ASSERT_TRUE(w) << w.error().toString();
+  EXPECT_TRUE(w->warnings.empty()) << w->warnings.front();
+  EXPECT_TRUE(w->namespace_given);
+  const Workload& wl = w->workload;
+  EXPECT_EQ(wl.name, "team-a/sample-job");
+  EXPECT_EQ(wl.local_queue, "user-queue");
+  EXPECT_EQ(wl.priority_class, "high");
+  ASSERT_EQ(wl.pod_sets.size(), 1u);
+  const PodSet& ps = wl.pod_sets[0];
+  EXPECT_EQ(ps.name, "main");
+  EXPECT_EQ(ps.count, 3) << "parallelism, as completions is larger";
+  EXPECT_EQ(ps.min_count, 2);
+  EXPECT_EQ(ps.requests.at("cpu"), 1000);
+  EXPECT_EQ(ps.requests.at("nvidia.com/gpu"), 1000);
+  EXPECT_EQ(ps.node_selector.at("gpu"), "h100");
+  EXPECT_EQ(ps.topology.level, "rack");
+  EXPECT_TRUE(ps.topology.required);
+
+  // Fewer completions than parallelism: that many pods. No parallelism: one.
+  const auto count = [](const std::string& spec) {
+    auto j = parseWorkload(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+        "{kueue.x-k8s.io/queue-name: q}}\nspec:\n" +
+            spec + "  template: {spec: {containers: [{name: c}]}}\n",
+        "job.yaml");
+    return j ? j->workload.pod_sets.at(0).count : -1;
+  };
+  EXPECT_EQ(count("  parallelism: 4\n  completions: 2\n"), 2);
+  EXPECT_EQ(count("  completions: 7\n"), 1);
+  EXPECT_EQ(count(""), 1);
+
+  // A pod PriorityClass is not Purser's: said, and the priority stays as it was.
+  auto pod_class = parseWorkload(
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+      "{kueue.x-k8s.io/queue-name: q}}\nspec:\n  template: {spec: {priorityClassName: "
+      "system-critical, containers: [{name: c}]}}\n",
+      "job.yaml");
+  ASSERT_TRUE(pod_class) << pod_class.error().toString();
+  ASSERT_EQ(pod_class->warnings.size(), 1u);
+  EXPECT_THAT(pod_class->warnings[0], HasSubstr("kueue.x-k8s.io/priority-class"));
+}
+
+TEST(ManifestWorkloadTest, RejectsJobsKueueWouldNotQueue) {
+  const auto errorOf = [](const std::string& text) {
+    auto w = parseWorkload(text, "job.yaml");
+    return w ? std::string("no error") : w.error().toString();
+  };
+  const std::string tmpl = "  template: {spec: {containers: [{name: c}]}}\n";
+  EXPECT_THAT(errorOf("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n" + tmpl),
+              HasSubstr("metadata.labels: Workload \"default/j\": a Job is queued by its "
+                        "\"kueue.x-k8s.io/queue-name\" label"));
+  EXPECT_THAT(errorOf("apiVersion: batch/v2\nkind: Job\nmetadata: {name: j, labels: "
+                      "{kueue.x-k8s.io/queue-name: q}}\nspec:\n" +
+                      tmpl),
+              HasSubstr("a Job is batch/v1, got \"batch/v2\""));
+  EXPECT_THAT(errorOf("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+                      "{kueue.x-k8s.io/queue-name: q}, annotations: "
+                      "{kueue.x-k8s.io/job-min-parallelism: \"5\"}}\nspec:\n  parallelism: 2\n" +
+                      tmpl),
+              HasSubstr("must be a whole number from 1 to the Job's 2 pods, got \"5\""));
+  EXPECT_THAT(errorOf("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+                      "{kueue.x-k8s.io/queue-name: q}}\nspec:\n  parallelism: -1\n" +
+                      tmpl),
+              HasSubstr("spec.parallelism"));
+  EXPECT_THAT(errorOf("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+                      "{kueue.x-k8s.io/queue-name: q}}\nspec:\n  paralelism: 2\n" +
+                      tmpl),
+              HasSubstr("did you mean \"parallelism\"?"));
+  EXPECT_THAT(errorOf("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+                      "{kueue.x-k8s.io/queue-name: q}}\nspec: {parallelism: 1}\n"),
+              HasSubstr("spec.template: Workload \"default/j\": required field is missing"));
+}
+
 TEST(ManifestWorkloadTest, RejectsBadWorkloads) {
   const auto errorOfWorkload = [](const std::string& text) {
     auto w = parseWorkload(text, "body");

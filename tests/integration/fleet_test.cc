@@ -148,6 +148,50 @@ class FleetServeTest : public ::testing::Test {
   std::string url;
 };
 
+TEST_F(FleetServeTest, AcceptsABatchJobWithKueuesQueueLabel) {
+  // What a team already writes for Kueue, submitted as it is.
+  const auto [key, team] = member();
+  const std::string path = dir.file("job.yaml");
+  testing::writeFile(path, R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: finetune
+  labels: {kueue.x-k8s.io/queue-name: research, kueue.x-k8s.io/priority-class: urgent}
+spec:
+  parallelism: 2
+  completions: 2
+  suspend: true
+  template:
+    spec:
+      containers:
+        - name: trainer
+          image: trainer:1
+          command: [python, train.py]
+          resources:
+            requests: {cpu: "4"}
+            limits: {nvidia.com/gpu: 2}
+      restartPolicy: Never
+)");
+  Run submitted = cli({"submit", "-f", path}, key);
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  json job = workload("ml/finetune", key);
+  EXPECT_EQ(job["state"], "admitted") << job.dump();
+  EXPECT_EQ(job["priority"], 1000);
+  ASSERT_EQ(job["admission"]["pod_sets"].size(), 1u);
+  EXPECT_EQ(job["admission"]["pod_sets"][0]["name"], "main");
+  EXPECT_EQ(job["admission"]["pod_sets"][0]["usage"]["nvidia.com/gpu"], "4");
+  // Without the label Kueue would not queue it, and neither does Purser.
+  testing::writeFile(path, R"(apiVersion: batch/v1
+kind: Job
+metadata: {name: stray}
+spec:
+  template: {spec: {containers: [{name: c}]}}
+)");
+  Run stray = cli({"submit", "-f", path}, key);
+  EXPECT_NE(stray.code, 0);
+  EXPECT_NE(stray.err.find("kueue.x-k8s.io/queue-name"), std::string::npos) << stray.err;
+}
+
 TEST_F(FleetServeTest, AdmitsExplainsReleasesAndSurvivesARestart) {
   const auto [key, team] = member();
   Run first = cli({"submit", "-f", workloadFile("train-1", 2)}, key);
