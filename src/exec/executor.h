@@ -1,0 +1,55 @@
+// Executors run what the fleet admitted: one pod of a workload at a time, on whatever engine a
+// pool uses (local processes here; Slurm and Kubernetes to come). The fleet service starts pods
+// with what their admission decided, polls them, and stops them on preemption or deletion; an
+// executor never decides anything.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/result.h"
+
+namespace purser::exec {
+
+// One pod to run.
+struct PodLaunch {
+  std::string workload;  // "namespace/name"
+  std::string pod_set;
+  int64_t index = 0;                       // the pod's index within its pod set
+  std::vector<std::string> argv;           // the container's command followed by its args
+  std::string working_dir;                 // empty: the executor's default
+  std::map<std::string, std::string> env;  // the template's env, then the admission's
+};
+
+enum class PodPhase { kRunning, kSucceeded, kFailed };
+const char* podPhaseName(PodPhase phase);
+
+struct PodStatus {
+  PodPhase phase = PodPhase::kRunning;
+  std::optional<int> exit_code;  // once it exited
+  std::optional<int> signal;     // once it was ended by a signal
+  SystemTime started_at{};
+  std::optional<SystemTime> finished_at;
+  bool stopping = false;  // asked to stop, not yet gone
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Starts the pod; its handle names it in later calls. Fails, changing nothing, when it cannot
+  // be started (a missing program, an unusable working directory).
+  virtual Result<std::string> start(const PodLaunch& pod) = 0;
+  // Where the pod is now; an unknown handle is kNotFound.
+  virtual Result<PodStatus> status(const std::string& handle) = 0;
+  // Asks the pod to stop: a polite signal now, a forceful one once `grace` has passed (at a later
+  // status() or stop() call). Stopping a pod that has ended does nothing.
+  virtual Result<void> stop(const std::string& handle, Duration grace) = 0;
+  // What the pod wrote (stdout and stderr together), at most `max_bytes` of its end.
+  virtual Result<std::string> logTail(const std::string& handle, size_t max_bytes) = 0;
+};
+
+}  // namespace purser::exec

@@ -1,0 +1,236 @@
+// The local executor with real child processes: environment, exit codes, output to a bounded
+// log, stopping a whole process group politely and then forcefully, and refusals that change
+// nothing. Waits are for the processes' own ends (bounded by their work), never for time.
+#include "exec/local_executor.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "fakes/temp_dir.h"
+
+namespace purser::exec {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Processes of a group that are still alive (zombies, already dead and waiting for whoever
+// adopted them to reap them, do not count), from /proc.
+int liveInGroup(pid_t group) {
+  int live = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    // pid (comm) state ppid pgrp ...: comm may hold spaces, so read after its closing ')'.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    long ppid = 0, pgrp = 0;
+    rest >> state >> ppid >> pgrp;
+    if (pgrp == group && state != 'Z' && state != 'X') ++live;
+  }
+  return live;
+}
+
+// Waits for a killed group to be gone: SIGKILL cannot be refused, so this ends; the bound only
+// turns a broken kill into a failure instead of a hang.
+bool goneEventually(pid_t group) {
+  for (int i = 0; i < 10'000; ++i) {
+    if (liveInGroup(group) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+class LocalExecutorTest : public ::testing::Test {
+ protected:
+  PodLaunch shell(const std::string& script) {
+    PodLaunch p;
+    p.workload = "ml/train";
+    p.pod_set = "workers";
+    p.argv = {"/bin/sh", "-c", script};
+    return p;
+  }
+  std::string started(const PodLaunch& p) {
+    auto h = executor->start(p);
+    EXPECT_TRUE(h.has_value()) << h.error().toString();
+    return h.value_or("");
+  }
+
+  testing::TempDir dir;
+  ManualClock clock;
+  std::unique_ptr<LocalExecutor> executor = std::make_unique<LocalExecutor>(
+      clock, LocalExecutorOptions{.log_dir = dir.path(), .max_log_bytes = 64 * 1024});
+};
+
+TEST_F(LocalExecutorTest, RunsThePodWithItsEnvironmentAndNothingElseOfPurser) {
+  ::setenv("PURSER_TEST_SECRET", "not for pods", 1);
+  PodLaunch p = shell(
+      "echo \"gpus=$CUDA_VISIBLE_DEVICES who=$PURSER_WORKLOAD "
+      "secret=${PURSER_TEST_SECRET:-none} dir=$(pwd)\"");
+  p.env = {{"CUDA_VISIBLE_DEVICES", "2,3"}, {"PURSER_WORKLOAD", "ml/train"}};
+  p.working_dir = dir.path();
+  const std::string h = started(p);
+  auto done = executor->wait(h);
+  ASSERT_TRUE(done) << done.error().toString();
+  EXPECT_EQ(done->phase, PodPhase::kSucceeded);
+  EXPECT_EQ(done->exit_code, 0);
+  EXPECT_TRUE(done->finished_at.has_value());
+  EXPECT_EQ(*executor->logTail(h, 4096), "gpus=2,3 who=ml/train secret=none dir=" +
+                                             std::filesystem::canonical(dir.path()).string() +
+                                             "\n");
+  ::unsetenv("PURSER_TEST_SECRET");
+}
+
+TEST_F(LocalExecutorTest, ANonZeroExitFailsWithItsCodeAndTheLogKeepsTheReason) {
+  const std::string h =
+      started(shell("echo 'loading data'; echo 'CUDA out of memory' >&2; exit 3"));
+  auto done = executor->wait(h);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->phase, PodPhase::kFailed);
+  EXPECT_EQ(done->exit_code, 3);
+  EXPECT_EQ(*executor->logTail(h, 19), "CUDA out of memory\n");
+  EXPECT_THAT(*executor->logTail(h, 4096), HasSubstr("loading data"));
+}
+
+TEST_F(LocalExecutorTest, StoppingSendsTermToTheWholeGroupAndAPodThatHandlesItEndsItsWay) {
+  // The pod and a child of its own; both must go.
+  const std::string h = started(
+      shell("trap 'echo stopping; kill $child; exit 0' TERM; sleep 300 & child=$!; echo ready; "
+            "while :; do sleep 1; done"));
+  // Up: its first line is out.
+  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(executor->stop(h, std::chrono::seconds(30)));
+  EXPECT_TRUE(executor->status(h)->stopping || !executor->status(h)->exit_code);
+  auto done = executor->wait(h);
+  ASSERT_TRUE(done);
+  EXPECT_THAT(*executor->logTail(h, 4096), HasSubstr("stopping"));
+  EXPECT_TRUE(goneEventually(*executor->processGroup(h))) << "nothing of the group is left";
+}
+
+TEST_F(LocalExecutorTest, APodThatIgnoresTermIsKilledOnceTheGraceHasPassed) {
+  const std::string h = started(shell("trap '' TERM; echo ready; while :; do sleep 1; done"));
+  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(executor->stop(h, std::chrono::seconds(30)));
+  // Within its grace it keeps running (its own loop goes on; nothing here waits on time).
+  EXPECT_EQ(executor->status(h)->phase, PodPhase::kRunning);
+  clock.advance(std::chrono::seconds(31));
+  ASSERT_TRUE(executor->status(h));  // the grace is over: SIGKILL
+  auto done = executor->wait(h);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->phase, PodPhase::kFailed);
+  EXPECT_EQ(done->signal, SIGKILL);
+  EXPECT_FALSE(done->exit_code.has_value());
+  EXPECT_TRUE(executor->stop(h, std::chrono::seconds(1))) << "stopping an ended pod is no error";
+}
+
+TEST_F(LocalExecutorTest, APodStartsWithNoSignalIgnoredOrBlockedWhateverPurserDoes) {
+  // Purser (here, the test) ignoring SIGTERM and blocking SIGINT must not leave pods deaf to
+  // them: the polite stop still stops a pod that never asked to ignore it.
+  struct sigaction ignore {
+  }, before{};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGTERM, &ignore, &before);
+  sigset_t blocked, previous;
+  ::sigemptyset(&blocked);
+  ::sigaddset(&blocked, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &blocked, &previous);
+  const std::string h = started(shell("echo ready; while :; do sleep 1; done"));
+  ::sigaction(SIGTERM, &before, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(executor->stop(h, std::chrono::seconds(30)));
+  auto done = executor->wait(h);  // no clock advance: only SIGTERM can end it
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->signal, SIGTERM);
+}
+
+TEST_F(LocalExecutorTest, OutputPastTheBoundRollsOverAndKeepsTheEnd) {
+  // About 1 MiB of output against a 64 KiB bound.
+  const std::string h = started(shell(
+      "i=0; while [ $i -lt 16000 ]; do echo \"line $i of the pod's output, padded to length\"; "
+      "i=$((i+1)); done; echo last-line"));
+  auto done = executor->wait(h);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->phase, PodPhase::kSucceeded);
+  struct stat now {
+  }, before{};
+  ASSERT_EQ(::stat(dir.file(h + ".log").c_str(), &now), 0);
+  ASSERT_EQ(::stat(dir.file(h + ".log.1").c_str(), &before), 0);
+  EXPECT_LE(now.st_size, 64 * 1024);
+  EXPECT_LE(before.st_size, 64 * 1024);
+  EXPECT_THAT(*executor->logTail(h, 100), HasSubstr("last-line\n"));
+  EXPECT_THAT(*executor->logTail(h, 100'000), HasSubstr("line 15999 of"));
+}
+
+TEST_F(LocalExecutorTest, LimitsAreSetOnThePodsProcesses) {
+  executor = std::make_unique<LocalExecutor>(
+      clock,
+      LocalExecutorOptions{
+          .log_dir = dir.path(), .max_memory_bytes = uint64_t{1} << 30, .max_cpu_seconds = 600});
+  const std::string h = started(shell("echo \"$(ulimit -v) $(ulimit -t)\""));
+  ASSERT_TRUE(executor->wait(h));
+  EXPECT_EQ(*executor->logTail(h, 100), "1048576 600\n");
+}
+
+TEST_F(LocalExecutorTest, WhatCannotRunIsRefusedAndLeavesNothing) {
+  PodLaunch missing = shell("");
+  missing.argv = {"no-such-program-anywhere", "--flag"};
+  auto r = executor->start(missing);
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.error().message,
+              HasSubstr("cannot run \"no-such-program-anywhere\": No such file or directory"));
+  PodLaunch bad_dir = shell("true");
+  bad_dir.working_dir = dir.file("nowhere");
+  EXPECT_THAT(executor->start(bad_dir).error().message, HasSubstr("is not a directory"));
+  PodLaunch empty;
+  EXPECT_EQ(executor->start(empty).error().field, "command");
+  PodLaunch nul = shell("true");
+  nul.argv.push_back(std::string("a\0b", 3));
+  EXPECT_FALSE(executor->start(nul));
+  PodLaunch bad_env = shell("true");
+  bad_env.env = {{"A=B", "c"}};
+  EXPECT_EQ(executor->start(bad_env).error().field, "env");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "no log was left behind";
+  EXPECT_EQ(executor->status("ml.train.workers.0.99").error().code, ErrorCode::kNotFound);
+}
+
+TEST_F(LocalExecutorTest, WhatAPodLeavesRunningGoesWithIt) {
+  // Its output pipe is held by what it left, so its end also waits for them to go.
+  const std::string h = started(shell("sleep 300 & echo started a helper; exit 0"));
+  auto done = executor->wait(h);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->phase, PodPhase::kSucceeded);
+  EXPECT_TRUE(goneEventually(*executor->processGroup(h)));
+}
+
+TEST_F(LocalExecutorTest, ClosingTheExecutorEndsWhatStillRuns) {
+  const std::string h = started(shell("sleep 300 & echo ready; while :; do sleep 1; done"));
+  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
+    std::this_thread::yield();
+  }
+  const pid_t group = *executor->processGroup(h);
+  ASSERT_GE(liveInGroup(group), 1);
+  executor.reset();
+  EXPECT_TRUE(goneEventually(group));
+}
+
+}  // namespace
+}  // namespace purser::exec
