@@ -152,7 +152,10 @@ json specJson(const Workload& w) {
                                      : json{{ps.topology.required ? "required" : "preferred",
                                              ps.topology.level}}},
                     {"use_gpu_types", ps.use_gpu_types},
-                    {"nouse_gpu_types", ps.nouse_gpu_types}});
+                    {"nouse_gpu_types", ps.nouse_gpu_types},
+                    {"command", ps.command},
+                    {"working_dir", ps.working_dir},
+                    {"env", ps.env}});
   }
   return {{"name", w.name},
           {"namespace", w.namespace_},
@@ -200,6 +203,10 @@ Workload specFrom(const json& j) {
     if (ps.contains("nouse_gpu_types")) {
       out.nouse_gpu_types = ps.at("nouse_gpu_types").get<std::vector<std::string>>();
     }
+    // Records written before workloads carried what they run have none of these.
+    if (ps.contains("command")) out.command = ps.at("command").get<std::vector<std::string>>();
+    if (ps.contains("working_dir")) out.working_dir = ps.at("working_dir").get<std::string>();
+    if (ps.contains("env")) out.env = ps.at("env").get<std::map<std::string, std::string>>();
     w.pod_sets.push_back(std::move(out));
   }
   return w;
@@ -876,10 +883,17 @@ class Fleet::Impl {
   json viewLocked(const Record& r) const {
     json sets = json::array();
     for (const auto& ps : r.spec.pod_sets) {
-      sets.push_back({{"name", ps.name},
-                      {"count", ps.count},
-                      {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
-                      {"requests", resourcesJson(ps.requests)}});
+      // What it runs, and the names (not the values, which may be secrets) of its environment.
+      json env_names = json::array();
+      for (const auto& [name, value] : ps.env) env_names.push_back(name);
+      sets.push_back(
+          {{"name", ps.name},
+           {"count", ps.count},
+           {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
+           {"requests", resourcesJson(ps.requests)},
+           {"command", ps.command},
+           {"working_dir", ps.working_dir.empty() ? json(nullptr) : json(ps.working_dir)},
+           {"env", env_names}});
     }
     json out = {
         {"name", shown(r.spec.name)},

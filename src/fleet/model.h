@@ -140,6 +140,11 @@ struct PodSet {
   // model's name) the pods may, or may not, run on. Empty: any.
   std::vector<std::string> use_gpu_types;
   std::vector<std::string> nouse_gpu_types;
+  // What each pod runs, for executors that run commands (admission never reads it): the first
+  // container's command followed by its args, its working directory and its environment.
+  std::vector<std::string> command;
+  std::string working_dir;
+  std::map<std::string, std::string> env;
 };
 
 // Where one pod of an admitted pod set runs, when the fleet has an inventory.

@@ -968,6 +968,9 @@ class WorkloadParser {
       if (m.present("topology")) topology(m.map("topology"), ps);
       m.optionalStrings("use_gpu_types", ps.use_gpu_types);
       m.optionalStrings("nouse_gpu_types", ps.nouse_gpu_types);
+      m.optionalStrings("command", ps.command);
+      m.optional("working_dir", ps.working_dir);
+      if (m.present("env")) ps.env = o_.stringMap(m.get("env"), m.child("env"));
       m.finish();
       addPodSet(w.pod_sets, std::move(ps), m);
     }
@@ -1118,9 +1121,60 @@ class WorkloadParser {
   // Kubernetes' effective pod requests: the containers summed, plus restartable (sidecar) init
   // containers; at least each regular init container with the sidecars started before it; plus
   // the pod's overhead.
+  // What the first container runs: command then args, workingDir, and env given by value (a
+  // valueFrom needs a cluster to resolve it: warned, and left unset).
+  void runs(const YAML::Node& c, const std::string& path, PodSet& ps) {
+    if (!c.IsMap()) return;
+    for (const char* key : {"command", "args"}) {
+      const YAML::Node list = c[key];
+      if (!list.IsDefined() || list.IsNull()) continue;
+      const std::string at = path + "." + key;
+      if (!list.IsSequence()) {
+        r_.addError(list, at,
+                    fmt::format("expected a list of strings, got {}", describeNode(list)));
+        continue;
+      }
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (!list[i].IsScalar()) {
+          r_.addError(list[i], fmt::format("{}[{}]", at, i), "expected a string");
+          continue;
+        }
+        ps.command.push_back(list[i].Scalar());
+      }
+    }
+    const YAML::Node dir = c["workingDir"];
+    if (dir.IsDefined() && dir.IsScalar()) ps.working_dir = dir.Scalar();
+    const YAML::Node env = c["env"];
+    if (!env.IsDefined() || env.IsNull()) return;
+    if (!env.IsSequence()) {
+      r_.addError(env, path + ".env", "expected a list of {name, value}");
+      return;
+    }
+    for (size_t i = 0; i < env.size(); ++i) {
+      const std::string at = fmt::format("{}.env[{}]", path, i);
+      const YAML::Node e = env[i];
+      const YAML::Node name = e.IsMap() ? e["name"] : YAML::Node();
+      if (!name.IsDefined() || !name.IsScalar() || name.Scalar().empty() ||
+          name.Scalar().find('=') != std::string::npos) {
+        r_.addError(e, at + ".name", "each variable needs a name (without '=')");
+        continue;
+      }
+      const YAML::Node value = e["value"];
+      if (e["valueFrom"].IsDefined() && !e["valueFrom"].IsNull()) {
+        o_.warn(e.Mark(), at + ".valueFrom",
+                fmt::format("\"{}\" comes from the cluster (valueFrom), which Purser cannot "
+                            "resolve; it is left unset",
+                            name.Scalar()));
+        continue;
+      }
+      ps.env[name.Scalar()] = value.IsDefined() && value.IsScalar() ? value.Scalar() : "";
+    }
+  }
+
   void podSpec(Map s, PodSet& ps) {
     Resources containers, sidecars, init_peak;
     const YAML::Node cs = s.get("containers");
+    if (cs.IsSequence() && cs.size() > 0) runs(cs[0], s.child("containers") + "[0]", ps);
     for (size_t i = 0; cs.IsSequence() && i < cs.size(); ++i) {
       const std::string at = fmt::format("{}[{}]", s.child("containers"), i);
       if (!add(containers, containerRequests(cs[i], at), cs[i], at)) return;

@@ -755,6 +755,10 @@ spec:
         image: registry.k8s.io/e2e-test-images/agnhost:2.53
         command: ["/bin/sh"]
         args: ["-c", "sleep 30"]
+        workingDir: /work
+        env:
+        - {name: EPOCHS, value: "3"}
+        - {name: EMPTY}
         resources:
           requests: {cpu: "1", memory: 200Mi}
           limits: {nvidia.com/gpu: 1}
@@ -778,6 +782,10 @@ spec:
   EXPECT_EQ(ps.node_selector.at("gpu"), "h100");
   EXPECT_EQ(ps.topology.level, "rack");
   EXPECT_TRUE(ps.topology.required);
+  // What its pods run: the first container's command and args, directory and environment.
+  EXPECT_EQ(ps.command, (std::vector<std::string>{"/bin/sh", "-c", "sleep 30"}));
+  EXPECT_EQ(ps.working_dir, "/work");
+  EXPECT_EQ(ps.env, (std::map<std::string, std::string>{{"EMPTY", ""}, {"EPOCHS", "3"}}));
 
   // Fewer completions than parallelism: that many pods. No parallelism: one.
   const auto count = [](const std::string& spec) {
@@ -801,6 +809,23 @@ spec:
   ASSERT_TRUE(pod_class) << pod_class.error().toString();
   ASSERT_EQ(pod_class->warnings.size(), 1u);
   EXPECT_THAT(pod_class->warnings[0], HasSubstr("kueue.x-k8s.io/priority-class"));
+
+  // A variable from the cluster cannot be resolved here: said, and left out. A command that is
+  // not a list of strings is an error.
+  const std::string head =
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+      "{kueue.x-k8s.io/queue-name: q}}\nspec:\n  template: {spec: {containers: [{name: c, ";
+  auto secret = parseWorkload(
+      head + "env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: s, key: k}}}]}]}}\n", "j");
+  ASSERT_TRUE(secret) << secret.error().toString();
+  EXPECT_TRUE(secret->workload.pod_sets[0].env.empty());
+  ASSERT_EQ(secret->warnings.size(), 1u);
+  EXPECT_THAT(secret->warnings[0], HasSubstr("\"TOKEN\" comes from the cluster (valueFrom)"));
+  auto bad = parseWorkload(head + "command: python}]}}\n", "j");
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().toString(),
+              HasSubstr("spec.template.spec.containers[0].command: Workload \"default/j\": "
+                        "expected a list of strings"));
 }
 
 TEST(ManifestWorkloadTest, RejectsJobsKueueWouldNotQueue) {

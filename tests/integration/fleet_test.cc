@@ -167,6 +167,8 @@ spec:
         - name: trainer
           image: trainer:1
           command: [python, train.py]
+          args: [--epochs, "3"]
+          env: [{name: WANDB_KEY, value: not-for-the-view}]
           resources:
             requests: {cpu: "4"}
             limits: {nvidia.com/gpu: 2}
@@ -180,6 +182,14 @@ spec:
   ASSERT_EQ(job["admission"]["pod_sets"].size(), 1u);
   EXPECT_EQ(job["admission"]["pod_sets"][0]["name"], "main");
   EXPECT_EQ(job["admission"]["pod_sets"][0]["usage"]["nvidia.com/gpu"], "4");
+  // What it runs is kept, through a restart: the command, and the names of its variables only.
+  stop();
+  start();
+  job = workload("ml/finetune", key);
+  EXPECT_EQ(job["state"], "admitted");
+  EXPECT_EQ(job["pod_sets"][0]["command"], json({"python", "train.py", "--epochs", "3"}));
+  EXPECT_EQ(job["pod_sets"][0]["env"], json({"WANDB_KEY"}));
+  EXPECT_EQ(job.dump().find("not-for-the-view"), std::string::npos);
   // Without the label Kueue would not queue it, and neither does Purser.
   testing::writeFile(path, R"(apiVersion: batch/v1
 kind: Job
