@@ -782,11 +782,7 @@ class WorkloadParser {
       r_.addError(top.get("apiVersion"), top.child("apiVersion"),
                   fmt::format("expected kueue.x-k8s.io/v1beta1 or v1beta2, got \"{}\"", api));
     }
-    const Meta meta = readMeta(o_, top, true);
-    namespace_given_ = meta.namespace_given;
-    setName(w, meta.name, meta.namespace_);
-    w.uid = meta.uid;
-    if (meta.created_ms) w.created_ms = *meta.created_ms;
+    const Meta meta = identity(top, w);
 
     Map spec = top.map("spec");
     spec.optional("queueName", w.local_queue);
@@ -859,11 +855,7 @@ class WorkloadParser {
       r_.addError(top.get("apiVersion"), top.child("apiVersion"),
                   fmt::format("a Job is batch/v1, got \"{}\"", api));
     }
-    const Meta meta = readMeta(o_, top, true);
-    namespace_given_ = meta.namespace_given;
-    setName(w, meta.name, meta.namespace_);
-    w.uid = meta.uid;
-    if (meta.created_ms) w.created_ms = *meta.created_ms;
+    const Meta meta = identity(top, w);
     if (auto q = meta.labels.find(kQueueLabel); q != meta.labels.end()) w.local_queue = q->second;
     if (w.local_queue.empty()) {
       r_.addError(top.get("metadata"), "metadata.labels",
@@ -982,6 +974,16 @@ class WorkloadParser {
 
  private:
   bool namespace_given_ = false;
+
+  // An object's metadata as the workload's name, namespace, uid and creation time.
+  Meta identity(Map& top, Workload& w) {
+    Meta meta = readMeta(o_, top, true);
+    namespace_given_ = meta.namespace_given;
+    setName(w, meta.name, meta.namespace_);
+    w.uid = meta.uid;
+    if (meta.created_ms) w.created_ms = *meta.created_ms;
+    return meta;
+  }
   void setName(Workload& w, const std::string& name, const std::string& ns) {
     w.namespace_ = ns;
     w.name = ns.empty() ? name : ns + "/" + name;

@@ -9,8 +9,8 @@
 #include <random>
 #include <sstream>
 
-#include "fleet_io/openb.h"
 #include "fleet/placement.h"
+#include "fleet_io/openb.h"
 
 namespace purser::fleet::placement {
 namespace {
