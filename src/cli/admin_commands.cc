@@ -291,7 +291,9 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
   {
     auto file = std::make_shared<std::string>();
     CLI::App* submit = root.add_subcommand(
-        "submit", "Submit a workload (Kueue's Workload object or the short form, YAML or JSON)");
+        "submit",
+        "Submit a workload (a batch/v1 Job with Kueue's queue-name label, Kueue's Workload object "
+        "or the short form; YAML or JSON)");
     submit->add_option("-f,--file", *file, "The workload file")->required();
     common(submit);
     submit->callback([g, file, &code] {
@@ -732,6 +734,88 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
                                           {"to", s->to}}),
                  nullptr, kSpendColumns);
     });
+  }
+  // usage record: history brought from elsewhere, in batches the API takes.
+  {
+    CLI::App* cmd = root.add_subcommand("usage", "Usage events");
+    auto file = std::make_shared<std::string>();
+    CLI::App* record = cmd->add_subcommand(
+        "record",
+        "Record usage that ran elsewhere (platform admins): a JSON file of {\"events\": [...]}, a "
+        "JSON list, or JSON Lines, each event as POST /api/v1/usage takes it; sent 1,000 at a "
+        "time, and safe to run again (recorded ids are skipped)");
+    record->add_option("-f,--file", *file, "The events file")->required();
+    common(record);
+    record->callback([g, file, &code] {
+      auto text = readFile(*file);
+      if (!text) {
+        code = 2;
+        return;
+      }
+      json events = json::array();
+      if (auto whole = parseJson(*text); whole && (whole->is_array() || whole->is_object())) {
+        events = whole->is_array() ? *whole : whole->value("events", json::array());
+      } else {
+        std::istringstream lines(*text);
+        std::string line;
+        for (int n = 1; std::getline(lines, line); ++n) {
+          if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+          auto e = parseJson(line);
+          if (!e) {
+            std::cerr << "purser: " << *file << ":" << n << ": " << e.error().message << "\n";
+            code = 2;
+            return;
+          }
+          events.push_back(std::move(*e));
+        }
+      }
+      if (!events.is_array() || events.empty()) {
+        std::cerr << "purser: " << *file << " holds no events\n";
+        code = 2;
+        return;
+      }
+      auto client = clientFor(*g);
+      if (!client) {
+        code = 2;
+        return;
+      }
+      constexpr size_t kBatch = 1000;  // the API's limit per request
+      int64_t recorded = 0, already = 0;
+      Money charged, overage;
+      json replies = json::array();
+      for (size_t from = 0; from < events.size(); from += kBatch) {
+        const size_t to = std::min(events.size(), from + kBatch);
+        json batch = json::array();
+        for (size_t i = from; i < to; ++i) batch.push_back(events[i]);
+        auto reply = client->call("POST", "/api/v1/usage", {{"events", batch}});
+        if (!reply || reply->status >= 400) {
+          std::cerr << "purser: events " << from + 1 << " to " << to << " were not recorded: "
+                    << (reply ? describeProblem(*reply) : reply.error().message)
+                    << (from > 0 ? "; those before them were (running again skips them)" : "")
+                    << "\n";
+          code = 1;
+          return;
+        }
+        recorded += reply->body.value("recorded", int64_t{0});
+        already +=
+            static_cast<int64_t>(reply->body.value("already_recorded", json::array()).size());
+        charged = charged.add(Money::parse(reply->body.value("charged", "0")).value_or(Money()))
+                      .value_or(charged);
+        overage = overage.add(Money::parse(reply->body.value("overage", "0")).value_or(Money()))
+                      .value_or(overage);
+        replies.push_back(reply->body);
+      }
+      if (g->output == "json") {
+        std::cout << writeJson(replies, 2) << "\n";
+      } else {
+        std::cout << "recorded " << recorded << " events (" << already
+                  << " already recorded), charged "
+                  << (g->exact ? charged.toString() : toCents(charged.toString())) << ", overage "
+                  << (g->exact ? overage.toString() : toCents(overage.toString())) << "\n";
+      }
+      code = 0;
+    });
+    cmd->require_subcommand(1);
   }
   // audit
   {

@@ -89,6 +89,39 @@ TEST_F(CliGovernanceTest, MirrorsTheApi) {
   EXPECT_NE(verify.out.find("true"), std::string::npos);
 }
 
+TEST_F(CliGovernanceTest, RecordsUsageFromAFileInBatchesAndAgainSafely) {
+  ASSERT_EQ(cli({"tenants", "create", "acme"}).code, 0);
+  ASSERT_EQ(cli({"teams", "create", "ml", "--tenant", "acme"}).code, 0);
+  ASSERT_EQ(cli({"users", "create", "dana", "--tenant", "acme", "--team", "ml"}).code, 0);
+  // 1,500 events as JSON Lines: more than one request takes.
+  std::string lines;
+  for (int i = 0; i < 1500; ++i) {
+    lines += nlohmann::json{{"id", "old-" + std::to_string(i)},
+                            {"at", "2026-01-01T00:00:00Z"},
+                            {"owner", {{"kind", "user"}, {"id", "dana"}}},
+                            {"model", "gpt-4o"},
+                            {"cost", "0.01"}}
+                 .dump() +
+             "\n";
+  }
+  const std::string path = dir.file("history.jsonl");
+  testing::writeFile(path, lines);
+  Run first = cli({"usage", "record", "-f", path});
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("recorded 1500 events (0 already recorded), charged 15.00"),
+            std::string::npos)
+      << first.out;
+  Run again = cli({"usage", "record", "-f", path});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("recorded 0 events (1500 already recorded)"), std::string::npos)
+      << again.out;
+  testing::writeFile(path, "{\"events\": [{\"id\": \"x\"}]}");
+  Run bad = cli({"usage", "record", "-f", path});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("events 1 to 1 were not recorded"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("events[0].at"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliGovernanceTest, ReportsProblemsAndMissingKeys) {
   Run dup = cli({"tenants", "create", "acme"});
   ASSERT_EQ(dup.code, 0);
