@@ -69,16 +69,6 @@ bool contains(const Range& range, std::string_view s) {
   return std::find(range.begin(), range.end(), s) != range.end();
 }
 
-// Kubernetes' extended resources (vendor-domain names such as nvidia.com/gpu) take only whole
-// numbers; cpu, memory and the kubernetes.io names do not.
-bool isExtendedResource(std::string_view name) {
-  const size_t slash = name.find('/');
-  if (slash == std::string_view::npos) return false;
-  const std::string_view domain = name.substr(0, slash);
-  if (domain == "kubernetes.io" || domain.ends_with(".kubernetes.io")) return false;
-  return !name.starts_with("requests.");
-}
-
 std::string where(const std::string& file, const YAML::Mark& at) {
   if (at.is_null() || at.line < 0) return file;
   return fmt::format("{}:{}:{}", file, at.line + 1, at.column + 1);
@@ -169,21 +159,9 @@ class ObjectReader {
     return readAmount(r_, n, path, whole);
   }
 
-  // A ResourceList: resource name -> quantity.
+  // A ResourceList: resource name -> quantity (extended resources whole, as in Kubernetes).
   Resources resourceList(const YAML::Node& n, const std::string& path) {
-    Resources out;
-    if (isNull(n)) return out;
-    if (!n.IsMap()) {
-      r_.addError(
-          n, path,
-          fmt::format("expected a mapping of resource to quantity, got {}", describeNode(n)));
-      return out;
-    }
-    for (const auto& kv : n) {
-      const std::string name = kv.first.Scalar();
-      if (auto a = amount(kv.second, path + "." + name, isExtendedResource(name))) out[name] = *a;
-    }
-    return out;
+    return readResources(r_, n, path, /*whole_extended=*/true);
   }
 
   std::map<std::string, std::string> stringMap(const YAML::Node& n, const std::string& path) {

@@ -56,19 +56,7 @@ class Parser {
   }
 
   Resources resources(const YAML::Node& n, const std::string& path) {
-    Resources out;
-    if (!n.IsDefined() || n.IsNull()) return out;
-    if (!n.IsMap()) {
-      r_.addError(
-          n, path,
-          fmt::format("expected a mapping of resource to quantity, got {}", describeNode(n)));
-      return out;
-    }
-    for (const auto& kv : n) {
-      const std::string name = kv.first.Scalar();
-      if (auto a = amount(kv.second, path + "." + name)) out[name] = *a;
-    }
-    return out;
+    return readResources(r_, n, path, /*whole_extended=*/false);
   }
 
   // Seconds relative to "now" (may be fractional); null: never set.

@@ -13,6 +13,37 @@ std::string describeNode(const YAML::Node& n) {
   return "nothing";
 }
 
+namespace {
+
+// Kubernetes' extended resources (vendor-domain names such as nvidia.com/gpu) take only whole
+// numbers; cpu, memory and the kubernetes.io names do not.
+bool isExtendedResource(std::string_view name) {
+  const size_t slash = name.find('/');
+  if (slash == std::string_view::npos) return false;
+  const std::string_view domain = name.substr(0, slash);
+  if (domain == "kubernetes.io" || domain.ends_with(".kubernetes.io")) return false;
+  return !name.starts_with("requests.");
+}
+
+}  // namespace
+
+Resources readResources(config::YamlReader& r, const YAML::Node& n, const std::string& path,
+                        bool whole_extended) {
+  Resources out;
+  if (!n.IsDefined() || n.IsNull()) return out;
+  if (!n.IsMap()) {
+    r.addError(n, path,
+               fmt::format("expected a mapping of resource to quantity, got {}", describeNode(n)));
+    return out;
+  }
+  for (const auto& kv : n) {
+    const std::string name = kv.first.Scalar();
+    const bool whole = whole_extended && isExtendedResource(name);
+    if (auto a = readAmount(r, kv.second, path + "." + name, whole)) out[name] = *a;
+  }
+  return out;
+}
+
 std::optional<Amount> readAmount(config::YamlReader& r, const YAML::Node& n,
                                  const std::string& path, bool whole) {
   if (!n.IsScalar()) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/yaml_reader.h"
@@ -21,6 +22,11 @@ std::string describeNode(const YAML::Node& n);
 // `whole`: extended resources (nvidia.com/gpu, ...) take whole numbers only, as in Kubernetes.
 std::optional<Amount> readAmount(config::YamlReader& r, const YAML::Node& n,
                                  const std::string& path, bool whole = false);
+
+// A ResourceList (resource name -> quantity) as milli-units; null is empty. `whole_extended`:
+// extended resources (vendor-domain names such as nvidia.com/gpu) take whole numbers only.
+Resources readResources(config::YamlReader& r, const YAML::Node& n, const std::string& path,
+                        bool whole_extended);
 
 // A list of {key, operator (Equal or Exists), value, effect}. `more`, when given, reads the
 // other fields one entry may have before the entry's unknown fields are reported.
