@@ -7,8 +7,11 @@
 //                                                   application/yaml
 //   GET    /api/v1/workloads[?namespace=&state=]    the caller's (team, tenant, or all for admins)
 //   GET    /api/v1/workloads/{namespace}/{name}
-//   DELETE /api/v1/workloads/{namespace}/{name}     finished: quota released, GPU time charged
+//   DELETE /api/v1/workloads/{namespace}/{name}     ends it: pods stopped, quota released, GPU
+//                                                   time charged
 //   GET    /api/v1/workloads/{namespace}/{name}/why why it is pending, in structured reasons
+//   GET    /api/v1/workloads/{namespace}/{name}/logs[?pod=SET-INDEX&bytes=N]
+//                                                   the end of a pod's output (text/plain)
 //   GET    /api/v1/queues                           per ClusterQueue: quota, usage, borrowed, lent
 //   GET    /api/v1/fleet/events[?workload=NS/NAME]  admissions, preemptions, evictions, holds
 //   POST   /api/v1/fleet/manifests                  platform admins: a YAML stream of Kueue objects
@@ -17,7 +20,9 @@
 //
 // With an inventory (fleet.nodes), a workload is admitted only once its pods are placed: the
 // admission names each pod's node, GPUs and share, and GET of the workload adds the
-// environment an executor sets (CUDA_VISIBLE_DEVICES, HAMi-core's limits).
+// environment an executor sets (CUDA_VISIBLE_DEVICES, HAMi-core's limits). A workload with a
+// command runs once admitted: pending → admitted → running → succeeded | failed (see
+// scheduler/record.h for every state).
 //
 // Teams are namespaces: a workload runs in its submitter's team (tenant and platform admins may
 // name another), and its GPU time is charged to the submitter's wallet chain for the model
@@ -32,8 +37,8 @@
 // only after its write is durable, so a restart finds every acknowledged workload, admitted ones
 // with their quota.
 //
-// Thread-safety: one mutex serializes the engine; handlers never block on the store while holding
-// it.
+// The workloads' life is the fleet service's (scheduler/); this file parses, authorises and
+// renders. Handlers hand the service their work and await it; they never block a worker.
 #pragma once
 
 #include <memory>
@@ -43,22 +48,17 @@
 
 #include "api/admin_api.h"
 #include "common/result.h"
-#include "fleet/engine.h"
-#include "fleet/inventory.h"
+#include "exec/local_executor.h"
 #include "http/metrics.h"
 #include "http/router.h"
+#include "scheduler/fleet_service.h"
 
 namespace purser::api {
 
 struct FleetOptions {
-  fleet::CycleMode mode = fleet::CycleMode::kDrain;
-  Duration metering_interval = std::chrono::seconds(60);
-  // (file name, text) of the manifests named in the configuration, in order.
-  std::vector<std::pair<std::string, std::string>> manifests;
-  // The hardware workloads are placed on; empty: admission by quota alone.
-  std::vector<fleet::InventoryNode> inventory;
-  fleet::placement::Policy policy = fleet::placement::Policy::kDefault;
-  uint64_t seed = 1;
+  scheduler::Options service;
+  // Where the local executor runs pods (log_dir must exist).
+  exec::LocalExecutorOptions local;
 };
 
 class Fleet {
@@ -75,17 +75,17 @@ class Fleet {
   // ClusterQueue, flavor and resource), refreshed at every scrape.
   void addMetrics(http::MetricsRegistry& metrics);
 
-  // Charges the GPU time that is due, re-evaluates budget holds, retries writes that failed and
-  // posts budget alerts (from `executor`, the calling worker's). Call every second or so.
+  // Posts the budget alerts that charging GPU time raised (from `executor`, the calling
+  // worker's). Call every second or so; the service meters and schedules on its own thread.
   void tick(const boost::asio::any_io_executor& executor);
 
   // Warnings from the manifests read at start (unsupported fields), for the log.
   const std::vector<std::string>& warnings() const;
 
  private:
-  class Impl;
-  explicit Fleet(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  Fleet(const Services& s, std::unique_ptr<scheduler::FleetService> service);
+  const Services s_;
+  std::unique_ptr<scheduler::FleetService> service_;
 };
 
 }  // namespace purser::api

@@ -282,6 +282,7 @@ const std::vector<std::pair<std::string, std::string>> kWorkloadColumns = {
     {"CLUSTER QUEUE", "cluster_queue"},
     {"PRIORITY", "priority"},
     {"REASON", "reason"},
+    {"EXIT", "exit_code"},
     {"GPU CHARGED", "gpu_charged"},
     {"SUBMITTED", "submitted_at"}};
 
@@ -312,8 +313,11 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
     };
     auto w = std::make_shared<W>();
     cmd->add_option("--namespace", w->namespace_, "Only this namespace (team)");
-    cmd->add_option("--state", w->state, "Only pending, admitted or finished ones")
-        ->check(CLI::IsMember({"pending", "admitted", "finished"}));
+    cmd->add_option("--state", w->state,
+                    "Only those in this state: pending, suspended, evicted, admitted, running, "
+                    "unknown, succeeded, failed, or finished (succeeded or failed)")
+        ->check(CLI::IsMember({"pending", "suspended", "evicted", "admitted", "running", "unknown",
+                               "succeeded", "failed", "finished"}));
     common(cmd);
     cmd->callback([g, w, cmd, &code] {
       if (!cmd->get_subcommands().empty()) return;
@@ -328,7 +332,8 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
       auto path = workloadPath(w->name);
       code = path ? run(*g, "GET", "/api/v1/workloads" + *path, nullptr, kWorkloadColumns) : 2;
     });
-    CLI::App* del = cmd->add_subcommand("delete", "Finish a workload: its quota is released");
+    CLI::App* del = cmd->add_subcommand(
+        "delete", "End a workload: its pods are stopped and its quota released");
     del->add_option("name", w->name, "NAMESPACE/NAME")->required();
     common(del);
     del->callback([g, w, &code] {
@@ -381,6 +386,41 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
                   {"PENDING", "pending"},
                   {"ADMITTED", "admitted"}},
                  g->exact);
+      code = 0;
+    });
+  }
+  {
+    struct L {
+      std::string name, pod;
+      size_t bytes = 64 * 1024;
+    };
+    auto l = std::make_shared<L>();
+    CLI::App* logs = root.add_subcommand(
+        "logs", "What a workload's pod wrote (stdout and stderr), the end of it");
+    logs->add_option("name", l->name, "NAMESPACE/NAME")->required();
+    logs->add_option("--pod", l->pod,
+                     "Which pod: SET-INDEX, such as main-0 (default: the one that failed, else "
+                     "the first)");
+    logs->add_option("--bytes", l->bytes, "At most this many bytes of its end")
+        ->check(CLI::Range(size_t{1}, size_t{8} * 1024 * 1024));
+    common(logs);
+    logs->callback([g, l, &code] {
+      auto path = workloadPath(l->name);
+      auto client = path ? clientFor(*g) : nullptr;
+      if (!client) {
+        code = 2;
+        return;
+      }
+      auto reply = client->call("GET", "/api/v1/workloads" + *path + "/logs" +
+                                           query({{"pod", l->pod},
+                                                  {"bytes", std::to_string(l->bytes)}}));
+      if (!reply || reply->status >= 400) {
+        std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message)
+                  << "\n";
+        code = 1;
+        return;
+      }
+      std::cout << reply->text;
       code = 0;
     });
   }

@@ -57,6 +57,7 @@ class ApiClient::Impl {
     }
     ApiReply out;
     out.status = res->status;
+    out.text = res->body;
     out.body = parseJsonOrDiscarded(res->body);
     if (out.body.is_discarded()) out.body = res->body;
     return out;

@@ -13,7 +13,8 @@ namespace purser::cli {
 
 struct ApiReply {
   int status = 0;
-  nlohmann::json body;
+  nlohmann::json body;  // parsed (a string when the body is not JSON)
+  std::string text;     // the body as it came
 };
 
 class ApiClient {

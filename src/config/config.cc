@@ -391,6 +391,15 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       placement.finish();
     }
     if (fleet.present("nodes")) readNodes(reader, fleet.get("nodes"), "fleet.nodes", cfg.fleet);
+    fleet.optional("termination_grace", cfg.fleet.termination_grace, std::chrono::seconds(0));
+    if (fleet.present("local")) {
+      YamlReader::Map local = fleet.map("local");
+      local.optional("max_log_bytes", cfg.fleet.local_max_log_bytes, 4096, int64_t{1} << 40);
+      local.optional("max_memory_bytes", cfg.fleet.local_max_memory_bytes, 0, INT64_MAX);
+      local.optional("max_cpu_seconds", cfg.fleet.local_max_cpu_seconds, 0, INT64_MAX);
+      local.optional("working_dir", cfg.fleet.local_working_dir);
+      local.finish();
+    }
     fleet.finish();
     const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
     for (auto& m : cfg.fleet.manifests) {

@@ -134,6 +134,13 @@ struct FleetConfig {
   std::vector<NodeConfig> nodes;
   std::string placement_policy = "default";  // default, binpack, spread, best_fit, fgd, ...
   int64_t placement_seed = 1;                // ties between equally good nodes, reproducibly
+  // Between the polite and the forceful signal when a pod is stopped (preempted or deleted).
+  Duration termination_grace = std::chrono::seconds(30);
+  // The local executor: pods as processes of this machine, their logs under the data directory.
+  int64_t local_max_log_bytes = 8 * 1024 * 1024;  // per log file; a pod keeps two
+  int64_t local_max_memory_bytes = 0;             // address space per process; 0: no limit
+  int64_t local_max_cpu_seconds = 0;              // CPU time per process; 0: no limit
+  std::string local_working_dir;                  // where pods without workingDir run
 };
 
 struct Config {

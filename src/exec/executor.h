@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -37,6 +38,14 @@ struct PodStatus {
   bool stopping = false;  // asked to stop, not yet gone
 };
 
+// A pod started before a restart, as the store remembers it.
+struct Adopted {
+  std::string handle;
+  int64_t pid = 0;        // a local pod's process group
+  int64_t pid_start = 0;  // when that process started (clock ticks since boot), against pid reuse
+  SystemTime started_at{};
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -48,8 +57,17 @@ class Executor {
   // Asks the pod to stop: a polite signal now, a forceful one once `grace` has passed (at a later
   // status() or stop() call). Stopping a pod that has ended does nothing.
   virtual Result<void> stop(const std::string& handle, Duration grace) = 0;
-  // What the pod wrote (stdout and stderr together), at most `max_bytes` of its end.
+  // What the pod wrote (stdout and stderr together), at most `max_bytes` of its end; also of pods
+  // that ended before a restart, while their logs are kept.
   virtual Result<std::string> logTail(const std::string& handle, size_t max_bytes) = 0;
+  // Takes back a pod this executor started before a restart: from now on status() and stop()
+  // know it. One that ended meanwhile is reported as it ended (or kFailed, when how is lost).
+  virtual Result<void> adopt(const Adopted& pod) = 0;
+  // A local pod's process group and its start time (to adopt it later); nullopt elsewhere.
+  virtual std::optional<std::pair<int64_t, int64_t>> identity(const std::string& handle) {
+    (void)handle;
+    return std::nullopt;
+  }
 };
 
 }  // namespace purser::exec

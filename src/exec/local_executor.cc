@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -17,6 +18,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <sstream>
+#include <thread>
 #include <vector>
 
 namespace purser::exec {
@@ -42,11 +45,11 @@ Error unknownPod(const std::string& handle) {
 // The bytes of a string that execve would cut short.
 bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
-// A handle that is also a safe file name: "ml.train-1.workers.0.7".
-std::string handleFor(const PodLaunch& pod, int64_t seq) {
+// A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7".
+std::string handleFor(const PodLaunch& pod, int64_t ms, int64_t seq) {
   std::string workload = pod.workload;
   std::replace(workload.begin(), workload.end(), '/', '.');
-  std::string out = fmt::format("{}.{}.{}.{}", workload, pod.pod_set, pod.index, seq);
+  std::string out = fmt::format("{}.{}.{}.{}-{}", workload, pod.pod_set, pod.index, ms, seq);
   for (char& c : out) {
     const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                       c == '.' || c == '-' || c == '_';
@@ -75,50 +78,210 @@ std::string fileTail(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+// Is `handle` one this executor could have made (and so a file name under its directory)?
+bool validHandle(const std::string& handle) {
+  if (handle.empty() || handle.size() > 512 || handle[0] == '.') return false;
+  for (char c : handle) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '-' || c == '_';
+    if (!safe) return false;
+  }
+  return true;
+}
+
+// When process `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat); 0 when it
+// is gone or a zombie.
+int64_t startTimeOf(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  if (!std::getline(in, stat)) return 0;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  int64_t start = 0;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 3 && (field == "Z" || field == "X")) return 0;
+    if (i == 22) start = std::strtoll(field.c_str(), nullptr, 10);
+  }
+  return start;
+}
+
+// --- The supervisor: async-signal-safe code only (it runs in a fork of a threaded process) ------
+
+// Appends the decimal digits of `v` to buf at *len (room for 21 bytes is the caller's).
+void putNumber(char* buf, size_t* len, int64_t v) {
+  char digits[24];
+  size_t n = 0;
+  const bool negative = v < 0;
+  uint64_t u = negative ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+  do {
+    digits[n++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  if (negative) buf[(*len)++] = '-';
+  while (n > 0) buf[(*len)++] = digits[--n];
+}
+
+void putText(char* buf, size_t* len, const char* text) {
+  while (*text != '\0') buf[(*len)++] = *text++;
+}
+
+void writeAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t w = ::write(fd, data, size);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // a full disk loses output, never the pod
+    data += w;
+    size -= static_cast<size_t>(w);
+  }
+}
+
+struct SupervisorPlan {
+  const char* log_path;
+  const char* log_prev_path;
+  const char* exit_path;
+  const char* exit_tmp_path;
+  size_t max_log_bytes;
+  char* buf;
+  size_t buf_size;
+};
+
+// Copies what the pod's output (fd `out`, non-blocking) holds into the log (fd 1), rolling it
+// over at the bound; true at the output's end.
+bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes) {
+  while (true) {
+    const ssize_t n = ::read(out, plan.buf, plan.buf_size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+    const char* data = plan.buf;
+    size_t size = static_cast<size_t>(n);
+    if (size > plan.max_log_bytes) {  // keep a chunk's end when the bound is that small
+      data += size - plan.max_log_bytes;
+      size = plan.max_log_bytes;
+    }
+    if (*log_bytes + size > plan.max_log_bytes) {
+      // The bound reached: this file becomes the previous one; a new one begins, as fd 1.
+      ::rename(plan.log_path, plan.log_prev_path);
+      const int fd = ::open(plan.log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+      if (fd >= 0 && fd != 1) {
+        ::dup2(fd, 1);
+        ::close(fd);
+      }
+      *log_bytes = 0;
+    }
+    writeAll(1, data, size);
+    *log_bytes += size;
+  }
+}
+
+// The supervisor's life: runs with the log as fd 1; `child` is the pod's process, `out` the read
+// end of its output. Never returns.
+[[noreturn]] void supervise(const SupervisorPlan& plan, pid_t child, int out) {
+  size_t log_bytes = 0;
+  struct stat st {};
+  if (::fstat(1, &st) == 0) log_bytes = static_cast<size_t>(st.st_size);
+  ::fcntl(out, F_SETFL, ::fcntl(out, F_GETFL) | O_NONBLOCK);
+  bool open_out = true;
+  int status = 0;
+  while (true) {
+    if (open_out) {
+      // The output usually ends with the pod; what it left running may hold it open longer, so
+      // the pod's own exit is checked between waits too.
+      pollfd fd{out, POLLIN, 0};
+      if (::poll(&fd, 1, 500) > 0 && copyOutput(plan, out, &log_bytes)) {
+        ::close(out);
+        open_out = false;
+      }
+    }
+    pid_t w;
+    do {
+      w = ::waitpid(child, &status, open_out ? WNOHANG : 0);
+    } while (w < 0 && errno == EINTR);
+    if (w == child) break;
+  }
+  if (open_out) (void)copyOutput(plan, out, &log_bytes);  // what it wrote last
+  // How it ended, then its group (leftovers, and this supervisor) goes.
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  char line[96];
+  size_t len = 0;
+  if (WIFEXITED(status)) {
+    putText(line, &len, "exit ");
+    putNumber(line, &len, WEXITSTATUS(status));
+  } else {
+    putText(line, &len, "signal ");
+    putNumber(line, &len, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  }
+  putText(line, &len, " ");
+  putNumber(line, &len, static_cast<int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000);
+  putText(line, &len, "\n");
+  const int fd = ::open(plan.exit_tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) {
+    writeAll(fd, line, len);
+    ::close(fd);
+    ::rename(plan.exit_tmp_path, plan.exit_path);
+  }
+  ::kill(0, SIGKILL);
+  ::_exit(0);
+}
+
+// How a pod ended, from its exit file: nullopt when there is none (it has not ended, or its
+// supervisor was killed before it could say).
+struct Ending {
+  std::optional<int> exit_code, signal;
+  SystemTime at{};
+};
+std::optional<Ending> readEnding(const std::string& path) {
+  std::ifstream in(path);
+  std::string kind;
+  int64_t value = 0, ms = 0;
+  if (!(in >> kind >> value >> ms)) return std::nullopt;
+  Ending e;
+  if (kind == "exit") {
+    e.exit_code = static_cast<int>(value);
+  } else if (kind == "signal") {
+    e.signal = static_cast<int>(value);
+  } else {
+    return std::nullopt;
+  }
+  e.at = SystemTime(std::chrono::milliseconds(ms));
+  return e;
+}
+
 }  // namespace
 
 struct LocalExecutor::Pod {
   std::string handle;
-  pid_t pid = -1;
-  int out = -1;  // the read end of its output pipe, until it reaches its end
-  std::string log_path;
-  int log_fd = -1;
-  size_t log_bytes = 0;
+  pid_t pid = -1;         // the supervisor's, which leads the pod's process group
+  int64_t pid_start = 0;  // its start time (clock ticks since boot)
+  bool child = false;     // ours to reap (not adopted after a restart)
   PodStatus status;
-  bool reaped = false;
-  bool drained = false;
+  bool ended = false;
+  bool killed = false;              // the forceful signal was sent
   std::optional<MonoTime> kill_at;  // when the forceful signal follows the polite one
 };
 
 LocalExecutor::LocalExecutor(const Clock& clock, LocalExecutorOptions options)
-    : clock_(clock), options_(std::move(options)) {
-  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    throw std::runtime_error(fmt::format("local executor: pipe: {}", std::strerror(errno)));
-  }
-  reader_ = std::thread([this] { readLoop(); });
-}
+    : clock_(clock), options_(std::move(options)) {}
 
 LocalExecutor::~LocalExecutor() {
-  std::vector<std::shared_ptr<Pod>> pods;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [handle, pod] : pods_) {
-      if (!pod->reaped) ::kill(-pod->pid, SIGKILL);
-      pods.push_back(pod);
-    }
-    ending_ = true;
-  }
-  const char byte = 'x';
-  (void)!::write(wake_[1], &byte, 1);
-  reader_.join();
+  if (!options_.stop_on_close) return;
   std::lock_guard lock(mu_);
-  for (auto& pod : pods) {
-    reapLocked(*pod, /*block=*/true);
-    closeFd(pod->out);
-    closeFd(pod->log_fd);
+  for (auto& [handle, pod] : pods_) {
+    if (pod->ended) continue;
+    ::kill(-pod->pid, SIGKILL);
+    if (pod->child) {
+      int st = 0;
+      while (::waitpid(pod->pid, &st, 0) < 0 && errno == EINTR) {
+      }
+    }
   }
-  closeFd(wake_[0]);
-  closeFd(wake_[1]);
+}
+
+std::string LocalExecutor::pathOf(const std::string& handle, const char* suffix) const {
+  return options_.log_dir + "/" + handle + suffix;
 }
 
 Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
@@ -142,7 +305,7 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
                       .withField("workingDir"));
     }
   }
-  // Everything the child needs, made before fork(): after it, only async-signal-safe calls.
+  // Everything the children need, made before fork(): after it, only async-signal-safe calls.
   std::vector<char*> argv;
   for (const auto& a : pod.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -160,69 +323,115 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   auto p = std::make_shared<Pod>();
   {
     std::lock_guard lock(mu_);
-    p->handle = handleFor(pod, ++next_);
+    p->handle = handleFor(pod, unixMillis(clock_.now()), ++next_);
   }
-  p->log_path = options_.log_dir + "/" + p->handle + ".log";
-  p->log_fd = ::open(p->log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (p->log_fd < 0) {
+  const std::string log_path = pathOf(p->handle, ".log");
+  const std::string log_prev_path = pathOf(p->handle, ".log.1");
+  const std::string exit_path = pathOf(p->handle, ".exit");
+  const std::string exit_tmp_path = pathOf(p->handle, ".exit.tmp");
+  std::vector<char> buf(64 * 1024);
+  const SupervisorPlan plan{log_path.c_str(),
+                            log_prev_path.c_str(),
+                            exit_path.c_str(),
+                            exit_tmp_path.c_str(),
+                            options_.max_log_bytes,
+                            buf.data(),
+                            buf.size()};
+  // Descriptors the children use are kept above 2, so moving them onto 0, 1 and 2 is safe.
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  if (log_fd < 0) {
     return fail(unavailable(
-        fmt::format("cannot open the pod's log {}: {}", p->log_path, std::strerror(errno))));
+        fmt::format("cannot open the pod's log {}: {}", log_path, std::strerror(errno))));
   }
-  int out[2] = {-1, -1}, err[2] = {-1, -1};
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+  int err[2] = {-1, -1};
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (::pipe2(err, O_CLOEXEC) != 0 || null_fd < 0) {
     const int e = errno;
-    closeFd(out[0]), closeFd(out[1]), closeFd(p->log_fd);
-    return fail(unavailable(fmt::format("cannot start the pod: pipe: {}", std::strerror(e))));
+    closeFd(log_fd), closeFd(null_fd), closeFd(err[0]), closeFd(err[1]);
+    ::unlink(log_path.c_str());
+    return fail(unavailable(fmt::format("cannot start the pod: {}", std::strerror(e))));
   }
-  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  for (int* fd : {&log_fd, &null_fd, &err[1]}) {
+    if (*fd <= 2) {
+      const int moved = ::fcntl(*fd, F_DUPFD_CLOEXEC, 3);
+      ::close(*fd);
+      *fd = moved;
+    }
+  }
   const uint64_t mem = options_.max_memory_bytes, cpu = options_.max_cpu_seconds;
   const pid_t pid = ::fork();
   if (pid == 0) {
-    // The child: its own process group, its output into the pipe, its limits, then the program.
+    // The supervisor: a group of its own; /dev/null, the log and the error pipe as 0, 1 and 2;
+    // nothing else of Purser's open (not its listening sockets); deaf to the polite signals.
     ::setpgid(0, 0);
-    if (null_fd >= 0) ::dup2(null_fd, 0);
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-    if (!dir.empty() && ::chdir(dir.c_str()) != 0) {
-      const int e = errno;
-      (void)!::write(err[1], &e, sizeof e);
-      ::_exit(127);
-    }
-    if (mem > 0) {
-      const rlimit r{mem, mem};
-      ::setrlimit(RLIMIT_AS, &r);
-    }
-    if (cpu > 0) {
-      const rlimit r{cpu, cpu + 5};
-      ::setrlimit(RLIMIT_CPU, &r);
-    }
-    // Signals as a fresh process has them: none blocked (the forking thread's mask would be
-    // inherited) and none ignored (an ignored SIGPIPE or SIGTERM would survive the exec).
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
-    }
+    ::dup2(null_fd, 0);
+    ::dup2(log_fd, 1);
+    ::dup2(err[1], 2);
+    ::syscall(SYS_close_range, 3U, ~0U, 0U);
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGQUIT}) ::sigaction(sig, &ign, nullptr);
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    const int e = errno;
-    (void)!::write(err[1], &e, sizeof e);
-    ::_exit(127);
+    int out[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      const int e = errno;
+      (void)!::write(2, &e, sizeof e);
+      ::_exit(127);
+    }
+    const pid_t child = ::fork();
+    if (child < 0) {
+      const int e = errno;
+      (void)!::write(2, &e, sizeof e);
+      ::_exit(127);
+    }
+    if (child == 0) {
+      // The pod: its output into the pipe, its limits, signals as a fresh process has them,
+      // then the program. The error pipe moves up, closed by a successful exec.
+      const int report = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
+      ::dup2(out[1], 1);
+      ::dup2(out[1], 2);
+      ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+      if (!dir.empty() && ::chdir(dir.c_str()) != 0) {
+        const int e = errno;
+        (void)!::write(report, &e, sizeof e);
+        ::_exit(127);
+      }
+      if (mem > 0) {
+        const rlimit r{mem, mem};
+        ::setrlimit(RLIMIT_AS, &r);
+      }
+      if (cpu > 0) {
+        const rlimit r{cpu, cpu + 5};
+        ::setrlimit(RLIMIT_CPU, &r);
+      }
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+      }
+      ::execvpe(argv[0], argv.data(), envp.data());
+      const int e = errno;
+      (void)!::write(report, &e, sizeof e);
+      ::_exit(127);
+    }
+    ::close(2);
+    ::close(out[1]);
+    supervise(plan, child, out[0]);
   }
   const int fork_errno = errno;
-  if (null_fd >= 0) ::close(null_fd);
-  closeFd(out[1]);
+  closeFd(null_fd);
+  closeFd(log_fd);
   closeFd(err[1]);
   if (pid < 0) {
-    closeFd(out[0]), closeFd(err[0]), closeFd(p->log_fd);
+    closeFd(err[0]);
+    ::unlink(log_path.c_str());
     return fail(
         unavailable(fmt::format("cannot start the pod: fork: {}", std::strerror(fork_errno))));
   }
   ::setpgid(pid, pid);  // also here, so the group exists whichever runs first
-  // The child's exec closes the error pipe; an errno in it means the program never ran.
+  // The pod's exec closes the error pipe; an errno in it means the program never ran.
   int child_errno = 0;
   ssize_t n;
   do {
@@ -230,55 +439,70 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   } while (n < 0 && errno == EINTR);
   closeFd(err[0]);
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    ::kill(-pid, SIGKILL);
     int st = 0;
-    ::waitpid(pid, &st, 0);
-    closeFd(out[0]);
-    closeFd(p->log_fd);
-    ::unlink(p->log_path.c_str());
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    for (const char* suffix : {".log", ".log.1", ".exit", ".exit.tmp"}) {
+      ::unlink(pathOf(p->handle, suffix).c_str());
+    }
     return fail(
         invalidArgument(fmt::format("cannot run \"{}\"{}: {}", pod.argv[0],
                                     dir.empty() ? "" : " in " + dir, std::strerror(child_errno)))
             .withField("command"));
   }
   p->pid = pid;
-  p->out = out[0];
+  p->pid_start = startTimeOf(pid);
+  p->child = true;
   p->status.started_at = clock_.now();
-  {
-    std::lock_guard lock(mu_);
-    pods_[p->handle] = p;
-  }
-  const char byte = 'p';
-  (void)!::write(wake_[1], &byte, 1);
+  std::lock_guard lock(mu_);
+  pods_[p->handle] = p;
   return p->handle;
 }
 
-void LocalExecutor::reapLocked(Pod& pod, bool block) {
-  if (pod.reaped) return;
+// Brings `pod`'s status up to date: has it ended, and how?
+void LocalExecutor::refreshLocked(Pod& pod) {
+  if (pod.ended) return;
+  bool gone = false;
   int st = 0;
-  pid_t r;
-  do {
-    r = ::waitpid(pod.pid, &st, block ? 0 : WNOHANG);
-  } while (r < 0 && errno == EINTR);
-  if (r != pod.pid) return;
-  pod.reaped = true;
-  pod.kill_at.reset();
-  pod.status.finished_at = clock_.now();
-  pod.status.stopping = false;
-  if (WIFEXITED(st)) {
-    pod.status.exit_code = WEXITSTATUS(st);
-    pod.status.phase = *pod.status.exit_code == 0 ? PodPhase::kSucceeded : PodPhase::kFailed;
+  if (pod.child) {
+    pid_t r;
+    do {
+      r = ::waitpid(pod.pid, &st, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    gone = r == pod.pid || (r < 0 && errno == ECHILD);
   } else {
-    pod.status.signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-    pod.status.phase = PodPhase::kFailed;
+    // Not ours to reap: alive while a process of that pid and start time is there.
+    const int64_t start = startTimeOf(pod.pid);
+    gone = start == 0 || (pod.pid_start != 0 && start != pod.pid_start);
   }
-  // What it left behind in its group goes with it (and lets its output reach its end).
+  auto ending = readEnding(pathOf(pod.handle, ".exit"));
+  if (!gone && !ending) return;
+  if (!gone && ending) {
+    // Its supervisor wrote the end and is killing its group: as good as gone.
+    ::kill(-pod.pid, SIGKILL);
+  }
+  pod.ended = true;
+  pod.kill_at.reset();
+  pod.status.stopping = false;
+  if (ending) {
+    pod.status.exit_code = ending->exit_code;
+    pod.status.signal = ending->signal;
+    pod.status.finished_at = pod.child ? clock_.now() : ending->at;
+  } else {
+    // The supervisor died before it could say (killed with its group): the pod went with it.
+    pod.status.signal = pod.killed || !pod.child || !WIFSIGNALED(st) ? SIGKILL : WTERMSIG(st);
+    pod.status.finished_at = clock_.now();
+  }
+  pod.status.phase = pod.status.exit_code == 0 ? PodPhase::kSucceeded : PodPhase::kFailed;
+  // Anything left in the group goes too.
   ::kill(-pod.pid, SIGKILL);
-  changed_.notify_all();
 }
 
 void LocalExecutor::escalateLocked(Pod& pod) {
-  if (pod.reaped || !pod.kill_at || clock_.monotonic() < *pod.kill_at) return;
+  if (pod.ended || !pod.kill_at || clock_.monotonic() < *pod.kill_at) return;
   ::kill(-pod.pid, SIGKILL);
+  pod.killed = true;
   pod.kill_at.reset();
 }
 
@@ -287,7 +511,7 @@ Result<PodStatus> LocalExecutor::status(const std::string& handle) {
   auto it = pods_.find(handle);
   if (it == pods_.end()) return fail(unknownPod(handle));
   escalateLocked(*it->second);
-  reapLocked(*it->second, /*block=*/false);
+  refreshLocked(*it->second);
   return it->second->status;
 }
 
@@ -296,41 +520,60 @@ Result<void> LocalExecutor::stop(const std::string& handle, Duration grace) {
   auto it = pods_.find(handle);
   if (it == pods_.end()) return fail(unknownPod(handle));
   Pod& pod = *it->second;
-  reapLocked(pod, /*block=*/false);
-  if (pod.reaped) return {};
+  refreshLocked(pod);
+  if (pod.ended) return {};
   if (!pod.status.stopping) {
     pod.status.stopping = true;
-    ::kill(-pod.pid, grace <= Duration::zero() ? SIGKILL : SIGTERM);
-    if (grace > Duration::zero()) pod.kill_at = clock_.monotonic() + grace;
+    if (grace <= Duration::zero()) {
+      ::kill(-pod.pid, SIGKILL);
+      pod.killed = true;
+    } else {
+      ::kill(-pod.pid, SIGTERM);  // the supervisor ignores it; the pod and its children do not
+      pod.kill_at = clock_.monotonic() + grace;
+    }
   }
   escalateLocked(pod);
   return {};
 }
 
 Result<std::string> LocalExecutor::logTail(const std::string& handle, size_t max_bytes) {
-  std::string path;
-  {
-    std::lock_guard lock(mu_);
-    auto it = pods_.find(handle);
-    if (it == pods_.end()) return fail(unknownPod(handle));
-    path = it->second->log_path;
-  }
+  if (!validHandle(handle)) return fail(unknownPod(handle));
+  const std::string path = pathOf(handle, ".log");
+  if (::access(path.c_str(), F_OK) != 0) return fail(unknownPod(handle));
   std::string tail = fileTail(path, max_bytes);
   if (tail.size() < max_bytes) tail = fileTail(path + ".1", max_bytes - tail.size()) + tail;
   return tail;
 }
 
-Result<PodStatus> LocalExecutor::wait(const std::string& handle) {
-  std::unique_lock lock(mu_);
+Result<void> LocalExecutor::adopt(const Adopted& a) {
+  if (!validHandle(a.handle)) return fail(invalidArgument("not a handle of this executor"));
+  if (a.pid <= 1) return fail(invalidArgument("an adopted pod needs its process group"));
+  std::lock_guard lock(mu_);
+  if (pods_.count(a.handle) != 0) return {};
+  auto p = std::make_shared<Pod>();
+  p->handle = a.handle;
+  p->pid = static_cast<pid_t>(a.pid);
+  p->pid_start = a.pid_start;
+  p->child = false;
+  p->status.started_at = a.started_at;
+  refreshLocked(*p);
+  pods_[a.handle] = p;
+  return {};
+}
+
+std::optional<std::pair<int64_t, int64_t>> LocalExecutor::identity(const std::string& handle) {
+  std::lock_guard lock(mu_);
   auto it = pods_.find(handle);
-  if (it == pods_.end()) return fail(unknownPod(handle));
-  std::shared_ptr<Pod> pod = it->second;
+  if (it == pods_.end()) return std::nullopt;
+  return std::make_pair(static_cast<int64_t>(it->second->pid), it->second->pid_start);
+}
+
+Result<PodStatus> LocalExecutor::wait(const std::string& handle) {
   while (true) {
-    escalateLocked(*pod);
-    reapLocked(*pod, /*block=*/false);
-    if (pod->reaped && pod->drained) return pod->status;
-    // Reaping is polled (no SIGCHLD handler is Purser's to install); output ends are signalled.
-    changed_.wait_for(lock, std::chrono::milliseconds(20));
+    auto st = status(handle);
+    if (!st || st->phase != PodPhase::kRunning) return st;
+    // Ends are polled: no SIGCHLD handler is Purser's to install.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
@@ -339,70 +582,6 @@ std::optional<pid_t> LocalExecutor::processGroup(const std::string& handle) {
   auto it = pods_.find(handle);
   if (it == pods_.end()) return std::nullopt;
   return it->second->pid;
-}
-
-void LocalExecutor::readLoop() {
-  std::vector<char> buf(64 * 1024);
-  while (true) {
-    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}};
-    std::vector<std::shared_ptr<Pod>> watched;
-    {
-      std::lock_guard lock(mu_);
-      if (ending_) break;
-      for (auto& [handle, pod] : pods_) {
-        if (pod->out < 0) continue;
-        fds.push_back({pod->out, POLLIN, 0});
-        watched.push_back(pod);
-      }
-    }
-    if (::poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("local executor: poll: {}", std::strerror(errno));
-      break;
-    }
-    if (fds[0].revents != 0) {
-      char drain[64];
-      while (::read(wake_[0], drain, sizeof drain) > 0) {
-      }
-    }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      Pod& pod = *watched[i - 1];
-      const ssize_t n = ::read(pod.out, buf.data(), buf.size());
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      std::lock_guard lock(mu_);
-      if (n <= 0) {
-        closeFd(pod.out);
-        closeFd(pod.log_fd);
-        pod.drained = true;
-        changed_.notify_all();
-        continue;
-      }
-      const char* data = buf.data();
-      size_t size = static_cast<size_t>(n);
-      if (size > options_.max_log_bytes) {  // keep a chunk's end when the bound is that small
-        data += size - options_.max_log_bytes;
-        size = options_.max_log_bytes;
-      }
-      if (pod.log_bytes + size > options_.max_log_bytes && pod.log_fd >= 0) {
-        // The bound reached: this file becomes the previous one; a new one begins.
-        closeFd(pod.log_fd);
-        ::rename(pod.log_path.c_str(), (pod.log_path + ".1").c_str());
-        pod.log_fd = ::open(pod.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        pod.log_bytes = 0;
-      }
-      if (pod.log_fd >= 0) {
-        size_t done = 0;
-        while (done < size) {
-          const ssize_t w = ::write(pod.log_fd, data + done, size - done);
-          if (w < 0 && errno == EINTR) continue;
-          if (w <= 0) break;  // a full disk loses output, never the pod
-          done += static_cast<size_t>(w);
-        }
-        pod.log_bytes += done;
-      }
-    }
-  }
 }
 
 }  // namespace purser::exec

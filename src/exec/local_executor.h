@@ -1,23 +1,26 @@
-// LocalExecutor: pods as child processes of this one — the embedded default, for one machine.
+// LocalExecutor: pods as processes of this machine — the embedded default, for one machine.
 //
-// Each pod runs its argv (PATH searched) in a process group of its own, so stopping it reaches
-// everything it started; with the environment it was given and nothing else of Purser's (not
-// Purser's own keys). Its stdout and stderr go, through a pipe read by one background thread, to
-// <log_dir>/<handle>.log, bounded: past max_log_bytes the file becomes <handle>.log.1 (replacing
-// any earlier one) and a new one begins, so a pod never holds more than twice the bound on disk
-// and never blocks on a full pipe. Memory (address space) and CPU time are limited with rlimits
-// where configured. Exit code 0 is kSucceeded; any other, or death by a signal, kFailed.
+// Each pod is a pair of processes in a process group of their own: a small supervisor (a fork of
+// Purser that never execs and makes only async-signal-safe calls) and, under it, the pod's argv
+// (PATH searched), with the environment it was given and nothing else of Purser's (not Purser's
+// own keys). The supervisor ignores SIGTERM, writes the pod's stdout and stderr to
+// <log_dir>/<handle>.log, bounded (past max_log_bytes the file becomes <handle>.log.1, replacing
+// any earlier one, and a new one begins), and, once the pod has exited, writes how it ended to
+// <handle>.exit and kills whatever the pod left in its group. So a pod outlives a Purser that
+// dies or restarts: its output still reaches its log, its end is still known, and a new executor
+// adopt()s it by the process group and start time recorded at start. Memory (address space) and
+// CPU time are limited with rlimits where configured. Exit code 0 is kSucceeded; any other, or
+// death by a signal, kFailed.
 //
-// Thread-safe. The destructor stops every pod still running (SIGKILL to its group) and reaps it.
+// Thread-safe. The destructor leaves pods running (a restart adopts them) unless
+// stop_on_close is set, in which case it kills every group it knows and reaps it.
 #pragma once
 
 #include <sys/types.h>
 
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "exec/executor.h"
 
@@ -29,6 +32,7 @@ struct LocalExecutorOptions {
   uint64_t max_memory_bytes = 0;           // RLIMIT_AS per process; 0: none
   uint64_t max_cpu_seconds = 0;            // RLIMIT_CPU per process; 0: none
   std::string default_working_dir;         // empty: Purser's own
+  bool stop_on_close = false;              // kill every pod when the executor is destroyed
 };
 
 class LocalExecutor final : public Executor {
@@ -42,27 +46,25 @@ class LocalExecutor final : public Executor {
   Result<PodStatus> status(const std::string& handle) override;
   Result<void> stop(const std::string& handle, Duration grace) override;
   Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
+  Result<void> adopt(const Adopted& pod) override;
+  std::optional<std::pair<int64_t, int64_t>> identity(const std::string& handle) override;
 
   // Blocks until the pod has ended and its output is all in its log (for shutdown and tests).
   Result<PodStatus> wait(const std::string& handle);
-  // The process group of a pod (its leader's pid), while known.
+  // The process group of a pod (its supervisor's pid), while known.
   std::optional<pid_t> processGroup(const std::string& handle);
 
  private:
   struct Pod;
-  void readLoop();
-  void reapLocked(Pod& pod, bool block);
+  void refreshLocked(Pod& pod);
   void escalateLocked(Pod& pod);
+  std::string pathOf(const std::string& handle, const char* suffix) const;
 
   const Clock& clock_;
   const LocalExecutorOptions options_;
   std::mutex mu_;
-  std::condition_variable changed_;  // a pod reaped or its output ended
   std::map<std::string, std::shared_ptr<Pod>> pods_;
   int64_t next_ = 0;
-  int wake_[2] = {-1, -1};  // wakes the reader when pods come or it must end
-  bool ending_ = false;
-  std::thread reader_;
 };
 
 }  // namespace purser::exec

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -313,13 +314,25 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(api::addMeteringRoutes(router, services));
   PURSER_TRY(api::addConsoleApiRoutes(router, services));
   // The fleet: the configured Kueue manifests, then what was applied and submitted since.
-  api::FleetOptions fleet_options;
+  api::FleetOptions fleet_setup;
+  scheduler::Options& fleet_options = fleet_setup.service;
   fleet_options.mode =
       config.fleet.cycle_mode == "kueue" ? fleet::CycleMode::kKueue : fleet::CycleMode::kDrain;
   fleet_options.metering_interval = config.fleet.metering_interval;
   fleet_options.policy =
       PURSER_TRY_VALUE(fleet::placement::parsePolicy(config.fleet.placement_policy));
   fleet_options.seed = static_cast<uint64_t>(config.fleet.placement_seed);
+  fleet_options.termination_grace = config.fleet.termination_grace;
+  // The local executor's pods write their output under the data directory.
+  const std::string pod_logs = data_dir->file("pods");
+  if (std::error_code ec; !std::filesystem::create_directories(pod_logs, ec) && ec) {
+    return fail(unavailable(fmt::format("cannot create {}: {}", pod_logs, ec.message())));
+  }
+  fleet_setup.local.log_dir = pod_logs;
+  fleet_setup.local.max_log_bytes = static_cast<size_t>(config.fleet.local_max_log_bytes);
+  fleet_setup.local.max_memory_bytes = static_cast<uint64_t>(config.fleet.local_max_memory_bytes);
+  fleet_setup.local.max_cpu_seconds = static_cast<uint64_t>(config.fleet.local_max_cpu_seconds);
+  fleet_setup.local.default_working_dir = config.fleet.local_working_dir;
   for (const auto& n : config.fleet.nodes) {
     fleet::InventoryNode node;
     node.name = n.name;
@@ -345,10 +358,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     text << in.rdbuf();
     fleet_options.manifests.emplace_back(file, text.str());
   }
-  auto fleet = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_options)));
-  for (const auto& w : fleet->warnings()) spdlog::warn("fleet: {}", w);
-  PURSER_TRY(fleet->addRoutes(router));
-  fleet->addMetrics(metrics);
+  auto fleet_api = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_setup)));
+  for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
+  PURSER_TRY(fleet_api->addRoutes(router));
+  fleet_api->addMetrics(metrics);
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
 
   server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics);
@@ -450,12 +463,12 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   anchor_timer.expires_after(std::chrono::seconds(5));
   anchor_timer.async_wait(anchor_audit);
 
-  // The fleet meters GPU time that is due and re-checks budget holds every second.
+  // The fleet service meters and schedules on its own thread; its budget alerts are posted here.
   boost::asio::steady_timer fleet_timer(workers.context(0));
   std::function<void(const boost::system::error_code&)> fleet_tick =
       [&](const boost::system::error_code& ec) {
         if (ec) return;
-        guardedTurn("fleet tick", [&] { fleet->tick(workers.context(0).get_executor()); });
+        guardedTurn("fleet tick", [&] { fleet_api->tick(workers.context(0).get_executor()); });
         fleet_timer.expires_after(std::chrono::seconds(1));
         fleet_timer.async_wait(fleet_tick);
       };

@@ -53,6 +53,8 @@ bool goneEventually(pid_t group) {
   return false;
 }
 
+void writeGate(const std::string& path) { std::ofstream(path) << "go\n"; }
+
 class LocalExecutorTest : public ::testing::Test {
  protected:
   PodLaunch shell(const std::string& script) {
@@ -221,7 +223,9 @@ TEST_F(LocalExecutorTest, WhatAPodLeavesRunningGoesWithIt) {
   EXPECT_TRUE(goneEventually(*executor->processGroup(h)));
 }
 
-TEST_F(LocalExecutorTest, ClosingTheExecutorEndsWhatStillRuns) {
+TEST_F(LocalExecutorTest, ClosingTheExecutorEndsWhatStillRunsWhenAskedTo) {
+  executor = std::make_unique<LocalExecutor>(
+      clock, LocalExecutorOptions{.log_dir = dir.path(), .stop_on_close = true});
   const std::string h = started(shell("sleep 300 & echo ready; while :; do sleep 1; done"));
   while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
     std::this_thread::yield();
@@ -230,6 +234,41 @@ TEST_F(LocalExecutorTest, ClosingTheExecutorEndsWhatStillRuns) {
   ASSERT_GE(liveInGroup(group), 1);
   executor.reset();
   EXPECT_TRUE(goneEventually(group));
+}
+
+TEST_F(LocalExecutorTest, APodOutlivesItsExecutorAndANewOneAdoptsItWithItsOutputAndItsEnd) {
+  // The pod waits for a file, so it is still running when its first executor goes away (as
+  // when Purser is killed) and ends only once the test lets it.
+  const std::string gate = dir.file("gate");
+  const std::string h = started(shell("echo before; while [ ! -e '" + gate +
+                                      "' ]; do sleep 0.05; done; echo after; exit 7"));
+  while (executor->logTail(h, 64).value_or("").find("before") == std::string::npos) {
+    std::this_thread::yield();
+  }
+  const auto id = executor->identity(h);
+  ASSERT_TRUE(id.has_value());
+  const SystemTime started_at = executor->status(h)->started_at;
+  executor.reset();  // the default: pods keep running
+  ASSERT_GE(liveInGroup(static_cast<pid_t>(id->first)), 1) << "the pod outlived its executor";
+
+  LocalExecutor next(clock, LocalExecutorOptions{.log_dir = dir.path()});
+  EXPECT_EQ(next.status(h).error().code, ErrorCode::kNotFound) << "unknown until adopted";
+  ASSERT_TRUE(next.adopt(Adopted{h, id->first, id->second, started_at}));
+  EXPECT_EQ(next.status(h)->phase, PodPhase::kRunning);
+  writeGate(gate);
+  auto done = next.wait(h);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->phase, PodPhase::kFailed);
+  EXPECT_EQ(done->exit_code, 7) << "its exit code survives the restart";
+  EXPECT_TRUE(done->finished_at.has_value());
+  EXPECT_EQ(*next.logTail(h, 4096), "before\nafter\n");
+  EXPECT_TRUE(goneEventually(static_cast<pid_t>(id->first)));
+
+  // Adopting a pod whose process is gone (or whose pid now names another process) reports it
+  // ended, not running.
+  ASSERT_TRUE(next.adopt(Adopted{"ml.train.workers.0.1-1", id->first, id->second, started_at}));
+  EXPECT_EQ(next.status("ml.train.workers.0.1-1")->phase, PodPhase::kFailed);
+  EXPECT_FALSE(next.adopt(Adopted{"../escape", 42, 0, started_at}));
 }
 
 }  // namespace

@@ -166,8 +166,8 @@ spec:
       containers:
         - name: trainer
           image: trainer:1
-          command: [python, train.py]
-          args: [--epochs, "3"]
+          command: [sleep]
+          args: ["300"]
           env: [{name: WANDB_KEY, value: not-for-the-view}]
           resources:
             requests: {cpu: "4"}
@@ -177,7 +177,7 @@ spec:
   Run submitted = cli({"submit", "-f", path}, key);
   ASSERT_EQ(submitted.code, 0) << submitted.err;
   json job = workload("ml/finetune", key);
-  EXPECT_EQ(job["state"], "admitted") << job.dump();
+  EXPECT_EQ(job["state"], "running") << job.dump();
   EXPECT_EQ(job["priority"], 1000);
   ASSERT_EQ(job["admission"]["pod_sets"].size(), 1u);
   EXPECT_EQ(job["admission"]["pod_sets"][0]["name"], "main");
@@ -186,8 +186,9 @@ spec:
   stop();
   start();
   job = workload("ml/finetune", key);
-  EXPECT_EQ(job["state"], "admitted");
-  EXPECT_EQ(job["pod_sets"][0]["command"], json({"python", "train.py", "--epochs", "3"}));
+  EXPECT_EQ(job["state"], "running");
+  EXPECT_EQ(job["runs"], 1);
+  EXPECT_EQ(job["pod_sets"][0]["command"], json({"sleep", "300"}));
   EXPECT_EQ(job["pod_sets"][0]["env"], json({"WANDB_KEY"}));
   EXPECT_EQ(job.dump().find("not-for-the-view"), std::string::npos);
   // Without the label Kueue would not queue it, and neither does Purser.
@@ -200,6 +201,11 @@ spec:
   Run stray = cli({"submit", "-f", path}, key);
   EXPECT_NE(stray.code, 0);
   EXPECT_NE(stray.err.find("kueue.x-k8s.io/queue-name"), std::string::npos) << stray.err;
+  // Deleting it stops its pods (sleep ends at the polite signal).
+  ASSERT_EQ(cli({"workloads", "delete", "ml/finetune"}, key).code, 0);
+  json deleted = workload("ml/finetune", key);
+  EXPECT_EQ(deleted["state"], "failed");
+  EXPECT_EQ(deleted["pods"][0]["phase"], "stopped");
 }
 
 TEST_F(FleetServeTest, AdmitsExplainsReleasesAndSurvivesARestart) {
@@ -276,7 +282,10 @@ TEST_F(FleetServeTest, AdmitsExplainsReleasesAndSurvivesARestart) {
   json after = workload("ml/train-2", key);
   EXPECT_EQ(after["state"], "admitted");
   EXPECT_EQ(after["admission"]["pod_sets"][0]["usage"]["nvidia.com/gpu"], "4");
-  EXPECT_EQ(workload("ml/train-1", key)["state"], "finished");
+  // A deleted workload ended before it finished its work: failed, by deletion.
+  json deleted = workload("ml/train-1", key);
+  EXPECT_EQ(deleted["state"], "failed");
+  EXPECT_EQ(deleted["reason"], "Deleted");
   json active = cliJson({"workloads"}, key);
   ASSERT_EQ(active["data"].size(), 1u);
   EXPECT_EQ(active["data"][0]["name"], "ml/train-2");
@@ -403,10 +412,10 @@ TEST_F(FleetServeTest, GpuTimeIsHeldAheadAndAHardWalletIsNeverOverrun) {
   json burn;
   for (int i = 0; i < 150; ++i) {
     burn = workload("ml/burn", key);
-    if (burn["state"] == "pending") break;
+    if (burn["state"] == "suspended") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_EQ(burn["state"], "pending") << burn.dump();
+  ASSERT_EQ(burn["state"], "suspended") << burn.dump();
   EXPECT_EQ(burn["reason"], "BudgetExhausted") << burn.dump();
   EXPECT_EQ(burn["preemptions"], 0);
   EXPECT_NE(burn["gpu_charged"], "0.00");
@@ -428,7 +437,7 @@ TEST_F(FleetServeTest, GpuTimeIsHeldAheadAndAHardWalletIsNeverOverrun) {
   // A new GPU workload is held with a reason naming the budget; CPU-only work is not.
   ASSERT_EQ(cli({"submit", "-f", workloadFile("next", 1)}, key).code, 0);
   json next = workload("ml/next", key);
-  EXPECT_EQ(next["state"], "pending");
+  EXPECT_EQ(next["state"], "suspended");
   EXPECT_EQ(next["reason"], "BudgetExhausted") << next.dump();
   Run why = cli({"why", "ml/next"}, key);
   EXPECT_NE(why.out.find("the GPU budget is used up"), std::string::npos) << why.out;
@@ -446,7 +455,8 @@ TEST_F(FleetServeTest, GpuTimeIsHeldAheadAndAHardWalletIsNeverOverrun) {
   // Deleting it ends it; what it was charged stays on its record.
   ASSERT_EQ(cli({"workloads", "delete", "ml/burn"}, key).code, 0);
   json burned = workload("ml/burn", key);
-  EXPECT_EQ(burned["state"], "finished");
+  EXPECT_EQ(burned["state"], "failed");
+  EXPECT_EQ(burned["reason"], "Deleted");
   EXPECT_EQ(burned["gpu_charged"], burn["gpu_charged"]);
 }
 

@@ -362,7 +362,7 @@ TEST_F(HostileTest, AWorkloadWithInvalidUtf8ChangesNothingAndTheFleetGoesOn) {
                   "application/yaml");
   ASSERT_EQ(ok.status, 201) << ok.body;
   EXPECT_EQ(call("DELETE", "/api/v1/workloads/ml/w1", key).status, 200);
-  EXPECT_EQ(call("GET", "/api/v1/workloads/ml/w1", key).parsed()["state"], "finished");
+  EXPECT_EQ(call("GET", "/api/v1/workloads/ml/w1", key).parsed()["reason"], "Deleted");
   EXPECT_EQ(call("POST", "/api/v1/workloads", key, fmt::format(fmt::runtime(good), 2), {},
                  "application/yaml")
                 .status,

@@ -1,0 +1,308 @@
+#include "api/fleet_views.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/quantity.h"
+
+namespace purser::api {
+
+using fleet::Amount;
+using identity::Principal;
+using identity::Role;
+using nlohmann::json;
+using scheduler::FleetService;
+using scheduler::Record;
+
+namespace {
+
+json resourcesJson(const fleet::Resources& r) {
+  json out = json::object();
+  for (const auto& [name, v] : r) out[name] = quantityText(v);
+  return out;
+}
+
+std::string rfc3339(int64_t ms) {
+  return ms == 0 ? std::string() : formatRfc3339(SystemTime(std::chrono::milliseconds(ms)));
+}
+
+json timeOrNull(int64_t ms) { return ms == 0 ? json(nullptr) : json(rfc3339(ms)); }
+
+// The bare name of "namespace/name".
+std::string bareName(const std::string& name) {
+  const size_t slash = name.find('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+json placementsJson(const std::vector<fleet::PodPlacement>& pods) {
+  json out = json::array();
+  for (const auto& p : pods) {
+    out.push_back({{"node", p.node}, {"gpus", p.gpus}, {"gpu_milli", p.gpu_milli}});
+  }
+  return out;
+}
+
+// The priority a workload is ordered by: its WorkloadPriorityClass's value when it names one.
+int32_t priorityOf(const FleetService& svc, const fleet::Workload& w) {
+  for (const auto& pc : svc.manifests().priority_classes) {
+    if (pc.name == w.priority_class) return pc.value;
+  }
+  return w.priority;
+}
+
+}  // namespace
+
+std::string quantityText(Amount milli) {
+  constexpr Amount kMebi = Amount{1} << 20;
+  // Whole mebibytes and up read best in binary units.
+  if (milli != 0 && milli % 1000 == 0 && (milli / 1000) % kMebi == 0) {
+    return Quantity::fromInt(milli / 1000, Quantity::Format::kBinarySI).toString();
+  }
+  return Quantity::fromMilli(milli).toString();
+}
+
+bool mayAccess(const Principal& who, const std::string& tenant_id, const std::string& team_id) {
+  switch (who.role) {
+    case Role::kPlatformAdmin:
+      return true;
+    case Role::kTenantAdmin:
+      return who.tenant_id == tenant_id;
+    default:
+      return who.tenant_id == tenant_id && !who.team_id.empty() && who.team_id == team_id;
+  }
+}
+
+json workloadView(const FleetService& svc, const Record& r) {
+  const auto shown = FleetService::shown;
+  json sets = json::array();
+  for (const auto& ps : r.spec.pod_sets) {
+    // What it runs, and the names (not the values, which may be secrets) of its environment.
+    json env_names = json::array();
+    for (const auto& [name, value] : ps.env) env_names.push_back(name);
+    sets.push_back({{"name", ps.name},
+                    {"count", ps.count},
+                    {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
+                    {"requests", resourcesJson(ps.requests)},
+                    {"command", ps.command},
+                    {"working_dir", ps.working_dir.empty() ? json(nullptr) : json(ps.working_dir)},
+                    {"env", env_names}});
+  }
+  json pods = json::array();
+  for (const auto& p : r.pods) {
+    pods.push_back({{"pod_set", p.pod_set},
+                    {"index", p.index},
+                    {"phase", p.phase},
+                    {"exit_code", p.exit_code ? json(*p.exit_code) : json(nullptr)},
+                    {"signal", p.signal ? json(*p.signal) : json(nullptr)},
+                    {"started_at", timeOrNull(p.started_ms)},
+                    {"finished_at", timeOrNull(p.finished_ms)}});
+  }
+  const bool live = !scheduler::isTerminal(r.state);
+  json out = {
+      {"name", shown(r.spec.name)},
+      {"namespace", shown(r.spec.namespace_)},
+      {"workload", bareName(r.spec.name)},
+      {"queue", r.spec.local_queue},
+      {"priority", priorityOf(svc, r.spec)},
+      {"priority_class",
+       r.spec.priority_class.empty() ? json(nullptr) : json(r.spec.priority_class)},
+      {"state", r.state},
+      {"reason", r.reason.empty() ? json(nullptr) : json(r.reason)},
+      {"message", r.message.empty() ? json(nullptr) : json(shown(r.message))},
+      {"pod_sets", sets},
+      {"pods", pods},
+      {"runs", r.runs},
+      {"owner",
+       {{"tenant", r.tenant_id}, {"team", r.team_id}, {"kind", r.owner_kind}, {"id", r.owner_id}}},
+      {"submitted_at", rfc3339(r.submitted_ms)},
+      {"admitted_at", r.admission ? timeOrNull(r.admitted_ms) : json(nullptr)},
+      {"started_at", timeOrNull(r.started_ms)},
+      {"finished_at", timeOrNull(r.finished_ms)},
+      {"exit_code", r.exit_code ? json(*r.exit_code) : json(nullptr)},
+      {"gpu_charged", r.charged.toString()},
+      {"preemptions", r.preemptions}};
+  if (r.state == "failed" && !r.log_tail.empty()) out["log_tail"] = r.log_tail;
+  if (r.admission) {
+    json a = json::array();
+    for (const auto& ps : r.admission->pod_sets) {
+      json placements = placementsJson(ps.placements);
+      // What an executor sets for each pod (HAMi-core's limits for shares) while it runs.
+      for (size_t i = 0; live && i < ps.placements.size(); ++i) {
+        if (ps.placements[i].gpus.empty()) continue;
+        json e = json::object();
+        for (const auto& [k, v] : svc.admissionEnv(r, ps.name, static_cast<int64_t>(i))) {
+          if (k.rfind("PURSER_", 0) != 0 && k != "JOB_COMPLETION_INDEX") e[k] = v;
+        }
+        placements[i]["env"] = std::move(e);
+      }
+      a.push_back({{"name", ps.name},
+                   {"count", ps.count},
+                   {"flavors", ps.flavors},
+                   {"usage", resourcesJson(ps.usage)},
+                   {"placements", placements}});
+    }
+    out["admission"] = {{"cluster_queue", r.admission->cluster_queue}, {"pod_sets", a}};
+  } else {
+    out["admission"] = nullptr;
+  }
+  if (live && !r.admission) {
+    auto st = svc.engine().status(r.spec.name);
+    out["cluster_queue"] = st ? json(st->cluster_queue) : json(nullptr);
+    if (st && !st->reason.empty()) {
+      out["reason"] = st->reason;
+      out["message"] = shown(st->message);
+    } else if (r.reason.empty()) {
+      out["reason"] = "NotYetAttempted";
+    }
+  } else {
+    out["cluster_queue"] = r.admission ? json(r.admission->cluster_queue) : json(nullptr);
+  }
+  return out;
+}
+
+json queueView(const fleet::QueueStatus& q) {
+  json resources = json::array();
+  for (const auto& u : q.usage) {
+    resources.push_back(
+        {{"flavor", u.flavor},
+         {"resource", u.resource},
+         {"nominal", quantityText(u.nominal)},
+         {"borrowing_limit",
+          u.borrowing_limit ? json(quantityText(*u.borrowing_limit)) : json(nullptr)},
+         {"lending_limit", u.lending_limit ? json(quantityText(*u.lending_limit)) : json(nullptr)},
+         {"usage", quantityText(u.usage)},
+         {"borrowed", quantityText(u.borrowed)},
+         {"lent", quantityText(u.lent)},
+         {"available", quantityText(u.available)}});
+  }
+  return {{"name", q.name},
+          {"cohort", q.cohort.empty() ? json(nullptr) : json(q.cohort)},
+          {"pending", q.pending},
+          {"admitted", q.admitted},
+          {"resources", resources}};
+}
+
+// The structured reasons in words.
+json whySentences(const json& why) {
+  json out = json::array();
+  const std::string cq = why.value("cluster_queue", "");
+  const std::string state = why.value("state", "");
+  if (state == "admitted") {
+    out.push_back(fmt::format("admitted in ClusterQueue {}", cq));
+    return out;
+  }
+  if (why.contains("budget")) out.push_back(why["budget"].get<std::string>());
+  if (why.contains("stopped")) out.push_back(why["stopped"].get<std::string>());
+  if (why.contains("namespace_mismatch")) {
+    out.push_back(why["namespace_mismatch"].get<std::string>());
+  }
+  const std::string reason = why.value("reason", "");
+  const std::string message = why.value("message", "");
+  if (!message.empty()) out.push_back(fmt::format("last attempt: {} — {}", reason, message));
+  if (why.value("ahead_in_queue", 0) > 0) {
+    out.push_back(fmt::format("{} workload(s) are ahead of it in ClusterQueue {}",
+                              why["ahead_in_queue"].get<int64_t>(), cq));
+  }
+  for (const auto& ps : why.value("pod_sets", json::array())) {
+    for (const auto& f : ps.value("flavors", json::array())) {
+      const std::string verdict = f.value("verdict", "");
+      const std::string resource = f.value("resource", "");
+      if (!f.contains("requested")) {
+        out.push_back(fmt::format(
+            "pod set {}: {}{}: {}", ps.value("name", ""),
+            f.contains("flavor") ? "flavor " + f.value("flavor", "") + ", " : std::string(),
+            resource, f.value("detail", verdict)));
+        continue;
+      }
+      out.push_back(fmt::format(
+          "pod set {} in flavor {}: asks for {} {}; ClusterQueue {} has {} in use of its nominal "
+          "{}, can use {} now ({} of it borrowed from its cohort) and at most {} ever — {}",
+          ps.value("name", ""), f.value("flavor", ""), quantityText(f["requested"].get<Amount>()),
+          resource, cq, quantityText(f["in_use"].get<Amount>()),
+          quantityText(f["nominal"].get<Amount>()), quantityText(f["available"].get<Amount>()),
+          quantityText(f["borrowable"].get<Amount>()), quantityText(f["at_most"].get<Amount>()),
+          verdict));
+    }
+  }
+  const json& p = why.value("preemption", json::object());
+  if (p.contains("would_preempt") && !p["would_preempt"].empty()) {
+    std::string victims;
+    for (const auto& v : p["would_preempt"]) {
+      victims += fmt::format("{}{} ({}, priority {}, {})", victims.empty() ? "" : ", ",
+                             v.value("workload", ""), v.value("cluster_queue", ""),
+                             v.value("priority", 0), v.value("reason", ""));
+    }
+    out.push_back("to make room it would preempt: " + victims);
+  }
+  if (p.contains("why_not")) out.push_back("preemption cannot help: " + p.value("why_not", ""));
+  if (why.value("ahead_in_queue", 0) == 0 && p.value("mode", "") == "fit" &&
+      !why.contains("budget")) {
+    out.push_back("it fits now and will be admitted at the next scheduling pass");
+  }
+  return out;
+}
+
+// The inventory and what is placed on it: each GPU's shares as "team/workload" with its
+// tenant's name; another team's workloads show as shares without either.
+json nodesView(const FleetService& svc, const identity::Directory& directory,
+               const Principal& who) {
+  const auto shown = FleetService::shown;
+  json items = json::array();
+  if (svc.placer() != nullptr) {
+    for (const auto& v : svc.placer()->view()) {
+      json gpus = json::array();
+      for (const auto& g : v.gpus) {
+        json shares = json::array();
+        for (const auto& sh : g.shares) {
+          const Record* owner = svc.find(sh.owner);
+          const bool named = owner != nullptr && mayAccess(who, owner->tenant_id, owner->team_id);
+          json share = {{"workload", named ? json(shown(sh.owner)) : json(nullptr)},
+                        {"tenant", nullptr},
+                        {"gpu_milli", sh.milli}};
+          if (named) {
+            if (auto t = directory.tenant(owner->tenant_id)) share["tenant"] = t->name;
+          }
+          shares.push_back(std::move(share));
+        }
+        gpus.push_back({{"index", g.gpu->index},
+                        {"uuid", g.gpu->uuid.empty() ? json(nullptr) : json(g.gpu->uuid)},
+                        {"model", g.gpu->model},
+                        {"memory_mib", g.gpu->memory_mib},
+                        {"numa", g.gpu->numa},
+                        {"nvlink_domain",
+                         g.gpu->nvlink_domain >= 0 ? json(g.gpu->nvlink_domain) : json(nullptr)},
+                        {"used_milli", g.used_milli},
+                        {"cores_used", g.cores_used},
+                        {"shares", shares}});
+      }
+      const fleet::InventoryNode& n = *v.node;
+      // The flavors whose node labels the node carries.
+      json flavors = json::array();
+      for (const auto& f : svc.manifests().flavors) {
+        if (fleet::carriesLabels(n, f.node_labels)) flavors.push_back(f.name);
+      }
+      int64_t allocated = 0;
+      for (const auto& g : v.gpus) allocated += g.used_milli;
+      items.push_back({{"name", n.name},
+                       {"flavors", flavors},
+                       {"gpu_model", n.gpus.empty() ? json(nullptr) : json(n.gpus[0].model)},
+                       {"gpu_count", n.gpus.size()},
+                       {"gpu_allocated", quantityText(allocated)},
+                       {"labels", n.labels},
+                       {"rack", n.rack.empty() ? json(nullptr) : json(n.rack)},
+                       {"block", n.block.empty() ? json(nullptr) : json(n.block)},
+                       {"cpu", quantityText(n.cpu_milli)},
+                       {"cpu_used", quantityText(v.cpu_used_milli)},
+                       {"memory_mib", n.memory_mib},
+                       {"memory_used_mib", v.memory_used_mib},
+                       {"pods", v.pods},
+                       {"gpus", gpus}});
+    }
+  }
+  return {{"data", items},
+          {"placement", svc.placer() != nullptr},
+          {"policy", fleet::placement::policyName(svc.options().policy)}};
+}
+
+}  // namespace purser::api

@@ -1,0 +1,36 @@
+// How the fleet reads in JSON: workloads, their "why" in sentences, queues and nodes. Rendering
+// only; the state comes from the fleet service (scheduler/), read on its thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "fleet/engine.h"
+#include "identity/directory.h"
+#include "identity/identity.h"
+#include "scheduler/fleet_service.h"
+
+namespace purser::api {
+
+// An amount in milli-units as a Kubernetes quantity: "2", "500m", "512Gi".
+std::string quantityText(fleet::Amount milli);
+
+// May `who` see (and delete) workloads owned by this tenant and team?
+bool mayAccess(const identity::Principal& who, const std::string& tenant_id,
+               const std::string& team_id);
+
+// A workload as the API shows it (live ones with their place in the queue).
+nlohmann::json workloadView(const scheduler::FleetService& svc, const scheduler::Record& r);
+
+// The structured reasons of GET .../why in words.
+nlohmann::json whySentences(const nlohmann::json& why);
+
+nlohmann::json queueView(const fleet::QueueStatus& q);
+
+// The inventory and what is placed on it: each GPU's shares as "team/workload" with its tenant's
+// name; another team's workloads show as shares without either.
+nlohmann::json nodesView(const scheduler::FleetService& svc, const identity::Directory& directory,
+                         const identity::Principal& who);
+
+}  // namespace purser::api

@@ -1,0 +1,1125 @@
+#include "scheduler/fleet_service.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/json.h"
+#include "ledger/price.h"
+
+namespace purser::scheduler {
+
+namespace asio = boost::asio;
+using fleet::Amount;
+using fleet::Workload;
+
+namespace {
+
+const std::vector<store::Migration> kFleetMigrations = {
+    {1, "fleet workloads, applied manifests and events",
+     "CREATE TABLE fleet_workloads (name TEXT PRIMARY KEY, seq INTEGER NOT NULL,"
+     " version INTEGER NOT NULL, state TEXT NOT NULL, tenant_id TEXT NOT NULL,"
+     " team_id TEXT NOT NULL, record TEXT NOT NULL, updated_at TEXT NOT NULL);"
+     "CREATE TABLE fleet_manifests (seq INTEGER PRIMARY KEY, applied_at TEXT NOT NULL,"
+     " actor TEXT NOT NULL, file TEXT NOT NULL, text TEXT NOT NULL);"
+     "CREATE TABLE fleet_events (id INTEGER PRIMARY KEY, at TEXT NOT NULL, kind TEXT NOT NULL,"
+     " workload TEXT NOT NULL, cluster_queue TEXT NOT NULL, reason TEXT NOT NULL,"
+     " message TEXT NOT NULL, by_workload TEXT NOT NULL, tenant_id TEXT NOT NULL,"
+     " team_id TEXT NOT NULL, by_tenant_id TEXT NOT NULL);"
+     "CREATE INDEX fleet_events_workload ON fleet_events (workload, id)"},
+};
+
+constexpr const char* kGpu = "nvidia.com/gpu";
+constexpr const char* kGpuModel = "gpu-hours";  // what GPU time is metered as in the ledger
+
+bool requestsGpu(const Workload& w) {
+  for (const auto& ps : w.pod_sets) {
+    auto it = ps.requests.find(kGpu);
+    if (it != ps.requests.end() && it->second > 0) return true;
+  }
+  return false;
+}
+
+// Queued in the engine: waiting for admission (held or not).
+bool queued(const std::string& state) {
+  return state == "pending" || state == "evicted" || state == "suspended";
+}
+
+template <typename T, typename Key>
+void upsert(std::vector<T>& into, std::vector<T> from, Key key) {
+  for (auto& x : from) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const T& y) { return key(y) == key(x); });
+    if (it != into.end()) {
+      *it = std::move(x);
+    } else {
+      into.push_back(std::move(x));
+    }
+  }
+}
+
+// Objects of `set` replace those of the same kind and name in `into`, or join them.
+void merge(fleet::ManifestSet& into, fleet::ManifestSet set) {
+  const auto byName = [](const auto& x) { return x.name; };
+  upsert(into.flavors, std::move(set.flavors), byName);
+  upsert(into.cohorts, std::move(set.cohorts), byName);
+  upsert(into.cluster_queues, std::move(set.cluster_queues), byName);
+  upsert(into.priority_classes, std::move(set.priority_classes), byName);
+  upsert(into.local_queues, std::move(set.local_queues),
+         [](const fleet::LocalQueue& q) { return q.namespace_ + "/" + q.name; });
+  for (auto& [ns, labels] : set.namespaces) into.namespaces[ns] = std::move(labels);
+}
+
+// How a pod's end reads: "exited with code 3", "was killed by signal 9".
+std::string endOf(const PodRun& p) {
+  if (p.signal) return fmt::format("was ended by signal {}", *p.signal);
+  return fmt::format("exited with code {}", p.exit_code.value_or(-1));
+}
+
+}  // namespace
+
+// --- Opening and closing ------------------------------------------------------------------------
+
+FleetService::FleetService(Deps deps, Options options, std::unique_ptr<exec::Executor> executor)
+    : d_(std::move(deps)), options_(std::move(options)), executor_(std::move(executor)) {}
+
+Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options options,
+                                                         std::unique_ptr<exec::Executor> executor) {
+  std::unique_ptr<FleetService> s(
+      new FleetService(std::move(deps), std::move(options), std::move(executor)));
+  PURSER_TRY(s->load());
+  s->startThread();
+  return s;
+}
+
+FleetService::~FleetService() {
+  asio::post(context_, [this] {
+    timer_.cancel();
+    work_.reset();
+  });
+  if (thread_.joinable()) thread_.join();
+}
+
+void FleetService::startThread() {
+  arm();
+  thread_ = std::thread([this] {
+    while (true) {
+      try {
+        context_.run();
+        return;
+      } catch (const std::exception& e) {
+        // A bug in one turn must not stop the fleet: log it and go on.
+        spdlog::error("fleet: a turn failed: {}", e.what());
+      }
+    }
+  });
+}
+
+void FleetService::arm() {
+  timer_.expires_after(options_.poll_interval);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    tick();
+    arm();
+  });
+}
+
+Result<void> FleetService::load() {
+  PURSER_TRY(d_.store.migrate("fleet", kFleetMigrations));
+  for (const auto& [file, text] : options_.manifests) {
+    auto set = PURSER_TRY_VALUE(fleet::parseManifests(text, file));
+    for (auto& w : set.warnings) warnings_.push_back(w);
+    merge(base_, std::move(set));
+  }
+  // What was applied through the API, in order, then the workloads.
+  store::Rows manifests, records;
+  PURSER_TRY(d_.store.read([&](store::Tx& tx) -> Result<void> {
+    manifests = PURSER_TRY_VALUE(tx.query("SELECT file, text FROM fleet_manifests ORDER BY seq"));
+    records = PURSER_TRY_VALUE(
+        tx.query("SELECT record FROM fleet_workloads WHERE state NOT IN ('finished', "
+                 "'succeeded', 'failed') ORDER BY seq"));
+    auto max_seq = PURSER_TRY_VALUE(tx.query("SELECT MAX(seq) FROM fleet_workloads"));
+    if (!max_seq.empty() && std::holds_alternative<int64_t>(max_seq[0].at(0))) {
+      next_seq_ = max_seq[0].getInt(0) + 1;
+    }
+    return {};
+  }));
+  for (const auto& row : manifests) {
+    auto set = PURSER_TRY_VALUE(fleet::parseManifests(row.getText(1), row.getText(0)));
+    merge(base_, std::move(set));
+  }
+  for (const auto& row : records) {
+    Record r = PURSER_TRY_VALUE(recordFrom(row.getText(0)));
+    records_[r.spec.name] = std::move(r);
+  }
+  Built built = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
+  engine_ = std::move(built.engine);
+  placer_ = std::move(built.placer);
+  adopt();
+  auto write = schedule();
+  if (write) PURSER_TRY(d_.store.write(*write));
+  spdlog::info("fleet: {} ClusterQueue(s), {} workload(s) restored", base_.cluster_queues.size(),
+               records_.size());
+  return {};
+}
+
+// --- The world
+// ------------------------------------------------------------------------------------
+
+// The manifests' objects, with every team as a namespace labelled with its name and tenant.
+fleet::World FleetService::worldOf(const fleet::ManifestSet& set) const {
+  fleet::World w = fleet::toWorld(set);
+  for (const auto& team : d_.directory.teams()) {
+    const std::string ns = namespaceOf(team.tenant_id, team.name);
+    w.namespaces[ns] = labelsOf(ns, team.tenant_id);
+  }
+  for (const auto& [name, r] : records_) {
+    w.namespaces[r.spec.namespace_].emplace("kubernetes.io/metadata.name", r.spec.namespace_);
+  }
+  return w;
+}
+
+std::string FleetService::owningTenant(const std::string& name) const {
+  if (auto given = base_.namespaces.find(name); given != base_.namespaces.end()) {
+    if (auto t = given->second.find("purser.dev/tenant"); t != given->second.end()) {
+      if (auto tenant = d_.directory.tenantByName(t->second)) return tenant->id;
+    }
+  }
+  std::optional<identity::Team> first;
+  for (const auto& team : d_.directory.teams()) {
+    if (team.name != name) continue;
+    if (!first || std::tie(team.created_at, team.id) < std::tie(first->created_at, first->id)) {
+      first = team;
+    }
+  }
+  return first ? first->tenant_id : std::string();
+}
+
+std::string FleetService::namespaceOf(const std::string& tenant_id, const std::string& name) const {
+  if (tenant_id.empty() || name.find('@') != std::string::npos) return name;
+  const std::string owner = owningTenant(name);
+  return owner.empty() || owner == tenant_id ? name : name + "@" + tenant_id;
+}
+
+std::string FleetService::shown(std::string text) {
+  constexpr size_t kIdLength = 26;  // a tenant id (common/id.h)
+  size_t at = 0;
+  while ((at = text.find('@', at)) != std::string::npos) {
+    size_t end = at + 1;
+    while (end < text.size() && std::isalnum(static_cast<unsigned char>(text[end]))) ++end;
+    if (end - at - 1 == kIdLength) {
+      text.erase(at, end - at);
+    } else {
+      at = end;
+    }
+  }
+  return text;
+}
+
+// The labels of namespace `ns` of `tenant_id`'s team.
+std::map<std::string, std::string> FleetService::labelsOf(const std::string& ns,
+                                                          const std::string& tenant_id) const {
+  std::map<std::string, std::string> labels = {{"kubernetes.io/metadata.name", ns}};
+  if (auto tenant = d_.directory.tenant(tenant_id)) labels["purser.dev/tenant"] = tenant->name;
+  // Labels from Namespace objects in the manifests win.
+  auto given = base_.namespaces.find(ns);
+  if (given != base_.namespaces.end()) {
+    for (const auto& [k, v] : given->second) labels[k] = v;
+  }
+  return labels;
+}
+
+void FleetService::ensureNamespace(const std::string& ns, const std::string& tenant_id) {
+  if (!engine_->hasNamespace(ns)) engine_->setNamespace(ns, labelsOf(ns, tenant_id));
+}
+
+// A new engine over `world` holding every live workload: admitted ones keep their quota.
+Result<FleetService::Built> FleetService::rebuild(fleet::World world) {
+  fleet::EngineOptions eo;
+  eo.mode = options_.mode;
+  // Each engine places on its own copy of the inventory, refilled from the admitted workloads
+  // below, so a rebuild that fails leaves the running engine and its placements as they were.
+  std::shared_ptr<fleet::Placer> placer;
+  if (!options_.inventory.empty()) {
+    placer =
+        PURSER_TRY_VALUE(fleet::Placer::create(options_.inventory, options_.policy, options_.seed));
+    eo.placement = fleet::placementHook(placer, world.flavors);
+  }
+  eo.fair_sharing = false;
+  for (const auto& cq : world.cluster_queues) {
+    if (cq.fair_weight_milli != 1000) eo.fair_sharing = true;
+  }
+  auto engine = PURSER_TRY_VALUE(fleet::Engine::create(std::move(world), eo));
+  std::vector<const Record*> order;
+  for (const auto& [name, r] : records_) order.push_back(&r);
+  std::sort(order.begin(), order.end(),
+            [](const Record* a, const Record* b) { return a->seq < b->seq; });
+  for (const Record* r : order) {
+    if (!holdsQuota(r->state)) continue;
+    Workload w = r->spec;
+    w.admission = r->admission;
+    w.admitted_ms = r->admitted_ms;
+    auto added = engine->addAdmitted(std::move(w));
+    if (!added) {
+      return fail(Error(ErrorCode::kFailedPrecondition,
+                        fmt::format("admitted workload \"{}\" would lose its quota: {}",
+                                    r->spec.name, added.error().message)));
+    }
+  }
+  for (const Record* r : order) {
+    if (!queued(r->state)) continue;
+    auto added = engine->submit(r->spec);
+    if (!added) {
+      return fail(Error(ErrorCode::kFailedPrecondition,
+                        fmt::format("pending workload \"{}\" would have no queue: {}", r->spec.name,
+                                    added.error().message)));
+    }
+    if (!r->hold.empty()) (void)engine->hold(r->spec.name, "BudgetExhausted", r->hold);
+  }
+  return Built{std::move(engine), std::move(placer)};
+}
+
+// --- GPU time: holds and metering
+// -------------------------------------------------------------------
+
+int64_t FleetService::nowMs() const { return unixMillis(d_.clock.now()); }
+
+std::vector<ledger::Scope> FleetService::scopesOf(const Record& r) const {
+  ledger::Charged c;
+  c.tenant_id = r.tenant_id;
+  c.team_id = r.team_id;
+  (r.owner_kind == "service_account" ? c.service_account_id : c.user_id) = r.owner_id;
+  // A workload submitted with a derived key is charged to the keys above it too.
+  for (const auto& k : d_.directory.keyChain(r.key_id)) c.key_chain.push_back(k.id);
+  if (c.key_chain.empty() && !r.key_id.empty()) c.key_chain.push_back(r.key_id);
+  return ledger::scopesOf(c);
+}
+
+// Why `r` may not start GPU work now (a hard wallet in its chain has nothing left); empty if
+// it may.
+// How far ahead GPU time is held: two metering intervals and the tick's slack, so the hold
+// taken at one metering covers everything up to the next.
+std::chrono::milliseconds FleetService::lookahead() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval) * 2 +
+         std::chrono::seconds(2);
+}
+
+// What `r`'s GPUs cost over the lookahead: at its admitted flavors' prices, or, while pending,
+// at the dearest priced flavor its ClusterQueue offers GPUs in (zero when none is priced).
+Money FleetService::lookaheadCost(const Record& r) const {
+  Money total;
+  const auto add = [&](const Money* price, Amount gpu_milli) {
+    if (price == nullptr || gpu_milli <= 0) return;
+    auto part = ledger::gpuCost(*price, gpu_milli, lookahead(), Rounding::kCeil);
+    total = total.add(part.value_or(Money::max())).value_or(Money::max());
+  };
+  if (holdsQuota(r.state) && r.admission) {
+    for (const auto& ps : r.admission->pod_sets) {
+      auto use = ps.usage.find(kGpu);
+      auto f = ps.flavors.find(kGpu);
+      if (use != ps.usage.end() && f != ps.flavors.end())
+        add(d_.prices.gpu(f->second), use->second);
+    }
+    return total;
+  }
+  Amount gpu_milli = 0;
+  for (const auto& ps : r.spec.pod_sets) {
+    auto g = ps.requests.find(kGpu);
+    if (g != ps.requests.end()) gpu_milli += g->second * ps.count;
+  }
+  if (gpu_milli == 0) return total;
+  auto st = engine_->status(r.spec.name);
+  const std::string cq = st ? st->cluster_queue : std::string();
+  const Money* dearest = nullptr;
+  for (const auto& q : base_.cluster_queues) {
+    if (q.name != cq) continue;
+    for (const auto& group : q.resource_groups) {
+      if (std::find(group.covered.begin(), group.covered.end(), kGpu) == group.covered.end()) {
+        continue;
+      }
+      for (const auto& fq : group.flavors) {
+        const Money* price = d_.prices.gpu(fq.flavor);
+        if (price != nullptr && (dearest == nullptr || *dearest < *price)) dearest = price;
+      }
+    }
+  }
+  add(dearest, gpu_milli);
+  return total;
+}
+
+// Why a GPU workload of `r`'s owner may not start (or go on): a hard wallet in its chain that
+// cannot hold its next stretch of GPU time. Empty when it may.
+std::string FleetService::budgetHold(const Record& r) const {
+  if (r.tenant_id.empty() || !requestsGpu(r.spec)) return {};
+  const Money need = lookaheadCost(r);
+  for (const auto& id : d_.wallets.chain(scopesOf(r), kGpuModel)) {
+    auto st = d_.wallets.status(id);
+    if (!st || !st->spec.hard) continue;
+    if (!st->remaining.isZero() && !(st->remaining < need)) continue;
+    return fmt::format(
+        "the GPU budget is used up: wallet {} ({} {}) has {} of {} left{}, and this workload's "
+        "next {} s of GPU time cost {}; it waits until the wallet is raised or its period "
+        "resets",
+        id, ledger::scopeKindName(st->spec.scope.kind), st->spec.scope.id, st->remaining.toString(),
+        st->spec.limit.toString(),
+        st->spec.period == ledger::Period::kNone
+            ? std::string()
+            : fmt::format(" until {}", formatRfc3339(st->window.end)),
+        lookahead().count() / 1000, need.toString());
+  }
+  return {};
+}
+
+// Holds `r`'s next stretch of GPU time on its wallet chain; false when a hard wallet cannot.
+bool FleetService::holdGpu(Record& r) {
+  releaseGpu(r);
+  if (r.tenant_id.empty() || !requestsGpu(r.spec)) return true;
+  const Money need = lookaheadCost(r);
+  if (need.isZero()) return true;
+  ledger::ReserveRequest q;
+  q.event_id = fmt::format("gpu-hold:{}:{}", r.spec.name, ++hold_seq_);
+  q.wallet_ids = d_.wallets.chain(scopesOf(r), kGpuModel);
+  q.amount = need;
+  q.lease = lookahead() * 3;
+  auto held = d_.wallets.reserve(q);
+  if (!held) {
+    if (held.error().code == ErrorCode::kResourceExhausted) return false;
+    spdlog::error("fleet: GPU time of {} not held: {}", r.spec.name, held.error().message);
+    return true;  // not the budget's doing: metering still charges what runs
+  }
+  r.gpu_hold = q.event_id;
+  return true;
+}
+
+void FleetService::releaseGpu(Record& r) {
+  if (r.gpu_hold.empty()) return;
+  (void)d_.wallets.release(r.gpu_hold);
+  r.gpu_hold.clear();
+}
+
+// Sends an admitted workload whose GPU time can no longer be held back to its queue, held.
+void FleetService::stopForBudget(const std::string& name) {
+  auto it = records_.find(name);
+  if (it == records_.end() || !holdsQuota(it->second.state)) return;
+  Record& r = it->second;
+  releaseGpu(r);
+  std::string why = budgetHold(r);
+  if (why.empty()) why = "the GPU budget cannot hold this workload's next stretch of GPU time";
+  if (!engine_->stop(name, "BudgetExhausted", why)) return;
+  (void)engine_->hold(name, "BudgetExhausted", why);
+  r.hold = why;
+}
+
+// Charges `r`'s GPU time up to `now_ms`; the returned write records it.
+std::optional<store::TxFn> FleetService::meter(Record& r, int64_t now_ms) {
+  if (!holdsQuota(r.state) || !r.admission) return std::nullopt;
+  releaseGpu(r);  // the elapsed stretch is charged below; the caller holds the next
+  // A workload that runs pods is charged from the moment they run, not from its admission.
+  if (runsPods(r.spec) && r.state == "admitted") {
+    r.metered_until_ms = std::max(r.metered_until_ms, now_ms);
+    return std::nullopt;
+  }
+  const int64_t elapsed = now_ms - r.metered_until_ms;
+  if (elapsed <= 0) return std::nullopt;
+  Money cost;
+  Amount gpu_milli = 0;
+  std::string flavor;
+  for (const auto& ps : r.admission->pod_sets) {
+    auto use = ps.usage.find(kGpu);
+    if (use == ps.usage.end() || use->second <= 0) continue;
+    auto f = ps.flavors.find(kGpu);
+    if (f == ps.flavors.end()) continue;
+    gpu_milli += use->second;
+    if (flavor.empty()) flavor = f->second;
+    const Money* price = d_.prices.gpu(f->second);
+    if (price == nullptr) continue;
+    auto part = ledger::gpuCost(*price, use->second, std::chrono::milliseconds(elapsed),
+                                Rounding::kHalfEven);
+    if (!part) {
+      // Left unmetered: the next attempt charges the whole stretch.
+      spdlog::error("fleet: GPU time of {} not priced: {}", r.spec.name, part.error().message);
+      return std::nullopt;
+    }
+    cost = cost.add(*part).value_or(Money::max());
+  }
+  if (gpu_milli == 0 || r.tenant_id.empty()) {
+    r.metered_until_ms = now_ms;  // nothing to charge, or nobody to charge it to
+    return std::nullopt;
+  }
+  ledger::UsageEvent e;
+  e.id = d_.ids.next();
+  e.at = SystemTime(std::chrono::milliseconds(now_ms));
+  e.tenant_id = r.tenant_id;
+  e.team_id = r.team_id;
+  if (r.owner_kind == "service_account") {
+    e.service_account_id = r.owner_id;
+  } else {
+    e.user_id = r.owner_id;
+  }
+  e.key_id = r.key_id;
+  e.session_id = shown(r.spec.name);
+  e.route = flavor;
+  e.provider = "fleet";
+  e.model = kGpuModel;
+  e.cost = cost;
+  e.latency_ms = elapsed;
+  e.status = 200;
+  auto charged = d_.meter.charge(e, d_.wallets.chain(scopesOf(r), kGpuModel));
+  if (!charged) {
+    spdlog::error("fleet: GPU time of {} not charged: {}", r.spec.name, charged.error().message);
+    return std::nullopt;
+  }
+  r.metered_until_ms = now_ms;
+  r.charged = r.charged.add(charged->charged).value_or(Money::max());
+  if (charged->alerts.empty()) return std::move(charged->write);
+  {
+    std::lock_guard lock(shared_mu_);
+    alerts_.emplace_back(r.tenant_id, charged->alerts);
+  }
+  return [write = std::move(charged->write), alerts = charged->alerts, tenant = r.tenant_id,
+          audit = d_.audit_alerts](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(write(tx));
+    return audit ? audit(tx, alerts, tenant) : Result<void>{};
+  };
+}
+
+void FleetService::noteEvent(std::string kind, const std::string& workload,
+                             std::string cluster_queue, std::string reason, std::string message,
+                             std::string by) {
+  const Record* r = find(workload);
+  const Record* b = by.empty() ? nullptr : find(by);
+  new_events_.push_back({formatRfc3339(d_.clock.now()), std::move(kind), workload,
+                         std::move(cluster_queue), std::move(reason), std::move(message),
+                         std::move(by), r ? r->tenant_id : "", r ? r->team_id : "",
+                         b ? b->tenant_id : ""});
+}
+
+const Record* FleetService::find(const std::string& name) const {
+  auto it = records_.find(name);
+  return it == records_.end() ? nullptr : &it->second;
+}
+
+// --- Scheduling and persistence -----------------------------------------------------------------
+
+// Applies budget holds, runs the engine to a stable state, starts what was admitted, and brings
+// the records up to date; returns the write that records every change (nullopt when nothing
+// changed).
+std::optional<store::TxFn> FleetService::schedule() {
+  const int64_t now = nowMs();
+  for (auto& [name, r] : records_) {
+    if (!queued(r.state)) continue;
+    std::string hold = budgetHold(r);
+    if (hold == r.hold) continue;
+    if (hold.empty()) {
+      (void)engine_->release(name);
+      noteEvent("Released", name, "", "BudgetAvailable", "the GPU budget has room again", "");
+      r.state = r.preemptions > 0 ? "evicted" : "pending";
+    } else {
+      (void)engine_->hold(name, "BudgetExhausted", hold);
+      noteEvent("Held", name, "", "BudgetExhausted", hold, "");
+      r.state = "suspended";
+    }
+    r.hold = std::move(hold);
+    dirty_.insert(name);
+  }
+  engine_->setTime(now);
+  // Admission takes a hold on the wallets for the GPU time ahead; a workload whose hold fails
+  // (a hard wallet raced below it) goes back, held, and the engine runs again.
+  for (int round = 0; round < 8; ++round) {
+    engine_->runUntilStable();
+    std::vector<std::string> stops;
+    processEvents(now, stops);
+    if (stops.empty()) break;
+    for (const auto& name : stops) stopForBudget(name);
+  }
+  // What was admitted starts once the pods it displaced are gone.
+  for (auto& [name, r] : records_) {
+    const bool running = std::any_of(r.pods.begin(), r.pods.end(),
+                                     [](const PodRun& p) { return p.phase == "running"; });
+    if (r.state == "admitted" && runsPods(r.spec) && !running && !blocked(r)) {
+      startPods(r, now);
+    }
+  }
+  publishQueues();
+  return flush();
+}
+
+void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
+  for (const fleet::Event& e : engine_->takeEvents()) {
+    auto it = records_.find(e.workload);
+    if (it == records_.end()) continue;
+    Record& r = it->second;
+    switch (e.kind) {
+      case fleet::Event::Kind::kAdmitted: {
+        auto st = engine_->status(e.workload);
+        r.state = "admitted";
+        r.reason.clear();
+        r.message.clear();
+        r.admission = st ? st->admission : std::nullopt;
+        r.admitted_ms = now;
+        r.metered_until_ms = now;
+        noteEvent("Admitted", e.workload, e.cluster_queue, "QuotaReserved", "", "");
+        if (!holdGpu(r)) stops.push_back(e.workload);
+        break;
+      }
+      case fleet::Event::Kind::kPreempted:
+        noteEvent("Preempted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
+        break;
+      case fleet::Event::Kind::kEvicted: {
+        if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+        stopPods(r, e.reason);
+        const bool budget = e.reason == "BudgetExhausted";
+        r.state = budget ? "suspended" : "evicted";
+        r.reason = e.reason;
+        r.message = e.message;
+        r.admission.reset();
+        if (!budget) ++r.preemptions;
+        if (auto st = engine_->status(e.workload); st && st->queued_ms) {
+          r.spec.queued_ms = st->queued_ms;
+        }
+        noteEvent("Evicted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
+        break;
+      }
+      default:
+        break;
+    }
+    dirty_.insert(e.workload);
+  }
+}
+
+// The write for everything changed since the last one.
+std::optional<store::TxFn> FleetService::flush() {
+  if (dirty_.empty() && new_events_.empty() && metering_.empty() && ended_.empty()) {
+    return std::nullopt;
+  }
+  struct Row {
+    std::string name, state, tenant_id, team_id, record;
+    int64_t seq, version;
+  };
+  std::vector<Row> rows;
+  const std::string at = formatRfc3339(d_.clock.now());
+  const auto row = [&](Record& r) {
+    ++r.version;
+    rows.push_back({r.spec.name, r.state, r.tenant_id, r.team_id, recordText(r), r.seq, r.version});
+  };
+  for (const auto& name : dirty_) {
+    auto it = records_.find(name);
+    if (it != records_.end()) row(it->second);
+  }
+  for (auto& r : ended_) row(r);
+  dirty_.clear();
+  ended_.clear();
+  return [rows = std::move(rows), events = std::move(new_events_), metering = std::move(metering_),
+          at](store::Tx& tx) -> Result<void> {
+    for (const auto& m : metering) PURSER_TRY(m(tx));
+    for (const auto& r : rows) {
+      // A write retried after a failure must not undo a newer one that landed since.
+      PURSER_TRY(tx.exec(
+          "INSERT INTO fleet_workloads (name, seq, version, state, tenant_id, team_id, record, "
+          "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO UPDATE "
+          "SET seq = excluded.seq, version = excluded.version, state = excluded.state, "
+          "tenant_id = excluded.tenant_id, team_id = excluded.team_id, record = "
+          "excluded.record, updated_at = excluded.updated_at WHERE excluded.seq > "
+          "fleet_workloads.seq OR (excluded.seq = fleet_workloads.seq AND excluded.version > "
+          "fleet_workloads.version)",
+          {r.name, r.seq, r.version, r.state, r.tenant_id, r.team_id, r.record, at}));
+    }
+    for (const auto& e : events) {
+      PURSER_TRY(tx.exec(
+          "INSERT INTO fleet_events (at, kind, workload, cluster_queue, reason, message, "
+          "by_workload, tenant_id, team_id, by_tenant_id) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+          "$8, $9, $10)",
+          {e.at, e.kind, e.workload, e.cluster_queue, e.reason, e.message, e.by, e.tenant_id,
+           e.team_id, e.by_tenant_id}));
+    }
+    return {};
+  };
+}
+
+// Enqueues `fn` now (so writes land in the order they were made); `done`, when given, learns
+// when it is durable.
+void FleetService::enqueue(store::TxFn fn, Done done) {
+  auto retry = std::make_shared<store::TxFn>(fn);
+  d_.store.writeAsync(std::move(fn), [this, done = std::move(done), retry](Result<void> r) {
+    if (!r) {
+      // Kept to be written again at the next tick; a newer write of the same workload wins
+      // over it (versions), and its usage events and charges go with it.
+      spdlog::error("fleet: a state change was not recorded (retrying): {}", r.error().message);
+      std::lock_guard lock(shared_mu_);
+      retries_.push_back(std::move(*retry));
+    }
+    if (done) done(std::move(r));
+  });
+}
+
+void FleetService::publishQueues() {
+  auto queues = engine_->queues();
+  std::lock_guard lock(shared_mu_);
+  queues_ = std::move(queues);
+}
+
+QueueSnapshot FleetService::queueSnapshot() const {
+  std::lock_guard lock(shared_mu_);
+  return queues_;
+}
+
+std::vector<std::pair<std::string, std::vector<ledger::Alert>>> FleetService::takeAlerts() {
+  std::lock_guard lock(shared_mu_);
+  return std::exchange(alerts_, {});
+}
+
+// Every poll interval: the pods' ends; every second: retried writes, GPU time that is due and
+// the holds ahead of it.
+void FleetService::tick() {
+  pollPods();
+  const int64_t now = nowMs();
+  if (now - last_tick_ms_ >= 1000 || now < last_tick_ms_) {
+    last_tick_ms_ = now;
+    std::vector<store::TxFn> retries;
+    {
+      std::lock_guard lock(shared_mu_);
+      retries.swap(retries_);
+    }
+    for (auto& fn : retries) enqueue(std::move(fn), nullptr);
+    const int64_t interval =
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval).count();
+    std::vector<std::string> stops;
+    for (auto& [name, r] : records_) {
+      if (!holdsQuota(r.state) || now - r.metered_until_ms < interval) continue;
+      if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+      if (!holdGpu(r)) stops.push_back(name);
+      dirty_.insert(name);
+    }
+    for (const auto& name : stops) stopForBudget(name);
+  }
+  if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+}
+
+// --- Pods
+// -----------------------------------------------------------------------------------------
+
+std::map<std::string, std::string> FleetService::admissionEnv(const Record& r,
+                                                              const std::string& pod_set,
+                                                              int64_t index) const {
+  std::map<std::string, std::string> env = {
+      {"PURSER_WORKLOAD", shown(r.spec.name)},
+      {"PURSER_NAMESPACE", shown(r.spec.namespace_)},
+      {"PURSER_POD_SET", pod_set},
+      {"PURSER_POD_INDEX", std::to_string(index)},
+      // What an Indexed Job's pods read their index from.
+      {"JOB_COMPLETION_INDEX", std::to_string(index)},
+  };
+  if (!r.admission) return env;
+  env["PURSER_CLUSTER_QUEUE"] = r.admission->cluster_queue;
+  for (const auto& ps : r.admission->pod_sets) {
+    if (ps.name != pod_set) continue;
+    env["PURSER_POD_COUNT"] = std::to_string(ps.count);
+    if (auto f = ps.flavors.find(kGpu); f != ps.flavors.end()) env["PURSER_GPU_FLAVOR"] = f->second;
+    if (index < 0 || static_cast<size_t>(index) >= ps.placements.size()) break;
+    const fleet::PodPlacement& p = ps.placements[static_cast<size_t>(index)];
+    env["PURSER_NODE"] = p.node;
+    const fleet::PodSet* spec = nullptr;
+    for (const auto& s : r.spec.pod_sets) {
+      if (s.name == pod_set) spec = &s;
+    }
+    if (placer_ && spec != nullptr && !p.gpus.empty()) {
+      if (auto placed = placer_->environment(p, spec->requests)) {
+        for (const auto& [k, v] : *placed) env[k] = v;
+      }
+    } else if (p.gpus.empty()) {
+      // A pod placed without GPUs sees none (not the machine's).
+      env["CUDA_VISIBLE_DEVICES"] = "";
+    }
+  }
+  return env;
+}
+
+// Does `r` wait for the pods it displaced? Its placements share a GPU with a pod still stopping.
+bool FleetService::blocked(const Record& r) const {
+  if (stopping_.empty() || !r.admission) return false;
+  for (const auto& ps : r.admission->pod_sets) {
+    for (const auto& p : ps.placements) {
+      for (const auto& s : stopping_) {
+        if (!s.placement || s.placement->node != p.node) continue;
+        for (int g : p.gpus) {
+          if (std::find(s.placement->gpus.begin(), s.placement->gpus.end(), g) !=
+              s.placement->gpus.end()) {
+            return true;
+          }
+        }
+      }
+    }
+  }
+  return false;
+}
+
+void FleetService::startPods(Record& r, int64_t now) {
+  dirty_.insert(r.spec.name);
+  ++r.runs;
+  r.pods.clear();
+  const std::string queue = r.admission ? r.admission->cluster_queue : "";
+  std::string failure;
+  if (!executor_) failure = "this Purser has no executor to run pods on";
+  for (const auto& ps : r.spec.pod_sets) {
+    if (!failure.empty()) break;
+    if (ps.command.empty()) continue;  // a pod set with nothing to run here holds its quota only
+    int64_t count = ps.count;
+    if (r.admission) {
+      for (const auto& a : r.admission->pod_sets) {
+        if (a.name == ps.name) count = a.count;
+      }
+    }
+    for (int64_t i = 0; i < count && failure.empty(); ++i) {
+      exec::PodLaunch launch;
+      launch.workload = shown(r.spec.name);
+      launch.pod_set = ps.name;
+      launch.index = i;
+      launch.argv = ps.command;
+      launch.working_dir = ps.working_dir;
+      launch.env = ps.env;
+      for (auto& [k, v] : admissionEnv(r, ps.name, i)) launch.env[k] = v;
+      auto handle = executor_->start(launch);
+      if (!handle) {
+        failure = fmt::format("pod {}-{} could not start: {}", ps.name, i, handle.error().message);
+        break;
+      }
+      PodRun pod;
+      pod.pod_set = ps.name;
+      pod.index = i;
+      pod.handle = *handle;
+      pod.started_ms = now;
+      if (auto st = executor_->status(*handle)) pod.started_ms = unixMillis(st->started_at);
+      if (auto id = executor_->identity(*handle)) {
+        pod.pid = id->first;
+        pod.pid_start = id->second;
+      }
+      r.pods.push_back(std::move(pod));
+    }
+  }
+  if (!failure.empty()) {
+    for (auto& p : r.pods) (void)executor_->stop(p.handle, Duration::zero());
+    r.pods.clear();
+    r.started_ms = now;
+    r.metered_until_ms = now;
+    endRun(r, /*failed=*/true, "StartFailed", failure);
+    return;
+  }
+  r.state = "running";
+  r.started_ms = now;
+  for (const auto& p : r.pods) r.started_ms = std::min(r.started_ms, p.started_ms);
+  r.metered_until_ms = r.started_ms;
+  noteEvent("Started", r.spec.name, queue, "PodsStarted",
+            fmt::format("{} pod(s) started (run {})", r.pods.size(), r.runs), "");
+}
+
+// Stops `r`'s running pods; they stop in the background (holding their GPUs until gone) and
+// show as "stopped".
+void FleetService::stopPods(Record& r, const std::string& why) {
+  for (const auto& p : r.pods) {
+    if (p.phase != "running") continue;
+    if (auto stopped = executor_->stop(p.handle, options_.termination_grace); !stopped) {
+      spdlog::warn("fleet: pod {} of {} not stopped ({}): {}", p.handle, r.spec.name, why,
+                   stopped.error().message);
+    }
+    Stopping s{r.spec.name, p.handle, std::nullopt};
+    if (r.admission) {
+      for (const auto& a : r.admission->pod_sets) {
+        if (a.name == p.pod_set && p.index >= 0 &&
+            static_cast<size_t>(p.index) < a.placements.size()) {
+          s.placement = a.placements[static_cast<size_t>(p.index)];
+        }
+      }
+    }
+    stopping_.push_back(std::move(s));
+  }
+  // The run's pods stay on the record (their logs with them) until the next run starts.
+  for (auto& p : r.pods) {
+    if (p.phase != "running") continue;
+    p.phase = "stopped";
+    p.finished_ms = nowMs();
+  }
+}
+
+void FleetService::pollPods() {
+  if (!executor_) return;
+  // Pods stopping in the background: gone ones free their GPUs.
+  for (auto it = stopping_.begin(); it != stopping_.end();) {
+    auto st = executor_->status(it->handle);
+    if (!st || st->phase != exec::PodPhase::kRunning) {
+      it = stopping_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<std::string> ended;
+  for (auto& [name, r] : records_) {
+    if (r.state != "running") continue;
+    bool running = false, failed = false;
+    for (auto& p : r.pods) {
+      if (p.phase == "running") {
+        auto st = executor_->status(p.handle);
+        if (!st) {
+          // The executor lost it (it cannot be found): ended, with no code to go by.
+          p.phase = "failed";
+          p.finished_ms = nowMs();
+          dirty_.insert(name);
+        } else if (st->phase != exec::PodPhase::kRunning) {
+          p.phase = st->phase == exec::PodPhase::kSucceeded ? "succeeded" : "failed";
+          p.exit_code = st->exit_code;
+          p.signal = st->signal;
+          p.finished_ms = st->finished_at ? unixMillis(*st->finished_at) : nowMs();
+          dirty_.insert(name);
+        }
+      }
+      if (p.phase == "running") running = true;
+      if (p.phase == "failed") failed = true;
+    }
+    if (failed && running) {
+      // One pod failed: the others are stopped (the workload has failed; none is retried).
+      for (auto& p : r.pods) {
+        if (p.phase == "running") (void)executor_->stop(p.handle, options_.termination_grace);
+      }
+    }
+    if (!running) ended.push_back(name);
+  }
+  for (const auto& name : ended) {
+    Record& r = records_.at(name);
+    const PodRun* decisive = nullptr;
+    for (const auto& p : r.pods) {
+      if (p.phase == "failed" && (decisive == nullptr || p.finished_ms < decisive->finished_ms)) {
+        decisive = &p;
+      }
+    }
+    if (decisive != nullptr) {
+      endRun(r, true, "PodFailed",
+             fmt::format("pod {}-{} {}", decisive->pod_set, decisive->index, endOf(*decisive)));
+    } else {
+      endRun(r, false, "Completed", fmt::format("{} pod(s) exited with code 0", r.pods.size()));
+    }
+  }
+}
+
+// Ends `r` (running, or failing to start): GPU time charged to its pods' end, quota released,
+// written as ended.
+void FleetService::endRun(Record& r, bool failed, const std::string& reason,
+                          const std::string& message) {
+  int64_t end = r.started_ms;
+  const PodRun* decisive = nullptr;
+  for (const auto& p : r.pods) {
+    end = std::max(end, p.finished_ms);
+    if (p.phase == "failed" && (decisive == nullptr || p.finished_ms < decisive->finished_ms)) {
+      decisive = &p;
+    }
+  }
+  if (decisive == nullptr && !r.pods.empty()) decisive = &r.pods.back();
+  if (auto tx = meter(r, std::max(end, r.metered_until_ms))) metering_.push_back(std::move(*tx));
+  releaseGpu(r);
+  if (decisive != nullptr) {
+    if (decisive->exit_code) {
+      r.exit_code = decisive->exit_code;
+    } else if (decisive->signal) {
+      r.exit_code = 128 + *decisive->signal;  // as a shell reports a death by signal
+    }
+    if (auto tail = executor_->logTail(decisive->handle, options_.log_tail_bytes)) {
+      r.log_tail = std::move(*tail);
+    }
+  }
+  const std::string queue = r.admission ? r.admission->cluster_queue : "";
+  const std::string name = r.spec.name;
+  (void)engine_->finish(name);
+  r.state = failed ? "failed" : "succeeded";
+  r.reason = reason;
+  r.message = message;
+  // Charged up to here (a metering may have passed the pods' end by the instant between a poll
+  // and the metering that followed it).
+  r.finished_ms = std::max({end, r.started_ms, r.metered_until_ms});
+  noteEvent(failed ? "Failed" : "Succeeded", name, queue, reason, message, "");
+  just_ended_[name] = r;
+  ended_.push_back(std::move(r));
+  records_.erase(name);
+  dirty_.erase(name);
+}
+
+// After a restart: the pods the store says were running are the executor's to find again; one
+// it no longer knows has ended while Purser was away.
+void FleetService::adopt() {
+  if (!executor_) return;
+  for (auto& [name, r] : records_) {
+    if (r.state != "running") continue;
+    for (auto& p : r.pods) {
+      if (p.phase != "running") continue;
+      const exec::Adopted a{p.handle, p.pid, p.pid_start,
+                            SystemTime(std::chrono::milliseconds(p.started_ms))};
+      if (auto adopted = executor_->adopt(a); !adopted) {
+        spdlog::warn("fleet: pod {} of {} cannot be adopted: {}", p.handle, name,
+                     adopted.error().message);
+      }
+    }
+  }
+}
+
+// --- What the API hands in ----------------------------------------------------------------------
+
+Result<Record> FleetService::submit(Record r, Done done) {
+  const std::string name = r.spec.name;
+  just_ended_.clear();
+  if (records_.count(name) != 0) {
+    return fail(Error(ErrorCode::kAlreadyExists,
+                      fmt::format("a workload named \"{}\" already exists", shown(name))));
+  }
+  ensureNamespace(r.spec.namespace_, r.tenant_id);
+  // The engine checks the queue and the priority class; refused, nothing has changed.
+  PURSER_TRY(engine_->submit(r.spec));
+  r.seq = next_seq_++;
+  records_[name] = std::move(r);
+  dirty_.insert(name);
+  noteEvent("Submitted", name, "", "", "", "");
+  auto write = schedule();
+  if (write) {
+    enqueue(std::move(*write), std::move(done));
+  } else if (done) {
+    done({});
+  }
+  if (const Record* live = find(name)) return *live;
+  // It ended at once (its pods could not start).
+  return just_ended_.at(name);
+}
+
+Result<Record> FleetService::remove(const std::string& name, const std::string& by, Done done) {
+  auto it = records_.find(name);
+  if (it == records_.end()) return fail(Error(ErrorCode::kNotFound, "no such workload"));
+  Record& r = it->second;
+  const int64_t now = nowMs();
+  if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+  releaseGpu(r);
+  stopPods(r, "Deleted");
+  const std::string queue = r.admission ? r.admission->cluster_queue : "";
+  (void)engine_->finish(name);
+  r.state = "failed";
+  r.reason = "Deleted";
+  r.message = fmt::format("deleted by {}", by);
+  r.finished_ms = now;
+  noteEvent("Finished", name, queue, "Deleted", r.message, "");
+  Record out = r;
+  ended_.push_back(std::move(r));
+  records_.erase(it);
+  dirty_.erase(name);
+  auto write = schedule();
+  if (write) {
+    enqueue(std::move(*write), std::move(done));
+  } else if (done) {
+    done({});
+  }
+  return out;
+}
+
+Result<void> FleetService::apply(fleet::ManifestSet set, const std::string& text,
+                                 ledger::AuditEntry audit, Done done) {
+  fleet::ManifestSet merged = base_;
+  merge(merged, std::move(set));
+  // Nothing changes unless the new objects hold every live workload where it is.
+  Built fresh = PURSER_TRY_VALUE(rebuild(worldOf(merged)));
+  base_ = std::move(merged);
+  engine_ = std::move(fresh.engine);
+  placer_ = std::move(fresh.placer);
+  for (const auto& [name, r] : records_) dirty_.insert(name);
+  auto changes = schedule();
+  const std::string at = formatRfc3339(d_.clock.now());
+  const ledger::AuditLog& log = d_.audit;
+  enqueue(
+      [changes = std::move(changes), text, at, audit = std::move(audit),
+       &log](store::Tx& tx) -> Result<void> {
+        PURSER_TRY(tx.exec(
+            "INSERT INTO fleet_manifests (applied_at, actor, file, text) VALUES ($1, $2, $3, $4)",
+            {at, audit.actor, std::string("fleet apply"), text}));
+        PURSER_TRY(log.append(tx, audit));
+        if (changes) PURSER_TRY((*changes)(tx));
+        return {};
+      },
+      std::move(done));
+  return {};
+}
+
+// --- Reads from the store
+// -------------------------------------------------------------------------
+
+namespace {
+
+// The SQL condition restricting rows to `v`, and its parameters.
+std::string visibilitySql(const Visibility& v, std::vector<store::Value>& params) {
+  std::string sql;
+  if (!v.tenant_id.empty()) {
+    params.emplace_back(v.tenant_id);
+    sql += fmt::format(" AND tenant_id = ${}", params.size());
+  }
+  if (!v.team_id.empty()) {
+    params.emplace_back(v.team_id);
+    sql += fmt::format(" AND team_id = ${}", params.size());
+  }
+  return sql;
+}
+
+}  // namespace
+
+Result<std::vector<Record>> FleetService::endedRecords(const Visibility& v, size_t limit) const {
+  std::vector<store::Value> params;
+  const std::string sql =
+      "SELECT record FROM fleet_workloads WHERE state IN ('finished', 'succeeded', 'failed')" +
+      visibilitySql(v, params) + fmt::format(" ORDER BY seq DESC LIMIT {}", limit);
+  store::Rows rows;
+  PURSER_TRY(d_.store.read([&](store::Tx& tx) -> Result<void> {
+    rows = PURSER_TRY_VALUE(tx.query(sql, params));
+    return {};
+  }));
+  std::vector<Record> out;
+  for (const auto& row : rows) {
+    if (auto r = recordFrom(row.getText(0))) out.push_back(std::move(*r));
+  }
+  return out;
+}
+
+Result<std::optional<Record>> FleetService::storedRecord(const std::string& name) const {
+  store::Rows rows;
+  PURSER_TRY(d_.store.read([&](store::Tx& tx) -> Result<void> {
+    rows = PURSER_TRY_VALUE(tx.query("SELECT record FROM fleet_workloads WHERE name = $1", {name}));
+    return {};
+  }));
+  if (rows.empty()) return std::optional<Record>();
+  return std::optional<Record>(PURSER_TRY_VALUE(recordFrom(rows[0].getText(0))));
+}
+
+Result<std::vector<EventRow>> FleetService::events(
+    const Visibility& v, const std::optional<std::string>& workload) const {
+  std::vector<store::Value> params;
+  std::string sql =
+      "SELECT at, kind, workload, cluster_queue, reason, message, by_workload, tenant_id, "
+      "team_id, by_tenant_id FROM fleet_events WHERE 1 = 1" +
+      visibilitySql(v, params);
+  if (workload) {
+    params.emplace_back(*workload);
+    sql += fmt::format(" AND workload = ${}", params.size());
+  }
+  store::Rows rows;
+  PURSER_TRY(d_.store.read([&](store::Tx& tx) -> Result<void> {
+    rows = PURSER_TRY_VALUE(tx.query(sql + " ORDER BY id DESC LIMIT 1000", params));
+    return {};
+  }));
+  std::vector<EventRow> out;
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
+    const auto& row = *it;
+    out.push_back({row.getText(0), row.getText(1), row.getText(2), row.getText(3), row.getText(4),
+                   row.getText(5), row.getText(6), row.getText(7), row.getText(8), row.getText(9)});
+  }
+  return out;
+}
+
+Result<std::string> FleetService::logTail(const std::string& handle, size_t max_bytes) const {
+  if (!executor_) return fail(Error(ErrorCode::kNotFound, "no executor runs pods here"));
+  return executor_->logTail(handle, max_bytes);
+}
+
+}  // namespace purser::scheduler

@@ -1,0 +1,283 @@
+// The fleet service: the workloads' life from submission to the end. It owns the admission
+// engine and the placer, the workload records and their persistence, the GPU time metered into
+// the owners' wallets and the holds taken on them ahead of use, and the executors that run what
+// was admitted.
+//
+// Threading: the service runs on a thread of its own. Everything that reads or changes its state
+// runs there, one thing at a time: the API's handlers hand it work with call() and await the
+// answer; the service's own timer polls the pods, meters GPU time and re-checks budget holds.
+// Store writes go to the store's writer thread in the order they were made; a handler that must
+// answer only once its change is durable passes a `Done` that learns when it is.
+//
+// Life of a workload: see scheduler/record.h. Every change of state is an event with a reason
+// (fleet_events). GPU time is charged from the moment its pods run to the moment they end, as the
+// executor reports them (a workload that runs nothing is charged while it holds its quota).
+#pragma once
+
+#include <utility>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/id.h"
+#include "common/result.h"
+#include "exec/executor.h"
+#include "fleet/engine.h"
+#include "fleet/inventory.h"
+#include "fleet_io/manifest.h"
+#include "identity/directory.h"
+#include "ledger/audit.h"
+#include "ledger/meter.h"
+#include "ledger/price.h"
+#include "ledger/wallet_book.h"
+#include "scheduler/record.h"
+#include "store/store.h"
+
+namespace purser::scheduler {
+
+// What the service uses of the rest of Purser.
+struct Deps {
+  const Clock& clock;
+  IdGenerator& ids;
+  store::Store& store;
+  identity::Directory& directory;
+  ledger::WalletBook& wallets;
+  ledger::Meter& meter;
+  const ledger::PriceBook& prices;
+  ledger::AuditLog& audit;
+  // Writes the audit entries of budget alerts that charging GPU time raised, inside `tx`.
+  std::function<Result<void>(store::Tx&, const std::vector<ledger::Alert>&, const std::string&)>
+      audit_alerts;
+};
+
+struct Options {
+  fleet::CycleMode mode = fleet::CycleMode::kDrain;
+  Duration metering_interval = std::chrono::seconds(60);
+  // (file name, text) of the manifests named in the configuration, in order.
+  std::vector<std::pair<std::string, std::string>> manifests;
+  // The hardware workloads are placed on; empty: admission by quota alone.
+  std::vector<fleet::InventoryNode> inventory;
+  fleet::placement::Policy policy = fleet::placement::Policy::kDefault;
+  uint64_t seed = 1;
+  // How long a stopped pod has between the polite signal and the forceful one (Kubernetes'
+  // terminationGracePeriodSeconds).
+  Duration termination_grace = std::chrono::seconds(30);
+  // How often pods are polled (their ends are also noticed when their output ends).
+  Duration poll_interval = std::chrono::milliseconds(200);
+  // The end of a failed pod's output kept with its workload.
+  size_t log_tail_bytes = 4096;
+};
+
+// Called with the outcome of a store write once it is known (on the store's writer thread).
+using Done = std::function<void(Result<void>)>;
+
+// One row of fleet_events, as stored.
+struct EventRow {
+  std::string at, kind, workload, cluster_queue, reason, message, by, tenant_id, team_id,
+      by_tenant_id;
+};
+
+// Which stored rows a reader may see: all, one tenant's, or one team's.
+struct Visibility {
+  std::string tenant_id;  // empty: every tenant
+  std::string team_id;    // empty: every team of the tenant
+};
+
+// A ClusterQueue's figures, as last scheduled (for /metrics, read from any thread).
+using QueueSnapshot = std::vector<fleet::QueueStatus>;
+
+class FleetService {
+ public:
+  // Applies the fleet's migrations, reads the configured and the applied manifests and the live
+  // workloads from the store, adopts the pods that still run, schedules, and starts the service's
+  // thread. `executor` runs the pods (the local one by default). An invalid manifest is an error
+  // naming it.
+  static Result<std::unique_ptr<FleetService>> open(Deps deps, Options options,
+                                                    std::unique_ptr<exec::Executor> executor);
+  // Stops the thread. Pods keep running: the next start adopts them.
+  ~FleetService();
+  FleetService(const FleetService&) = delete;
+  FleetService& operator=(const FleetService&) = delete;
+
+  // Runs fn(*this) on the service's thread and resumes the caller, on its own executor, with
+  // what fn returned (or the exception it threw). The result must be default-constructible.
+  template <typename F>
+  auto call(F fn) -> boost::asio::awaitable<std::invoke_result_t<F, FleetService&>> {
+    using T = std::invoke_result_t<F, FleetService&>;
+    namespace asio = boost::asio;
+    auto back = co_await asio::this_coro::executor;
+    co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&,
+                                            void(std::exception_ptr, T)>(
+        [this, back](auto handler, F f) {
+          asio::post(context_, [this, back, handler = std::move(handler),
+                                f = std::move(f)]() mutable {
+            std::exception_ptr error;
+            T out{};
+            try {
+              out = f(*this);
+            } catch (...) {
+              error = std::current_exception();
+            }
+            (void)this;
+            asio::post(back, [handler = std::move(handler), error, out = std::move(out)]() mutable {
+              std::move(handler)(error, std::move(out));
+            });
+          });
+        },
+        asio::use_awaitable, std::move(fn));
+  }
+
+  // --- On the service's thread only (inside call()) ------------------------------------------
+
+  // Queues a submitted workload (spec.name and namespace_ already Purser's own), schedules, and
+  // writes it; kAlreadyExists for a name in use, kInvalidArgument when the engine refuses it (no
+  // such queue, no such priority class).
+  // Returns the record as it is after scheduling (ended already when its pods could not start).
+  Result<Record> submit(Record r, Done done);
+  // Ends a live workload: its pods are stopped, its quota released, its GPU time charged; it
+  // ends failed with reason Deleted (unless it had ended). Returns its final record.
+  Result<Record> remove(const std::string& name, const std::string& by, Done done);
+  // Replaces or adds Kueue objects (merged into what is there) and records them with `audit`;
+  // kFailedPrecondition when a live workload would lose its place.
+  Result<void> apply(fleet::ManifestSet set, const std::string& text, ledger::AuditEntry audit,
+                     Done done);
+
+  const std::map<std::string, Record>& records() const { return records_; }
+  const Record* find(const std::string& name) const;
+  fleet::Engine& engine() { return *engine_; }
+  const fleet::Engine& engine() const { return *engine_; }
+  const fleet::Placer* placer() const { return placer_.get(); }
+  const fleet::ManifestSet& manifests() const { return base_; }
+  const Options& options() const { return options_; }
+  // What an executor sets for pod `index` of pod set `pod_set` beyond the template's env: the
+  // placement's (CUDA_VISIBLE_DEVICES, HAMi-core's limits) and Purser's identity (PURSER_*).
+  std::map<std::string, std::string> admissionEnv(const Record& r, const std::string& pod_set,
+                                                  int64_t index) const;
+
+  // Namespaces are per tenant: two tenants' teams of one name are two namespaces, and neither
+  // learns of the other. The name belongs to one tenant — the one a `v1 Namespace` object of the
+  // manifests labels `purser.dev/tenant`, else the tenant whose team took the name first — and is
+  // that tenant's namespace as it is; another tenant's team of the name has the namespace
+  // "NAME@TENANT-ID" inside Purser, shown to that tenant as NAME.
+  std::string owningTenant(const std::string& name) const;
+  std::string namespaceOf(const std::string& tenant_id, const std::string& name) const;
+  // What a tenant sees of a namespace, of "namespace/name" or of a message naming them.
+  static std::string shown(std::string text);
+  // Makes sure the engine knows namespace `ns` of `tenant_id` (a team created since the start).
+  void ensureNamespace(const std::string& ns, const std::string& tenant_id);
+
+  // --- From any thread ------------------------------------------------------------------------
+
+  // Ended workloads from the store, newest first (at most `limit`).
+  Result<std::vector<Record>> endedRecords(const Visibility& v, size_t limit) const;
+  // One workload's stored record (ended ones live only there).
+  Result<std::optional<Record>> storedRecord(const std::string& name) const;
+  // The newest events (at most 1000), oldest first; of one workload when `workload` is given.
+  Result<std::vector<EventRow>> events(const Visibility& v,
+                                       const std::optional<std::string>& workload) const;
+  // The end of what pod `handle` wrote (stdout and stderr together).
+  Result<std::string> logTail(const std::string& handle, size_t max_bytes) const;
+  // Budget alerts raised since the last call, by tenant, for the caller to post.
+  std::vector<std::pair<std::string, std::vector<ledger::Alert>>> takeAlerts();
+  QueueSnapshot queueSnapshot() const;
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  struct Built {
+    std::unique_ptr<fleet::Engine> engine;
+    std::shared_ptr<fleet::Placer> placer;  // none without an inventory
+  };
+  // A pod stopped and not yet gone, and the GPUs it still holds.
+  struct Stopping {
+    std::string workload, handle;
+    std::optional<fleet::PodPlacement> placement;
+  };
+
+  FleetService(Deps deps, Options options, std::unique_ptr<exec::Executor> executor);
+  Result<void> load();
+  void startThread();
+
+  fleet::World worldOf(const fleet::ManifestSet& set) const;
+  std::map<std::string, std::string> labelsOf(const std::string& ns,
+                                              const std::string& tenant_id) const;
+  Result<Built> rebuild(fleet::World world);
+
+  int64_t nowMs() const;
+  std::vector<ledger::Scope> scopesOf(const Record& r) const;
+  std::chrono::milliseconds lookahead() const;
+  Money lookaheadCost(const Record& r) const;
+  std::string budgetHold(const Record& r) const;
+  bool holdGpu(Record& r);
+  void releaseGpu(Record& r);
+  void stopForBudget(const std::string& name);
+  std::optional<store::TxFn> meter(Record& r, int64_t until_ms);
+  void noteEvent(std::string kind, const std::string& workload, std::string cluster_queue,
+                 std::string reason, std::string message, std::string by);
+
+  std::optional<store::TxFn> schedule();
+  void processEvents(int64_t now, std::vector<std::string>& stops);
+  std::optional<store::TxFn> flush();
+  void enqueue(store::TxFn fn, Done done);
+  void publishQueues();
+
+  // Pods.
+  bool blocked(const Record& r) const;
+  void startPods(Record& r, int64_t now);
+  void stopPods(Record& r, const std::string& why);
+  void pollPods();
+  void endRun(Record& r, bool failed, const std::string& reason, const std::string& message);
+  void adopt();
+
+  void tick();
+  void arm();
+
+  const Deps d_;
+  Options options_;
+  std::unique_ptr<exec::Executor> executor_;
+  std::vector<std::string> warnings_;
+
+  fleet::ManifestSet base_;  // configured, then applied objects
+  std::unique_ptr<fleet::Engine> engine_;
+  std::shared_ptr<fleet::Placer> placer_;  // engine_'s inventory; none without one
+  std::map<std::string, Record> records_;  // live workloads by name
+  std::vector<Stopping> stopping_;
+  int64_t next_seq_ = 1;
+  int64_t hold_seq_ = 0;  // GPU holds taken
+  int64_t last_tick_ms_ = 0;
+  std::set<std::string> dirty_;               // records to write
+  std::vector<Record> ended_;                 // ended records to write
+  std::map<std::string, Record> just_ended_;  // what ended since the last submit()
+  std::vector<EventRow> new_events_;          // events to write
+  std::vector<store::TxFn> metering_;         // usage events to write
+
+  mutable std::mutex shared_mu_;  // what other threads read or hand in
+  std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // shared_mu_
+  std::vector<store::TxFn> retries_;  // writes that failed, to try again; shared_mu_
+  QueueSnapshot queues_;              // shared_mu_
+
+  boost::asio::io_context context_{1};
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
+      context_.get_executor()};
+  boost::asio::steady_timer timer_{context_};
+  std::thread thread_;
+};
+
+}  // namespace purser::scheduler
