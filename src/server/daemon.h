@@ -7,7 +7,10 @@
 //     A client connection lives on one worker; handlers run there and must never block.
 //   - One store writer thread owns the write connection and commits in groups; reads run on the
 //     calling thread from a small pool of read connections.
-//   - The fleet engine (later) runs on its own strand: one admission cycle at a time.
+//   - The fleet service (scheduler/) runs on a thread of its own: one admission cycle at a time,
+//     driven by the API's requests (handed to it, and awaited by the handlers) and by its timer
+//     (pods polled every 200 ms, GPU time metered and budget holds checked every second). The
+//     local executor's pods are processes with a supervisor each, outliving Purser.
 //   - The gateway's CPU pool (one thread per two workers) parses and writes model API bodies and
 //     reads stream events of 64 KiB and more, so one client's megabytes never hold up a worker.
 //   - One housekeeping thread writes the audit log's anchor (a file and its fsync).
