@@ -304,7 +304,7 @@ asio::awaitable<Response> logs(const Services& s, FleetService& svc, Request& re
     co_return problem(404, fmt::format("workload \"{}\" has no pod \"{}\"", askedName(req), *asked),
                       "pod");
   }
-  auto tail = svc.logTail(pod->handle, bytes);
+  auto tail = svc.logTail(*pod, bytes);
   if (!tail) co_return problem(404, "that pod's output is no longer kept");
   co_return Response::text(200, std::move(*tail));
 }
@@ -468,9 +468,13 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions optio
                            const std::string& tenant) {
     return auditAlerts(s, tx, alerts, tenant, "fleet");
   };
-  auto executor = std::make_unique<exec::LocalExecutor>(s.clock, std::move(options.local));
+  scheduler::Executors executors;
+  executors["local"] = std::make_unique<exec::LocalExecutor>(s.clock, std::move(options.local));
+  if (options.slurm) {
+    executors["slurm"] = std::make_unique<exec::SlurmExecutor>(s.clock, std::move(*options.slurm));
+  }
   auto service = PURSER_TRY_VALUE(
-      FleetService::open(std::move(deps), std::move(options.service), std::move(executor)));
+      FleetService::open(std::move(deps), std::move(options.service), std::move(executors)));
   return std::unique_ptr<Fleet>(new Fleet(s, std::move(service)));
 }
 

@@ -42,6 +42,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,6 +50,7 @@
 #include "api/admin_api.h"
 #include "common/result.h"
 #include "exec/local_executor.h"
+#include "exec/slurm_executor.h"
 #include "http/metrics.h"
 #include "http/router.h"
 #include "scheduler/fleet_service.h"
@@ -59,6 +61,8 @@ struct FleetOptions {
   scheduler::Options service;
   // Where the local executor runs pods (log_dir must exist).
   exec::LocalExecutorOptions local;
+  // A Slurm cluster, for the flavors service.flavor_executors sends to "slurm".
+  std::optional<exec::SlurmExecutorOptions> slurm;
 };
 
 class Fleet {

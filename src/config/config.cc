@@ -400,6 +400,22 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       local.optional("working_dir", cfg.fleet.local_working_dir);
       local.finish();
     }
+    if (fleet.present("slurm")) {
+      YamlReader::Map slurm = fleet.map("slurm");
+      FleetConfig::Slurm s;
+      slurm.optionalStrings("flavors", s.flavors);
+      slurm.optional("partition", s.partition);
+      slurm.optional("gres_type", s.gres_type);
+      slurm.optional("conf", s.conf);
+      slurm.optional("bin_dir", s.bin_dir);
+      slurm.optional("log_dir", s.log_dir);
+      slurm.finish();
+      if (s.flavors.empty()) {
+        reader.addError(top.get("fleet")["slurm"], "fleet.slurm.flavors",
+                        "name the ResourceFlavors whose workloads Slurm runs");
+      }
+      cfg.fleet.slurm = std::move(s);
+    }
     fleet.finish();
     const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
     for (auto& m : cfg.fleet.manifests) {

@@ -141,6 +141,13 @@ struct FleetConfig {
   int64_t local_max_memory_bytes = 0;             // address space per process; 0: no limit
   int64_t local_max_cpu_seconds = 0;              // CPU time per process; 0: no limit
   std::string local_working_dir;                  // where pods without workingDir run
+  // A Slurm cluster that runs the workloads of some ResourceFlavors (fleet.slurm).
+  struct Slurm {
+    std::vector<std::string> flavors;  // whose workloads it runs
+    std::string partition, gres_type, conf, bin_dir;
+    std::string log_dir;  // shared with the nodes; default data_dir/slurm
+  };
+  std::optional<Slurm> slurm;
 };
 
 struct Config {

@@ -24,6 +24,11 @@ struct PodLaunch {
   std::vector<std::string> argv;           // the container's command followed by its args
   std::string working_dir;                 // empty: the executor's default
   std::map<std::string, std::string> env;  // the template's env, then the admission's
+  // What the pod was admitted with, for engines that allocate it themselves (Slurm).
+  int64_t gpus = 0;          // whole GPUs
+  int64_t cpu_milli = 0;     // CPU, in thousandths
+  int64_t memory_bytes = 0;  // memory
+  std::string node;          // the node it was placed on; empty: wherever the engine likes
 };
 
 enum class PodPhase { kRunning, kSucceeded, kFailed };

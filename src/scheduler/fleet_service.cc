@@ -84,13 +84,20 @@ std::string endOf(const PodRun& p) {
 
 // --- Opening and closing ------------------------------------------------------------------------
 
-FleetService::FleetService(Deps deps, Options options, std::unique_ptr<exec::Executor> executor)
-    : d_(std::move(deps)), options_(std::move(options)), executor_(std::move(executor)) {}
+FleetService::FleetService(Deps deps, Options options, Executors executors)
+    : d_(std::move(deps)), options_(std::move(options)), executors_(std::move(executors)) {}
 
 Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options options,
-                                                         std::unique_ptr<exec::Executor> executor) {
+                                                         Executors executors) {
+  for (const auto& [flavor, name] : options.flavor_executors) {
+    if (executors.count(name) == 0) {
+      return fail(invalidArgument(
+          fmt::format("ResourceFlavor {} is to run on executor \"{}\", which is not configured",
+                      flavor, name)));
+    }
+  }
   std::unique_ptr<FleetService> s(
-      new FleetService(std::move(deps), std::move(options), std::move(executor)));
+      new FleetService(std::move(deps), std::move(options), std::move(executors)));
   PURSER_TRY(s->load());
   s->startThread();
   return s;
@@ -763,7 +770,11 @@ void FleetService::startPods(Record& r, int64_t now) {
   r.pods.clear();
   const std::string queue = r.admission ? r.admission->cluster_queue : "";
   std::string failure;
-  if (!executor_) failure = "this Purser has no executor to run pods on";
+  const std::string executor_name = executorFor(r);
+  exec::Executor* executor = executorNamed(executor_name);
+  if (executor == nullptr) {
+    failure = fmt::format("this Purser has no executor \"{}\" to run pods on", executor_name);
+  }
   for (const auto& ps : r.spec.pod_sets) {
     if (!failure.empty()) break;
     if (ps.command.empty()) continue;  // a pod set with nothing to run here holds its quota only
@@ -782,7 +793,13 @@ void FleetService::startPods(Record& r, int64_t now) {
       launch.working_dir = ps.working_dir;
       launch.env = ps.env;
       for (auto& [k, v] : admissionEnv(r, ps.name, i)) launch.env[k] = v;
-      auto handle = executor_->start(launch);
+      if (auto g = ps.requests.find(kGpu); g != ps.requests.end()) launch.gpus = g->second / 1000;
+      if (auto c = ps.requests.find("cpu"); c != ps.requests.end()) launch.cpu_milli = c->second;
+      if (auto m = ps.requests.find("memory"); m != ps.requests.end()) {
+        launch.memory_bytes = m->second / 1000;
+      }
+      if (auto n = launch.env.find("PURSER_NODE"); n != launch.env.end()) launch.node = n->second;
+      auto handle = executor->start(launch);
       if (!handle) {
         failure = fmt::format("pod {}-{} could not start: {}", ps.name, i, handle.error().message);
         break;
@@ -791,9 +808,10 @@ void FleetService::startPods(Record& r, int64_t now) {
       pod.pod_set = ps.name;
       pod.index = i;
       pod.handle = *handle;
+      pod.executor = executor_name;
       pod.started_ms = now;
-      if (auto st = executor_->status(*handle)) pod.started_ms = unixMillis(st->started_at);
-      if (auto id = executor_->identity(*handle)) {
+      if (auto st = executor->status(*handle)) pod.started_ms = unixMillis(st->started_at);
+      if (auto id = executor->identity(*handle)) {
         pod.pid = id->first;
         pod.pid_start = id->second;
       }
@@ -801,7 +819,7 @@ void FleetService::startPods(Record& r, int64_t now) {
     }
   }
   if (!failure.empty()) {
-    for (auto& p : r.pods) (void)executor_->stop(p.handle, Duration::zero());
+    for (auto& p : r.pods) (void)executor->stop(p.handle, Duration::zero());
     r.pods.clear();
     r.started_ms = now;
     r.metered_until_ms = now;
@@ -821,11 +839,13 @@ void FleetService::startPods(Record& r, int64_t now) {
 void FleetService::stopPods(Record& r, const std::string& why) {
   for (const auto& p : r.pods) {
     if (p.phase != "running") continue;
-    if (auto stopped = executor_->stop(p.handle, options_.termination_grace); !stopped) {
+    exec::Executor* executor = executorNamed(p.executor);
+    if (executor == nullptr) continue;
+    if (auto stopped = executor->stop(p.handle, options_.termination_grace); !stopped) {
       spdlog::warn("fleet: pod {} of {} not stopped ({}): {}", p.handle, r.spec.name, why,
                    stopped.error().message);
     }
-    Stopping s{r.spec.name, p.handle, std::nullopt};
+    Stopping s{r.spec.name, p.executor, p.handle, std::nullopt};
     if (r.admission) {
       for (const auto& a : r.admission->pod_sets) {
         if (a.name == p.pod_set && p.index >= 0 &&
@@ -845,11 +865,13 @@ void FleetService::stopPods(Record& r, const std::string& why) {
 }
 
 void FleetService::pollPods() {
-  if (!executor_) return;
   // Pods stopping in the background: gone ones free their GPUs.
   for (auto it = stopping_.begin(); it != stopping_.end();) {
-    auto st = executor_->status(it->handle);
-    if (!st || st->phase != exec::PodPhase::kRunning) {
+    exec::Executor* executor = executorNamed(it->executor);
+    auto st = executor ? executor->status(it->handle) : Result<exec::PodStatus>(fail(Error()));
+    if (!st && st.error().code == ErrorCode::kUnavailable) {
+      ++it;  // not known yet: the engine cannot be asked
+    } else if (!st || st->phase != exec::PodPhase::kRunning) {
       it = stopping_.erase(it);
     } else {
       ++it;
@@ -857,13 +879,17 @@ void FleetService::pollPods() {
   }
   std::vector<std::string> ended;
   for (auto& [name, r] : records_) {
-    if (r.state != "running") continue;
+    if (r.state != "running" && r.state != "unknown") continue;
     bool running = false, failed = false;
+    std::optional<Error> lost;  // the executor could not be asked
     for (auto& p : r.pods) {
       if (p.phase == "running") {
-        auto st = executor_->status(p.handle);
-        if (!st) {
-          // The executor lost it (it cannot be found): ended, with no code to go by.
+        exec::Executor* executor = executorNamed(p.executor);
+        auto st = executor ? executor->status(p.handle) : Result<exec::PodStatus>(fail(Error()));
+        if (!st && st.error().code == ErrorCode::kUnavailable) {
+          lost = st.error();
+        } else if (!st) {
+          // The executor does not know it (nor can it learn of it): ended, with no code.
           p.phase = "failed";
           p.finished_ms = nowMs();
           dirty_.insert(name);
@@ -878,13 +904,33 @@ void FleetService::pollPods() {
       if (p.phase == "running") running = true;
       if (p.phase == "failed") failed = true;
     }
+    // An engine that cannot be reached: the workload is unknown (its quota and its GPU time go
+    // on) until it answers again; asked again at every poll.
+    if (lost && r.state == "running") {
+      r.state = "unknown";
+      r.reason = "ExecutorUnreachable";
+      r.message = lost->message;
+      noteEvent("Unknown", name, r.admission ? r.admission->cluster_queue : "",
+                "ExecutorUnreachable", lost->message, "");
+      dirty_.insert(name);
+    } else if (!lost && r.state == "unknown") {
+      r.state = "running";
+      r.reason.clear();
+      r.message.clear();
+      noteEvent("Running", name, r.admission ? r.admission->cluster_queue : "", "ExecutorReachable",
+                "its executor answers again", "");
+      dirty_.insert(name);
+    }
     if (failed && running) {
       // One pod failed: the others are stopped (the workload has failed; none is retried).
       for (auto& p : r.pods) {
-        if (p.phase == "running") (void)executor_->stop(p.handle, options_.termination_grace);
+        exec::Executor* executor = executorNamed(p.executor);
+        if (p.phase == "running" && executor) {
+          (void)executor->stop(p.handle, options_.termination_grace);
+        }
       }
     }
-    if (!running) ended.push_back(name);
+    if (!running && !lost) ended.push_back(name);
   }
   for (const auto& name : ended) {
     Record& r = records_.at(name);
@@ -924,7 +970,9 @@ void FleetService::endRun(Record& r, bool failed, const std::string& reason,
     } else if (decisive->signal) {
       r.exit_code = 128 + *decisive->signal;  // as a shell reports a death by signal
     }
-    if (auto tail = executor_->logTail(decisive->handle, options_.log_tail_bytes)) {
+    exec::Executor* executor = executorNamed(decisive->executor);
+    if (auto tail = executor ? executor->logTail(decisive->handle, options_.log_tail_bytes)
+                             : Result<std::string>(fail(Error()))) {
       r.log_tail = std::move(*tail);
     }
   }
@@ -947,14 +995,19 @@ void FleetService::endRun(Record& r, bool failed, const std::string& reason,
 // After a restart: the pods the store says were running are the executor's to find again; one
 // it no longer knows has ended while Purser was away.
 void FleetService::adopt() {
-  if (!executor_) return;
   for (auto& [name, r] : records_) {
     if (r.state != "running") continue;
     for (auto& p : r.pods) {
       if (p.phase != "running") continue;
       const exec::Adopted a{p.handle, p.pid, p.pid_start,
                             SystemTime(std::chrono::milliseconds(p.started_ms))};
-      if (auto adopted = executor_->adopt(a); !adopted) {
+      exec::Executor* executor = executorNamed(p.executor);
+      if (executor == nullptr) {
+        spdlog::warn("fleet: pod {} of {} ran on executor \"{}\", which is not configured now",
+                     p.handle, name, p.executor);
+        continue;
+      }
+      if (auto adopted = executor->adopt(a); !adopted) {
         spdlog::warn("fleet: pod {} of {} cannot be adopted: {}", p.handle, name,
                      adopted.error().message);
       }
@@ -1117,9 +1170,32 @@ Result<std::vector<EventRow>> FleetService::events(
   return out;
 }
 
-Result<std::string> FleetService::logTail(const std::string& handle, size_t max_bytes) const {
-  if (!executor_) return fail(Error(ErrorCode::kNotFound, "no executor runs pods here"));
-  return executor_->logTail(handle, max_bytes);
+Result<std::string> FleetService::logTail(const PodRun& pod, size_t max_bytes) const {
+  exec::Executor* executor = executorNamed(pod.executor);
+  if (executor == nullptr) {
+    return fail(Error(ErrorCode::kNotFound,
+                      fmt::format("executor \"{}\" is not configured here", pod.executor)));
+  }
+  return executor->logTail(pod.handle, max_bytes);
+}
+
+exec::Executor* FleetService::executorNamed(const std::string& name) const {
+  auto it = executors_.find(name.empty() ? "local" : name);
+  return it == executors_.end() ? nullptr : it->second.get();
+}
+
+// The executor of `r`'s admitted flavors (its GPU flavor's first): "local" unless configured.
+std::string FleetService::executorFor(const Record& r) const {
+  if (!r.admission) return "local";
+  for (const char* resource : {kGpu, "cpu"}) {
+    for (const auto& ps : r.admission->pod_sets) {
+      auto f = ps.flavors.find(resource);
+      if (f == ps.flavors.end()) continue;
+      auto e = options_.flavor_executors.find(f->second);
+      if (e != options_.flavor_executors.end()) return e->second;
+    }
+  }
+  return "local";
 }
 
 }  // namespace purser::scheduler

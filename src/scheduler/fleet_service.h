@@ -84,7 +84,12 @@ struct Options {
   Duration poll_interval = std::chrono::milliseconds(200);
   // The end of a failed pod's output kept with its workload.
   size_t log_tail_bytes = 4096;
+  // ResourceFlavor → the executor its workloads run on (those not listed: "local").
+  std::map<std::string, std::string> flavor_executors;
 };
+
+// The executors by name: "local", "slurm", ...
+using Executors = std::map<std::string, std::unique_ptr<exec::Executor>>;
 
 // Called with the outcome of a store write once it is known (on the store's writer thread).
 using Done = std::function<void(Result<void>)>;
@@ -108,10 +113,10 @@ class FleetService {
  public:
   // Applies the fleet's migrations, reads the configured and the applied manifests and the live
   // workloads from the store, adopts the pods that still run, schedules, and starts the service's
-  // thread. `executor` runs the pods (the local one by default). An invalid manifest is an error
-  // naming it.
+  // thread. `executors` run the pods ("local" for flavors not given another in the options). An
+  // invalid manifest is an error naming it.
   static Result<std::unique_ptr<FleetService>> open(Deps deps, Options options,
-                                                    std::unique_ptr<exec::Executor> executor);
+                                                    Executors executors);
   // Stops the thread. Pods keep running: the next start adopts them.
   ~FleetService();
   FleetService(const FleetService&) = delete;
@@ -193,8 +198,8 @@ class FleetService {
   // The newest events (at most 1000), oldest first; of one workload when `workload` is given.
   Result<std::vector<EventRow>> events(const Visibility& v,
                                        const std::optional<std::string>& workload) const;
-  // The end of what pod `handle` wrote (stdout and stderr together).
-  Result<std::string> logTail(const std::string& handle, size_t max_bytes) const;
+  // The end of what `pod` wrote (stdout and stderr together).
+  Result<std::string> logTail(const PodRun& pod, size_t max_bytes) const;
   // Budget alerts raised since the last call, by tenant, for the caller to post.
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> takeAlerts();
   QueueSnapshot queueSnapshot() const;
@@ -207,11 +212,13 @@ class FleetService {
   };
   // A pod stopped and not yet gone, and the GPUs it still holds.
   struct Stopping {
-    std::string workload, handle;
+    std::string workload, executor, handle;
     std::optional<fleet::PodPlacement> placement;
   };
 
-  FleetService(Deps deps, Options options, std::unique_ptr<exec::Executor> executor);
+  FleetService(Deps deps, Options options, Executors executors);
+  exec::Executor* executorNamed(const std::string& name) const;
+  std::string executorFor(const Record& r) const;
   Result<void> load();
   void startThread();
 
@@ -251,7 +258,7 @@ class FleetService {
 
   const Deps d_;
   Options options_;
-  std::unique_ptr<exec::Executor> executor_;
+  Executors executors_;
   std::vector<std::string> warnings_;
 
   fleet::ManifestSet base_;  // configured, then applied objects

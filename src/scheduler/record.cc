@@ -157,6 +157,7 @@ Workload specFrom(const json& j) {
 json podJson(const PodRun& p) {
   return {{"pod_set", p.pod_set},
           {"index", p.index},
+          {"executor", p.executor},
           {"handle", p.handle},
           {"phase", p.phase},
           {"exit_code", p.exit_code ? json(*p.exit_code) : json(nullptr)},
@@ -171,6 +172,7 @@ PodRun podFrom(const json& j) {
   PodRun p;
   p.pod_set = j.at("pod_set").get<std::string>();
   p.index = j.at("index").get<int64_t>();
+  p.executor = j.value("executor", "local");
   p.handle = j.at("handle").get<std::string>();
   p.phase = j.at("phase").get<std::string>();
   if (!j.at("exit_code").is_null()) p.exit_code = j.at("exit_code").get<int>();

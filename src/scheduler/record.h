@@ -31,8 +31,9 @@ namespace purser::scheduler {
 struct PodRun {
   std::string pod_set;
   int64_t index = 0;
-  std::string handle;             // the executor's name for it
-  std::string phase = "running";  // running, succeeded, failed, stopped (preempted or deleted)
+  std::string executor = "local";  // which executor runs it
+  std::string handle;              // the executor's name for it
+  std::string phase = "running";   // running, succeeded, failed, stopped (preempted or deleted)
   std::optional<int> exit_code;
   std::optional<int> signal;
   int64_t started_ms = 0, finished_ms = 0;

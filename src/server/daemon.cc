@@ -333,6 +333,19 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_setup.local.max_memory_bytes = static_cast<uint64_t>(config.fleet.local_max_memory_bytes);
   fleet_setup.local.max_cpu_seconds = static_cast<uint64_t>(config.fleet.local_max_cpu_seconds);
   fleet_setup.local.default_working_dir = config.fleet.local_working_dir;
+  if (const auto& slurm = config.fleet.slurm) {
+    exec::SlurmExecutorOptions so;
+    so.log_dir = slurm->log_dir.empty() ? data_dir->file("slurm") : slurm->log_dir;
+    if (std::error_code ec; !std::filesystem::create_directories(so.log_dir, ec) && ec) {
+      return fail(unavailable(fmt::format("cannot create {}: {}", so.log_dir, ec.message())));
+    }
+    so.partition = slurm->partition;
+    so.gres_type = slurm->gres_type;
+    so.conf = slurm->conf;
+    so.bin_dir = slurm->bin_dir;
+    for (const auto& f : slurm->flavors) fleet_options.flavor_executors[f] = "slurm";
+    fleet_setup.slurm = std::move(so);
+  }
   for (const auto& n : config.fleet.nodes) {
     fleet::InventoryNode node;
     node.name = n.name;

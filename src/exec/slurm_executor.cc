@@ -1,0 +1,324 @@
+#include "exec/slurm_executor.h"
+
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <csignal>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+namespace purser::exec {
+
+namespace {
+
+Error unknownJob(const std::string& handle) {
+  return Error(ErrorCode::kNotFound, fmt::format("no Slurm job \"{}\" on this executor", handle));
+}
+
+bool safeName(const std::string& s) {
+  if (s.empty() || s.size() > 512 || s[0] == '.') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '-' || c == '_';
+  });
+}
+
+std::string safeStem(const PodLaunch& pod) {
+  std::string out = fmt::format("{}.{}.{}", pod.workload, pod.pod_set, pod.index);
+  for (char& c : out) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_';
+    if (!ok) c = '.';
+  }
+  return out;
+}
+
+// The value of `key` in one line of `scontrol show job -o` ("JobId=1 JobName=x JobState=...").
+std::string field(const std::string& line, const std::string& key) {
+  size_t at = 0;
+  while ((at = line.find(key + "=", at)) != std::string::npos) {
+    if (at == 0 || line[at - 1] == ' ') {
+      const size_t from = at + key.size() + 1;
+      const size_t end = line.find(' ', from);
+      return line.substr(from, end == std::string::npos ? std::string::npos : end - from);
+    }
+    at += key.size();
+  }
+  return {};
+}
+
+// Slurm's "2026-12-02T01:48:29" (the controller's local time); nullopt for "Unknown" or "None".
+std::optional<SystemTime> slurmTime(const std::string& text) {
+  std::tm tm{};
+  if (text.size() < 19 || strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm) == nullptr) {
+    return std::nullopt;
+  }
+  tm.tm_isdst = -1;
+  const time_t t = std::mktime(&tm);
+  if (t <= 0) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(t);
+}
+
+std::string fileTail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes)
+                                  ? size - static_cast<std::streamoff>(max_bytes)
+                                  : 0;
+  in.seekg(from);
+  std::string out(static_cast<size_t>(size - from), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<size_t>(in.gcount()));
+  return out;
+}
+
+}  // namespace
+
+SlurmExecutor::SlurmExecutor(const Clock& clock, SlurmExecutorOptions options)
+    : clock_(clock), options_(std::move(options)) {}
+
+std::optional<int64_t> SlurmExecutor::jobId(const std::string& handle) {
+  const size_t at = handle.rfind(".slurm-");
+  if (at == std::string::npos) return std::nullopt;
+  const std::string digits = handle.substr(at + 7);
+  if (digits.empty() || digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
+Result<CommandResult> SlurmExecutor::tool(const std::string& name, std::vector<std::string> args) {
+  args.insert(args.begin(), options_.bin_dir.empty() ? name : options_.bin_dir + "/" + name);
+  std::map<std::string, std::string> env;
+  if (!options_.conf.empty()) env["SLURM_CONF"] = options_.conf;
+  return runCommand(args, env, options_.command_timeout);
+}
+
+Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
+  if (pod.argv.empty() || pod.argv[0].empty()) {
+    return fail(invalidArgument("a pod needs a command to run").withField("command"));
+  }
+  for (const auto& [k, v] : pod.env) {
+    const bool name_ok = !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    }) && !(k[0] >= '0' && k[0] <= '9');
+    if (!name_ok || v.find('\0') != std::string::npos) {
+      return fail(invalidArgument(fmt::format("\"{}\" is not a usable environment variable", k))
+                      .withField("env"));
+    }
+  }
+  std::string stem;
+  {
+    std::lock_guard lock(mu_);
+    stem = fmt::format("{}.{}-{}", safeStem(pod), unixMillis(clock_.now()), ++next_);
+  }
+  // The script: the pod's environment (Slurm's own GPU binding wins), then its program.
+  std::string script = "#!/bin/sh\n";
+  for (const auto& [k, v] : pod.env) {
+    if (k == "CUDA_VISIBLE_DEVICES") continue;
+    script += fmt::format("export {}={}\n", k, shellQuote(v));
+  }
+  if (pod.env.count("PATH") == 0) {
+    const char* path = ::getenv("PATH");
+    script += "export PATH=" + shellQuote(path ? path : "/usr/local/bin:/usr/bin:/bin") + "\n";
+  }
+  script += "exec";
+  for (const auto& a : pod.argv) script += " " + shellQuote(a);
+  script += "\n";
+  const std::string script_path = options_.log_dir + "/" + stem + ".sh";
+  {
+    std::ofstream out(script_path, std::ios::binary | std::ios::trunc);
+    out << script;
+    if (!out) return fail(unavailable(fmt::format("cannot write the job script {}", script_path)));
+  }
+  ::chmod(script_path.c_str(), 0700);
+  const std::string log = options_.log_dir + "/" + stem + ".log";
+  std::vector<std::string> args = {
+      "--parsable", "--export=NONE", "--job-name=" + stem, "--output=" + log,
+      "--chdir=" + (pod.working_dir.empty() ? options_.log_dir : pod.working_dir)};
+  if (!options_.partition.empty()) args.push_back("--partition=" + options_.partition);
+  if (pod.gpus > 0) {
+    args.push_back(options_.gres_type.empty()
+                       ? fmt::format("--gres=gpu:{}", pod.gpus)
+                       : fmt::format("--gres=gpu:{}:{}", options_.gres_type, pod.gpus));
+  }
+  if (pod.cpu_milli > 0)
+    args.push_back(fmt::format("--cpus-per-task={}", (pod.cpu_milli + 999) / 1000));
+  if (pod.memory_bytes > 0) {
+    args.push_back(fmt::format("--mem={}M", (pod.memory_bytes + (1 << 20) - 1) >> 20));
+  }
+  if (!pod.node.empty()) args.push_back("--nodelist=" + pod.node);
+  args.push_back(script_path);
+  auto ran = tool("sbatch", args);
+  if (!ran) return fail(ran.error());
+  std::string id_text = ran->out.substr(0, ran->out.find_first_of(";\n"));
+  if (ran->exit_code != 0 || id_text.empty() ||
+      !std::all_of(id_text.begin(), id_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    std::string why = ran->err.empty() ? ran->out : ran->err;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return fail(invalidArgument(fmt::format("sbatch refused the pod: {}", why)));
+  }
+  const std::string handle = stem + ".slurm-" + id_text;
+  // The log takes the handle's name, so logTail finds it by the handle alone.
+  ::symlink((stem + ".log").c_str(), (options_.log_dir + "/" + handle + ".log").c_str());
+  Job job;
+  job.id = std::stoll(id_text);
+  job.status.started_at = clock_.now();
+  std::lock_guard lock(mu_);
+  jobs_[handle] = job;
+  refreshed_.reset();  // the next status() asks Slurm
+  return handle;
+}
+
+Result<void> SlurmExecutor::refreshLocked(bool force) {
+  const MonoTime now = clock_.monotonic();
+  if (!force && refreshed_ && now - *refreshed_ < options_.refresh) {
+    if (down_) return fail(*down_);
+    return {};
+  }
+  refreshed_ = now;
+  bool live = false;
+  for (const auto& [h, j] : jobs_) live = live || j.status.phase == PodPhase::kRunning;
+  if (!live) return {};
+  auto ran = tool("scontrol", {"show", "job", "-o"});
+  if (!ran || ran->exit_code != 0) {
+    std::string why = ran ? ran->err : ran.error().message;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    // "No jobs in the system" is an answer, not an outage.
+    if (!ran || why.find("No jobs in the system") == std::string::npos) {
+      down_ = Error(ErrorCode::kUnavailable, "Slurm cannot be reached: " + why);
+      return fail(*down_);
+    }
+  }
+  down_.reset();
+  std::map<int64_t, std::string> lines;
+  std::istringstream in(ran->out);
+  for (std::string line; std::getline(in, line);) {
+    const std::string id = field(line, "JobId");
+    if (!id.empty() &&
+        std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      lines[std::stoll(id)] = line;
+    }
+  }
+  for (auto& [handle, job] : jobs_) {
+    if (job.status.phase != PodPhase::kRunning) continue;
+    auto it = lines.find(job.id);
+    if (it == lines.end()) {
+      if (job.seen || force) {
+        // Slurm no longer knows it (purged after MinJobAge): it ended, how is lost.
+        job.status.phase = PodPhase::kFailed;
+        job.status.finished_at = clock_.now();
+        job.status.stopping = false;
+      }
+      continue;
+    }
+    job.seen = true;
+    const std::string& line = it->second;
+    const std::string state = field(line, "JobState");
+    if (auto t = slurmTime(field(line, "StartTime")); t && state != "PENDING") {
+      job.status.started_at = *t;
+    }
+    if (state == "PENDING" || state == "CONFIGURING" || state == "RUNNING" ||
+        state == "COMPLETING" || state == "SUSPENDED" || state == "REQUEUED" ||
+        state == "RESIZING" || state == "SIGNALING" || state == "STAGE_OUT") {
+      continue;
+    }
+    // Ended: COMPLETED, or FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, ...
+    const std::string code = field(line, "ExitCode");  // "3:0" (exit code : signal)
+    const size_t colon = code.find(':');
+    int exit_code = 0, signal = 0;
+    if (colon != std::string::npos) {
+      exit_code = std::atoi(code.substr(0, colon).c_str());
+      signal = std::atoi(code.substr(colon + 1).c_str());
+    }
+    if (signal != 0) {
+      job.status.signal = signal;
+    } else {
+      job.status.exit_code = exit_code;
+    }
+    job.status.phase = state == "COMPLETED" && exit_code == 0 && signal == 0 ? PodPhase::kSucceeded
+                                                                             : PodPhase::kFailed;
+    if (job.status.phase == PodPhase::kFailed && signal == 0 && exit_code == 0) {
+      job.status.exit_code.reset();  // cancelled, timed out, ...: no code of its own
+      job.status.signal = SIGTERM;
+    }
+    auto end = slurmTime(field(line, "EndTime"));
+    job.status.finished_at = end ? *end : clock_.now();
+    job.status.stopping = false;
+    job.kill_at.reset();
+  }
+  return {};
+}
+
+void SlurmExecutor::escalateLocked(Job& job) {
+  if (job.status.phase != PodPhase::kRunning || !job.kill_at || clock_.monotonic() < *job.kill_at) {
+    return;
+  }
+  job.kill_at.reset();
+  auto ran = tool("scancel", {std::to_string(job.id)});
+  if (!ran || ran->exit_code != 0) spdlog::warn("slurm: scancel {} failed", job.id);
+}
+
+Result<PodStatus> SlurmExecutor::status(const std::string& handle) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(handle);
+  if (it == jobs_.end()) return fail(unknownJob(handle));
+  PURSER_TRY(refreshLocked(false));
+  escalateLocked(it->second);
+  return it->second.status;
+}
+
+Result<void> SlurmExecutor::stop(const std::string& handle, Duration grace) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(handle);
+  if (it == jobs_.end()) return fail(unknownJob(handle));
+  Job& job = it->second;
+  if (job.status.phase != PodPhase::kRunning) return {};
+  if (!job.status.stopping) {
+    job.status.stopping = true;
+    std::vector<std::string> args = {
+        "--full", "--signal=" + std::string(grace <= Duration::zero() ? "KILL" : "TERM"),
+        std::to_string(job.id)};
+    auto ran = tool("scancel", args);
+    if (!ran) return fail(ran.error());
+    if (ran->exit_code != 0) {
+      // A job still pending has nothing to signal: cancel it outright.
+      ran = tool("scancel", {std::to_string(job.id)});
+      if (!ran) return fail(ran.error());
+    }
+    if (grace > Duration::zero()) job.kill_at = clock_.monotonic() + grace;
+    refreshed_.reset();
+  }
+  escalateLocked(job);
+  return {};
+}
+
+Result<std::string> SlurmExecutor::logTail(const std::string& handle, size_t max_bytes) {
+  if (!safeName(handle) || !jobId(handle)) return fail(unknownJob(handle));
+  const std::string path = options_.log_dir + "/" + handle + ".log";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return fail(unknownJob(handle));
+  return fileTail(path, max_bytes);
+}
+
+Result<void> SlurmExecutor::adopt(const Adopted& pod) {
+  auto id = jobId(pod.handle);
+  if (!safeName(pod.handle) || !id) return fail(invalidArgument("not a handle of this executor"));
+  std::lock_guard lock(mu_);
+  if (jobs_.count(pod.handle) != 0) return {};
+  Job job;
+  job.id = *id;
+  job.seen = true;  // it was running when the store last heard of it
+  job.status.started_at = pod.started_at;
+  jobs_[pod.handle] = job;
+  refreshed_.reset();
+  return {};
+}
+
+}  // namespace purser::exec

@@ -1,0 +1,70 @@
+// SlurmExecutor: pods as Slurm batch jobs, one job per pod, through Slurm's own tools (sbatch,
+// scontrol, scancel) — the engine an HPC site already runs.
+//
+// A pod becomes `sbatch --export=NONE` of a script that exports its environment and execs its
+// argv, with --gres=gpu[:TYPE]:N for its whole GPUs, --cpus-per-task and --mem from its requests,
+// --nodelist from its placement, --chdir from its working directory and --output into log_dir
+// (which must be a directory the nodes share). Slurm binds the GPUs itself: the job sees
+// SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES as Slurm sets them (Purser's own placement's
+// CUDA_VISIBLE_DEVICES is not passed). Status comes from one `scontrol show job -o` for all jobs,
+// at most once a second; a job Slurm forgot (past MinJobAge) has ended with no code to tell.
+// Stopping sends SIGTERM to the batch script and its steps (scancel --full --signal=TERM), then,
+// once the grace has passed, scancel. Handles end in ".slurm-<job id>", so after a restart a
+// pod is adopted by its handle alone. When Slurm cannot be reached, status() is kUnavailable.
+//
+// Thread-safe.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "exec/command.h"
+#include "exec/executor.h"
+
+namespace purser::exec {
+
+struct SlurmExecutorOptions {
+  std::string log_dir;    // the jobs' output (and scripts): a directory the nodes share
+  std::string partition;  // empty: the cluster's default
+  std::string gres_type;  // "h100" gives --gres=gpu:h100:N; empty: --gres=gpu:N
+  std::string conf;       // SLURM_CONF for the tools; empty: their default
+  std::string bin_dir;    // where sbatch, scontrol and scancel are; empty: PATH
+  Duration command_timeout = std::chrono::seconds(30);
+  Duration refresh = std::chrono::seconds(1);  // how stale the jobs' states may be
+};
+
+class SlurmExecutor final : public Executor {
+ public:
+  SlurmExecutor(const Clock& clock, SlurmExecutorOptions options);
+
+  Result<std::string> start(const PodLaunch& pod) override;
+  Result<PodStatus> status(const std::string& handle) override;
+  Result<void> stop(const std::string& handle, Duration grace) override;
+  Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
+  Result<void> adopt(const Adopted& pod) override;
+
+  // The Slurm job id of a handle (nullopt when it is not one of this executor's).
+  static std::optional<int64_t> jobId(const std::string& handle);
+
+ private:
+  struct Job {
+    int64_t id = 0;
+    PodStatus status;
+    bool seen = false;  // ever listed by scontrol
+    std::optional<MonoTime> kill_at;
+  };
+  Result<void> refreshLocked(bool force);
+  Result<CommandResult> tool(const std::string& name, std::vector<std::string> args);
+  void escalateLocked(Job& job);
+
+  const Clock& clock_;
+  const SlurmExecutorOptions options_;
+  std::mutex mu_;
+  std::map<std::string, Job> jobs_;  // by handle
+  std::optional<MonoTime> refreshed_;
+  std::optional<Error> down_;  // why Slurm could not be asked, at the last refresh
+  int64_t next_ = 0;
+};
+
+}  // namespace purser::exec

@@ -1,0 +1,357 @@
+// Workloads on a real Slurm cluster: the test starts its own one-node cluster (munged,
+// slurmctld, slurmd from Debian's slurm-wlm, with Gres=gpu:h100:8 backed by device nodes in a
+// temporary directory), and a `purser serve` whose flavor h100 runs on it. Shown: a workload's
+// pods become batch jobs squeue lists, see the GPUs Slurm bound (SLURM_JOB_GPUS,
+// CUDA_VISIBLE_DEVICES), end succeeded or failed with their exit codes; a preempted one's job is
+// signalled and cancelled and the workload requeued; and a Purser killed with SIGKILL adopts the
+// jobs still running instead of submitting them again.
+//
+// Needs root (slurmd) and the Slurm packages (scripts/setup installs them); skipped, saying why,
+// without either.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "common/money.h"
+#include "fakes/process.h"
+#include "fakes/raw_client.h"
+#include "fakes/temp_dir.h"
+
+namespace purser {
+namespace {
+
+using nlohmann::json;
+using testing::Process;
+using testing::RawClient;
+
+constexpr const char* kAdminKey = "fleet-slurm-test-admin-key-0123456789";
+
+constexpr const char* kManifests = R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: research}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+    - coveredResources: [cpu, nvidia.com/gpu]
+      flavors:
+        - name: h100
+          resources:
+            - {name: cpu, nominalQuota: 8}
+            - {name: nvidia.com/gpu, nominalQuota: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: ml, name: research}
+spec: {clusterQueue: research}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: -10
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: urgent}
+value: 1000
+)";
+
+uint16_t freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string which(const std::string& program) {
+  for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin"}) {
+    const std::string path = std::string(dir) + "/" + program;
+    if (::access(path.c_str(), X_OK) == 0) return path;
+  }
+  return {};
+}
+
+// Runs a Slurm client tool against the test's cluster and returns what it printed.
+std::string slurmTool(const std::string& conf, std::vector<std::string> argv) {
+  Process p(argv, "", {"SLURM_CONF=" + conf});
+  p.wait();
+  return p.out();
+}
+
+class FleetSlurmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "slurmd needs root; this test runs as another user";
+    for (const char* tool : {"munged", "slurmctld", "slurmd", "sbatch", "scontrol", "squeue"}) {
+      if (which(tool).empty()) {
+        GTEST_SKIP() << tool << " is not installed (scripts/setup installs slurm-wlm and munge)";
+      }
+    }
+    startCluster();
+    if (HasFatalFailure()) return;
+    testing::writeFile(dir.file("fleet.yaml"), kManifests);
+    // 3600.00 per GPU-hour: one GPU-second costs 1.00.
+    testing::writeFile(dir.file("purser.yaml"),
+                       "listen: 127.0.0.1:0\nthreads: 1\n"
+                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
+                       "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
+                       "  termination_grace: 30s\n"
+                       "  slurm: {flavors: [h100], gres_type: h100, conf: " +
+                           conf + ", log_dir: " + dir.file("jobs") + "}\n");
+    std::filesystem::create_directories(dir.file("jobs"));
+    std::filesystem::create_directories(dir.file("gates"));
+    start();
+    key = member();
+  }
+  void TearDown() override {
+    for (const char* g : {"a", "b", "c", "d", "e"}) {
+      testing::writeFile(dir.file(std::string("gates/") + g), "");
+    }
+    if (server) {
+      server->signal(SIGTERM);
+      server->wait();
+    }
+    if (!conf.empty()) {
+      slurmTool(conf, {which("scancel"), "--user=root"});
+      slurmTool(conf, {which("scontrol"), "shutdown"});
+    }
+    for (auto* p : {&slurmd, &slurmctld}) {
+      if (*p) {
+        (*p)->signal(SIGTERM);
+        (*p)->wait();
+      }
+    }
+    if (munge_pid > 0) ::kill(munge_pid, SIGTERM);
+  }
+
+  void startCluster() {
+    const std::string root = dir.file("slurm");
+    for (const char* d : {"", "/state", "/spool", "/dev"}) {
+      std::filesystem::create_directories(root + d);
+    }
+    // Eight "GPUs": character devices Slurm accepts as device files (nothing opens them).
+    for (int i = 0; i < 8; ++i) {
+      const std::string dev = root + "/dev/gpu" + std::to_string(i);
+      ASSERT_EQ(::mknod(dev.c_str(), S_IFCHR | 0600, makedev(195, i)), 0) << strerror(errno);
+    }
+    std::string munge_key(1024, '\0');
+    for (size_t i = 0; i < munge_key.size(); ++i) munge_key[i] = static_cast<char>(i * 7 + 3);
+    testing::writeFile(root + "/munge.key", munge_key);
+    ::chmod((root + "/munge.key").c_str(), 0400);
+    Process munged({which("munged"), "--force", "--socket=" + root + "/munge.sock",
+                    "--key-file=" + root + "/munge.key", "--pid-file=" + root + "/munged.pid",
+                    "--log-file=" + root + "/munged.log", "--seed-file=" + root + "/munged.seed"});
+    ASSERT_EQ(munged.wait(), 0) << munged.err();  // it forks into the background
+    munge_pid = std::stoi(testing::readFile(root + "/munged.pid"));
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    conf = root + "/slurm.conf";
+    testing::writeFile(
+        conf,
+        fmt::format("ClusterName=purser\nSlurmctldHost={0}(127.0.0.1)\nSlurmctldPort={1}\n"
+                    "SlurmdPort={2}\nAuthType=auth/munge\nAuthInfo=socket={3}/munge.sock\n"
+                    "CredType=cred/munge\nStateSaveLocation={3}/state\nSlurmdSpoolDir={3}/spool\n"
+                    "SlurmctldPidFile={3}/ctld.pid\nSlurmdPidFile={3}/d.pid\n"
+                    "SlurmctldLogFile={3}/ctld.log\nSlurmdLogFile={3}/d.log\nSlurmUser=root\n"
+                    "SlurmdUser=root\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+                    "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+                    "SchedulerType=sched/backfill\nReturnToService=2\nGresTypes=gpu\n"
+                    "JobAcctGatherType=jobacct_gather/none\n"
+                    "AccountingStorageType=accounting_storage/none\nMpiDefault=none\n"
+                    "SlurmdParameters=config_overrides\nMinJobAge=600\nKillWait=5\n"
+                    "NodeName={0} NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:h100:8 "
+                    "State=UNKNOWN\nPartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE "
+                    "State=UP\n",
+                    host, freePort(), freePort(), root));
+    testing::writeFile(
+        root + "/gres.conf",
+        fmt::format("NodeName={} Name=gpu Type=h100 File={}/dev/gpu[0-7]\n", host, root));
+    slurmctld = std::make_unique<Process>(
+        std::vector<std::string>{which("slurmctld"), "-D", "-i", "-f", conf}, "",
+        std::vector<std::string>{"SLURM_CONF=" + conf});
+    slurmd = std::make_unique<Process>(std::vector<std::string>{which("slurmd"), "-D", "-f", conf},
+                                       "", std::vector<std::string>{"SLURM_CONF=" + conf});
+    // Up once the node is idle (bounded by a count).
+    for (int i = 0; i < 600; ++i) {
+      if (slurmTool(conf, {which("sinfo"), "-h", "-o", "%t"}).find("idle") != std::string::npos) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "the Slurm cluster did not come up: " << testing::readFile(dir.file("slurm/ctld.log"))
+           << testing::readFile(dir.file("slurm/d.log"));
+  }
+
+  void start() {
+    server = std::make_unique<Process>(
+        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
+                                 "--data", dir.file("var")},
+        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
+    auto line = server->waitForStdout("purser: listening on ");
+    ASSERT_TRUE(line.has_value()) << server->err();
+    port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+  }
+
+  json call(const std::string& method, const std::string& target, const std::string& as,
+            const std::string& body = "") {
+    RawClient c(port);
+    std::string req =
+        method + " " + target + " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + as + "\r\n";
+    if (!body.empty()) {
+      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+             "\r\n";
+    }
+    EXPECT_TRUE(c.send(req + "\r\n" + body));
+    auto r = c.readResponse();
+    if (!r) return nullptr;
+    json j = json::parse(r->body, nullptr, false);
+    return j.is_discarded() ? json(r->body) : j;
+  }
+  std::string member() {
+    call("POST", "/api/v1/tenants", kAdminKey, R"({"name":"acme"})");
+    call("POST", "/api/v1/teams", kAdminKey, R"({"name":"ml","tenant":"acme"})");
+    json user =
+        call("POST", "/api/v1/users", kAdminKey, R"({"name":"alice","tenant":"acme","team":"ml"})");
+    json k =
+        call("POST", "/api/v1/keys", kAdminKey,
+             json{{"name", "laptop"}, {"owner", {{"kind", "user"}, {"id", user["id"]}}}}.dump());
+    return k.value("key", "");
+  }
+  json submit(const std::string& name, int gpus, const std::string& gate, int code = 0,
+              const std::string& priority_class = "") {
+    const std::string script =
+        "trap 'echo stopping; exit 143' TERM; "
+        "echo \"gpus=$SLURM_JOB_GPUS cuda=$CUDA_VISIBLE_DEVICES of $PURSER_WORKLOAD\"; "
+        "while [ ! -e '" +
+        dir.file("gates/" + gate) + "' ]; do sleep 0.05; done; exit " + std::to_string(code);
+    json w = {{"name", name},
+              {"queue", "research"},
+              {"pod_sets",
+               {{{"name", "main"},
+                 {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", std::to_string(gpus)}}},
+                 {"command", {"/bin/sh", "-c", script}}}}}};
+    if (!priority_class.empty()) w["priority_class"] = priority_class;
+    return call("POST", "/api/v1/workloads", key, w.dump());
+  }
+  void open(const std::string& gate) { testing::writeFile(dir.file("gates/" + gate), ""); }
+  json get(const std::string& name) { return call("GET", "/api/v1/workloads/ml/" + name, key); }
+  json waitFor(const std::string& name, const std::string& state) {
+    json w;
+    for (int i = 0; i < 3000; ++i) {
+      w = get(name);
+      if (w.value("state", "") == state) return w;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << name << " never became " << state << ": " << w.dump();
+    return w;
+  }
+  bool logHolds(const std::string& name, const std::string& text) {
+    for (int i = 0; i < 3000; ++i) {
+      json l = call("GET", "/api/v1/workloads/ml/" + name + "/logs", key);
+      if (l.is_string() && l.get<std::string>().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  // Slurm's jobs by name, as squeue lists them.
+  std::string queue() { return slurmTool(conf, {which("squeue"), "-h", "-o", "%j %T"}); }
+  static Money money(const json& v) { return *Money::parse(v.get<std::string>()); }
+
+  testing::TempDir dir;
+  std::string conf;
+  int munge_pid = 0;
+  std::unique_ptr<Process> slurmctld, slurmd, server;
+  uint16_t port = 0;
+  std::string key;
+};
+
+TEST_F(FleetSlurmTest, WorkloadsRunAsBatchJobsWithTheGpusSlurmBinds) {
+  submit("train", 2, "a");
+  json running = waitFor("train", "running");
+  ASSERT_EQ(running["pods"].size(), 1u);
+  // squeue sees the pod's job, and the job sees the GPUs Slurm gave it.
+  EXPECT_NE(queue().find("ml.train.main.0"), std::string::npos) << queue();
+  EXPECT_TRUE(logHolds("train", "gpus=0,1 cuda=0,1 of ml/train"))
+      << call("GET", "/api/v1/workloads/ml/train/logs", key).dump();
+  open("a");
+  json done = waitFor("train", "succeeded");
+  EXPECT_EQ(done["exit_code"], 0);
+  EXPECT_GT(money(done["gpu_charged"]), Money());
+
+  // A failing command: the job fails, and so does the workload, with the job's exit code.
+  open("b");
+  submit("broken", 1, "b", 4);
+  json failed = waitFor("broken", "failed");
+  EXPECT_EQ(failed["exit_code"], 4) << failed.dump();
+  EXPECT_EQ(failed["reason"], "PodFailed");
+}
+
+TEST_F(FleetSlurmTest, APreemptedWorkloadsJobIsSignalledCancelledAndRequeued) {
+  submit("steady", 4, "a");
+  submit("scavenger", 4, "c", 0, "low");
+  waitFor("steady", "running");
+  waitFor("scavenger", "running");
+  ASSERT_TRUE(logHolds("scavenger", "of ml/scavenger"));
+  submit("urgent", 4, "d", 0, "urgent");
+  json evicted = waitFor("scavenger", "evicted");
+  EXPECT_EQ(evicted["preemptions"], 1);
+  // The batch script got SIGTERM (its trap ran) and its job left the queue.
+  EXPECT_TRUE(logHolds("scavenger", "stopping"));
+  bool gone = false;
+  for (int i = 0; i < 600 && !gone; ++i) {
+    gone = queue().find("ml.scavenger") == std::string::npos;  // squeue lists live jobs only
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << queue();
+  waitFor("urgent", "running");
+  // Room returns: it runs again, as a new job.
+  open("a");
+  json again = waitFor("scavenger", "running");
+  EXPECT_EQ(again["runs"], 2);
+  open("c");
+  open("d");
+  waitFor("scavenger", "succeeded");
+  waitFor("urgent", "succeeded");
+}
+
+TEST_F(FleetSlurmTest, AKilledPurserAdoptsItsJobsInsteadOfSubmittingThemAgain) {
+  submit("long", 1, "e");
+  json before = waitFor("long", "running");
+  ASSERT_TRUE(logHolds("long", "of ml/long"));
+  server->signal(SIGKILL);
+  EXPECT_EQ(server->wait(), 128 + SIGKILL);
+  server.reset();
+  start();
+  json adopted = get("long");
+  EXPECT_EQ(adopted["state"], "running") << adopted.dump();
+  EXPECT_EQ(adopted["runs"], 1);
+  // One job in Slurm for it, not two.
+  const std::string q = queue();
+  EXPECT_EQ(q.find("ml.long.main.0"), q.rfind("ml.long.main.0")) << q;
+  open("e");
+  json done = waitFor("long", "succeeded");
+  EXPECT_GT(money(done["gpu_charged"]), Money());
+}
+
+}  // namespace
+}  // namespace purser
