@@ -108,7 +108,7 @@ class FleetSlurmTest : public ::testing::Test {
       }
     }
     startCluster();
-    if (HasFatalFailure()) return;
+    if (HasFatalFailure() || IsSkipped()) return;
     testing::writeFile(dir.file("fleet.yaml"), kManifests);
     // 3600.00 per GPU-hour: one GPU-second costs 1.00.
     testing::writeFile(dir.file("purser.yaml"),
@@ -152,7 +152,9 @@ class FleetSlurmTest : public ::testing::Test {
     // Eight "GPUs": character devices Slurm accepts as device files (nothing opens them).
     for (int i = 0; i < 8; ++i) {
       const std::string dev = root + "/dev/gpu" + std::to_string(i);
-      ASSERT_EQ(::mknod(dev.c_str(), S_IFCHR | 0600, makedev(195, i)), 0) << strerror(errno);
+      if (::mknod(dev.c_str(), S_IFCHR | 0600, makedev(195, i)) != 0) {
+        GTEST_SKIP() << "cannot make device nodes for Slurm's GPUs here: " << strerror(errno);
+      }
     }
     std::string munge_key(1024, '\0');
     for (size_t i = 0; i < munge_key.size(); ++i) munge_key[i] = static_cast<char>(i * 7 + 3);
@@ -348,6 +350,16 @@ TEST_F(FleetSlurmTest, AKilledPurserAdoptsItsJobsInsteadOfSubmittingThemAgain) {
   // One job in Slurm for it, not two.
   const std::string q = queue();
   EXPECT_EQ(q.find("ml.long.main.0"), q.rfind("ml.long.main.0")) << q;
+  // Slurm's controller goes away: the workload is unknown (its quota still held), and running
+  // again once the controller is back (with its saved state; the job ran on meanwhile).
+  slurmctld->signal(SIGTERM);
+  slurmctld->wait();
+  json lost = waitFor("long", "unknown");
+  EXPECT_EQ(lost["reason"], "ExecutorUnreachable") << lost.dump();
+  slurmctld = std::make_unique<Process>(
+      std::vector<std::string>{which("slurmctld"), "-D", "-f", conf}, "",
+      std::vector<std::string>{"SLURM_CONF=" + conf});
+  waitFor("long", "running");
   open("e");
   json done = waitFor("long", "succeeded");
   EXPECT_GT(money(done["gpu_charged"]), Money());
