@@ -11,6 +11,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <set>
 
 #include "api/fleet_views.h"
@@ -468,6 +469,11 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions optio
                            const std::string& tenant) {
     return auditAlerts(s, tx, alerts, tenant, "fleet");
   };
+  // A pod's end wakes the service at once (it is told which service once there is one).
+  auto service_of = std::make_shared<std::atomic<FleetService*>>(nullptr);
+  options.local.on_change = [service_of] {
+    if (FleetService* f = service_of->load()) f->nudge();
+  };
   scheduler::Executors executors;
   executors["local"] = std::make_unique<exec::LocalExecutor>(s.clock, std::move(options.local));
   if (options.slurm) {
@@ -475,6 +481,7 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions optio
   }
   auto service = PURSER_TRY_VALUE(
       FleetService::open(std::move(deps), std::move(options.service), std::move(executors)));
+  service_of->store(service.get());
   return std::unique_ptr<Fleet>(new Fleet(s, std::move(service)));
 }
 

@@ -398,6 +398,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       local.optional("max_memory_bytes", cfg.fleet.local_max_memory_bytes, 0, INT64_MAX);
       local.optional("max_cpu_seconds", cfg.fleet.local_max_cpu_seconds, 0, INT64_MAX);
       local.optional("working_dir", cfg.fleet.local_working_dir);
+      local.optional("max_pods", cfg.fleet.local_max_pods, 1, 1'000'000);
       local.finish();
     }
     if (fleet.present("slurm")) {

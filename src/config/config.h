@@ -141,6 +141,7 @@ struct FleetConfig {
   int64_t local_max_memory_bytes = 0;             // address space per process; 0: no limit
   int64_t local_max_cpu_seconds = 0;              // CPU time per process; 0: no limit
   std::string local_working_dir;                  // where pods without workingDir run
+  int64_t local_max_pods = 1024;                  // pods running at once on this machine
   // A Slurm cluster that runs the workloads of some ResourceFlavors (fleet.slurm).
   struct Slurm {
     std::vector<std::string> flavors;  // whose workloads it runs

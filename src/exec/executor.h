@@ -68,6 +68,8 @@ class Executor {
   // Takes back a pod this executor started before a restart: from now on status() and stop()
   // know it. One that ended meanwhile is reported as it ended (or kFailed, when how is lost).
   virtual Result<void> adopt(const Adopted& pod) = 0;
+  // The executor may let go of a pod that has ended and whose end has been read (its log stays).
+  virtual void forget(const std::string& handle) { (void)handle; }
   // A local pod's process group and its start time (to adopt it later); nullopt elsewhere.
   virtual std::optional<std::pair<int64_t, int64_t>> identity(const std::string& handle) {
     (void)handle;

@@ -261,12 +261,77 @@ struct LocalExecutor::Pod {
   bool ended = false;
   bool killed = false;              // the forceful signal was sent
   std::optional<MonoTime> kill_at;  // when the forceful signal follows the polite one
+  int pidfd = -1;                   // readable once the supervisor has ended; the watcher's
+  ~Pod() {
+    if (pidfd >= 0) ::close(pidfd);
+  }
 };
 
 LocalExecutor::LocalExecutor(const Clock& clock, LocalExecutorOptions options)
-    : clock_(clock), options_(std::move(options)) {}
+    : clock_(clock), options_(std::move(options)) {
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw std::runtime_error(fmt::format("local executor: pipe: {}", std::strerror(errno)));
+  }
+  watcher_ = std::thread([this] { watchLoop(); });
+}
+
+void LocalExecutor::wake() {
+  const char byte = 'x';
+  (void)!::write(wake_[1], &byte, 1);
+}
+
+void LocalExecutor::watchLoop() {
+  while (true) {
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}};
+    std::vector<std::shared_ptr<Pod>> watched;
+    {
+      std::lock_guard lock(mu_);
+      if (ending_) return;
+      for (auto& [handle, pod] : pods_) {
+        if (pod->pidfd < 0) continue;
+        fds.push_back({pod->pidfd, POLLIN, 0});
+        watched.push_back(pod);
+      }
+    }
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("local executor: poll: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[0].revents != 0) {
+      char drain[64];
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+    }
+    bool ended = false;
+    {
+      std::lock_guard lock(mu_);
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        ::close(watched[i - 1]->pidfd);
+        watched[i - 1]->pidfd = -1;
+        ended = true;
+      }
+    }
+    if (ended && options_.on_change) options_.on_change();
+  }
+}
+
+void LocalExecutor::forget(const std::string& handle) {
+  std::lock_guard lock(mu_);
+  auto it = pods_.find(handle);
+  if (it != pods_.end() && it->second->ended) pods_.erase(it);
+}
 
 LocalExecutor::~LocalExecutor() {
+  {
+    std::lock_guard lock(mu_);
+    ending_ = true;
+  }
+  wake();
+  watcher_.join();
+  ::close(wake_[0]);
+  ::close(wake_[1]);
   if (!options_.stop_on_close) return;
   std::lock_guard lock(mu_);
   for (auto& [handle, pod] : pods_) {
@@ -323,6 +388,14 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   auto p = std::make_shared<Pod>();
   {
     std::lock_guard lock(mu_);
+    size_t live = 0;
+    for (const auto& [h, other] : pods_) live += other->ended ? 0 : 1;
+    if (live >= options_.max_pods) {
+      return fail(Error(ErrorCode::kResourceExhausted,
+                        fmt::format("the local executor runs at most {} pods at once, and as "
+                                    "many run now",
+                                    options_.max_pods)));
+    }
     p->handle = handleFor(pod, unixMillis(clock_.now()), ++next_);
   }
   const std::string log_path = pathOf(p->handle, ".log");
@@ -455,8 +528,12 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   p->pid_start = startTimeOf(pid);
   p->child = true;
   p->status.started_at = clock_.now();
-  std::lock_guard lock(mu_);
-  pods_[p->handle] = p;
+  p->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  {
+    std::lock_guard lock(mu_);
+    pods_[p->handle] = p;
+  }
+  wake();
   return p->handle;
 }
 
@@ -557,7 +634,16 @@ Result<void> LocalExecutor::adopt(const Adopted& a) {
   p->child = false;
   p->status.started_at = a.started_at;
   refreshLocked(*p);
+  if (!p->ended) {
+    // Readable when it ends (a pidfd works for processes that are not our children too).
+    p->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(a.pid), 0));
+    if (p->pidfd >= 0 && startTimeOf(p->pid) != p->pid_start && p->pid_start != 0) {
+      ::close(p->pidfd);  // the pid was reused between the check and the open
+      p->pidfd = -1;
+    }
+  }
   pods_[a.handle] = p;
+  wake();
   return {};
 }
 

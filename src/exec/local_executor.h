@@ -12,15 +12,19 @@
 // CPU time are limited with rlimits where configured. Exit code 0 is kSucceeded; any other, or
 // death by a signal, kFailed.
 //
+// A thread waits on the pods' pidfds to tell on_change at once when one ends.
+//
 // Thread-safe. The destructor leaves pods running (a restart adopts them) unless
 // stop_on_close is set, in which case it kills every group it knows and reaps it.
 #pragma once
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "exec/executor.h"
 
@@ -33,6 +37,10 @@ struct LocalExecutorOptions {
   uint64_t max_cpu_seconds = 0;            // RLIMIT_CPU per process; 0: none
   std::string default_working_dir;         // empty: Purser's own
   bool stop_on_close = false;              // kill every pod when the executor is destroyed
+  size_t max_pods = 1024;  // pods running at once; start() beyond is kResourceExhausted
+  // Called (from the executor's own thread) when a pod's process has ended, so its end is read
+  // at once instead of at the next poll.
+  std::function<void()> on_change;
 };
 
 class LocalExecutor final : public Executor {
@@ -47,6 +55,7 @@ class LocalExecutor final : public Executor {
   Result<void> stop(const std::string& handle, Duration grace) override;
   Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
   Result<void> adopt(const Adopted& pod) override;
+  void forget(const std::string& handle) override;
   std::optional<std::pair<int64_t, int64_t>> identity(const std::string& handle) override;
 
   // Blocks until the pod has ended and its output is all in its log (for shutdown and tests).
@@ -59,12 +68,17 @@ class LocalExecutor final : public Executor {
   void refreshLocked(Pod& pod);
   void escalateLocked(Pod& pod);
   std::string pathOf(const std::string& handle, const char* suffix) const;
+  void watchLoop();
+  void wake();
 
   const Clock& clock_;
   const LocalExecutorOptions options_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Pod>> pods_;
   int64_t next_ = 0;
+  int wake_[2] = {-1, -1};  // wakes the watcher when pods come or it must end
+  bool ending_ = false;
+  std::thread watcher_;  // waits on the pods' pidfds, calls on_change when one ends
 };
 
 }  // namespace purser::exec

@@ -307,6 +307,12 @@ Result<std::string> SlurmExecutor::logTail(const std::string& handle, size_t max
   return fileTail(path, max_bytes);
 }
 
+void SlurmExecutor::forget(const std::string& handle) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(handle);
+  if (it != jobs_.end() && it->second.status.phase != PodPhase::kRunning) jobs_.erase(it);
+}
+
 Result<void> SlurmExecutor::adopt(const Adopted& pod) {
   auto id = jobId(pod.handle);
   if (!safeName(pod.handle) || !id) return fail(invalidArgument("not a handle of this executor"));

@@ -43,6 +43,7 @@ class SlurmExecutor final : public Executor {
   Result<void> stop(const std::string& handle, Duration grace) override;
   Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
   Result<void> adopt(const Adopted& pod) override;
+  void forget(const std::string& handle) override;
 
   // The Slurm job id of a handle (nullopt when it is not one of this executor's).
   static std::optional<int64_t> jobId(const std::string& handle);

@@ -104,11 +104,22 @@ Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options opti
 }
 
 FleetService::~FleetService() {
+  closing_ = true;
   asio::post(context_, [this] {
     timer_.cancel();
     work_.reset();
   });
   if (thread_.joinable()) thread_.join();
+  executors_.clear();  // their threads end before the io_context they nudge goes
+}
+
+void FleetService::nudge() {
+  if (closing_ || nudged_.exchange(true)) return;
+  asio::post(context_, [this] {
+    nudged_ = false;
+    pollPods();
+    if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+  });
 }
 
 void FleetService::startThread() {
@@ -800,6 +811,21 @@ void FleetService::startPods(Record& r, int64_t now) {
       }
       if (auto n = launch.env.find("PURSER_NODE"); n != launch.env.end()) launch.node = n->second;
       auto handle = executor->start(launch);
+      if (!handle && handle.error().code == ErrorCode::kResourceExhausted) {
+        // The executor is full: what started is let go, and it waits for room (every poll).
+        for (auto& p : r.pods) {
+          (void)executor->stop(p.handle, Duration::zero());
+          stopping_.push_back({r.spec.name, p.executor, p.handle, std::nullopt});
+        }
+        r.pods.clear();
+        --r.runs;
+        if (r.reason != "WaitingForExecutor") {
+          r.reason = "WaitingForExecutor";
+          r.message = handle.error().message;
+          noteEvent("Waiting", r.spec.name, queue, r.reason, r.message, "");
+        }
+        return;
+      }
       if (!handle) {
         failure = fmt::format("pod {}-{} could not start: {}", ps.name, i, handle.error().message);
         break;
@@ -872,6 +898,7 @@ void FleetService::pollPods() {
     if (!st && st.error().code == ErrorCode::kUnavailable) {
       ++it;  // not known yet: the engine cannot be asked
     } else if (!st || st->phase != exec::PodPhase::kRunning) {
+      if (executor) executor->forget(it->handle);
       it = stopping_.erase(it);
     } else {
       ++it;
@@ -986,6 +1013,10 @@ void FleetService::endRun(Record& r, bool failed, const std::string& reason,
   // and the metering that followed it).
   r.finished_ms = std::max({end, r.started_ms, r.metered_until_ms});
   noteEvent(failed ? "Failed" : "Succeeded", name, queue, reason, message, "");
+  for (const auto& p : r.pods) {
+    if (exec::Executor* e = executorNamed(p.executor); e && p.phase != "running")
+      e->forget(p.handle);
+  }
   just_ended_[name] = r;
   ended_.push_back(std::move(r));
   records_.erase(name);

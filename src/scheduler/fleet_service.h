@@ -24,6 +24,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <map>
@@ -191,6 +192,10 @@ class FleetService {
 
   // --- From any thread ------------------------------------------------------------------------
 
+  // Something changed on an executor (a pod ended): the pods are polled now, not at the next
+  // poll interval.
+  void nudge();
+
   // Ended workloads from the store, newest first (at most `limit`).
   Result<std::vector<Record>> endedRecords(const Visibility& v, size_t limit) const;
   // One workload's stored record (ended ones live only there).
@@ -269,6 +274,8 @@ class FleetService {
   int64_t next_seq_ = 1;
   int64_t hold_seq_ = 0;  // GPU holds taken
   int64_t last_tick_ms_ = 0;
+  std::atomic<bool> closing_{false};
+  std::atomic<bool> nudged_{false};           // a nudge is on its way
   std::set<std::string> dirty_;               // records to write
   std::vector<Record> ended_;                 // ended records to write
   std::map<std::string, Record> just_ended_;  // what ended since the last submit()

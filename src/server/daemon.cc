@@ -333,6 +333,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_setup.local.max_memory_bytes = static_cast<uint64_t>(config.fleet.local_max_memory_bytes);
   fleet_setup.local.max_cpu_seconds = static_cast<uint64_t>(config.fleet.local_max_cpu_seconds);
   fleet_setup.local.default_working_dir = config.fleet.local_working_dir;
+  fleet_setup.local.max_pods = static_cast<size_t>(config.fleet.local_max_pods);
   if (const auto& slurm = config.fleet.slurm) {
     exec::SlurmExecutorOptions so;
     so.log_dir = slurm->log_dir.empty() ? data_dir->file("slurm") : slurm->log_dir;

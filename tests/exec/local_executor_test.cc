@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -221,6 +222,32 @@ TEST_F(LocalExecutorTest, WhatAPodLeavesRunningGoesWithIt) {
   ASSERT_TRUE(done);
   EXPECT_EQ(done->phase, PodPhase::kSucceeded);
   EXPECT_TRUE(goneEventually(*executor->processGroup(h)));
+}
+
+TEST_F(LocalExecutorTest, AtMostMaxPodsRunAndAnEndIsToldAtOnce) {
+  std::atomic<int> told{0};
+  executor = std::make_unique<LocalExecutor>(
+      clock, LocalExecutorOptions{.log_dir = dir.path(), .max_pods = 1, .on_change = [&told] {
+                                    ++told;
+                                  }});
+  const std::string gate = dir.file("gate");
+  const std::string h =
+      started(shell("while [ ! -e '" + gate + "' ]; do sleep 0.02; done; echo done"));
+  auto full = executor->start(shell("true"));
+  ASSERT_FALSE(full);
+  EXPECT_EQ(full.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_THAT(full.error().message, HasSubstr("at most 1 pods"));
+  writeGate(gate);
+  // The watcher tells of the end without anyone polling (bounded by a count, not a time).
+  for (int i = 0; i < 100'000 && told.load() == 0; ++i) std::this_thread::yield();
+  EXPECT_GE(told.load(), 1);
+  ASSERT_TRUE(executor->wait(h));
+  // Ended, there is room again; once forgotten, its handle is unknown but its log stays.
+  const std::string next = started(shell("echo next"));
+  ASSERT_TRUE(executor->wait(next));
+  executor->forget(h);
+  EXPECT_EQ(executor->status(h).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(*executor->logTail(h, 100), "done\n");
 }
 
 TEST_F(LocalExecutorTest, ClosingTheExecutorEndsWhatStillRunsWhenAskedTo) {
