@@ -74,13 +74,27 @@ function start(name, argv, env = {}) {
 }
 
 let stopping = false;
-// Stops every server (Purser drains its requests first) and exits once they have, or after 15 s.
+// Stops the demo's running jobs (their pods would outlive Purser, as a restart is meant to find
+// them), then every server (Purser drains its requests first), and exits once they have, or
+// after 15 s.
 function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  for (const c of children) c.kill("SIGTERM");
-  const deadline = new Promise((resolve) => setTimeout(resolve, 15_000));
-  Promise.race([Promise.all(children.map((c) => c.done)), deadline]).then(() => process.exit(code));
+  const jobs = base ? Promise.race([stopJobs(), new Promise((r) => setTimeout(r, 3_000))]) : Promise.resolve();
+  jobs.then(() => {
+    for (const c of children) c.kill("SIGTERM");
+    const deadline = new Promise((resolve) => setTimeout(resolve, 15_000));
+    Promise.race([Promise.all(children.map((c) => c.done)), deadline]).then(() => process.exit(code));
+  });
+}
+async function stopJobs() {
+  try {
+    const live = await call("/api/v1/workloads");
+    await Promise.all(live.data.filter((w) => w.state === "running" || w.state === "admitted")
+      .map((w) => call(`/api/v1/workloads/${w.name}`, { method: "DELETE" }).catch(() => {})));
+  } catch {
+    // Purser is already gone: nothing to ask.
+  }
 }
 process.on("SIGINT", () => stop(0));
 process.on("SIGTERM", () => stop(0));
@@ -204,15 +218,22 @@ async function seed() {
   return keys;
 }
 
-// A handful of workloads: a gang that must share a rack, a sweep, a notebook on a GPU share, a
-// job too large for the queue (pending, with its why), and production serving.
+// A handful of workloads: a gang that must share a rack (training for half an hour), a sweep
+// (done in half a minute), a notebook on a GPU share, a job too large for the queue (pending,
+// with its why), and production serving. The ones with a command run as local processes: see
+// `purser logs ml/llama-finetune`.
 async function submitWorkloads(keys) {
   const key = (name) => keys.find((k) => k.name === name).key;
   const jobs = [
     ["dana", { name: "llama-finetune", queue: "research", pod_sets: [{ name: "workers", count: 2,
-      requests: { cpu: "16", memory: "128Gi", "nvidia.com/gpu": "4" }, topology: { required: "rack" } }] }],
+      requests: { cpu: "16", memory: "128Gi", "nvidia.com/gpu": "4" }, topology: { required: "rack" },
+      command: ["/bin/sh", "-c", "trap 'echo checkpoint saved; exit 0' TERM; " +
+        "for step in $(seq 1 1800); do echo \"worker $PURSER_POD_INDEX step $step/1800 on GPUs $CUDA_VISIBLE_DEVICES " +
+        "of $PURSER_NODE\"; sleep 1; done"] }] }],
     ["ana", { name: "eval-sweep", queue: "research", pod_sets: [{ name: "main", count: 4,
-      requests: { cpu: "4", memory: "32Gi", "nvidia.com/gpu": "1" } }] }],
+      requests: { cpu: "4", memory: "32Gi", "nvidia.com/gpu": "1" },
+      command: ["/bin/sh", "-c", "for i in $(seq 1 30); do echo \"shard $PURSER_POD_INDEX batch $i/30\"; " +
+        "sleep 1; done; echo \"shard $PURSER_POD_INDEX: accuracy 0.8$PURSER_POD_INDEX\""] }] }],
     ["dana", { name: "notebook", queue: "research", pod_sets: [{ name: "main", count: 1,
       requests: { cpu: "2", memory: "16Gi", "nvidia.com/gpu": "1", "nvidia.com/gpumem": "20480" } }] }],
     ["bo", { name: "pretrain-70b", queue: "research", pod_sets: [{ name: "workers", count: 4,
