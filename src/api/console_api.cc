@@ -133,7 +133,10 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
     for (const gateway::Route* r : s.gateway->routes()) {
       if (!routeVisible(*r, *who)) continue;
       json targets = json::array();
-      for (const auto& t : r->targets) {
+      const size_t configured = r->targets.size();
+      const std::vector<gateway::Target*> all = gateway::allTargets(*r);
+      for (size_t i = 0; i < all.size(); ++i) {
+        const gateway::Target* t = all[i];
         Stats& st = by_target[{r->alias, t->provider->name(), t->model}];
         json target = {
             {"provider", t->provider->name()},
@@ -145,7 +148,8 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
             {"in_flight", t->health.in_flight.load(std::memory_order_relaxed)},
             {"consecutive_failures",
              t->health.consecutive_failures.load(std::memory_order_relaxed)},
-            {"priced", t->price != nullptr}};
+            {"priced", t->price != nullptr},
+            {"served", i >= configured}};  // a replica the fleet serves
         target["stats"] = st.toJson();
         targets.push_back(std::move(target));
       }

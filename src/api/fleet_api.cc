@@ -62,19 +62,6 @@ asio::awaitable<Result<void>> awaitWrite(std::shared_ptr<WriteWaiter> w) {
   co_return w->result;
 }
 
-// Which stored rows `who` may read.
-scheduler::Visibility visibilityOf(const Principal& who) {
-  switch (who.role) {
-    case Role::kPlatformAdmin:
-      return {};
-    case Role::kTenantAdmin:
-      return {who.tenant_id, ""};
-    default:
-      // No team: nothing (an id no row has).
-      return {who.tenant_id, who.team_id.empty() ? std::string("-") : who.team_id};
-  }
-}
-
 // "namespace/name" as the caller wrote it in the path.
 std::string askedName(const Request& req) {
   return std::string(req.param("namespace").value_or("")) + "/" +
@@ -86,30 +73,6 @@ std::string askedName(const Request& req) {
 std::string nameOf(const FleetService& svc, const Principal& who, const Request& req) {
   return svc.namespaceOf(who.tenant_id, std::string(req.param("namespace").value_or(""))) + "/" +
          std::string(req.param("name").value_or(""));
-}
-
-// The bare name of "namespace/name".
-std::string bareName(const std::string& name) {
-  const size_t slash = name.find('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
-}
-
-// The ClusterQueues `who` may see: those with a LocalQueue in a namespace of theirs (their
-// tenant's teams for a tenant admin, their own team otherwise).
-std::set<std::string> visibleQueues(const Services& s, const FleetService& svc,
-                                    const Principal& who) {
-  std::set<std::string> namespaces;
-  for (const auto& team : s.directory.teams()) {
-    if (team.tenant_id != who.tenant_id) continue;
-    if (who.role == Role::kTenantAdmin || team.id == who.team_id) {
-      namespaces.insert(svc.namespaceOf(team.tenant_id, team.name));
-    }
-  }
-  std::set<std::string> out;
-  for (const auto& lq : svc.manifests().local_queues) {
-    if (namespaces.count(lq.namespace_) != 0) out.insert(lq.cluster_queue);
-  }
-  return out;
 }
 
 // --- Handlers -----------------------------------------------------------------------------------
@@ -371,7 +334,8 @@ asio::awaitable<Response> queues(const Services& s, FleetService& svc, Request& 
   co_return co_await svc.call([&](FleetService& f) -> Response {
     json items = json::array();
     const bool all = who->role == Role::kPlatformAdmin;
-    const std::set<std::string> mine = all ? std::set<std::string>{} : visibleQueues(s, f, *who);
+    const std::set<std::string> mine =
+        all ? std::set<std::string>{} : visibleQueues(s.directory, f, *who);
     for (const auto& q : f.engine().queues()) {
       if (all || mine.count(q.name) != 0) items.push_back(queueView(q));
     }
@@ -464,7 +428,7 @@ Fleet::~Fleet() = default;
 
 Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions options) {
   scheduler::Deps deps{s.clock, s.ids,    s.store, s.directory, s.wallets,
-                       s.meter, s.prices, s.audit, {}};
+                       s.meter, s.prices, s.audit, {},          options.served};
   deps.audit_alerts = [&s](store::Tx& tx, const std::vector<ledger::Alert>& alerts,
                            const std::string& tenant) {
     return auditAlerts(s, tx, alerts, tenant, "fleet");

@@ -63,6 +63,8 @@ struct FleetOptions {
   exec::LocalExecutorOptions local;
   // A Slurm cluster, for the flavors service.flavor_executors sends to "slurm".
   std::optional<exec::SlurmExecutorOptions> slurm;
+  // Where served models' replicas join (the gateway's routes); none: they join nothing.
+  scheduler::ServedRoutes* served = nullptr;
 };
 
 class Fleet {

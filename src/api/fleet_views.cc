@@ -29,12 +29,6 @@ std::string rfc3339(int64_t ms) {
 
 json timeOrNull(int64_t ms) { return ms == 0 ? json(nullptr) : json(rfc3339(ms)); }
 
-// The bare name of "namespace/name".
-std::string bareName(const std::string& name) {
-  const size_t slash = name.find('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
-}
-
 json placementsJson(const std::vector<fleet::PodPlacement>& pods) {
   json out = json::array();
   for (const auto& p : pods) {
@@ -52,6 +46,11 @@ int32_t priorityOf(const FleetService& svc, const fleet::Workload& w) {
 }
 
 }  // namespace
+
+std::string bareName(const std::string& name) {
+  const size_t slash = name.find('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
 
 std::string quantityText(Amount milli) {
   constexpr Amount kMebi = Amount{1} << 20;
@@ -71,6 +70,34 @@ bool mayAccess(const Principal& who, const std::string& tenant_id, const std::st
     default:
       return who.tenant_id == tenant_id && !who.team_id.empty() && who.team_id == team_id;
   }
+}
+
+scheduler::Visibility visibilityOf(const Principal& who) {
+  switch (who.role) {
+    case Role::kPlatformAdmin:
+      return {};
+    case Role::kTenantAdmin:
+      return {who.tenant_id, ""};
+    default:
+      // No team: nothing (an id no row has).
+      return {who.tenant_id, who.team_id.empty() ? std::string("-") : who.team_id};
+  }
+}
+
+std::set<std::string> visibleQueues(const identity::Directory& directory, const FleetService& svc,
+                                    const Principal& who) {
+  std::set<std::string> namespaces;
+  for (const auto& team : directory.teams()) {
+    if (team.tenant_id != who.tenant_id) continue;
+    if (who.role == Role::kTenantAdmin || team.id == who.team_id) {
+      namespaces.insert(svc.namespaceOf(team.tenant_id, team.name));
+    }
+  }
+  std::set<std::string> out;
+  for (const auto& lq : svc.manifests().local_queues) {
+    if (namespaces.count(lq.namespace_) != 0) out.insert(lq.cluster_queue);
+  }
+  return out;
 }
 
 json workloadView(const FleetService& svc, const Record& r) {
@@ -93,6 +120,7 @@ json workloadView(const FleetService& svc, const Record& r) {
     pods.push_back({{"pod_set", p.pod_set},
                     {"index", p.index},
                     {"phase", p.phase},
+                    {"serving", p.serving},
                     {"exit_code", p.exit_code ? json(*p.exit_code) : json(nullptr)},
                     {"signal", p.signal ? json(*p.signal) : json(nullptr)},
                     {"started_at", timeOrNull(p.started_ms)},

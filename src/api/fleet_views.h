@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include <string>
 
 #include "fleet/engine.h"
@@ -16,9 +17,21 @@ namespace purser::api {
 // An amount in milli-units as a Kubernetes quantity: "2", "500m", "512Gi".
 std::string quantityText(fleet::Amount milli);
 
+// The bare name of "namespace/name".
+std::string bareName(const std::string& name);
+
 // May `who` see (and delete) workloads owned by this tenant and team?
 bool mayAccess(const identity::Principal& who, const std::string& tenant_id,
                const std::string& team_id);
+
+// Which stored rows (ended workloads, events) `who` may read.
+scheduler::Visibility visibilityOf(const identity::Principal& who);
+
+// The ClusterQueues `who` may see: those with a LocalQueue in a namespace of theirs (their
+// tenant's teams for a tenant admin, their own team otherwise).
+std::set<std::string> visibleQueues(const identity::Directory& directory,
+                                    const scheduler::FleetService& svc,
+                                    const identity::Principal& who);
 
 // A workload as the API shows it (live ones with their place in the queue).
 nlohmann::json workloadView(const scheduler::FleetService& svc, const scheduler::Record& r);

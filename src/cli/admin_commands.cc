@@ -411,9 +411,9 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
         code = 2;
         return;
       }
-      auto reply = client->call("GET", "/api/v1/workloads" + *path + "/logs" +
-                                           query({{"pod", l->pod},
-                                                  {"bytes", std::to_string(l->bytes)}}));
+      auto reply =
+          client->call("GET", "/api/v1/workloads" + *path + "/logs" +
+                                  query({{"pod", l->pod}, {"bytes", std::to_string(l->bytes)}}));
       if (!reply || reply->status >= 400) {
         std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message)
                   << "\n";

@@ -282,9 +282,9 @@ void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
       reader.addError(list[i], path + ".targets", "required field is missing");
     } else {
       const YAML::Node targets = m.get("targets");
-      if (!targets.IsSequence() || targets.size() == 0) {
-        reader.addError(targets, path + ".targets",
-                        "expected a non-empty list of {provider, model}");
+      // An empty list: the route is served only by replicas of models the fleet runs.
+      if (!targets.IsSequence()) {
+        reader.addError(targets, path + ".targets", "expected a list of {provider, model}");
       } else {
         for (size_t j = 0; j < targets.size(); ++j) {
           const std::string tpath = fmt::format("{}.targets[{}]", path, j);

@@ -1,9 +1,12 @@
 #include "exec/command.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 
 extern char** environ;
 
@@ -27,6 +31,62 @@ std::string shellQuote(const std::string& text) {
     }
   }
   return out + "'";
+}
+
+bool httpOk(const std::string& host, int port, const std::string& path, Duration timeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return false;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto wait = [&](short events) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    return ::poll(&p, 1, static_cast<int>(left.count())) == 1 && (p.revents & events) != 0;
+  };
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ||
+      (errno == EINPROGRESS && wait(POLLOUT))) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+    if (err == 0 &&
+        ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      std::string head;
+      char buf[512];
+      while (head.size() < 12 && wait(POLLIN)) {
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        head.append(buf, static_cast<size_t>(n));
+      }
+      // "HTTP/1.x 200"
+      ok = head.size() >= 12 && head.compare(0, 5, "HTTP/") == 0 && head.compare(9, 3, "200") == 0;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+std::string fileTail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes)
+                                  ? size - static_cast<std::streamoff>(max_bytes)
+                                  : 0;
+  in.seekg(from);
+  std::string out(static_cast<size_t>(size - from), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<size_t>(in.gcount()));
+  return out;
 }
 
 Result<CommandResult> runCommand(const std::vector<std::string>& argv,

@@ -1,5 +1,6 @@
-// Runs a program to its end and captures what it printed: for the engines' own tools (sbatch,
-// squeue, scontrol, scancel). Blocking; bounded in time and in output.
+// What the executors share: running a program to its end and capturing what it printed (for the
+// engines' own tools: sbatch, scontrol, scancel; blocking, bounded in time and in output), and
+// reading the end of a log.
 #pragma once
 
 #include <map>
@@ -25,5 +26,11 @@ Result<CommandResult> runCommand(const std::vector<std::string>& argv,
 
 // `text` quoted for a POSIX shell: 'it'\''s'.
 std::string shellQuote(const std::string& text);
+
+// Does http://HOST:PORT/PATH answer 200 within `timeout`? (A model server's health check.)
+bool httpOk(const std::string& host, int port, const std::string& path, Duration timeout);
+
+// The last `max_bytes` of a file ("" when it is not there): the end of a pod's log.
+std::string fileTail(const std::string& path, size_t max_bytes);
 
 }  // namespace purser::exec

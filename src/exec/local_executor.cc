@@ -1,5 +1,7 @@
 #include "exec/local_executor.h"
 
+#include "exec/command.h"
+
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <poll.h>
@@ -61,21 +63,6 @@ std::string handleFor(const PodLaunch& pod, int64_t ms, int64_t seq) {
 void closeFd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
-}
-
-// The last `max_bytes` of a file ("" when it is not there).
-std::string fileTail(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return {};
-  const std::streamoff size = in.tellg();
-  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes)
-                                  ? size - static_cast<std::streamoff>(max_bytes)
-                                  : 0;
-  in.seekg(from);
-  std::string out(static_cast<size_t>(size - from), '\0');
-  in.read(out.data(), static_cast<std::streamsize>(out.size()));
-  out.resize(static_cast<size_t>(in.gcount()));
-  return out;
 }
 
 // Is `handle` one this executor could have made (and so a file name under its directory)?

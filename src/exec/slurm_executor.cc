@@ -63,20 +63,6 @@ std::optional<SystemTime> slurmTime(const std::string& text) {
   return std::chrono::system_clock::from_time_t(t);
 }
 
-std::string fileTail(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return {};
-  const std::streamoff size = in.tellg();
-  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes)
-                                  ? size - static_cast<std::streamoff>(max_bytes)
-                                  : 0;
-  in.seekg(from);
-  std::string out(static_cast<size_t>(size - from), '\0');
-  in.read(out.data(), static_cast<std::streamsize>(out.size()));
-  out.resize(static_cast<size_t>(in.gcount()));
-  return out;
-}
-
 }  // namespace
 
 SlurmExecutor::SlurmExecutor(const Clock& clock, SlurmExecutorOptions options)

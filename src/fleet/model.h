@@ -168,6 +168,16 @@ struct Admission {
   std::vector<PodSetAssignment> pod_sets;
 };
 
+// A workload that serves a model through the gateway (`purser.dev/serve`): each of its pods, once
+// it runs and answers its health check, is a target of the route until it is stopped.
+struct ServeSpec {
+  std::string route;               // the gateway route (model alias) its replicas join
+  int64_t port = 0;                // pod i listens on port + i (PURSER_SERVE_PORT)
+  std::string api = "openai";      // what its server speaks: openai or anthropic
+  std::string model;               // the upstream model name its server answers to
+  std::string health = "/health";  // a GET that answers 200 once it serves
+};
+
 struct Workload {
   std::string name;  // "namespace/name" (bare name when the namespace is empty)
   std::string namespace_;
@@ -184,6 +194,7 @@ struct Workload {
   std::string uid;
   std::vector<PodSet> pod_sets;
   std::optional<Admission> admission;  // set while it holds quota
+  std::optional<ServeSpec> serve;      // for executors and the gateway; the engine ignores it
 };
 
 }  // namespace purser::fleet

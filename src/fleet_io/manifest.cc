@@ -49,6 +49,7 @@ constexpr char kNameLabel[] = "kubernetes.io/metadata.name";
 constexpr char kQueueLabel[] = "kueue.x-k8s.io/queue-name";
 constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 constexpr char kMinParallelismAnnotation[] = "kueue.x-k8s.io/job-min-parallelism";
+constexpr char kServeAnnotation[] = "purser.dev/serve";
 constexpr char kDefaultNamespace[] = "default";
 constexpr char kIgnored[] = "not supported by Purser; ignored";
 
@@ -761,6 +762,7 @@ class WorkloadParser {
                   fmt::format("expected kueue.x-k8s.io/v1beta1 or v1beta2, got \"{}\"", api));
     }
     const Meta meta = identity(top, w);
+    serveAnnotation(meta, top, w);
 
     Map spec = top.map("spec");
     spec.optional("queueName", w.local_queue);
@@ -834,6 +836,7 @@ class WorkloadParser {
                   fmt::format("a Job is batch/v1, got \"{}\"", api));
     }
     const Meta meta = identity(top, w);
+    serveAnnotation(meta, top, w);
     if (auto q = meta.labels.find(kQueueLabel); q != meta.labels.end()) w.local_queue = q->second;
     if (w.local_queue.empty()) {
       r_.addError(top.get("metadata"), "metadata.labels",
@@ -944,6 +947,7 @@ class WorkloadParser {
       m.finish();
       addPodSet(w.pod_sets, std::move(ps), m);
     }
+    if (top.present("serve")) w.serve = serve(top.map("serve"));
     top.finish();
     return w;
   }
@@ -952,6 +956,44 @@ class WorkloadParser {
 
  private:
   bool namespace_given_ = false;
+
+  // A served model: {route, port, model, api?, health?}.
+  std::optional<ServeSpec> serve(Map m) {
+    ServeSpec s;
+    m.required("route", s.route);
+    m.required("model", s.model);
+    m.optionalChoice("api", s.api, {"openai", "anthropic"});
+    m.optional("health", s.health);
+    if (!m.present("port")) {
+      r_.addError(m.node(), m.child("port"), "required field is missing");
+    } else if (auto p = o_.integer(m, "port", 1, 65535)) {
+      s.port = *p;
+    }
+    if (!s.health.empty() && s.health[0] != '/') {
+      r_.addError(m.get("health"), m.child("health"), "expected a path such as /health");
+    }
+    m.finish();
+    return s;
+  }
+  // The `purser.dev/serve` annotation of a Job or a Workload: the same map, as YAML or JSON text.
+  void serveAnnotation(const Meta& meta, Map& top, Workload& w) {
+    auto a = meta.annotations.find(kServeAnnotation);
+    if (a == meta.annotations.end()) return;
+    const std::string path = std::string("metadata.annotations.") + kServeAnnotation;
+    YAML::Node node;
+    try {
+      node = YAML::Load(a->second);
+    } catch (const YAML::Exception& e) {
+      r_.addError(top.get("metadata"), path, fmt::format("not a YAML or JSON map: {}", e.msg));
+      return;
+    }
+    if (!node.IsMap()) {
+      r_.addError(top.get("metadata"), path,
+                  "expected a map such as {route: chat, port: 8000, model: llama-3-8b}");
+      return;
+    }
+    w.serve = serve(r_.map(node, path));
+  }
 
   // An object's metadata as the workload's name, namespace, uid and creation time.
   Meta identity(Map& top, Workload& w) {

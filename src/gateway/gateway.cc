@@ -607,7 +607,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     }
     // The worst case over every target the route may fall back to.
     Money worst;
-    for (const auto& t : c.route->targets) {
+    for (const Target* t : allTargets(*c.route)) {
       if (t->price == nullptr) continue;
       auto cost = ledger::tokenCost(*t->price, {.input = c.input_estimate, .output = c.max_output},
                                     Rounding::kCeil);

@@ -141,10 +141,59 @@ void recordFailure(Target& t, MonoTime now) {
   t.health.consecutive_failures.store(0, std::memory_order_relaxed);
 }
 
+void ServedTargets::join(const std::string& id, std::unique_ptr<Provider> provider,
+                         std::string model, const ledger::TokenPrice* price) {
+  std::lock_guard lock(mu_);
+  Entry& e = entries_[id];
+  if (!e.target) e.target = std::make_unique<Target>();
+  // A replica may come back elsewhere (another port after a restart): the new provider serves
+  // it; the old one stays alive for any request still holding it.
+  e.target->provider = provider.get();
+  providers_.push_back(std::move(provider));
+  e.target->model = std::move(model);
+  e.target->price = price;
+  e.serving = true;
+  e.joined = ++joins_;
+}
+
+void ServedTargets::leave(const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  if (it != entries_.end()) it->second.serving = false;
+}
+
+int64_t ServedTargets::inFlight(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? 0 : it->second.target->health.in_flight.load();
+}
+
+std::vector<Target*> ServedTargets::serving() const {
+  std::vector<std::pair<int64_t, Target*>> joined;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, e] : entries_) {
+      if (e.serving) joined.emplace_back(e.joined, e.target.get());
+    }
+  }
+  std::sort(joined.begin(), joined.end());
+  std::vector<Target*> out;
+  for (const auto& [at, t] : joined) out.push_back(t);
+  return out;
+}
+
+std::vector<Target*> allTargets(const Route& route) {
+  std::vector<Target*> out;
+  out.reserve(route.targets.size());
+  for (const auto& t : route.targets) out.push_back(t.get());
+  if (route.served) {
+    for (Target* t : route.served->serving()) out.push_back(t);
+  }
+  return out;
+}
+
 std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random) {
-  std::vector<Target*> order;
-  order.reserve(route.targets.size());
-  for (const auto& t : route.targets) order.push_back(t.get());
+  std::vector<Target*> order = allTargets(route);
   switch (route.strategy) {
     case Strategy::kFallback:
       break;

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -94,6 +95,35 @@ struct Target {
   TargetHealth health;
 };
 
+// Targets that join a route and leave it while Purser runs: the replicas of models the fleet
+// serves (scheduler/). A replica joins once it answers its health check and leaves before its
+// pods are stopped; a request that already chose it finishes there (in_flight says how many).
+// Targets and providers are never freed while Purser runs (a request may hold one): a replica
+// that left is only skipped, and joins again as the same target. Thread-safe.
+class ServedTargets {
+ public:
+  // Makes replica `id` (one key per replica) a target served by `provider` as upstream `model`.
+  void join(const std::string& id, std::unique_ptr<Provider> provider, std::string model,
+            const ledger::TokenPrice* price);
+  // No new request goes to it.
+  void leave(const std::string& id);
+  // Requests it has in flight (0 for an unknown id).
+  int64_t inFlight(const std::string& id) const;
+  // The serving targets, in the order they joined.
+  std::vector<Target*> serving() const;
+
+ private:
+  struct Entry {
+    std::unique_ptr<Target> target;
+    bool serving = false;
+    int64_t joined = 0;
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> entries_;
+  std::vector<std::unique_ptr<Provider>> providers_;  // every provider a replica was given
+  int64_t joins_ = 0;
+};
+
 struct Route {
   std::string alias;
   Strategy strategy = Strategy::kFallback;
@@ -102,7 +132,12 @@ struct Route {
   std::vector<std::string> allow_teams;
   int64_t max_tokens = 4096;
   int64_t retries = 1;
+  // Replicas of models the fleet serves (after the configured targets in every order's start).
+  std::shared_ptr<ServedTargets> served = std::make_shared<ServedTargets>();
 };
+
+// The configured targets, then the serving replicas.
+std::vector<Target*> allTargets(const Route& route);
 
 // Whether a route's allow lists admit a tenant / a team (an empty list admits everyone).
 bool allowsTenant(const Route& route, const std::string& tenant_id);

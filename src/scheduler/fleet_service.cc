@@ -10,6 +10,7 @@
 #include <cctype>
 
 #include "common/json.h"
+#include "exec/command.h"
 #include "ledger/price.h"
 
 namespace purser::scheduler {
@@ -713,8 +714,47 @@ void FleetService::tick() {
       dirty_.insert(name);
     }
     for (const auto& name : stops) stopForBudget(name);
+    joinServed();
   }
   if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+}
+
+std::string FleetService::replicaId(const Record& r, const PodRun& p) const {
+  return fmt::format("{}/{}-{}", shown(r.spec.name), p.pod_set, p.index);
+}
+
+// Running replicas of served models that answer their health check join their route.
+void FleetService::joinServed() {
+  if (d_.served == nullptr) return;
+  for (auto& [name, r] : records_) {
+    if (!r.spec.serve || r.state != "running") continue;
+    const fleet::ServeSpec& serve = *r.spec.serve;
+    for (auto& p : r.pods) {
+      if (p.phase != "running" || p.serving) continue;
+      if (p.executor != "local") continue;  // only local replicas have an address Purser knows
+      const int port = static_cast<int>(serve.port + p.index);
+      if (!exec::httpOk("127.0.0.1", port, serve.health, std::chrono::milliseconds(300))) continue;
+      const std::string base =
+          fmt::format("http://127.0.0.1:{}{}", port, serve.api == "anthropic" ? "" : "/v1");
+      auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model);
+      const std::string queue = r.admission ? r.admission->cluster_queue : "";
+      if (!joined) {
+        if (r.reason != "RouteMissing") {
+          r.reason = "RouteMissing";
+          r.message = joined.error().message;
+          noteEvent("NotServing", name, queue, r.reason, r.message, "");
+          dirty_.insert(name);
+        }
+        continue;
+      }
+      p.serving = true;
+      noteEvent("Serving", name, queue, "ReplicaReady",
+                fmt::format("pod {}-{} serves route {} at 127.0.0.1:{}", p.pod_set, p.index,
+                            serve.route, port),
+                "");
+      dirty_.insert(name);
+    }
+  }
 }
 
 // --- Pods
@@ -731,6 +771,10 @@ std::map<std::string, std::string> FleetService::admissionEnv(const Record& r,
       // What an Indexed Job's pods read their index from.
       {"JOB_COMPLETION_INDEX", std::to_string(index)},
   };
+  if (r.spec.serve) {
+    env["PURSER_SERVE_PORT"] = std::to_string(r.spec.serve->port + index);
+    env["PURSER_SERVE_MODEL"] = r.spec.serve->model;
+  }
   if (!r.admission) return env;
   env["PURSER_CLUSTER_QUEUE"] = r.admission->cluster_queue;
   for (const auto& ps : r.admission->pod_sets) {
@@ -867,11 +911,24 @@ void FleetService::stopPods(Record& r, const std::string& why) {
     if (p.phase != "running") continue;
     exec::Executor* executor = executorNamed(p.executor);
     if (executor == nullptr) continue;
-    if (auto stopped = executor->stop(p.handle, options_.termination_grace); !stopped) {
+    Stopping s{r.spec.name, p.executor, p.handle, std::nullopt};
+    if (p.serving && d_.served && r.spec.serve) {
+      // Out of the route first; signalled once what it serves now is done.
+      s.route = r.spec.serve->route;
+      s.replica = replicaId(r, p);
+      s.signalled = false;
+      s.drain_until_ms =
+          nowMs() +
+          std::chrono::duration_cast<std::chrono::milliseconds>(options_.termination_grace).count();
+      d_.served->leave(s.route, s.replica);
+      noteEvent("Draining", r.spec.name, r.admission ? r.admission->cluster_queue : "", why,
+                fmt::format("pod {}-{} left route {}; stopped once its requests are done",
+                            p.pod_set, p.index, s.route),
+                "");
+    } else if (auto stopped = executor->stop(p.handle, options_.termination_grace); !stopped) {
       spdlog::warn("fleet: pod {} of {} not stopped ({}): {}", p.handle, r.spec.name, why,
                    stopped.error().message);
     }
-    Stopping s{r.spec.name, p.executor, p.handle, std::nullopt};
     if (r.admission) {
       for (const auto& a : r.admission->pod_sets) {
         if (a.name == p.pod_set && p.index >= 0 &&
@@ -886,6 +943,7 @@ void FleetService::stopPods(Record& r, const std::string& why) {
   for (auto& p : r.pods) {
     if (p.phase != "running") continue;
     p.phase = "stopped";
+    p.serving = false;
     p.finished_ms = nowMs();
   }
 }
@@ -894,6 +952,14 @@ void FleetService::pollPods() {
   // Pods stopping in the background: gone ones free their GPUs.
   for (auto it = stopping_.begin(); it != stopping_.end();) {
     exec::Executor* executor = executorNamed(it->executor);
+    if (!it->signalled && executor) {
+      if (d_.served->inFlight(it->route, it->replica) > 0 && nowMs() < it->drain_until_ms) {
+        ++it;  // still serving what it had
+        continue;
+      }
+      it->signalled = true;
+      (void)executor->stop(it->handle, options_.termination_grace);
+    }
     auto st = executor ? executor->status(it->handle) : Result<exec::PodStatus>(fail(Error()));
     if (!st && st.error().code == ErrorCode::kUnavailable) {
       ++it;  // not known yet: the engine cannot be asked
@@ -921,6 +987,10 @@ void FleetService::pollPods() {
           p.finished_ms = nowMs();
           dirty_.insert(name);
         } else if (st->phase != exec::PodPhase::kRunning) {
+          if (p.serving && d_.served && r.spec.serve) {
+            d_.served->leave(r.spec.serve->route, replicaId(r, p));
+            p.serving = false;
+          }
           p.phase = st->phase == exec::PodPhase::kSucceeded ? "succeeded" : "failed";
           p.exit_code = st->exit_code;
           p.signal = st->signal;

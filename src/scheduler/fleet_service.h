@@ -54,6 +54,21 @@
 
 namespace purser::scheduler {
 
+// Where the replicas of models the fleet serves join: the gateway's routes (the server wires it).
+class ServedRoutes {
+ public:
+  virtual ~ServedRoutes() = default;
+  // Makes replica `id` (at `base_url`, speaking `api`: openai or anthropic, answering to upstream
+  // `model`) a target of route `alias`; kNotFound when there is no such route.
+  virtual Result<void> join(const std::string& alias, const std::string& id,
+                            const std::string& base_url, const std::string& api,
+                            const std::string& model) = 0;
+  // No new request goes to it.
+  virtual void leave(const std::string& alias, const std::string& id) = 0;
+  // Its requests still in flight.
+  virtual int64_t inFlight(const std::string& alias, const std::string& id) const = 0;
+};
+
 // What the service uses of the rest of Purser.
 struct Deps {
   const Clock& clock;
@@ -67,6 +82,8 @@ struct Deps {
   // Writes the audit entries of budget alerts that charging GPU time raised, inside `tx`.
   std::function<Result<void>(store::Tx&, const std::vector<ledger::Alert>&, const std::string&)>
       audit_alerts;
+  // Where served models' replicas join (none: workloads that serve run, and join nothing).
+  ServedRoutes* served = nullptr;
 };
 
 struct Options {
@@ -219,6 +236,11 @@ class FleetService {
   struct Stopping {
     std::string workload, executor, handle;
     std::optional<fleet::PodPlacement> placement;
+    // A serving replica is drained first: it left its route, and is signalled once its requests
+    // in flight are done (or at the deadline).
+    std::string route, replica;
+    bool signalled = true;
+    int64_t drain_until_ms = 0;
   };
 
   FleetService(Deps deps, Options options, Executors executors);
@@ -257,6 +279,8 @@ class FleetService {
   void pollPods();
   void endRun(Record& r, bool failed, const std::string& reason, const std::string& message);
   void adopt();
+  void joinServed();
+  std::string replicaId(const Record& r, const PodRun& p) const;
 
   void tick();
   void arm();

@@ -107,7 +107,13 @@ json specJson(const Workload& w) {
           {"created_ms", w.created_ms},
           {"uid", w.uid},
           {"pod_sets", sets},
-          {"queued_ms", w.queued_ms ? json(*w.queued_ms) : json(nullptr)}};
+          {"queued_ms", w.queued_ms ? json(*w.queued_ms) : json(nullptr)},
+          {"serve", w.serve ? json{{"route", w.serve->route},
+                                   {"port", w.serve->port},
+                                   {"api", w.serve->api},
+                                   {"model", w.serve->model},
+                                   {"health", w.serve->health}}
+                            : json(nullptr)}};
 }
 
 Workload specFrom(const json& j) {
@@ -121,6 +127,12 @@ Workload specFrom(const json& j) {
   w.uid = j.at("uid").get<std::string>();
   if (j.contains("queued_ms") && !j.at("queued_ms").is_null()) {
     w.queued_ms = j.at("queued_ms").get<int64_t>();
+  }
+  if (j.contains("serve") && j.at("serve").is_object()) {
+    const json& s = j.at("serve");
+    w.serve = fleet::ServeSpec{s.at("route").get<std::string>(), s.at("port").get<int64_t>(),
+                               s.at("api").get<std::string>(), s.at("model").get<std::string>(),
+                               s.at("health").get<std::string>()};
   }
   for (const auto& ps : j.at("pod_sets")) {
     fleet::PodSet out;

@@ -39,6 +39,8 @@ struct PodRun {
   int64_t started_ms = 0, finished_ms = 0;
   int64_t pid = 0;        // the local executor's process group, to adopt it after a restart
   int64_t pid_start = 0;  // and when that process started (guards against a reused pid)
+  bool serving = false;   // a target of its workload's route now (not stored: rejoins after a
+                          // restart once healthy)
 };
 
 struct Record {

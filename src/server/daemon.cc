@@ -372,6 +372,42 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     text << in.rdbuf();
     fleet_options.manifests.emplace_back(file, text.str());
   }
+  // Models the fleet serves join the gateway's routes as targets (provider "fleet:NS/NAME/POD",
+  // priced by a prices entry of provider "fleet" and their model).
+  class GatewayRoutes final : public scheduler::ServedRoutes {
+   public:
+    GatewayRoutes(gateway::Gateway& g, const ledger::PriceBook& p) : gateway_(g), prices_(p) {}
+    Result<void> join(const std::string& alias, const std::string& id, const std::string& base_url,
+                      const std::string& api, const std::string& model) override {
+      const gateway::Route* route = gateway_.route(alias);
+      if (route == nullptr) {
+        return fail(Error(ErrorCode::kNotFound,
+                          fmt::format("the gateway has no route \"{}\" to serve", alias)));
+      }
+      route->served->join(
+          id,
+          std::make_unique<gateway::Provider>("fleet:" + id,
+                                              api == "anthropic" ? gateway::ProviderKind::kAnthropic
+                                                                 : gateway::ProviderKind::kOpenAi,
+                                              base_url, std::vector<std::string>{},
+                                              std::chrono::seconds(120), std::chrono::seconds(5)),
+          model, prices_.find("fleet", model));
+      return {};
+    }
+    void leave(const std::string& alias, const std::string& id) override {
+      if (const gateway::Route* route = gateway_.route(alias)) route->served->leave(id);
+    }
+    int64_t inFlight(const std::string& alias, const std::string& id) const override {
+      const gateway::Route* route = gateway_.route(alias);
+      return route == nullptr ? 0 : route->served->inFlight(id);
+    }
+
+   private:
+    gateway::Gateway& gateway_;
+    const ledger::PriceBook& prices_;
+  };
+  GatewayRoutes served_routes(gateway, prices);
+  fleet_setup.served = &served_routes;
   auto fleet_api = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_setup)));
   for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
   PURSER_TRY(fleet_api->addRoutes(router));

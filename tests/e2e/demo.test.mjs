@@ -95,8 +95,12 @@ test("the demo fills every view with live data within seconds", async () => {
   // GPU workloads: some admitted onto the nodes, one waiting with a reason.
   const workloads = (await get("/api/v1/workloads")).data;
   assert.equal(workloads.length, 5);
-  const admitted = workloads.filter((w) => w.state === "admitted");
+  // Placed and holding their GPUs: running (the fine-tune and the sweep run as processes) or
+  // admitted (what runs nothing holds its quota).
+  const admitted = workloads.filter((w) => w.state === "admitted" || w.state === "running");
   assert.ok(admitted.length >= 3, JSON.stringify(workloads.map((w) => [w.name, w.state, w.reason])));
+  assert.ok(workloads.some((w) => w.name === "ml/llama-finetune" && w.state === "running" && w.started_at),
+    "the fine-tune runs");
   assert.ok(admitted.every((w) => w.admission.pod_sets.every((p) => p.placements.length === p.count)));
   assert.ok(workloads.some((w) => w.state === "pending" && w.reason), "one waits, with a reason");
   // Traffic through every route.

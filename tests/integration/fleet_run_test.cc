@@ -19,49 +19,14 @@
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
+#include "integration/fleet_harness.h"
 
 namespace purser {
 namespace {
 
 using nlohmann::json;
-using testing::Process;
-using testing::RawClient;
 
 constexpr const char* kAdminKey = "fleet-run-test-admin-key-0123456789";
-
-constexpr const char* kManifests = R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: research}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-    - coveredResources: [cpu, nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: cpu, nominalQuota: 64}
-            - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: research}
-spec: {clusterQueue: research}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: -10
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: urgent}
-value: 1000
-)";
 
 int64_t millisOf(const json& rfc3339) {
   // "2026-12-02T01:02:03.456Z"
@@ -74,70 +39,31 @@ int64_t millisOf(const json& rfc3339) {
 class FleetRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    testing::writeFile(dir.file("fleet.yaml"), kManifests);
+    testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
     // 3600.00 per GPU-hour: one GPU-second costs 1.00.
     testing::writeFile(dir.file("purser.yaml"),
                        "listen: 127.0.0.1:0\nthreads: 1\n"
                        "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
                        "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
                        "  termination_grace: 30s\n");
-    start();
-    key = member();
+    std::string why;
+    ASSERT_TRUE(server.start(&why)) << why;
+    key = server.member();
+    ASSERT_FALSE(key.empty());
   }
   void TearDown() override {
     // Whatever still runs is let go, then the server stops.
     std::filesystem::create_directories(dir.file("gates"));
-    for (const char* g : {"a", "b", "c", "d", "e"})
+    for (const char* g : {"a", "b", "c", "d", "e"}) {
       testing::writeFile(dir.file(std::string("gates/") + g), "");
-    stop();
-  }
-
-  void start() {
-    server = std::make_unique<Process>(
-        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
-                                 "--data", dir.file("var")},
-        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
-    auto line = server->waitForStdout("purser: listening on ");
-    ASSERT_TRUE(line.has_value()) << server->err();
-    const std::string url = line->substr(line->find("http"));
-    port = static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
-  }
-  void stop() {
-    if (!server) return;
-    server->signal(SIGTERM);
-    EXPECT_EQ(server->wait(), 0);
-    server.reset();
+    }
+    server.stop();
   }
 
   json call(const std::string& method, const std::string& target, const std::string& as,
             const std::string& body = "", const std::string& type = "application/json",
             int* status = nullptr) {
-    RawClient c(port);
-    std::string req =
-        method + " " + target + " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + as + "\r\n";
-    if (!body.empty()) {
-      req +=
-          "Content-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
-    }
-    EXPECT_TRUE(c.send(req + "\r\n" + body));
-    auto r = c.readResponse();
-    if (status != nullptr) *status = r ? r->status : 0;
-    if (!r) return nullptr;
-    json j = json::parse(r->body, nullptr, false);
-    return j.is_discarded() ? json(r->body) : j;
-  }
-
-  // A tenant "acme" with team "ml" and a member; returns the member's key.
-  std::string member() {
-    call("POST", "/api/v1/tenants", kAdminKey, R"({"name":"acme"})");
-    call("POST", "/api/v1/teams", kAdminKey, R"({"name":"ml","tenant":"acme"})");
-    json user =
-        call("POST", "/api/v1/users", kAdminKey, R"({"name":"alice","tenant":"acme","team":"ml"})");
-    json k =
-        call("POST", "/api/v1/keys", kAdminKey,
-             json{{"name", "laptop"}, {"owner", {{"kind", "user"}, {"id", user["id"]}}}}.dump());
-    EXPECT_TRUE(k.contains("key")) << k.dump();
-    return k.value("key", "");
+    return server.call(method, target, as, body, type, status);
   }
 
   // A workload in the short form whose pods print a line, wait for gate `gate`, print another
@@ -171,31 +97,17 @@ class FleetRunTest : public ::testing::Test {
     testing::writeFile(dir.file("gates/" + gate), "");
   }
 
-  json get(const std::string& name) { return call("GET", "/api/v1/workloads/ml/" + name, key); }
-  // Polls until the workload is in `state` (bounded by a count: a hang fails instead of hanging).
+  json get(const std::string& name) { return server.workload(key, name); }
   json waitFor(const std::string& name, const std::string& state) {
-    json w;
-    for (int i = 0; i < 3000; ++i) {
-      w = get(name);
-      if (w.value("state", "") == state) return w;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << name << " never became " << state << ": " << w.dump();
-    return w;
+    return server.waitFor(key, name, state);
   }
   std::string logs(const std::string& name, const std::string& pod = "") {
     return call("GET",
                 "/api/v1/workloads/ml/" + name + "/logs" + (pod.empty() ? "" : "?pod=" + pod), key)
         .get<std::string>();
   }
-  // Polls until the pod's log holds `text`.
   bool logHolds(const std::string& name, const std::string& pod, const std::string& text) {
-    for (int i = 0; i < 3000; ++i) {
-      json l = call("GET", "/api/v1/workloads/ml/" + name + "/logs?pod=" + pod, key);
-      if (l.is_string() && l.get<std::string>().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    return server.logHolds(key, name, pod, text);
   }
   std::vector<std::string> events(const std::string& name) {
     std::vector<std::string> out;
@@ -215,8 +127,7 @@ class FleetRunTest : public ::testing::Test {
   static Money money(const json& v) { return *Money::parse(v.get<std::string>()); }
 
   testing::TempDir dir;
-  std::unique_ptr<Process> server;
-  uint16_t port = 0;
+  testing::FleetServer server{dir, kAdminKey};
   std::string key;
 };
 
@@ -325,10 +236,9 @@ TEST_F(FleetRunTest, AKilledPurserAdoptsItsRunningPodsAndChargesTheirGpuTimeOnce
   for (int i = 0; i < 3000 && money(get("long")["gpu_charged"]).isZero(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  server->signal(SIGKILL);
-  EXPECT_EQ(server->wait(), 128 + SIGKILL);
-  server.reset();
-  start();
+  EXPECT_EQ(server.kill(), 128 + SIGKILL);
+  std::string why;
+  ASSERT_TRUE(server.start(&why)) << why;
   json adopted = get("long");
   EXPECT_EQ(adopted["state"], "running") << adopted.dump();
   EXPECT_EQ(adopted["runs"], 1) << "adopted, not started again";

@@ -27,49 +27,15 @@
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
+#include "integration/fleet_harness.h"
 
 namespace purser {
 namespace {
 
 using nlohmann::json;
 using testing::Process;
-using testing::RawClient;
 
 constexpr const char* kAdminKey = "fleet-slurm-test-admin-key-0123456789";
-
-constexpr const char* kManifests = R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: research}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-    - coveredResources: [cpu, nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: cpu, nominalQuota: 8}
-            - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: research}
-spec: {clusterQueue: research}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: -10
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: urgent}
-value: 1000
-)";
 
 uint16_t freePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -109,7 +75,7 @@ class FleetSlurmTest : public ::testing::Test {
     }
     startCluster();
     if (HasFatalFailure() || IsSkipped()) return;
-    testing::writeFile(dir.file("fleet.yaml"), kManifests);
+    testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(8));
     // 3600.00 per GPU-hour: one GPU-second costs 1.00.
     testing::writeFile(dir.file("purser.yaml"),
                        "listen: 127.0.0.1:0\nthreads: 1\n"
@@ -120,17 +86,15 @@ class FleetSlurmTest : public ::testing::Test {
                            conf + ", log_dir: " + dir.file("jobs") + "}\n");
     std::filesystem::create_directories(dir.file("jobs"));
     std::filesystem::create_directories(dir.file("gates"));
-    start();
-    key = member();
+    std::string why;
+    ASSERT_TRUE(server.start(&why)) << why;
+    key = server.member();
   }
   void TearDown() override {
     for (const char* g : {"a", "b", "c", "d", "e"}) {
       testing::writeFile(dir.file(std::string("gates/") + g), "");
     }
-    if (server) {
-      server->signal(SIGTERM);
-      server->wait();
-    }
+    server.stop();
     if (!conf.empty()) {
       slurmTool(conf, {which("scancel"), "--user=root"});
       slurmTool(conf, {which("scontrol"), "shutdown"});
@@ -204,40 +168,9 @@ class FleetSlurmTest : public ::testing::Test {
            << testing::readFile(dir.file("slurm/d.log"));
   }
 
-  void start() {
-    server = std::make_unique<Process>(
-        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
-                                 "--data", dir.file("var")},
-        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
-    auto line = server->waitForStdout("purser: listening on ");
-    ASSERT_TRUE(line.has_value()) << server->err();
-    port = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
-  }
-
   json call(const std::string& method, const std::string& target, const std::string& as,
             const std::string& body = "") {
-    RawClient c(port);
-    std::string req =
-        method + " " + target + " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + as + "\r\n";
-    if (!body.empty()) {
-      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-             "\r\n";
-    }
-    EXPECT_TRUE(c.send(req + "\r\n" + body));
-    auto r = c.readResponse();
-    if (!r) return nullptr;
-    json j = json::parse(r->body, nullptr, false);
-    return j.is_discarded() ? json(r->body) : j;
-  }
-  std::string member() {
-    call("POST", "/api/v1/tenants", kAdminKey, R"({"name":"acme"})");
-    call("POST", "/api/v1/teams", kAdminKey, R"({"name":"ml","tenant":"acme"})");
-    json user =
-        call("POST", "/api/v1/users", kAdminKey, R"({"name":"alice","tenant":"acme","team":"ml"})");
-    json k =
-        call("POST", "/api/v1/keys", kAdminKey,
-             json{{"name", "laptop"}, {"owner", {{"kind", "user"}, {"id", user["id"]}}}}.dump());
-    return k.value("key", "");
+    return server.call(method, target, as, body);
   }
   json submit(const std::string& name, int gpus, const std::string& gate, int code = 0,
               const std::string& priority_class = "") {
@@ -256,24 +189,12 @@ class FleetSlurmTest : public ::testing::Test {
     return call("POST", "/api/v1/workloads", key, w.dump());
   }
   void open(const std::string& gate) { testing::writeFile(dir.file("gates/" + gate), ""); }
-  json get(const std::string& name) { return call("GET", "/api/v1/workloads/ml/" + name, key); }
+  json get(const std::string& name) { return server.workload(key, name); }
   json waitFor(const std::string& name, const std::string& state) {
-    json w;
-    for (int i = 0; i < 3000; ++i) {
-      w = get(name);
-      if (w.value("state", "") == state) return w;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << name << " never became " << state << ": " << w.dump();
-    return w;
+    return server.waitFor(key, name, state);
   }
   bool logHolds(const std::string& name, const std::string& text) {
-    for (int i = 0; i < 3000; ++i) {
-      json l = call("GET", "/api/v1/workloads/ml/" + name + "/logs", key);
-      if (l.is_string() && l.get<std::string>().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    return server.logHolds(key, name, "", text);
   }
   // Slurm's jobs by name, as squeue lists them.
   std::string queue() { return slurmTool(conf, {which("squeue"), "-h", "-o", "%j %T"}); }
@@ -282,8 +203,8 @@ class FleetSlurmTest : public ::testing::Test {
   testing::TempDir dir;
   std::string conf;
   int munge_pid = 0;
-  std::unique_ptr<Process> slurmctld, slurmd, server;
-  uint16_t port = 0;
+  std::unique_ptr<Process> slurmctld, slurmd;
+  testing::FleetServer server{dir, kAdminKey};
   std::string key;
 };
 
@@ -340,10 +261,9 @@ TEST_F(FleetSlurmTest, AKilledPurserAdoptsItsJobsInsteadOfSubmittingThemAgain) {
   submit("long", 1, "e");
   json before = waitFor("long", "running");
   ASSERT_TRUE(logHolds("long", "of ml/long"));
-  server->signal(SIGKILL);
-  EXPECT_EQ(server->wait(), 128 + SIGKILL);
-  server.reset();
-  start();
+  EXPECT_EQ(server.kill(), 128 + SIGKILL);
+  std::string why;
+  ASSERT_TRUE(server.start(&why)) << why;
   json adopted = get("long");
   EXPECT_EQ(adopted["state"], "running") << adopted.dump();
   EXPECT_EQ(adopted["runs"], 1);
@@ -356,9 +276,9 @@ TEST_F(FleetSlurmTest, AKilledPurserAdoptsItsJobsInsteadOfSubmittingThemAgain) {
   slurmctld->wait();
   json lost = waitFor("long", "unknown");
   EXPECT_EQ(lost["reason"], "ExecutorUnreachable") << lost.dump();
-  slurmctld = std::make_unique<Process>(
-      std::vector<std::string>{which("slurmctld"), "-D", "-f", conf}, "",
-      std::vector<std::string>{"SLURM_CONF=" + conf});
+  slurmctld =
+      std::make_unique<Process>(std::vector<std::string>{which("slurmctld"), "-D", "-f", conf}, "",
+                                std::vector<std::string>{"SLURM_CONF=" + conf});
   waitFor("long", "running");
   open("e");
   json done = waitFor("long", "succeeded");

@@ -1,0 +1,164 @@
+// What the tests of running workloads share: the Kueue objects they run under, a `purser serve`
+// on loopback, requests to its API, a team member to submit as, and waits that poll the API,
+// bounded by a count (a hang fails instead of hanging), never by timing.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "fakes/process.h"
+#include "fakes/raw_client.h"
+#include "fakes/temp_dir.h"
+
+namespace purser::testing {
+
+// ResourceFlavor h100; ClusterQueue research (`cpus` CPUs, 8 GPUs, preempting lower priorities
+// within it); LocalQueue ml/research; WorkloadPriorityClasses low (-10) and urgent (1000).
+inline std::string fleetManifests(int cpus) {
+  return R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: research}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+    - coveredResources: [cpu, nvidia.com/gpu]
+      flavors:
+        - name: h100
+          resources:
+            - {name: cpu, nominalQuota: )" +
+         std::to_string(cpus) + R"(}
+            - {name: nvidia.com/gpu, nominalQuota: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: ml, name: research}
+spec: {clusterQueue: research}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: -10
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: urgent}
+value: 1000
+)";
+}
+
+// A `purser serve` of dir/purser.yaml with its data in dir/var; its port.
+class FleetServer {
+ public:
+  FleetServer(TempDir& dir, std::string admin_key) : dir_(dir), admin_key_(std::move(admin_key)) {}
+  ~FleetServer() { stop(); }
+
+  // Starts it; false (with the server's stderr in `why`) when it did not come up.
+  bool start(std::string* why = nullptr) {
+    process_ = std::make_unique<Process>(
+        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir_.file("purser.yaml"),
+                                 "--data", dir_.file("var")},
+        "", std::vector<std::string>{"PURSER_ADMIN_KEY=" + admin_key_});
+    auto line = process_->waitForStdout("purser: listening on ");
+    if (!line) {
+      if (why) *why = process_->err();
+      return false;
+    }
+    port_ = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
+    return true;
+  }
+  // SIGTERM (a graceful stop); its exit code.
+  int stop() {
+    if (!process_) return 0;
+    process_->signal(SIGTERM);
+    const int code = process_->wait();
+    process_.reset();
+    return code;
+  }
+  // SIGKILL: no chance to clean up; its exit status.
+  int kill() {
+    process_->signal(SIGKILL);
+    const int code = process_->wait();
+    process_.reset();
+    return code;
+  }
+
+  // One request; the answer's body as JSON (a JSON string when it is not JSON; null when none).
+  nlohmann::json call(const std::string& method, const std::string& target, const std::string& key,
+                      const std::string& body = "", const std::string& type = "application/json",
+                      int* status = nullptr) const {
+    RawClient c(port_);
+    std::string req =
+        method + " " + target + " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + key + "\r\n";
+    if (!body.empty()) {
+      req +=
+          "Content-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    }
+    if (!c.send(req + "\r\n" + body)) return nullptr;
+    auto r = c.readResponse();
+    if (status != nullptr) *status = r ? r->status : 0;
+    if (!r) return nullptr;
+    nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
+    return j.is_discarded() ? nlohmann::json(r->body) : j;
+  }
+
+  // Tenant "acme", its team "ml" and member "alice"; alice's key.
+  std::string member() const {
+    call("POST", "/api/v1/tenants", admin_key_, R"({"name":"acme"})");
+    call("POST", "/api/v1/teams", admin_key_, R"({"name":"ml","tenant":"acme"})");
+    nlohmann::json user = call("POST", "/api/v1/users", admin_key_,
+                               R"({"name":"alice","tenant":"acme","team":"ml"})");
+    nlohmann::json k =
+        call("POST", "/api/v1/keys", admin_key_,
+             nlohmann::json{{"name", "laptop"}, {"owner", {{"kind", "user"}, {"id", user["id"]}}}}
+                 .dump());
+    return k.value("key", "");
+  }
+
+  nlohmann::json workload(const std::string& key, const std::string& name) const {
+    return call("GET", "/api/v1/workloads/ml/" + name, key);
+  }
+  // Polls ml/NAME until it is in `state`; what it last was (a failure is added when it never
+  // got there).
+  nlohmann::json waitFor(const std::string& key, const std::string& name,
+                         const std::string& state) const {
+    nlohmann::json w;
+    for (int i = 0; i < 3000; ++i) {
+      w = workload(key, name);
+      if (w.is_object() && w.value("state", "") == state) return w;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << name << " never became " << state << ": " << w.dump();
+    return w;
+  }
+  // Polls the log of ml/NAME (pod "SET-INDEX", or the default one) until it holds `text`.
+  bool logHolds(const std::string& key, const std::string& name, const std::string& pod,
+                const std::string& text) const {
+    for (int i = 0; i < 3000; ++i) {
+      nlohmann::json l =
+          call("GET", "/api/v1/workloads/ml/" + name + "/logs" + (pod.empty() ? "" : "?pod=" + pod),
+               key);
+      if (l.is_string() && l.get<std::string>().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+ private:
+  TempDir& dir_;
+  const std::string admin_key_;
+  std::unique_ptr<Process> process_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace purser::testing

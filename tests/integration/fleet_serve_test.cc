@@ -1,0 +1,182 @@
+// A model served from the fleet: a workload that declares `serve` runs `purser sim llm` as its
+// pod; once it answers its health check it becomes a target of the gateway's route, requests
+// through the gateway reach it and are metered in the caller's wallets, and when it is preempted
+// it leaves the route and drains before its process is signalled — a client sending traffic all
+// along sees no failed request, since another target of the route exists.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "fakes/process.h"
+#include "fakes/temp_dir.h"
+#include "integration/fleet_harness.h"
+
+namespace purser {
+namespace {
+
+using nlohmann::json;
+using testing::Process;
+
+constexpr const char* kAdminKey = "fleet-serve-test-admin-key-0123456789";
+
+uint16_t freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class FleetServeModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The route's configured target: another server of the same model.
+    backup = std::make_unique<Process>(std::vector<std::string>{
+        PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "sim-small"});
+    auto line = backup->waitForStdout("listening on ");
+    ASSERT_TRUE(line.has_value()) << backup->err();
+    const std::string backup_url = line->substr(line->find("http"));
+    testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
+    testing::writeFile(
+        dir.file("purser.yaml"),
+        "listen: 127.0.0.1:0\nthreads: 1\n"
+        "providers:\n  - {name: backup, kind: openai, base_url: " +
+            backup_url +
+            "/v1}\n"
+            "routes:\n  - {model: chat, strategy: weighted, targets: [{provider: backup, model: "
+            "sim-small}]}\n"
+            "prices:\n"
+            "  - {provider: backup, model: sim-small, input_per_mtok: \"1.00\", output_per_mtok: "
+            "\"2.00\"}\n"
+            "  - {provider: fleet, model: sim-small, input_per_mtok: \"1.00\", output_per_mtok: "
+            "\"2.00\"}\n"
+            "fleet:\n  manifests: [fleet.yaml]\n  termination_grace: 30s\n");
+    std::string why;
+    ASSERT_TRUE(server.start(&why)) << why;
+    key = server.member();
+    ASSERT_FALSE(key.empty());
+  }
+  void TearDown() override {
+    server.call("DELETE", "/api/v1/workloads/ml/chat-server", key);
+    server.stop();
+    if (backup) {
+      backup->signal(SIGTERM);
+      backup->wait();
+    }
+  }
+
+  int chat() {
+    int status = 0;
+    server.call("POST", "/v1/chat/completions", key,
+                R"({"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":8})",
+                "application/json", &status);
+    return status;
+  }
+  // Providers that served the caller's requests, from the ledger.
+  std::set<std::string> providers() {
+    std::set<std::string> out;
+    const json usage = server.call("GET", "/api/v1/usage?scope=tenant:acme&limit=1000", kAdminKey);
+    for (const auto& e : usage.value("data", json::array())) out.insert(e.value("provider", ""));
+    return out;
+  }
+
+  testing::TempDir dir;
+  testing::FleetServer server{dir, kAdminKey};
+  std::unique_ptr<Process> backup;
+  std::string key;
+};
+
+TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempted) {
+  const uint16_t port = freePort();
+  json w = {
+      {"name", "chat-server"},
+      {"queue", "research"},
+      {"priority_class", "low"},
+      {"serve",
+       {{"route", "chat"}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
+      {"pod_sets",
+       {{{"name", "replicas"},
+         {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "4"}}},
+         {"command",
+          {"/bin/sh", "-c",
+           std::string("exec ") + PURSER_BINARY +
+               " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models $PURSER_SERVE_MODEL"}}}}}};
+  int status = 0;
+  json submitted =
+      server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
+  ASSERT_EQ(status, 201) << submitted.dump();
+  server.waitFor(key, "chat-server", "running");
+  // It joins once it answers its health check.
+  json serving;
+  for (int i = 0; i < 3000; ++i) {
+    serving = server.workload(key, "chat-server");
+    if (!serving["pods"].empty() && serving["pods"][0].value("serving", false)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(serving["pods"][0].value("serving", false)) << serving.dump();
+
+  // Requests through the gateway reach it (weighted between it and the backup), metered.
+  const std::string replica = "fleet:ml/chat-server/replicas-0";
+  for (int i = 0; i < 400 && providers().count(replica) == 0; ++i) ASSERT_EQ(chat(), 200);
+  ASSERT_EQ(providers().count(replica), 1u) << "the replica served requests";
+
+  // Traffic all along; an urgent workload needs all 8 GPUs and preempts the server.
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 2; ++c) {
+    clients.emplace_back([&] {
+      while (!stop) {
+        const int s = chat();
+        ++sent;
+        if (s != 200) ++failed;
+      }
+    });
+  }
+  json urgent = {
+      {"name", "urgent"},
+      {"queue", "research"},
+      {"priority_class", "urgent"},
+      {"pod_sets", {{{"name", "main"}, {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "8"}}}}}}};
+  server.call("POST", "/api/v1/workloads", key, urgent.dump());
+  json evicted = server.waitFor(key, "chat-server", "evicted");
+  server.waitFor(key, "urgent", "admitted");
+  // The replica's process ends (its stop followed the drain): wait for its log to close, then a
+  // little more traffic, all of which the backup serves.
+  bool drained = false;
+  for (int i = 0; i < 3000 && !drained; ++i) {
+    const json events = server.call("GET", "/api/v1/fleet/events?workload=ml/chat-server", key);
+    for (const auto& e : events["data"]) drained = drained || e["kind"] == "Draining";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(drained);
+  // Then its process was stopped: its port stops answering.
+  bool closed = false;
+  for (int i = 0; i < 3000 && !closed; ++i) {
+    closed = !testing::RawClient(port).connected();
+    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(closed) << "the replica's server still listens";
+  const int before = sent.load();
+  while (sent.load() < before + 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failed.load(), 0) << "of " << sent.load() << " requests sent through the preemption";
+  EXPECT_GT(sent.load(), 20);
+  EXPECT_FALSE(evicted["pods"][0].value("serving", true));
+}
+
+}  // namespace
+}  // namespace purser
