@@ -435,13 +435,19 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions optio
   };
   // A pod's end wakes the service at once (it is told which service once there is one).
   auto service_of = std::make_shared<std::atomic<FleetService*>>(nullptr);
-  options.local.on_change = [service_of] {
+  const std::function<void()> nudge = [service_of] {
     if (FleetService* f = service_of->load()) f->nudge();
   };
+  options.local.on_change = nudge;
   scheduler::Executors executors;
   executors["local"] = std::make_unique<exec::LocalExecutor>(s.clock, std::move(options.local));
   if (options.slurm) {
     executors["slurm"] = std::make_unique<exec::SlurmExecutor>(s.clock, std::move(*options.slurm));
+  }
+  if (options.kubernetes) {
+    options.kubernetes->on_change = nudge;
+    executors["kubernetes"] =
+        PURSER_TRY_VALUE(exec::KubernetesExecutor::create(s.clock, std::move(*options.kubernetes)));
   }
   auto service = PURSER_TRY_VALUE(
       FleetService::open(std::move(deps), std::move(options.service), std::move(executors)));

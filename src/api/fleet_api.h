@@ -49,6 +49,7 @@
 
 #include "api/admin_api.h"
 #include "common/result.h"
+#include "exec/kubernetes_executor.h"
 #include "exec/local_executor.h"
 #include "exec/slurm_executor.h"
 #include "http/metrics.h"
@@ -63,6 +64,8 @@ struct FleetOptions {
   exec::LocalExecutorOptions local;
   // A Slurm cluster, for the flavors service.flavor_executors sends to "slurm".
   std::optional<exec::SlurmExecutorOptions> slurm;
+  // A Kubernetes cluster, for the flavors sent to "kubernetes".
+  std::optional<exec::KubernetesExecutorOptions> kubernetes;
   // Where served models' replicas join (the gateway's routes); none: they join nothing.
   scheduler::ServedRoutes* served = nullptr;
 };

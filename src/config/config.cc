@@ -417,6 +417,28 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       }
       cfg.fleet.slurm = std::move(s);
     }
+    if (fleet.present("kubernetes")) {
+      YamlReader::Map k = fleet.map("kubernetes");
+      FleetConfig::Kubernetes kc;
+      k.optionalStrings("flavors", kc.flavors);
+      k.required("server", kc.server);
+      k.optional("token", kc.token);
+      k.optional("token_file", kc.token_file);
+      k.optional("ca_file", kc.ca_file);
+      k.optional("insecure_skip_tls_verify", kc.insecure);
+      k.optional("default_image", kc.default_image);
+      k.finish();
+      if (kc.flavors.empty()) {
+        reader.addError(top.get("fleet")["kubernetes"], "fleet.kubernetes.flavors",
+                        "name the ResourceFlavors whose workloads Kubernetes runs");
+      }
+      if (!kc.server.empty() && kc.server.rfind("https://", 0) != 0 &&
+          kc.server.rfind("http://", 0) != 0) {
+        reader.addError(top.get("fleet")["kubernetes"]["server"], "fleet.kubernetes.server",
+                        "expected an https:// URL such as https://10.0.0.1:6443");
+      }
+      cfg.fleet.kubernetes = std::move(kc);
+    }
     fleet.finish();
     const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
     for (auto& m : cfg.fleet.manifests) {

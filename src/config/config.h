@@ -149,6 +149,17 @@ struct FleetConfig {
     std::string log_dir;  // shared with the nodes; default data_dir/slurm
   };
   std::optional<Slurm> slurm;
+  // A Kubernetes cluster that runs the workloads of some ResourceFlavors (fleet.kubernetes).
+  struct Kubernetes {
+    std::vector<std::string> flavors;
+    std::string server;      // https://host:6443
+    std::string token;       // bearer token (or token_file)
+    std::string token_file;  // a file holding it (a service account's token)
+    std::string ca_file;     // the cluster's CA
+    bool insecure = false;   // skip verifying the server (labs only)
+    std::string default_image;
+  };
+  std::optional<Kubernetes> kubernetes;
 };
 
 struct Config {

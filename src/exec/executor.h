@@ -29,6 +29,8 @@ struct PodLaunch {
   int64_t cpu_milli = 0;     // CPU, in thousandths
   int64_t memory_bytes = 0;  // memory
   std::string node;          // the node it was placed on; empty: wherever the engine likes
+  std::string image;         // the container image (Kubernetes); others ignore it
+  std::string queue;         // the workload's LocalQueue (Kubernetes labels the Job with it)
 };
 
 enum class PodPhase { kRunning, kSucceeded, kFailed };

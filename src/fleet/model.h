@@ -145,6 +145,7 @@ struct PodSet {
   std::vector<std::string> command;
   std::string working_dir;
   std::map<std::string, std::string> env;
+  std::string image;  // the container image, for executors that run images (Kubernetes)
 };
 
 // Where one pod of an admitted pod set runs, when the fleet has an inventory.

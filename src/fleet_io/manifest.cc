@@ -943,6 +943,7 @@ class WorkloadParser {
       m.optionalStrings("nouse_gpu_types", ps.nouse_gpu_types);
       m.optionalStrings("command", ps.command);
       m.optional("working_dir", ps.working_dir);
+      m.optional("image", ps.image);
       if (m.present("env")) ps.env = o_.stringMap(m.get("env"), m.child("env"));
       m.finish();
       addPodSet(w.pod_sets, std::move(ps), m);
@@ -980,13 +981,13 @@ class WorkloadParser {
     auto a = meta.annotations.find(kServeAnnotation);
     if (a == meta.annotations.end()) return;
     const std::string path = std::string("metadata.annotations.") + kServeAnnotation;
-    YAML::Node node;
-    try {
-      node = YAML::Load(a->second);
-    } catch (const YAML::Exception& e) {
-      r_.addError(top.get("metadata"), path, fmt::format("not a YAML or JSON map: {}", e.msg));
+    auto parsed = config::parseYaml(a->second, path);
+    if (!parsed) {
+      r_.addError(top.get("metadata"), path,
+                  fmt::format("not a YAML or JSON map: {}", parsed.error().message));
       return;
     }
+    const YAML::Node node = *parsed;
     if (!node.IsMap()) {
       r_.addError(top.get("metadata"), path,
                   "expected a map such as {route: chat, port: 8000, model: llama-3-8b}");
@@ -1166,6 +1167,8 @@ class WorkloadParser {
     }
     const YAML::Node dir = c["workingDir"];
     if (dir.IsDefined() && dir.IsScalar()) ps.working_dir = dir.Scalar();
+    const YAML::Node image = c["image"];
+    if (image.IsDefined() && image.IsScalar()) ps.image = image.Scalar();
     const YAML::Node env = c["env"];
     if (!env.IsDefined() || env.IsNull()) return;
     if (!env.IsSequence()) {

@@ -438,7 +438,7 @@ std::optional<store::TxFn> FleetService::meter(Record& r, int64_t now_ms) {
   if (!holdsQuota(r.state) || !r.admission) return std::nullopt;
   releaseGpu(r);  // the elapsed stretch is charged below; the caller holds the next
   // A workload that runs pods is charged from the moment they run, not from its admission.
-  if (runsPods(r.spec) && r.state == "admitted") {
+  if (runsHere(r) && r.state == "admitted") {
     r.metered_until_ms = std::max(r.metered_until_ms, now_ms);
     return std::nullopt;
   }
@@ -559,7 +559,7 @@ std::optional<store::TxFn> FleetService::schedule() {
   for (auto& [name, r] : records_) {
     const bool running = std::any_of(r.pods.begin(), r.pods.end(),
                                      [](const PodRun& p) { return p.phase == "running"; });
-    if (r.state == "admitted" && runsPods(r.spec) && !running && !blocked(r)) {
+    if (r.state == "admitted" && runsHere(r) && !running && !blocked(r)) {
       startPods(r, now);
     }
   }
@@ -719,6 +719,16 @@ void FleetService::tick() {
   if (auto write = schedule()) enqueue(std::move(*write), nullptr);
 }
 
+// Does `r` run pods on its executor? A pod set with a command does anywhere; one with only an
+// image, only on Kubernetes. A workload that runs nothing holds its quota until it is deleted.
+bool FleetService::runsHere(const Record& r) const {
+  const bool kubernetes = executorFor(r) == "kubernetes";
+  for (const auto& ps : r.spec.pod_sets) {
+    if (!ps.command.empty() || (kubernetes && !ps.image.empty())) return true;
+  }
+  return false;
+}
+
 std::string FleetService::replicaId(const Record& r, const PodRun& p) const {
   return fmt::format("{}/{}-{}", shown(r.spec.name), p.pod_set, p.index);
 }
@@ -832,7 +842,8 @@ void FleetService::startPods(Record& r, int64_t now) {
   }
   for (const auto& ps : r.spec.pod_sets) {
     if (!failure.empty()) break;
-    if (ps.command.empty()) continue;  // a pod set with nothing to run here holds its quota only
+    // A pod set with nothing to run here holds its quota only.
+    if (ps.command.empty() && (executor_name != "kubernetes" || ps.image.empty())) continue;
     int64_t count = ps.count;
     if (r.admission) {
       for (const auto& a : r.admission->pod_sets) {
@@ -854,6 +865,8 @@ void FleetService::startPods(Record& r, int64_t now) {
         launch.memory_bytes = m->second / 1000;
       }
       if (auto n = launch.env.find("PURSER_NODE"); n != launch.env.end()) launch.node = n->second;
+      launch.image = ps.image;
+      launch.queue = r.spec.local_queue;
       auto handle = executor->start(launch);
       if (!handle && handle.error().code == ErrorCode::kResourceExhausted) {
         // The executor is full: what started is let go, and it waits for room (every poll).

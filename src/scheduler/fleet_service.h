@@ -281,6 +281,7 @@ class FleetService {
   void adopt();
   void joinServed();
   std::string replicaId(const Record& r, const PodRun& p) const;
+  bool runsHere(const Record& r) const;
 
   void tick();
   void arm();

@@ -21,13 +21,6 @@ bool holdsQuota(const std::string& state) {
   return state == "admitted" || state == "running" || state == "unknown";
 }
 
-bool runsPods(const Workload& w) {
-  for (const auto& ps : w.pod_sets) {
-    if (!ps.command.empty()) return true;
-  }
-  return false;
-}
-
 namespace {
 
 json placementsJson(const std::vector<fleet::PodPlacement>& pods) {
@@ -97,7 +90,8 @@ json specJson(const Workload& w) {
                     {"nouse_gpu_types", ps.nouse_gpu_types},
                     {"command", ps.command},
                     {"working_dir", ps.working_dir},
-                    {"env", ps.env}});
+                    {"env", ps.env},
+                    {"image", ps.image}});
   }
   return {{"name", w.name},
           {"namespace", w.namespace_},
@@ -161,6 +155,7 @@ Workload specFrom(const json& j) {
     if (ps.contains("command")) out.command = ps.at("command").get<std::vector<std::string>>();
     if (ps.contains("working_dir")) out.working_dir = ps.at("working_dir").get<std::string>();
     if (ps.contains("env")) out.env = ps.at("env").get<std::map<std::string, std::string>>();
+    if (ps.contains("image")) out.image = ps.at("image").get<std::string>();
     w.pod_sets.push_back(std::move(out));
   }
   return w;

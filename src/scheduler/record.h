@@ -67,8 +67,6 @@ struct Record {
 bool isTerminal(const std::string& state);
 // Admitted by the engine: its quota is held (admitted, running, unknown).
 bool holdsQuota(const std::string& state);
-// Does the workload run anything (a command in some pod set)?
-bool runsPods(const fleet::Workload& w);
 
 std::string recordText(const Record& r);
 // kDataLoss when the text is not a record.

@@ -347,6 +347,24 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     for (const auto& f : slurm->flavors) fleet_options.flavor_executors[f] = "slurm";
     fleet_setup.slurm = std::move(so);
   }
+  if (const auto& k = config.fleet.kubernetes) {
+    exec::KubernetesExecutorOptions ko;
+    ko.api.server = k->server;
+    ko.api.token = k->token;
+    if (!k->token_file.empty()) {
+      std::ifstream in(k->token_file);
+      if (!in) {
+        return fail(invalidArgument(
+            fmt::format("fleet.kubernetes.token_file: cannot read {}", k->token_file)));
+      }
+      std::getline(in, ko.api.token);
+    }
+    ko.api.ca_file = k->ca_file;
+    ko.api.insecure = k->insecure;
+    ko.default_image = k->default_image;
+    for (const auto& f : k->flavors) fleet_options.flavor_executors[f] = "kubernetes";
+    fleet_setup.kubernetes = std::move(ko);
+  }
   for (const auto& n : config.fleet.nodes) {
     fleet::InventoryNode node;
     node.name = n.name;

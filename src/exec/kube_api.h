@@ -1,0 +1,56 @@
+// KubeApi: a small blocking client for the Kubernetes API server — JSON requests and watch
+// streams over HTTP/1.1, HTTPS (OpenSSL, verifying the server against a CA file unless told
+// not to) and a bearer token. One connection per request; a watch holds its own until the server
+// ends it or stop() is called.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/result.h"
+
+namespace purser::exec {
+
+struct KubeApiOptions {
+  std::string server;     // https://host:port or http://host:port
+  std::string token;      // bearer token; empty: none
+  std::string ca_file;    // PEM CA bundle for https; empty: the system's
+  bool insecure = false;  // https without verifying the server (tests and labs only)
+  Duration timeout = std::chrono::seconds(30);
+};
+
+struct KubeReply {
+  int status = 0;
+  std::string body;
+};
+
+class KubeApi {
+ public:
+  static Result<std::unique_ptr<KubeApi>> create(KubeApiOptions options);
+  ~KubeApi();
+
+  // One request; kUnavailable when the server cannot be reached or answers nothing.
+  Result<KubeReply> call(const std::string& method, const std::string& path,
+                         const std::string& body = "",
+                         const std::string& content_type = "application/json");
+  // A watch: GET `path`, then `on_line` for each line of the streamed body until the server ends
+  // it, `stop` is set (checked every second) or on_line returns false. The reply's status (the
+  // body is read only when it is not 200).
+  Result<KubeReply> watch(const std::string& path,
+                          const std::function<bool(const std::string&)>& on_line,
+                          const std::atomic<bool>& stop);
+
+ private:
+  struct Conn;
+  explicit KubeApi(KubeApiOptions options);
+  Result<std::unique_ptr<Conn>> connect();
+  KubeApiOptions options_;
+  std::string host_, port_;
+  bool tls_ = false;
+  void* ssl_ctx_ = nullptr;  // SSL_CTX*
+};
+
+}  // namespace purser::exec

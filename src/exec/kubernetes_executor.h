@@ -1,0 +1,91 @@
+// KubernetesExecutor: pods as Kubernetes Jobs, the way Kueue runs them — for a fleet whose GPUs a
+// cluster already schedules.
+//
+// Each pod becomes a batch/v1 Job of one pod, created suspended (spec.suspend: true) with the
+// kueue.x-k8s.io/queue-name label and Purser's own (purser.dev/managed, purser.dev/handle), then
+// released by a merge patch that un-suspends it and sets its node selector
+// (kubernetes.io/hostname) from the placement. Its container runs the pod set's image with its
+// command, working directory and environment, asking for its CPU and memory and limited to its
+// whole GPUs (nvidia.com/gpu). Pods are followed with one list-and-watch of the pods Purser
+// manages: a watch that ends resumes from the last resourceVersion it saw; a 410 Gone (the
+// version is too old) relists. Phases: Pending and Running are running; Succeeded; Failed with
+// the container's exit code. Stopping suspends the Job (Kubernetes ends its pod with the pod's
+// own grace period); forgetting it deletes it. Until the first list succeeds, or while the API
+// cannot be reached, status() is kUnavailable.
+//
+// Thread-safe. One background thread watches.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/executor.h"
+#include "exec/kube_api.h"
+
+namespace purser::exec {
+
+struct KubernetesExecutorOptions {
+  KubeApiOptions api;
+  std::string default_image;        // for pod sets that name none
+  std::function<void()> on_change;  // a watched pod changed (called from the watch thread)
+};
+
+class KubernetesExecutor final : public Executor {
+ public:
+  static Result<std::unique_ptr<KubernetesExecutor>> create(const Clock& clock,
+                                                            KubernetesExecutorOptions options);
+  ~KubernetesExecutor() override;
+
+  Result<std::string> start(const PodLaunch& pod) override;
+  Result<PodStatus> status(const std::string& handle) override;
+  Result<void> stop(const std::string& handle, Duration grace) override;
+  Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
+  Result<void> adopt(const Adopted& pod) override;
+  void forget(const std::string& handle) override;
+
+  // Lists and watches made (for tests and diagnostics).
+  int64_t lists() const { return lists_.load(); }
+
+ private:
+  struct PodState {
+    std::string name, phase;  // the pod's name and phase (Pending, Running, Succeeded, Failed)
+    std::optional<int> exit_code;
+    std::optional<SystemTime> started_at, finished_at;
+  };
+  struct Job {
+    std::string ns, name;
+    SystemTime started_at{};
+    bool stopping = false;
+    bool gone = false;  // its pod was deleted (suspended or removed)
+    std::optional<PodState> pod;
+  };
+
+  KubernetesExecutor(const Clock& clock, KubernetesExecutorOptions options,
+                     std::unique_ptr<KubeApi> api);
+  void watchLoop();
+  bool relist(std::string& version);
+  void apply(const std::string& type, const nlohmann::json& pod);
+
+  const Clock& clock_;
+  const KubernetesExecutorOptions options_;
+  std::unique_ptr<KubeApi> api_;
+  mutable std::mutex mu_;
+  std::condition_variable synced_cv_;
+  std::map<std::string, Job> jobs_;       // by handle ("namespace.job-name")
+  std::map<std::string, PodState> pods_;  // by handle, as last seen
+  bool synced_ = false;                   // a list has succeeded and the watch is current
+  std::string down_;                      // why the API cannot be reached now
+  int64_t next_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> lists_{0};
+  std::thread watcher_;
+};
+
+}  // namespace purser::exec

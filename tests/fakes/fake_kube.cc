@@ -1,0 +1,344 @@
+#include "fakes/fake_kube.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+
+namespace purser::testing {
+
+using nlohmann::json;
+
+namespace {
+
+std::string now3339() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+void reply(int fd, int status, const std::string& body,
+           const std::string& type = "application/json") {
+  const char* reason = status == 200   ? "OK"
+                       : status == 201 ? "Created"
+                       : status == 401 ? "Unauthorized"
+                       : status == 404 ? "Not Found"
+                       : status == 409 ? "Conflict"
+                                       : "Error";
+  FakeUpstream::writeAll(fd, "HTTP/1.1 " + std::to_string(status) + " " + reason +
+                                 "\r\nContent-Type: " + type +
+                                 "\r\nContent-Length: " + std::to_string(body.size()) +
+                                 "\r\nConnection: close\r\n\r\n" + body);
+}
+
+json status(int code, const std::string& reason, const std::string& message) {
+  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
+          {"code", code},     {"reason", reason},   {"message", message}};
+}
+
+std::string chunk(const std::string& data) {
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+// Splits "/a/b/c?x=1" into path segments and the query's value of `key`.
+std::vector<std::string> segments(const std::string& target) {
+  std::vector<std::string> out;
+  const std::string path = target.substr(0, target.find('?'));
+  size_t at = 1;
+  while (at <= path.size()) {
+    const size_t next = path.find('/', at);
+    out.push_back(path.substr(at, next == std::string::npos ? std::string::npos : next - at));
+    if (next == std::string::npos) break;
+    at = next + 1;
+  }
+  return out;
+}
+
+std::string query(const std::string& target, const std::string& key) {
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return {};
+  const std::string qs = "&" + target.substr(q + 1);
+  const size_t at = qs.find("&" + key + "=");
+  if (at == std::string::npos) return {};
+  const size_t from = at + key.size() + 2;
+  return qs.substr(from, qs.find('&', from) - from);
+}
+
+}  // namespace
+
+FakeKube::FakeKube(std::string token) : token_(std::move(token)) {
+  server_ = std::make_unique<FakeUpstream>([this](int fd) { handle(fd); });
+}
+
+FakeKube::~FakeKube() {
+  {
+    std::lock_guard lock(mu_);
+    ending_ = true;
+  }
+  changed_.notify_all();
+  server_.reset();
+}
+
+std::vector<FakeKube::Request> FakeKube::requests() const {
+  std::lock_guard lock(mu_);
+  return requests_;
+}
+
+json FakeKube::job(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, j] : jobs_) {
+    if (j["metadata"]["name"] == name) return j;
+  }
+  return nullptr;
+}
+
+std::string FakeKube::jobOfWorkload(const std::string& prefix) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, j] : jobs_) {
+    const std::string name = j["metadata"]["name"];
+    if (name.rfind(prefix, 0) == 0) return name;
+  }
+  return {};
+}
+
+int64_t FakeKube::resourceVersion() const {
+  std::lock_guard lock(mu_);
+  return rv_;
+}
+
+void FakeKube::event(const std::string& type, const json& pod) {
+  events_.push_back({rv_, type, pod});
+  changed_.notify_all();
+}
+
+bool FakeKube::finishPod(const std::string& job_name, int exit_code, const std::string& log) {
+  std::lock_guard lock(mu_);
+  for (auto& [key, pod] : pods_) {
+    if (pod["metadata"]["labels"].value("job-name", "") != job_name) continue;
+    pod["status"]["phase"] = exit_code == 0 ? "Succeeded" : "Failed";
+    pod["status"]["containerStatuses"] =
+        json::array({{{"name", "main"},
+                      {"state",
+                       {{"terminated",
+                         {{"exitCode", exit_code},
+                          {"finishedAt", now3339()},
+                          {"reason", exit_code == 0 ? "Completed" : "Error"}}}}}}});
+    pod["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    logs_[pod["metadata"]["name"]] = log;
+    event("MODIFIED", pod);
+    return true;
+  }
+  return false;
+}
+
+void FakeKube::dropWatches() {
+  {
+    std::lock_guard lock(mu_);
+    ++drops_;
+  }
+  changed_.notify_all();
+}
+
+void FakeKube::compact() {
+  std::lock_guard lock(mu_);
+  kept_from_ = ++rv_;  // every version seen so far is now too old
+  events_.clear();
+}
+
+void FakeKube::watch(int fd, int64_t from) {
+  std::unique_lock lock(mu_);
+  if (from < kept_from_) {
+    lock.unlock();
+    FakeUpstream::writeAll(
+        fd,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n" +
+            chunk(json{{"type", "ERROR"},
+                       {"object", status(410, "Expired", "too old resource version")}}
+                      .dump() +
+                  "\n") +
+            "0\r\n\r\n");
+    return;
+  }
+  const int64_t drops = drops_;
+  lock.unlock();
+  FakeUpstream::writeAll(fd,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n");
+  lock.lock();
+  int64_t seen = from;
+  while (!ending_ && drops_ == drops) {
+    std::string out;
+    for (const auto& e : events_) {
+      if (e.rv <= seen) continue;
+      out += chunk(json{{"type", e.type}, {"object", e.object}}.dump() + "\n");
+      seen = e.rv;
+    }
+    if (!out.empty()) {
+      lock.unlock();
+      FakeUpstream::writeAll(fd, out);
+      lock.lock();
+      continue;
+    }
+    changed_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  // Dropped: the connection ends without its last chunk.
+  lock.unlock();
+  ::shutdown(fd, SHUT_RDWR);
+}
+
+void FakeKube::handle(int fd) {
+  const std::string raw = FakeUpstream::readRequest(fd);
+  const size_t line_end = raw.find("\r\n");
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (line_end == std::string::npos || head_end == std::string::npos) return;
+  const std::string line = raw.substr(0, line_end);
+  const size_t s1 = line.find(' '), s2 = line.find(' ', s1 + 1);
+  Request req;
+  req.method = line.substr(0, s1);
+  req.target = line.substr(s1 + 1, s2 - s1 - 1);
+  req.body = raw.substr(head_end + 4);
+  const std::string head = raw.substr(0, head_end);
+  std::string auth;
+  for (size_t at = head.find("\r\n"); at != std::string::npos;) {
+    const size_t next = head.find("\r\n", at + 2);
+    const std::string h =
+        head.substr(at + 2, next == std::string::npos ? std::string::npos : next - at - 2);
+    const std::string lower = [&] {
+      std::string l = h.substr(0, h.find(':'));
+      for (char& c : l) c = static_cast<char>(std::tolower(c));
+      return l;
+    }();
+    std::string value = h.substr(h.find(':') + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    if (lower == "authorization") auth = value;
+    if (lower == "content-type") req.content_type = value;
+    at = next;
+  }
+  {
+    std::lock_guard lock(mu_);
+    requests_.push_back(req);
+  }
+  if (auth != "Bearer " + token_) {
+    reply(fd, 401, status(401, "Unauthorized", "Unauthorized").dump());
+    return;
+  }
+  const auto seg = segments(req.target);
+  // /api/v1/pods[?watch=1]
+  if (req.method == "GET" && seg.size() == 3 && seg[0] == "api" && seg[2] == "pods") {
+    if (query(req.target, "watch") == "1") {
+      watch(fd, std::stoll("0" + query(req.target, "resourceVersion")));
+      return;
+    }
+    std::lock_guard lock(mu_);
+    json items = json::array();
+    for (const auto& [key, pod] : pods_) items.push_back(pod);
+    reply(fd, 200,
+          json{{"kind", "PodList"},
+               {"apiVersion", "v1"},
+               {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+               {"items", items}}
+              .dump());
+    return;
+  }
+  // /api/v1/namespaces/NS/pods/POD/log
+  if (req.method == "GET" && seg.size() == 7 && seg[4] == "pods" && seg[6] == "log") {
+    std::lock_guard lock(mu_);
+    auto it = logs_.find(seg[5]);
+    reply(fd, it == logs_.end() ? 404 : 200, it == logs_.end() ? "" : it->second, "text/plain");
+    return;
+  }
+  // /apis/batch/v1/namespaces/NS/jobs[/NAME]
+  if (seg.size() >= 6 && seg[0] == "apis" && seg[1] == "batch" && seg[5] == "jobs") {
+    const std::string ns = seg[4];
+    std::lock_guard lock(mu_);
+    if (req.method == "POST" && seg.size() == 6) {
+      json job = json::parse(req.body, nullptr, false);
+      if (!job.is_object() || !job["metadata"]["name"].is_string()) {
+        reply(fd, 400, status(400, "BadRequest", "not a Job").dump());
+        return;
+      }
+      const std::string key = ns + "/" + job["metadata"]["name"].get<std::string>();
+      if (jobs_.count(key) != 0) {
+        reply(fd, 409, status(409, "AlreadyExists", "jobs.batch already exists").dump());
+        return;
+      }
+      job["metadata"]["resourceVersion"] = std::to_string(++rv_);
+      job["metadata"]["uid"] = "uid-" + std::to_string(rv_);
+      jobs_[key] = job;
+      reply(fd, 201, job.dump());
+      return;
+    }
+    if (seg.size() != 7) {
+      reply(fd, 404, status(404, "NotFound", "no such path").dump());
+      return;
+    }
+    const std::string key = ns + "/" + seg[6];
+    auto it = jobs_.find(key);
+    if (it == jobs_.end()) {
+      reply(fd, 404, status(404, "NotFound", "jobs.batch \"" + seg[6] + "\" not found").dump());
+      return;
+    }
+    json& job = it->second;
+    const auto deletePods = [&] {
+      for (auto p = pods_.begin(); p != pods_.end();) {
+        if (p->second["metadata"]["labels"].value("job-name", "") == seg[6]) {
+          p->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+          event("DELETED", p->second);
+          p = pods_.erase(p);
+        } else {
+          ++p;
+        }
+      }
+    };
+    if (req.method == "PATCH") {
+      const json patch = json::parse(req.body, nullptr, false);
+      if (req.content_type != "application/merge-patch+json" || !patch.is_object()) {
+        reply(fd, 415, status(415, "UnsupportedMediaType", "expected a merge patch").dump());
+        return;
+      }
+      job.merge_patch(patch);
+      job["metadata"]["resourceVersion"] = std::to_string(++rv_);
+      bool has_pod = false;
+      for (const auto& [k, p] : pods_) {
+        has_pod = has_pod || p["metadata"]["labels"].value("job-name", "") == seg[6];
+      }
+      if (!job["spec"].value("suspend", false) && !has_pod) {
+        json labels = job["spec"]["template"]["metadata"].value("labels", json::object());
+        labels["job-name"] = seg[6];
+        json pod = {{"apiVersion", "v1"},
+                    {"kind", "Pod"},
+                    {"metadata",
+                     {{"name", seg[6] + "-x7k2p"},
+                      {"namespace", ns},
+                      {"labels", labels},
+                      {"resourceVersion", std::to_string(++rv_)}}},
+                    {"spec", job["spec"]["template"]["spec"]},
+                    {"status", {{"phase", "Running"}, {"startTime", now3339()}}}};
+        pods_[ns + "/" + pod["metadata"]["name"].get<std::string>()] = pod;
+        event("ADDED", pod);
+      } else if (job["spec"].value("suspend", false)) {
+        deletePods();
+      }
+      reply(fd, 200, job.dump());
+      return;
+    }
+    if (req.method == "DELETE") {
+      deletePods();
+      jobs_.erase(it);
+      reply(fd, 200, status(200, "", "").dump());
+      return;
+    }
+    if (req.method == "GET") {
+      reply(fd, 200, job.dump());
+      return;
+    }
+  }
+  reply(fd, 404, status(404, "NotFound", "the fake serves no " + req.target).dump());
+}
+
+}  // namespace purser::testing

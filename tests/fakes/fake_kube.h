@@ -1,0 +1,71 @@
+// A wire-level fake of the Kubernetes API server, for the Kubernetes executor's tests (no API
+// server is installable on these machines). It speaks the real paths and objects over HTTP/1.1:
+// batch/v1 Jobs (create, merge-patch, delete), Pods (list with a resourceVersion, watch streams of
+// ADDED/MODIFIED/DELETED events resuming from a resourceVersion, a 410 Expired ERROR event for a
+// version it no longer keeps) and pod logs; it checks the bearer token. Its "kubelet": a Job that
+// is not suspended gets one Running pod; suspending the Job deletes it; the test finishes pods
+// with an exit code. Every request is recorded for the test to inspect.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fakes/fake_upstream.h"
+
+namespace purser::testing {
+
+class FakeKube {
+ public:
+  explicit FakeKube(std::string token);
+  ~FakeKube();
+
+  uint16_t port() const { return server_->port(); }
+
+  struct Request {
+    std::string method, target, body, content_type;
+  };
+  std::vector<Request> requests() const;
+  // The Job named `name` (any namespace) as it is now; null when there is none.
+  nlohmann::json job(const std::string& name) const;
+  // The name of the Job whose pods carry purser.dev/handle = `handle`... by the Job's label.
+  std::string jobOfWorkload(const std::string& workload_prefix) const;
+  // Ends the Job's pod with `exit_code` (Succeeded when 0, else Failed), writing `log` as its log.
+  bool finishPod(const std::string& job_name, int exit_code, const std::string& log);
+  // Ends every watch connection abruptly (as an API server restart or a load balancer does).
+  void dropWatches();
+  // Forgets the events so far: a watch resuming from an older version gets 410 Expired.
+  void compact();
+  int64_t resourceVersion() const;
+
+ private:
+  void handle(int fd);
+  void event(const std::string& type, const nlohmann::json& pod);  // mu_ held
+  void watch(int fd, int64_t from);
+
+  const std::string token_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  int64_t rv_ = 100;
+  int64_t kept_from_ = 0;  // a watch from a version below this one is told 410 Expired
+  int64_t drops_ = 0;
+  bool ending_ = false;
+  std::map<std::string, nlohmann::json> jobs_;  // "ns/name"
+  std::map<std::string, nlohmann::json> pods_;  // "ns/name"
+  std::map<std::string, std::string> logs_;     // pod name -> log
+  struct Event {
+    int64_t rv;
+    std::string type;
+    nlohmann::json object;
+  };
+  std::vector<Event> events_;
+  std::vector<Request> requests_;
+  std::unique_ptr<FakeUpstream> server_;
+};
+
+}  // namespace purser::testing

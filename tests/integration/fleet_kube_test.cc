@@ -1,0 +1,181 @@
+// Workloads on Kubernetes, against a wire-level fake API server (no API server is installable on
+// these machines; tests/fakes/fake_kube.h speaks the real paths, objects, resourceVersions and
+// watch streams). Shown: each pod becomes a Job created suspended with Kueue's queue-name label,
+// then released by a merge patch that un-suspends it and pins it to the placement's node; the
+// pod's phases drive the workload's state and its exit code; preemption suspends the Job again;
+// a watch that drops resumes from the last resourceVersion it saw, and a 410 Gone forces a
+// relist — with no pod's end missed.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <thread>
+
+#include "fakes/fake_kube.h"
+#include "fakes/temp_dir.h"
+#include "integration/fleet_harness.h"
+
+namespace purser {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kAdminKey = "fleet-kube-test-admin-key-0123456789";
+constexpr const char* kToken = "kube-token-of-the-purser-service-account";
+
+class FleetKubernetesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
+    testing::writeFile(dir.file("token"), std::string(kToken) + "\n");
+    testing::writeFile(dir.file("purser.yaml"),
+                       "listen: 127.0.0.1:0\nthreads: 1\n"
+                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
+                       "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
+                       "  nodes:\n    - {name: gpu-node-1, cpu: 64, memory: 512Gi,\n"
+                       "       gpus: {count: 8, model: H100-SXM-80GB, memory: 80Gi}}\n"
+                       "  kubernetes: {flavors: [h100], server: \"http://127.0.0.1:" +
+                           std::to_string(kube.port()) + "\", token_file: " + dir.file("token") +
+                           "}\n");
+    std::string why;
+    ASSERT_TRUE(server.start(&why)) << why;
+    key = server.member();
+    ASSERT_FALSE(key.empty());
+  }
+
+  json submit(const std::string& name, int gpus, const std::string& priority_class = "") {
+    json w = {{"name", name},
+              {"queue", "research"},
+              {"pod_sets",
+               {{{"name", "main"},
+                 {"image", "registry.example/trainer:1"},
+                 {"command", {"python", "train.py"}},
+                 {"env", {{"EPOCHS", "3"}}},
+                 {"requests", {{"cpu", "2"}, {"nvidia.com/gpu", std::to_string(gpus)}}}}}}};
+    if (!priority_class.empty()) w["priority_class"] = priority_class;
+    int status = 0;
+    json out = server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
+    EXPECT_EQ(status, 201) << out.dump();
+    return out;
+  }
+  // The Job the fake holds for workload ml/NAME (waits for it to be created).
+  std::string jobOf(const std::string& name) {
+    for (int i = 0; i < 3000; ++i) {
+      const std::string job = kube.jobOfWorkload(name + "-main-0-");
+      if (!job.empty()) return job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "no Job was created for " << name << ": "
+                  << server.workload(key, name).dump();
+    return {};
+  }
+  // The requests the fake saw for `job`, as "METHOD body".
+  std::vector<std::string> calls(const std::string& job) {
+    std::vector<std::string> out;
+    for (const auto& r : kube.requests()) {
+      if (r.target.find("/jobs") == std::string::npos) continue;
+      if (r.target.find(job) == std::string::npos && r.body.find(job) == std::string::npos) {
+        continue;
+      }
+      out.push_back(r.method + " " + r.body);
+    }
+    return out;
+  }
+
+  testing::TempDir dir;
+  testing::FakeKube kube{kToken};
+  testing::FleetServer server{dir, kAdminKey};
+  std::string key;
+};
+
+TEST_F(FleetKubernetesTest, AJobIsCreatedSuspendedReleasedToItsNodeAndFollowedToItsEnd) {
+  submit("train", 2);
+  const std::string job = jobOf("train");
+  server.waitFor(key, "train", "running");
+  // Created suspended, labelled as Kueue's queue-name; then un-suspended with the node selector.
+  const auto seen = calls(job);
+  ASSERT_GE(seen.size(), 2u);
+  const json created = json::parse(seen[0].substr(5));
+  EXPECT_EQ(seen[0].rfind("POST ", 0), 0u);
+  EXPECT_EQ(created["spec"]["suspend"], true);
+  EXPECT_EQ(created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "research");
+  const json container = created["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["image"], "registry.example/trainer:1");
+  EXPECT_EQ(container["command"], json({"python", "train.py"}));
+  EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], "2");
+  EXPECT_NE(container["env"].dump().find("EPOCHS"), std::string::npos);
+  EXPECT_EQ(seen[1].rfind("PATCH ", 0), 0u);
+  const json release = json::parse(seen[1].substr(6));
+  EXPECT_EQ(release["spec"]["suspend"], false);
+  EXPECT_EQ(release["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+            "gpu-node-1");
+  // The pod fails with code 3: so does the workload, with the pod's log.
+  ASSERT_TRUE(kube.finishPod(job, 3, "loading\nCUDA out of memory\n"));
+  json failed = server.waitFor(key, "train", "failed");
+  EXPECT_EQ(failed["exit_code"], 3);
+  EXPECT_EQ(failed["log_tail"], "loading\nCUDA out of memory\n");
+}
+
+TEST_F(FleetKubernetesTest, PreemptionSuspendsTheVictimsJobAndItRunsAgainLater) {
+  submit("steady", 4);
+  submit("scavenger", 4, "low");
+  const std::string steady = jobOf("steady");
+  const std::string first = jobOf("scavenger");
+  server.waitFor(key, "scavenger", "running");
+  submit("urgent", 4, "urgent");
+  server.waitFor(key, "scavenger", "evicted");
+  // Suspended again, as Kueue does, and its pod deleted by the fake's controller.
+  bool suspended = false;
+  for (const auto& c : calls(first))
+    suspended = suspended || c == R"(PATCH {"spec":{"suspend":true}})";
+  EXPECT_TRUE(suspended);
+  server.waitFor(key, "urgent", "running");
+  // Room returns: a new Job for its second run.
+  ASSERT_TRUE(kube.finishPod(steady, 0, "done\n"));
+  server.waitFor(key, "steady", "succeeded");
+  json again = server.waitFor(key, "scavenger", "running");
+  EXPECT_EQ(again["runs"], 2);
+}
+
+TEST_F(FleetKubernetesTest, AWatchThatDropsResumesAndA410Relists) {
+  submit("a", 1);
+  submit("b", 1);
+  const std::string a = jobOf("a");
+  const std::string b = jobOf("b");
+  server.waitFor(key, "a", "running");
+  server.waitFor(key, "b", "running");
+  // The watch drops; the pod's end happens while no watch is open, and is still seen.
+  const int64_t version = kube.resourceVersion();
+  kube.dropWatches();
+  ASSERT_TRUE(kube.finishPod(a, 0, "ok\n"));
+  server.waitFor(key, "a", "succeeded");
+  size_t lists = 0;
+  bool resumed = false;
+  for (const auto& r : kube.requests()) {
+    if (r.target.rfind("/api/v1/pods", 0) != 0) continue;
+    if (r.target.find("watch=1") == std::string::npos) {
+      ++lists;
+    } else if (r.target.find("resourceVersion=" + std::to_string(version)) != std::string::npos) {
+      resumed = true;
+    }
+  }
+  EXPECT_TRUE(resumed) << "the watch resumed from the version it had seen";
+  EXPECT_EQ(lists, 1u) << "and did not list again";
+  // The versions it knows are forgotten (410 Gone): it lists again, and misses nothing.
+  kube.compact();
+  kube.dropWatches();
+  ASSERT_TRUE(kube.finishPod(b, 0, "ok\n"));
+  server.waitFor(key, "b", "succeeded");
+  lists = 0;
+  for (const auto& r : kube.requests()) {
+    if (r.target.rfind("/api/v1/pods", 0) == 0 && r.target.find("watch=1") == std::string::npos) {
+      ++lists;
+    }
+  }
+  std::string seen;
+  for (const auto& r : kube.requests()) seen += r.method + " " + r.target + "\n";
+  EXPECT_EQ(lists, 2u) << "a 410 forces one relist; requests:\n" << seen;
+}
+
+}  // namespace
+}  // namespace purser
