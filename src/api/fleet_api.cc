@@ -488,6 +488,8 @@ void Fleet::addMetrics(http::MetricsRegistry& metrics) {
   });
 }
 
+void Fleet::stop() { service_->stop(); }
+
 const std::vector<std::string>& Fleet::warnings() const { return service_->warnings(); }
 
 Result<void> Fleet::addRoutes(http::Router& router) {

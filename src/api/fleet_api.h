@@ -88,6 +88,9 @@ class Fleet {
   // worker's). Call every second or so; the service meters and schedules on its own thread.
   void tick(const boost::asio::any_io_executor& executor);
 
+  // Stops the fleet service's thread (before the store closes). Pods keep running.
+  void stop();
+
   // Warnings from the manifests read at start (unsupported fields), for the log.
   const std::vector<std::string>& warnings() const;
 

@@ -104,13 +104,19 @@ Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options opti
   return s;
 }
 
-FleetService::~FleetService() {
+void FleetService::stop() {
   closing_ = true;
+  if (!thread_.joinable()) return;
   asio::post(context_, [this] {
     timer_.cancel();
     work_.reset();
+    context_.stop();  // handlers still queued (calls, nudges) are dropped with it
   });
-  if (thread_.joinable()) thread_.join();
+  thread_.join();
+}
+
+FleetService::~FleetService() {
+  stop();
   executors_.clear();  // their threads end before the io_context they nudge goes
 }
 

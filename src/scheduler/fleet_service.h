@@ -135,7 +135,10 @@ class FleetService {
   // invalid manifest is an error naming it.
   static Result<std::unique_ptr<FleetService>> open(Deps deps, Options options,
                                                     Executors executors);
-  // Stops the thread. Pods keep running: the next start adopts them.
+  // Stops the thread (what it was doing finishes; nothing is scheduled after). Pods keep
+  // running: the next start adopts them. Idempotent; from any thread but the service's.
+  void stop();
+  // Stops the thread, then the executors.
   ~FleetService();
   FleetService(const FleetService&) = delete;
   FleetService& operator=(const FleetService&) = delete;

@@ -555,8 +555,9 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
 
   workers.join();
   housekeeping.join();
-  // The workers are gone: nothing can queue more writes. Anchor the audit log, then flush the
-  // store last.
+  // The fleet service stops next (its pods keep running, to be adopted at the next start): after
+  // it, nothing can queue more writes. Anchor the audit log, then flush the store last.
+  fleet_api->stop();
   if (auto anchored = audit.anchor(*store); !anchored) {
     spdlog::error("audit: {}", anchored.error().message);
   }

@@ -77,10 +77,26 @@ class FleetServer {
     port_ = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
     return true;
   }
-  // SIGTERM (a graceful stop); its exit code.
+  // SIGTERM (a graceful stop); its exit code. A server that has not exited after a generous
+  // bound (it drains, then stops) is a failure, reported with what its threads were doing.
   int stop() {
     if (!process_) return 0;
     process_->signal(SIGTERM);
+    const std::string stat = "/proc/" + std::to_string(process_->pid()) + "/stat";
+    for (int i = 0; i < 6000 && !exited(stat); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!exited(stat)) {
+      Process gdb({"/usr/bin/gdb", "-batch", "-p", std::to_string(process_->pid()), "-ex",
+                   "thread apply all bt 25"});
+      gdb.wait();
+      process_->signal(SIGKILL);
+      process_->wait();
+      const std::string log = process_->err();
+      ADD_FAILURE() << "purser did not stop within 60 s of SIGTERM; its threads:\n"
+                    << gdb.out() << gdb.err() << "\nthe end of its log:\n"
+                    << log.substr(log.size() > 4000 ? log.size() - 4000 : 0);
+    }
     const int code = process_->wait();
     process_.reset();
     return code;
@@ -110,6 +126,18 @@ class FleetServer {
     if (!r) return nullptr;
     nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
     return j.is_discarded() ? nlohmann::json(r->body) : j;
+  }
+
+  uint16_t port() const { return port_; }
+
+  // Runs the CLI against this server as `key`; its exit code and what it printed.
+  std::pair<int, std::string> cli(const std::vector<std::string>& args, const std::string& key) {
+    std::vector<std::string> argv = {PURSER_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv, "",
+              {"PURSER_SERVER=http://127.0.0.1:" + std::to_string(port_), "PURSER_KEY=" + key});
+    const int code = p.wait();
+    return {code, p.out() + p.err()};
   }
 
   // Tenant "acme", its team "ml" and member "alice"; alice's key.
@@ -155,6 +183,13 @@ class FleetServer {
   }
 
  private:
+  // Has the process behind /proc/PID/stat exited (a zombie, or gone)?
+  static bool exited(const std::string& stat) {
+    const std::string text = readFile(stat);
+    const size_t close = text.rfind(')');
+    return close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z';
+  }
+
   TempDir& dir_;
   const std::string admin_key_;
   std::unique_ptr<Process> process_;

@@ -65,8 +65,7 @@ class FleetKubernetesTest : public ::testing::Test {
       if (!job.empty()) return job;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ADD_FAILURE() << "no Job was created for " << name << ": "
-                  << server.workload(key, name).dump();
+    ADD_FAILURE() << "no Job was created for " << name << ": " << server.workload(key, name).dump();
     return {};
   }
   // The requests the fake saw for `job`, as "METHOD body".

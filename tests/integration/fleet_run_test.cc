@@ -174,6 +174,15 @@ TEST_F(FleetRunTest, AFailingCommandFailsWithItsExitCodeAndTheEndOfItsLog) {
   EXPECT_NE(failed["message"].get<std::string>().find("exited with code 3"), std::string::npos);
   EXPECT_EQ(failed["log_tail"], "pod 0 of ml/broken in research\nfinished\n");
   EXPECT_EQ(logs("broken"), "pod 0 of ml/broken in research\nfinished\n");
+  // The same through the CLI, and the table of workloads shows the exit code.
+  EXPECT_EQ(server.cli({"logs", "ml/broken"}, key),
+            std::make_pair(0, std::string("pod 0 of ml/broken in research\nfinished\n")));
+  const auto [listed, table] = server.cli({"workloads", "--state", "failed"}, key);
+  EXPECT_EQ(listed, 0);
+  EXPECT_NE(table.find("EXIT"), std::string::npos) << table;
+  const auto [missing, said] = server.cli({"logs", "ml/nothing-here"}, key);
+  EXPECT_NE(missing, 0);
+  EXPECT_NE(said.find("no workload named \"ml/nothing-here\""), std::string::npos) << said;
   // A program that cannot run fails at once, saying why, and holds nothing.
   json bad = {
       {"name", "typo"},
