@@ -3,8 +3,12 @@
 // bounded by a count (a hang fails instead of hanging), never by timing.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -55,6 +59,20 @@ kind: WorkloadPriorityClass
 metadata: {name: urgent}
 value: 1000
 )";
+}
+
+// A loopback port nothing listens on now (for servers that must be told theirs: Slurm's daemons,
+// a served model's replica).
+inline uint16_t freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 // A `purser serve` of dir/purser.yaml with its data in dir/var; its port.

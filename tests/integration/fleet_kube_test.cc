@@ -6,6 +6,7 @@
 // a watch that drops resumes from the last resourceVersion it saw, and a 410 Gone forces a
 // relist — with no pod's end missed.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -174,6 +175,25 @@ TEST_F(FleetKubernetesTest, AWatchThatDropsResumesAndA410Relists) {
   std::string seen;
   for (const auto& r : kube.requests()) seen += r.method + " " + r.target + "\n";
   EXPECT_EQ(lists, 2u) << "a 410 forces one relist; requests:\n" << seen;
+}
+
+TEST_F(FleetKubernetesTest, AKilledPurserAdoptsItsJobsInsteadOfCreatingThemAgain) {
+  submit("long", 1);
+  const std::string job = jobOf("long");
+  json before = server.waitFor(key, "long", "running");
+  EXPECT_EQ(server.kill(), 128 + SIGKILL);
+  std::string why;
+  ASSERT_TRUE(server.start(&why)) << why;
+  json adopted = server.workload(key, "long");
+  EXPECT_EQ(adopted["state"], "running") << adopted.dump();
+  EXPECT_EQ(adopted["runs"], 1);
+  ASSERT_TRUE(kube.finishPod(job, 0, "done\n"));
+  json done = server.waitFor(key, "long", "succeeded");
+  EXPECT_EQ(done["started_at"], before["started_at"]);
+  // One Job was ever created for it.
+  int posts = 0;
+  for (const auto& r : kube.requests()) posts += r.method == "POST" ? 1 : 0;
+  EXPECT_EQ(posts, 1);
 }
 
 }  // namespace

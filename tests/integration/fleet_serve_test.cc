@@ -27,18 +27,6 @@ using testing::Process;
 
 constexpr const char* kAdminKey = "fleet-serve-test-admin-key-0123456789";
 
-uint16_t freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 class FleetServeModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -99,7 +87,7 @@ class FleetServeModelTest : public ::testing::Test {
 };
 
 TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempted) {
-  const uint16_t port = freePort();
+  const uint16_t port = testing::freePort();
   json w = {
       {"name", "chat-server"},
       {"queue", "research"},

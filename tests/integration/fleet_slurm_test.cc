@@ -37,18 +37,6 @@ using testing::Process;
 
 constexpr const char* kAdminKey = "fleet-slurm-test-admin-key-0123456789";
 
-uint16_t freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::string which(const std::string& program) {
   for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/bin"}) {
     const std::string path = std::string(dir) + "/" + program;
@@ -148,7 +136,7 @@ class FleetSlurmTest : public ::testing::Test {
                     "NodeName={0} NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:h100:8 "
                     "State=UNKNOWN\nPartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE "
                     "State=UP\n",
-                    host, freePort(), freePort(), root));
+                    host, testing::freePort(), testing::freePort(), root));
     testing::writeFile(
         root + "/gres.conf",
         fmt::format("NodeName={} Name=gpu Type=h100 File={}/dev/gpu[0-7]\n", host, root));
