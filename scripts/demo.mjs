@@ -17,7 +17,8 @@
 // requests in flight first). Keys the demo made are kept in <data>/demo-keys.json.
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import net from "node:net";
+import { join, resolve } from "node:path";
 
 const args = Object.fromEntries(process.argv.slice(2).reduce((pairs, a, i, all) => {
   if (a.startsWith("--")) pairs.push([a.slice(2), all[i + 1]]);
@@ -31,6 +32,20 @@ const rate = Number(args.rate ?? 3);  // requests per second through the gateway
 const openaiPort = args["openai-port"] ?? "8101";
 const anthropicPort = args["anthropic-port"] ?? "8102";
 const port = args.port;  // Purser's, when not the configuration's
+let servePort;  // the served model's first replica's (the next one's is one more)
+
+// A free loopback port whose next one is free too (for the served model's two replicas).
+async function freePortPair() {
+  const listenOn = (p) => new Promise((res) => {
+    const s = net.createServer();
+    s.once("error", () => res(null));
+    s.listen(p, "127.0.0.1", () => { const got = s.address().port; s.close(() => res(got)); });
+  });
+  for (;;) {
+    const p = await listenOn(0);
+    if (p !== null && p < 65535 && (await listenOn(p + 1)) !== null) return p;
+  }
+}
 
 const children = [];
 function start(name, argv, env = {}) {
@@ -239,7 +254,10 @@ async function submitWorkloads(keys) {
     ["bo", { name: "pretrain-70b", queue: "research", pod_sets: [{ name: "workers", count: 4,
       requests: { cpu: "32", memory: "256Gi", "nvidia.com/gpu": "8" } }] }],
     ["carol", { name: "llm-serving", queue: "production", priority_class: "production-inference",
-      pod_sets: [{ name: "replicas", count: 2, requests: { cpu: "8", memory: "64Gi", "nvidia.com/gpu": "2" } }] }],
+      serve: { route: "llama-fleet", port: servePort, model: "llama-3-8b", health: "/healthz" },
+      pod_sets: [{ name: "replicas", count: 2, requests: { cpu: "8", memory: "64Gi", "nvidia.com/gpu": "2" },
+        command: ["/bin/sh", "-c", `exec ${resolve(purserBin)} sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT ` +
+          "--models $PURSER_SERVE_MODEL --ttft-ms 80 --tokens-per-s 300"] }] }],
   ];
   for (const [who, w] of jobs) {
     try {
@@ -256,7 +274,7 @@ const PROMPTS = ["Summarise this incident report", "Draft a reply to the custome
 // Background traffic: people chosen by weight (Dana most), routes at random, a session per person.
 function traffic(keys) {
   const pool = keys.flatMap((k) => Array(k.weight).fill(k));
-  const routes = ["gpt-4o", "gpt-4o", "gpt-4o-mini", "claude"];
+  const routes = ["gpt-4o", "gpt-4o", "gpt-4o-mini", "claude", "llama-fleet"];
   let sent = 0, failed = 0;
   const one = async () => {
     const who = pool[Math.floor(Math.random() * pool.length)];
@@ -288,6 +306,7 @@ async function main() {
     PURSER_ADMIN_KEY: adminKey,
   });
   const keys = await seed();
+  servePort = await freePortPair();
   await submitWorkloads(keys);
   traffic(keys);
   const admin = keys.find((k) => k.role === "tenant-admin" && k.tenant === "acme");
@@ -295,7 +314,9 @@ async function main() {
 demo: the console is at ${base}/
 demo:   platform admin key:      ${adminKey}
 demo:   acme's tenant admin key: ${admin.key}   (olivia)
-demo: traffic runs at ${rate} requests/s through the gateway; Ctrl-C stops the demo.`);
+demo: traffic runs at ${rate} requests/s through the gateway; Ctrl-C stops the demo.
+demo: the model llama-fleet is served from the fleet (serving/llm-serving, two replicas of
+demo:   \`purser sim llm\` on the demo GPUs): call it through the gateway like any other.`);
 }
 
 main().catch((e) => {

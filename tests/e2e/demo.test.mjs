@@ -103,10 +103,15 @@ test("the demo fills every view with live data within seconds", async () => {
     "the fine-tune runs");
   assert.ok(admitted.every((w) => w.admission.pod_sets.every((p) => p.placements.length === p.count)));
   assert.ok(workloads.some((w) => w.state === "pending" && w.reason), "one waits, with a reason");
-  // Traffic through every route.
+  // The served model's two replicas join their route once healthy.
+  await eventually(async () => {
+    const fleet = (await get("/api/v1/routes")).data.find((r) => r.alias === "llama-fleet");
+    return fleet && fleet.targets.filter((t) => t.served).length === 2;
+  }, "the served model's replicas in their route");
+  // Traffic through every route, the served one too.
   await eventually(async () => {
     const routes = (await get("/api/v1/routes")).data;
-    return routes.length === 3 && routes.every((r) => r.stats.requests > 0);
+    return routes.length === 4 && routes.every((r) => r.stats.requests > 0);
   }, "traffic on every route");
   const nodes = await get("/api/v1/fleet/nodes");
   assert.equal(nodes.data.length, 3);
