@@ -192,7 +192,8 @@ Result<std::string> KubernetesExecutor::start(const PodLaunch& pod) {
         dnsLabel(fmt::format("{}-{}-{:x}{:03x}", pod.pod_set, pod.index,
                              unixMillis(clock_.now()) % 0xfffff, ++next_ % 0xfff),
                  40);
-    name = dnsLabel(base, 62 - suffix.size()) + "-" + suffix;  }
+    name = dnsLabel(base, 62 - suffix.size()) + "-" + suffix;
+  }
   const std::string handle = ns + "." + name;
   json env = json::array();
   for (const auto& [k, v] : pod.env) {

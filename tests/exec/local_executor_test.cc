@@ -227,9 +227,8 @@ TEST_F(LocalExecutorTest, WhatAPodLeavesRunningGoesWithIt) {
 TEST_F(LocalExecutorTest, AtMostMaxPodsRunAndAnEndIsToldAtOnce) {
   std::atomic<int> told{0};
   executor = std::make_unique<LocalExecutor>(
-      clock, LocalExecutorOptions{.log_dir = dir.path(), .max_pods = 1, .on_change = [&told] {
-                                    ++told;
-                                  }});
+      clock,
+      LocalExecutorOptions{.log_dir = dir.path(), .max_pods = 1, .on_change = [&told] { ++told; }});
   const std::string gate = dir.file("gate");
   const std::string h =
       started(shell("while [ ! -e '" + gate + "' ]; do sleep 0.02; done; echo done"));
@@ -267,8 +266,8 @@ TEST_F(LocalExecutorTest, APodOutlivesItsExecutorAndANewOneAdoptsItWithItsOutput
   // The pod waits for a file, so it is still running when its first executor goes away (as
   // when Purser is killed) and ends only once the test lets it.
   const std::string gate = dir.file("gate");
-  const std::string h = started(shell("echo before; while [ ! -e '" + gate +
-                                      "' ]; do sleep 0.05; done; echo after; exit 7"));
+  const std::string h = started(
+      shell("echo before; while [ ! -e '" + gate + "' ]; do sleep 0.05; done; echo after; exit 7"));
   while (executor->logTail(h, 64).value_or("").find("before") == std::string::npos) {
     std::this_thread::yield();
   }
