@@ -826,27 +826,132 @@ class WorkloadParser {
   // WorkloadPriorityClass from the kueue.x-k8s.io/priority-class label, and partial admission
   // down to the kueue.x-k8s.io/job-min-parallelism annotation. The rest of the Job (backoff,
   // completion mode, deadlines, ...) is for whatever runs it.
-  Workload job(Map& top) {
-    Workload w;
+  // What a Job, a JobSet and a PyTorchJob share: the API version, the identity, the served
+  // model, the queue and priority-class labels.
+  Meta jobHeader(Map& top, Workload& w, const std::string& expected_api, const char* what) {
     std::string api, kind;
     top.required("apiVersion", api);
     top.required("kind", kind);
-    if (api != "batch/v1") {
+    if (api != expected_api) {
       r_.addError(top.get("apiVersion"), top.child("apiVersion"),
-                  fmt::format("a Job is batch/v1, got \"{}\"", api));
+                  fmt::format("a {} is {}, got \"{}\"", what, expected_api, api));
     }
-    const Meta meta = identity(top, w);
+    Meta meta = identity(top, w);
     serveAnnotation(meta, top, w);
     if (auto q = meta.labels.find(kQueueLabel); q != meta.labels.end()) w.local_queue = q->second;
     if (w.local_queue.empty()) {
       r_.addError(top.get("metadata"), "metadata.labels",
-                  fmt::format("a Job is queued by its \"{}\" label, naming a LocalQueue of its "
+                  fmt::format("a {} is queued by its \"{}\" label, naming a LocalQueue of its "
                               "namespace; add it to metadata.labels",
-                              kQueueLabel));
+                              what, kQueueLabel));
     }
     if (auto c = meta.labels.find(kPriorityClassLabel); c != meta.labels.end()) {
       w.priority_class = c->second;
     }
+    return meta;
+  }
+
+  // A pod template ({metadata, spec}) into `ps`: requests, scheduling and what the pod runs.
+  void podTemplate(Map& t, PodSet& ps, const Workload& w) {
+    if (t.present("metadata")) templateAnnotations(t.get("metadata"), t.child("metadata"), ps);
+    Map pod = t.map("spec");
+    std::string pod_class;
+    pod.optional("priorityClassName", pod_class);
+    if (!pod_class.empty() && w.priority_class.empty()) {
+      o_.warn(keyMark(pod, "priorityClassName"), pod.child("priorityClassName"),
+              fmt::format("pod PriorityClass \"{}\" is not known to Purser; give the workload a "
+                          "WorkloadPriorityClass with the \"{}\" label",
+                          pod_class, kPriorityClassLabel));
+    }
+    podSpec(pod, ps);
+    t.finish();
+  }
+
+  // A JobSet (jobset.x-k8s.io/v1alpha2), as Kueue's JobSet integration sees one: a pod set per
+  // replicated Job, named as it is, of replicas × min(parallelism, completions) pods.
+  Workload jobSet(Map& top) {
+    Workload w;
+    jobHeader(top, w, "jobset.x-k8s.io/v1alpha2", "JobSet");
+    Map spec = top.map("spec");
+    const YAML::Node list = spec.get("replicatedJobs");
+    const std::string path = spec.child("replicatedJobs");
+    if (!list.IsSequence() || list.size() == 0) {
+      r_.addError(isNull(list) ? spec.node() : list, path, "expected a non-empty list");
+    }
+    for (size_t i = 0; list.IsSequence() && i < list.size(); ++i) {
+      Map rj = r_.map(list[i], fmt::format("{}[{}]", path, i));
+      PodSet ps;
+      rj.required("name", ps.name);
+      int64_t replicas = 1;
+      if (auto r = o_.integer(rj, "replicas", 0, 1'000'000)) replicas = *r;
+      Map jt = rj.map("template");
+      (void)jt.present("metadata");
+      Map js = jt.map("spec");
+      int64_t per_job = 1;
+      if (auto p = o_.integer(js, "parallelism", 0, INT32_MAX)) per_job = *p;
+      if (auto c = o_.integer(js, "completions", 0, INT32_MAX); c && *c < per_job) per_job = *c;
+      ps.count = replicas * per_job;
+      Map t = js.map("template");
+      podTemplate(t, ps, w);
+      for (const char* runner : {"backoffLimit", "completionMode", "activeDeadlineSeconds",
+                                 "ttlSecondsAfterFinished", "podFailurePolicy", "suspend"}) {
+        (void)js.present(runner);
+      }
+      js.finish();
+      jt.finish();
+      rj.finish();
+      addPodSet(w.pod_sets, std::move(ps), rj);
+    }
+    for (const char* runner : {"network", "successPolicy", "failurePolicy", "startupPolicy",
+                               "suspend", "coordinator", "managedBy", "ttlSecondsAfterFinished"}) {
+      (void)spec.present(runner);
+    }
+    spec.finish();
+    (void)top.present("status");
+    top.finish();
+    return w;
+  }
+
+  // A Kubeflow PyTorchJob (kubeflow.org/v1), as Kueue's integration sees one: a pod set per
+  // replica type, named in lower case ("master", "worker"), of its replicas (default 1).
+  Workload pytorchJob(Map& top) {
+    Workload w;
+    jobHeader(top, w, "kubeflow.org/v1", "PyTorchJob");
+    Map spec = top.map("spec");
+    const YAML::Node specs = spec.get("pytorchReplicaSpecs");
+    const std::string path = spec.child("pytorchReplicaSpecs");
+    if (!specs.IsMap() || specs.size() == 0) {
+      r_.addError(isNull(specs) ? spec.node() : specs, path,
+                  "expected replica specs such as Master and Worker");
+    }
+    for (auto it = specs.IsMap() ? specs.begin() : YAML::const_iterator();
+         specs.IsMap() && it != specs.end(); ++it) {
+      const std::string type = it->first.IsScalar() ? it->first.Scalar() : std::string();
+      Map rs = r_.map(it->second, path + "." + type);
+      PodSet ps;
+      ps.name = type;
+      std::transform(ps.name.begin(), ps.name.end(), ps.name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      ps.count = 1;
+      if (auto r = o_.integer(rs, "replicas", 0, 1'000'000)) ps.count = *r;
+      (void)rs.present("restartPolicy");
+      Map t = rs.map("template");
+      podTemplate(t, ps, w);
+      rs.finish();
+      addPodSet(w.pod_sets, std::move(ps), rs);
+    }
+    for (const char* runner : {"runPolicy", "elasticPolicy", "nprocPerNode"}) {
+      (void)spec.present(runner);
+    }
+    spec.finish();
+    (void)top.present("status");
+    top.finish();
+    return w;
+  }
+
+  Workload job(Map& top) {
+    Workload w;
+    const Meta meta = jobHeader(top, w, "batch/v1", "Job");
     Map spec = top.map("spec");
     int64_t parallelism = 1;
     if (auto p = o_.integer(spec, "parallelism", 0, INT32_MAX)) parallelism = *p;
@@ -873,18 +978,7 @@ class WorkloadParser {
                   "required field is missing");
     } else {
       Map t = spec.map("template");
-      if (t.present("metadata")) templateAnnotations(t.get("metadata"), t.child("metadata"), ps);
-      Map pod = t.map("spec");
-      std::string pod_class;
-      pod.optional("priorityClassName", pod_class);
-      if (!pod_class.empty() && w.priority_class.empty()) {
-        o_.warn(keyMark(pod, "priorityClassName"), pod.child("priorityClassName"),
-                fmt::format("pod PriorityClass \"{}\" is not known to Purser; give the Job a "
-                            "WorkloadPriorityClass with the \"{}\" label",
-                            pod_class, kPriorityClassLabel));
-      }
-      podSpec(pod, ps);
-      t.finish();
+      podTemplate(t, ps, w);
     }
     for (const char* runner :
          {"suspend", "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
@@ -1285,6 +1379,10 @@ Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std:
     const YAML::Node kind = top.has("kind") ? top.get("kind") : YAML::Node();
     if (kind.IsScalar() && kind.Scalar() == "Job") {
       out.workload = p.job(top);
+    } else if (kind.IsScalar() && kind.Scalar() == "JobSet") {
+      out.workload = p.jobSet(top);
+    } else if (kind.IsScalar() && kind.Scalar() == "PyTorchJob") {
+      out.workload = p.pytorchJob(top);
     } else {
       out.workload = top.has("apiVersion") || top.has("kind") ? p.kueue(top) : p.shortForm(top);
     }

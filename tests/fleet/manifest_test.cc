@@ -726,6 +726,98 @@ spec:
   EXPECT_THAT(both.error().toString(), HasSubstr("give required or preferred, not both"));
 }
 
+TEST(ManifestWorkloadTest, ReadsAJobSetAndAPyTorchJobAsKueuesIntegrationsDo) {
+  // A JobSet: a pod set per replicated Job, of replicas x min(parallelism, completions) pods.
+  auto js = parseWorkload(R"(apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: trainer
+  namespace: team-a
+  labels: {kueue.x-k8s.io/queue-name: user-queue}
+  annotations: {purser.dev/serve: "{route: chat, port: 8100, model: llama}"}
+spec:
+  successPolicy: {operator: All}
+  replicatedJobs:
+  - name: driver
+    template:
+      spec:
+        template:
+          spec:
+            containers: [{name: d, image: trainer:1, command: [python, driver.py],
+                          resources: {requests: {cpu: "1"}}}]
+  - name: workers
+    replicas: 2
+    template:
+      spec:
+        parallelism: 4
+        completions: 4
+        backoffLimit: 0
+        template:
+          spec:
+            containers: [{name: w, image: trainer:1, resources: {limits: {nvidia.com/gpu: 8}}}]
+)",
+                          "jobset.yaml");
+  ASSERT_TRUE(js) << js.error().toString();
+  EXPECT_EQ(js->workload.name, "team-a/trainer");
+  EXPECT_EQ(js->workload.local_queue, "user-queue");
+  ASSERT_EQ(js->workload.pod_sets.size(), 2u);
+  EXPECT_EQ(js->workload.pod_sets[0].name, "driver");
+  EXPECT_EQ(js->workload.pod_sets[0].count, 1);
+  EXPECT_EQ(js->workload.pod_sets[0].command, (std::vector<std::string>{"python", "driver.py"}));
+  EXPECT_EQ(js->workload.pod_sets[1].name, "workers");
+  EXPECT_EQ(js->workload.pod_sets[1].count, 8);
+  EXPECT_EQ(js->workload.pod_sets[1].requests.at("nvidia.com/gpu"), 8000);
+  EXPECT_EQ(js->workload.pod_sets[1].image, "trainer:1");
+  ASSERT_TRUE(js->workload.serve.has_value());
+  EXPECT_EQ(js->workload.serve->route, "chat");
+  EXPECT_EQ(js->workload.serve->port, 8100);
+
+  // A PyTorchJob: a pod set per replica type, in lower case.
+  auto pt = parseWorkload(R"(apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: mnist
+  labels: {kueue.x-k8s.io/queue-name: user-queue, kueue.x-k8s.io/priority-class: high}
+spec:
+  runPolicy: {cleanPodPolicy: None}
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers: [{name: pytorch, image: mnist:1, resources: {limits: {nvidia.com/gpu: 1}}}]
+    Worker:
+      replicas: 3
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers: [{name: pytorch, image: mnist:1, resources: {limits: {nvidia.com/gpu: 1}}}]
+)",
+                          "pytorch.yaml");
+  ASSERT_TRUE(pt) << pt.error().toString();
+  EXPECT_EQ(pt->workload.priority_class, "high");
+  ASSERT_EQ(pt->workload.pod_sets.size(), 2u);
+  EXPECT_EQ(pt->workload.pod_sets[0].name, "master");
+  EXPECT_EQ(pt->workload.pod_sets[0].count, 1);
+  EXPECT_EQ(pt->workload.pod_sets[1].name, "worker");
+  EXPECT_EQ(pt->workload.pod_sets[1].count, 3);
+
+  // Without the queue label, or with no replicas to run, they are refused, saying why.
+  auto unlabelled = parseWorkload(
+      "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: x}\nspec:\n"
+      "  pytorchReplicaSpecs: {Worker: {template: {spec: {containers: [{name: c}]}}}}\n",
+      "x.yaml");
+  ASSERT_FALSE(unlabelled);
+  EXPECT_NE(unlabelled.error().toString().find("kueue.x-k8s.io/queue-name"), std::string::npos);
+  auto empty = parseWorkload(
+      "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: x, labels: "
+      "{kueue.x-k8s.io/queue-name: q}}\nspec: {replicatedJobs: []}\n",
+      "x.yaml");
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().toString().find("replicatedJobs"), std::string::npos);
+}
+
 TEST(ManifestWorkloadTest, ReadsABatchJobAsKueuesJobIntegrationDoes) {
   // Kueue's own sample Job, with a GPU, a WorkloadPriorityClass and partial admission.
   const std::string yaml = R"(apiVersion: batch/v1
