@@ -312,12 +312,17 @@ json nodesView(const FleetService& svc, const identity::Directory& directory,
       }
       int64_t allocated = 0;
       for (const auto& g : v.gpus) allocated += g.used_milli;
+      json taints = json::array();
+      for (const auto& t : n.taints) {
+        taints.push_back({{"key", t.key}, {"value", t.value}, {"effect", t.effect}});
+      }
       items.push_back({{"name", n.name},
                        {"flavors", flavors},
                        {"gpu_model", n.gpus.empty() ? json(nullptr) : json(n.gpus[0].model)},
                        {"gpu_count", n.gpus.size()},
                        {"gpu_allocated", quantityText(allocated)},
                        {"labels", n.labels},
+                       {"taints", taints},
                        {"rack", n.rack.empty() ? json(nullptr) : json(n.rack)},
                        {"block", n.block.empty() ? json(nullptr) : json(n.block)},
                        {"cpu", quantityText(n.cpu_milli)},

@@ -392,6 +392,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     }
     if (fleet.present("nodes")) readNodes(reader, fleet.get("nodes"), "fleet.nodes", cfg.fleet);
     fleet.optional("termination_grace", cfg.fleet.termination_grace, std::chrono::seconds(0));
+    fleet.optional("inventory_refresh", cfg.fleet.inventory_refresh, std::chrono::seconds(1));
     if (fleet.present("local")) {
       YamlReader::Map local = fleet.map("local");
       local.optional("max_log_bytes", cfg.fleet.local_max_log_bytes, 4096, int64_t{1} << 40);
@@ -410,6 +411,8 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       slurm.optional("conf", s.conf);
       slurm.optional("bin_dir", s.bin_dir);
       slurm.optional("log_dir", s.log_dir);
+      slurm.optional("inventory", s.inventory);
+      if (auto v = quantityAt(reader, slurm, "gpu_memory", true)) s.gpu_memory_mib = *v;
       slurm.finish();
       if (s.flavors.empty()) {
         reader.addError(top.get("fleet")["slurm"], "fleet.slurm.flavors",
@@ -427,6 +430,8 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       k.optional("ca_file", kc.ca_file);
       k.optional("insecure_skip_tls_verify", kc.insecure);
       k.optional("default_image", kc.default_image);
+      k.optional("inventory", kc.inventory);
+      if (auto v = quantityAt(reader, k, "gpu_memory", true)) kc.gpu_memory_mib = *v;
       k.finish();
       if (kc.flavors.empty()) {
         reader.addError(top.get("fleet")["kubernetes"], "fleet.kubernetes.flavors",

@@ -147,6 +147,8 @@ struct FleetConfig {
     std::vector<std::string> flavors;  // whose workloads it runs
     std::string partition, gres_type, conf, bin_dir;
     std::string log_dir;  // shared with the nodes; default data_dir/slurm
+    bool inventory = false;      // Slurm's nodes join fleet.nodes
+    int64_t gpu_memory_mib = 0;  // each of their GPUs' memory (Slurm does not know it)
   };
   std::optional<Slurm> slurm;
   // A Kubernetes cluster that runs the workloads of some ResourceFlavors (fleet.kubernetes).
@@ -158,8 +160,12 @@ struct FleetConfig {
     std::string ca_file;     // the cluster's CA
     bool insecure = false;   // skip verifying the server (labs only)
     std::string default_image;
+    bool inventory = false;      // the cluster's Nodes join fleet.nodes
+    int64_t gpu_memory_mib = 0;  // GPU memory where a Node's labels do not say
   };
   std::optional<Kubernetes> kubernetes;
+  // How often the engines' nodes are read again (fleet.slurm.inventory, ...).
+  Duration inventory_refresh = std::chrono::seconds(30);
 };
 
 struct Config {

@@ -1,5 +1,5 @@
 // Executors run what the fleet admitted: one pod of a workload at a time, on whatever engine a
-// pool uses (local processes here; Slurm and Kubernetes to come). The fleet service starts pods
+// pool uses (local processes, Slurm batch jobs, Kubernetes Jobs). The fleet service starts pods
 // with what their admission decided, polls them, and stops them on preemption or deletion; an
 // executor never decides anything.
 #pragma once
@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "fleet/inventory.h"
 
 namespace purser::exec {
 
@@ -72,6 +73,10 @@ class Executor {
   virtual Result<void> adopt(const Adopted& pod) = 0;
   // The executor may let go of a pod that has ended and whose end has been read (its log stays).
   virtual void forget(const std::string& handle) { (void)handle; }
+  // The nodes of the engine's cluster, for the fleet's inventory (Kubernetes' Nodes, Slurm's
+  // nodes), as last read; nullopt for an executor that reports none. May block to read them the
+  // first time; an error when they have never been read.
+  virtual std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() { return std::nullopt; }
   // A local pod's process group and its start time (to adopt it later); nullopt elsewhere.
   virtual std::optional<std::pair<int64_t, int64_t>> identity(const std::string& handle) {
     (void)handle;

@@ -8,6 +8,7 @@
 #include <csignal>
 
 #include "common/json.h"
+#include "common/quantity.h"
 
 namespace purser::exec {
 
@@ -43,7 +44,87 @@ Error unknownJob(const std::string& handle) {
                fmt::format("no Kubernetes Job \"{}\" on this executor", handle));
 }
 
+// Resource `name` of a Node's allocatable, in thousandths (`milli`) or whole units; 0 when it
+// has none.
+Result<int64_t> quantityOf(const json& resources, const char* name, bool milli) {
+  if (!resources.is_object() || !resources.contains(name)) return int64_t{0};
+  const json& v = resources[name];
+  if (!v.is_string()) {
+    return fail(invalidArgument(fmt::format("allocatable {} is not a quantity", name)));
+  }
+  auto q = Quantity::parse(v.get<std::string>());
+  if (!q || q->isNegative()) {
+    return fail(invalidArgument(
+        fmt::format("allocatable {} \"{}\" is not a quantity", name, v.get<std::string>())));
+  }
+  return milli ? q->milliValue() : q->value();
+}
+
 }  // namespace
+
+Result<fleet::InventoryNode> inventoryNodeOf(const json& node, int64_t gpu_memory_mib) {
+  if (!node.is_object()) return fail(invalidArgument("a Node is an object"));
+  const json meta = node.value("metadata", json::object());
+  const json spec = node.value("spec", json::object());
+  const json status = node.value("status", json::object());
+  fleet::InventoryNode n;
+  n.name = meta.is_object() ? meta.value("name", "") : "";
+  if (n.name.empty()) return fail(invalidArgument("a Node without a name"));
+  const auto where = [&](const Error& e) {
+    return invalidArgument(fmt::format("Node {}: {}", n.name, e.message));
+  };
+  if (meta.contains("labels") && meta["labels"].is_object()) {
+    for (const auto& [k, v] : meta["labels"].items()) {
+      if (v.is_string()) n.labels[k] = v.get<std::string>();
+    }
+  }
+  if (spec.is_object()) {
+    for (const auto& t : spec.value("taints", json::array())) {
+      if (!t.is_object() || !t.value("key", json()).is_string()) continue;
+      n.taints.push_back({t.value("key", ""), t.value("value", ""), t.value("effect", "")});
+    }
+    if (spec.value("unschedulable", false)) {
+      n.taints.push_back({"node.kubernetes.io/unschedulable", "", "NoSchedule"});
+    }
+  }
+  const json allocatable = status.is_object() ? status.value("allocatable", json()) : json();
+  auto cpu = quantityOf(allocatable, "cpu", true);
+  auto memory = quantityOf(allocatable, "memory", false);
+  auto gpus = quantityOf(allocatable, "nvidia.com/gpu", false);
+  if (!cpu) return fail(where(cpu.error()));
+  if (!memory) return fail(where(memory.error()));
+  if (!gpus) return fail(where(gpus.error()));
+  n.cpu_milli = *cpu;
+  n.memory_mib = *memory / (1024 * 1024);
+  if (*gpus > 4096) return fail(invalidArgument(fmt::format("Node {}: {} GPUs", n.name, *gpus)));
+  const auto label = [&](const char* key) {
+    auto it = n.labels.find(key);
+    return it == n.labels.end() ? std::string() : it->second;
+  };
+  int64_t gpu_mib = gpu_memory_mib;
+  if (const std::string m = label("nvidia.com/gpu.memory"); !m.empty()) {
+    if (auto q = Quantity::parse(m)) {
+      if (auto v = q->value(); v && *v > 0) gpu_mib = *v;
+    }
+  }
+  if (*gpus > 0 && gpu_mib <= 0) {
+    return fail(invalidArgument(fmt::format(
+        "Node {}: its GPUs' memory is unknown (no nvidia.com/gpu.memory label); set "
+        "fleet.kubernetes.gpu_memory",
+        n.name)));
+  }
+  for (int64_t i = 0; i < *gpus; ++i) {
+    fleet::GpuDevice g;
+    g.index = static_cast<int>(i);
+    g.model = label("nvidia.com/gpu.product");
+    if (g.model.empty()) g.model = "gpu";
+    g.memory_mib = gpu_mib;
+    n.gpus.push_back(std::move(g));
+  }
+  n.rack = label("purser.dev/rack");
+  n.block = label("purser.dev/block");
+  return n;
+}
 
 Result<std::unique_ptr<KubernetesExecutor>> KubernetesExecutor::create(
     const Clock& clock, KubernetesExecutorOptions options) {
@@ -61,6 +142,63 @@ KubernetesExecutor::KubernetesExecutor(const Clock& clock, KubernetesExecutorOpt
 KubernetesExecutor::~KubernetesExecutor() {
   stop_ = true;
   watcher_.join();
+  if (nodes_thread_.joinable()) nodes_thread_.join();
+}
+
+Result<std::vector<fleet::InventoryNode>> KubernetesExecutor::listNodes() {
+  auto reply = api_->call("GET", "/api/v1/nodes");
+  if (!reply) return fail(reply.error());
+  if (reply->status != 200) {
+    return fail(unavailable(fmt::format("listing nodes answered {}", reply->status)));
+  }
+  const json list = parseJsonOrDiscarded(reply->body);
+  if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
+    return fail(unavailable("listing nodes answered no NodeList"));
+  }
+  std::vector<fleet::InventoryNode> out;
+  for (const auto& item : list["items"]) {
+    auto n = inventoryNodeOf(item, options_.gpu_memory_mib);
+    if (!n) {
+      spdlog::warn("kubernetes: {} (left out of the inventory)", n.error().message);
+      continue;
+    }
+    out.push_back(std::move(*n));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+
+void KubernetesExecutor::nodeLoop() {
+  while (!stop_) {
+    for (auto waited = Duration::zero(); waited < options_.node_refresh && !stop_;
+         waited += std::chrono::milliseconds(100)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (stop_) break;
+    auto listed = listNodes();
+    std::lock_guard lock(nodes_mu_);
+    if (listed) {
+      nodes_ = std::move(*listed);
+      nodes_error_.clear();
+    } else {
+      nodes_error_ = listed.error().message;
+    }
+  }
+}
+
+std::optional<Result<std::vector<fleet::InventoryNode>>> KubernetesExecutor::nodes() {
+  if (!options_.read_nodes) return std::nullopt;
+  std::lock_guard lock(nodes_mu_);
+  if (!nodes_thread_.joinable()) {
+    // The first read: now, then every node_refresh on a thread of its own.
+    auto listed = listNodes();
+    if (listed) nodes_ = *listed;
+    if (!listed) nodes_error_ = listed.error().message;
+    nodes_thread_ = std::thread([this] { nodeLoop(); });
+  }
+  if (nodes_) return Result<std::vector<fleet::InventoryNode>>(*nodes_);
+  return Result<std::vector<fleet::InventoryNode>>(
+      fail(unavailable("the Kubernetes Nodes could not be listed: " + nodes_error_)));
 }
 
 // Lists the pods Purser manages: the cache is what the API says now, `version` where to watch

@@ -13,7 +13,10 @@
 // own grace period); forgetting it deletes it. Until the first list succeeds, or while the API
 // cannot be reached, status() is kUnavailable.
 //
-// Thread-safe. One background thread watches.
+// With `read_nodes`, the cluster's Nodes are the inventory's (see inventoryNodeOf): listed at the
+// first nodes() call and again every `node_refresh`; a list that fails keeps the last one.
+//
+// Thread-safe. One background thread watches; another lists Nodes when they are read.
 #pragma once
 
 #include <atomic>
@@ -35,7 +38,18 @@ struct KubernetesExecutorOptions {
   KubeApiOptions api;
   std::string default_image;        // for pod sets that name none
   std::function<void()> on_change;  // a watched pod changed (called from the watch thread)
+  bool read_nodes = false;          // nodes() reports the cluster's Nodes
+  int64_t gpu_memory_mib = 0;       // a GPU's memory where a Node's labels do not say
+  Duration node_refresh = std::chrono::seconds(30);
 };
+
+// A Kubernetes Node as an inventory node: its name and labels; its taints (a cordoned node,
+// spec.unschedulable, gets node.kubernetes.io/unschedulable:NoSchedule as the scheduler sees it);
+// allocatable CPU and memory; allocatable nvidia.com/gpu GPUs of the model and memory (MiB) that
+// NVIDIA's GPU feature discovery labels (nvidia.com/gpu.product, else "gpu";
+// nvidia.com/gpu.memory, else `gpu_memory_mib`); rack and block from the labels purser.dev/rack
+// and purser.dev/block. An error names what is wrong (a Node with GPUs of unknown memory is one).
+Result<fleet::InventoryNode> inventoryNodeOf(const nlohmann::json& node, int64_t gpu_memory_mib);
 
 class KubernetesExecutor final : public Executor {
  public:
@@ -49,6 +63,7 @@ class KubernetesExecutor final : public Executor {
   Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
   Result<void> adopt(const Adopted& pod) override;
   void forget(const std::string& handle) override;
+  std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() override;
 
   // Lists and watches made (for tests and diagnostics).
   int64_t lists() const { return lists_.load(); }
@@ -72,6 +87,8 @@ class KubernetesExecutor final : public Executor {
   void watchLoop();
   bool relist(std::string& version);
   void apply(const std::string& type, const nlohmann::json& pod);
+  Result<std::vector<fleet::InventoryNode>> listNodes();
+  void nodeLoop();
 
   const Clock& clock_;
   const KubernetesExecutorOptions options_;
@@ -86,6 +103,11 @@ class KubernetesExecutor final : public Executor {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> lists_{0};
   std::thread watcher_;
+  // The Nodes, as last listed (nodes_mu_): none until the first nodes() call starts nodes_thread_.
+  std::mutex nodes_mu_;
+  std::optional<std::vector<fleet::InventoryNode>> nodes_;
+  std::string nodes_error_;
+  std::thread nodes_thread_;
 };
 
 }  // namespace purser::exec

@@ -63,7 +63,79 @@ std::optional<SystemTime> slurmTime(const std::string& text) {
   return std::chrono::system_clock::from_time_t(t);
 }
 
+bool digits(const std::string& s) {
+  return !s.empty() && s.size() <= 18 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 }  // namespace
+
+Result<fleet::InventoryNode> inventoryNodeOfSlurm(const std::string& line,
+                                                    int64_t gpu_memory_mib) {
+  fleet::InventoryNode n;
+  n.name = field(line, "NodeName");
+  if (n.name.empty()) return fail(invalidArgument("a Slurm node line without NodeName"));
+  const auto bad = [&](const char* what, const std::string& value) {
+    return invalidArgument(fmt::format("Slurm node {}: {} \"{}\" is not a count", n.name, what,
+                                       value));
+  };
+  const std::string cpus = field(line, "CPUTot"), memory = field(line, "RealMemory");
+  if (!cpus.empty() && !digits(cpus)) return fail(bad("CPUTot", cpus));
+  if (!memory.empty() && !digits(memory)) return fail(bad("RealMemory", memory));
+  n.cpu_milli = cpus.empty() ? 0 : std::stoll(cpus) * 1000;
+  n.memory_mib = memory.empty() ? 0 : std::stoll(memory);
+  // Gres=gpu:h100:8(S:0-1),gpu:a100:2 or gpu:8 or (null)
+  std::string type;
+  int64_t count = 0;
+  const std::string gres = field(line, "Gres");
+  size_t at = 0;
+  while (at < gres.size()) {
+    size_t end = gres.find(',', at);
+    if (end == std::string::npos) end = gres.size();
+    std::string entry = gres.substr(at, end - at);
+    at = end + 1;
+    entry = entry.substr(0, entry.find('('));
+    if (entry.rfind("gpu:", 0) != 0) continue;
+    entry.erase(0, 4);
+    const size_t colon = entry.rfind(':');
+    const std::string t = colon == std::string::npos ? "" : entry.substr(0, colon);
+    const std::string c = colon == std::string::npos ? entry : entry.substr(colon + 1);
+    if (!digits(c)) return fail(bad("Gres", gres));
+    if (count > 0 && t != type) continue;
+    type = t;
+    count += std::stoll(c);
+  }
+  if (count > 4096) return fail(bad("Gres", gres));
+  if (count > 0 && gpu_memory_mib <= 0) {
+    return fail(invalidArgument(fmt::format(
+        "Slurm node {}: Slurm does not say how much memory its GPUs have; set "
+        "fleet.slurm.gpu_memory",
+        n.name)));
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    fleet::GpuDevice g;
+    g.index = static_cast<int>(i);
+    g.model = type.empty() ? "gpu" : type;
+    g.memory_mib = gpu_memory_mib;
+    n.gpus.push_back(std::move(g));
+  }
+  n.labels["kubernetes.io/hostname"] = n.name;
+  n.labels["purser.dev/executor"] = "slurm";
+  const std::string partitions = field(line, "Partitions");
+  if (!partitions.empty()) {
+    n.labels["slurm.schedmd.com/partition"] = partitions.substr(0, partitions.find(','));
+  }
+  // State=IDLE, MIXED, ALLOCATED+DRAIN, DOWN*+NOT_RESPONDING, ...
+  const std::string state = field(line, "State");
+  for (const char* unusable : {"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE", "POWERED_DOWN",
+                               "POWER_DOWN", "MAINT", "REBOOT", "INVAL"}) {
+    if (state.find(unusable) != std::string::npos) {
+      n.taints.push_back({"node.kubernetes.io/unschedulable", "", "NoSchedule"});
+      break;
+    }
+  }
+  return n;
+}
 
 SlurmExecutor::SlurmExecutor(const Clock& clock, SlurmExecutorOptions options)
     : clock_(clock), options_(std::move(options)) {}
@@ -297,6 +369,39 @@ void SlurmExecutor::forget(const std::string& handle) {
   std::lock_guard lock(mu_);
   auto it = jobs_.find(handle);
   if (it != jobs_.end() && it->second.status.phase != PodPhase::kRunning) jobs_.erase(it);
+}
+
+std::optional<Result<std::vector<fleet::InventoryNode>>> SlurmExecutor::nodes() {
+  if (!options_.read_nodes) return std::nullopt;
+  std::lock_guard lock(mu_);
+  const MonoTime now = clock_.monotonic();
+  if (nodes_ && nodes_read_ && now - *nodes_read_ < options_.node_refresh) return nodes_;
+  nodes_read_ = now;
+  auto ran = tool("scontrol", {"show", "node", "-o"});
+  if (!ran || ran->exit_code != 0) {
+    std::string why = ran ? ran->err : ran.error().message;
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    // A list that fails keeps the last one.
+    if (!nodes_ || !*nodes_) {
+      nodes_ = Result<std::vector<fleet::InventoryNode>>(
+          fail(unavailable("Slurm's nodes could not be read: " + why)));
+    }
+    return nodes_;
+  }
+  std::vector<fleet::InventoryNode> out;
+  std::istringstream in(ran->out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("NodeName=") == std::string::npos) continue;
+    auto n = inventoryNodeOfSlurm(line, options_.gpu_memory_mib);
+    if (!n) {
+      spdlog::warn("slurm: {} (left out of the inventory)", n.error().message);
+      continue;
+    }
+    out.push_back(std::move(*n));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  nodes_ = Result<std::vector<fleet::InventoryNode>>(std::move(out));
+  return nodes_;
 }
 
 Result<void> SlurmExecutor::adopt(const Adopted& pod) {

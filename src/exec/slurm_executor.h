@@ -12,6 +12,9 @@
 // once the grace has passed, scancel. Handles end in ".slurm-<job id>", so after a restart a
 // pod is adopted by its handle alone. When Slurm cannot be reached, status() is kUnavailable.
 //
+// With `read_nodes`, Slurm's nodes are the inventory's (`scontrol show node -o`, read at most
+// once per `node_refresh`; see inventoryNodeOfSlurm).
+//
 // Thread-safe.
 #pragma once
 
@@ -32,7 +35,19 @@ struct SlurmExecutorOptions {
   std::string bin_dir;    // where sbatch, scontrol and scancel are; empty: PATH
   Duration command_timeout = std::chrono::seconds(30);
   Duration refresh = std::chrono::seconds(1);  // how stale the jobs' states may be
+  bool read_nodes = false;                     // nodes() reports Slurm's nodes
+  int64_t gpu_memory_mib = 0;                  // each GPU's memory (Slurm does not know it)
+  Duration node_refresh = std::chrono::seconds(30);
 };
+
+// One line of `scontrol show node -o` as an inventory node: NodeName, CPUTot (whole CPUs),
+// RealMemory (MiB), the GPUs of its Gres ("gpu:h100:8(S:0-1)": 8 GPUs of model h100, "gpu" when
+// untyped, of `gpu_memory_mib` each; GPUs of another type beside the first are left out, as a
+// node's GPUs share a model here; a node with GPUs and no memory for them is an error), labels
+// kubernetes.io/hostname, purser.dev/executor: slurm and slurm.schedmd.com/partition (its first
+// partition); a node Slurm will not give work to (DOWN, DRAIN, FAIL, ...) is tainted
+// node.kubernetes.io/unschedulable:NoSchedule. An error names what is wrong.
+Result<fleet::InventoryNode> inventoryNodeOfSlurm(const std::string& line, int64_t gpu_memory_mib);
 
 class SlurmExecutor final : public Executor {
  public:
@@ -44,6 +59,7 @@ class SlurmExecutor final : public Executor {
   Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
   Result<void> adopt(const Adopted& pod) override;
   void forget(const std::string& handle) override;
+  std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() override;
 
   // The Slurm job id of a handle (nullopt when it is not one of this executor's).
   static std::optional<int64_t> jobId(const std::string& handle);
@@ -66,6 +82,8 @@ class SlurmExecutor final : public Executor {
   std::optional<MonoTime> refreshed_;
   std::optional<Error> down_;  // why Slurm could not be asked, at the last refresh
   int64_t next_ = 0;
+  std::optional<MonoTime> nodes_read_;  // when nodes_ was last asked for
+  std::optional<Result<std::vector<fleet::InventoryNode>>> nodes_;
 };
 
 }  // namespace purser::exec

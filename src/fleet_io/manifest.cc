@@ -21,24 +21,6 @@
 
 namespace purser::fleet {
 
-bool isDnsLabel(std::string_view s) {
-  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (s.empty() || s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) { return alnum(c) || c == '-'; });
-}
-
-bool isDnsSubdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  for (size_t start = 0;;) {
-    const size_t dot = s.find('.', start);
-    if (!isDnsLabel(s.substr(start, dot == std::string_view::npos ? dot : dot - start))) {
-      return false;
-    }
-    if (dot == std::string_view::npos) return true;
-    start = dot + 1;
-  }
-}
-
 using config::YamlReader;
 using Map = YamlReader::Map;
 

@@ -86,7 +86,10 @@ std::string endOf(const PodRun& p) {
 // --- Opening and closing ------------------------------------------------------------------------
 
 FleetService::FleetService(Deps deps, Options options, Executors executors)
-    : d_(std::move(deps)), options_(std::move(options)), executors_(std::move(executors)) {}
+    : d_(std::move(deps)),
+      options_(std::move(options)),
+      executors_(std::move(executors)),
+      configured_nodes_(options_.inventory) {}
 
 Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options options,
                                                          Executors executors) {
@@ -181,6 +184,10 @@ Result<void> FleetService::load() {
     Record r = PURSER_TRY_VALUE(recordFrom(row.getText(0)));
     records_[r.spec.name] = std::move(r);
   }
+  if (!options_.inventory_from.empty()) {
+    options_.inventory = gatherInventory();
+    inventory_read_ms_ = nowMs();
+  }
   Built built = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
   engine_ = std::move(built.engine);
   placer_ = std::move(built.placer);
@@ -260,6 +267,98 @@ std::map<std::string, std::string> FleetService::labelsOf(const std::string& ns,
 
 void FleetService::ensureNamespace(const std::string& ns, const std::string& tenant_id) {
   if (!engine_->hasNamespace(ns)) engine_->setNamespace(ns, labelsOf(ns, tenant_id));
+}
+
+// --- The inventory
+// ---------------------------------------------------------------------------------
+
+namespace {
+
+// Everything placement reads of a node, to tell whether an inventory changed.
+std::string inventoryKey(const std::vector<fleet::InventoryNode>& nodes) {
+  std::string key;
+  for (const auto& n : nodes) {
+    key += fmt::format("{}|{}|{}|{}|{}|", n.name, n.cpu_milli, n.memory_mib, n.rack, n.block);
+    for (const auto& [k, v] : n.labels) key += fmt::format("{}={};", k, v);
+    for (const auto& t : n.taints) key += fmt::format("{}={}:{};", t.key, t.value, t.effect);
+    for (const auto& g : n.gpus) {
+      key += fmt::format("[{} {} {} {} {} {} {}]", g.index, g.uuid, g.model, g.memory_mib, g.numa,
+                         g.nvlink_domain, g.mig_capable);
+    }
+    key += '\n';
+  }
+  return key;
+}
+
+}  // namespace
+
+std::vector<fleet::InventoryNode> FleetService::gatherInventory() {
+  std::vector<fleet::InventoryNode> out = configured_nodes_;
+  std::set<std::string> names;
+  for (const auto& n : out) names.insert(n.name);
+  const auto warnOnce = [&](const std::string& what) {
+    if (inventory_warned_.insert(what).second) spdlog::warn("fleet: inventory: {}", what);
+  };
+  for (const auto& name : options_.inventory_from) {
+    exec::Executor* e = executorNamed(name);
+    auto reported = e == nullptr ? std::nullopt : e->nodes();
+    if (!reported) continue;
+    if (!*reported) {
+      warnOnce(fmt::format("{}: {}", name, reported->error().message));
+      continue;
+    }
+    for (auto& n : **reported) {
+      if (auto valid = fleet::validateInventory({n}); !valid) {
+        warnOnce(fmt::format("{} node left out: {}", name, valid.error().message));
+        continue;
+      }
+      if (!names.insert(n.name).second) {
+        warnOnce(fmt::format("{} node \"{}\" left out: a node of that name is listed before it",
+                             name, n.name));
+        continue;
+      }
+      out.push_back(std::move(n));
+    }
+  }
+  // Nodes that admitted work is placed on stay until it is gone.
+  std::set<std::string> used;
+  for (const auto& [name, r] : records_) {
+    if (!holdsQuota(r.state) || !r.admission) continue;
+    for (const auto& ps : r.admission->pod_sets) {
+      for (const auto& p : ps.placements) used.insert(p.node);
+    }
+  }
+  for (const auto& n : options_.inventory) {
+    if (used.count(n.name) == 0 || names.count(n.name) != 0) continue;
+    fleet::InventoryNode kept = n;
+    const bool tainted = std::any_of(kept.taints.begin(), kept.taints.end(), [](const auto& t) {
+      return t.key == "node.kubernetes.io/unreachable";
+    });
+    if (!tainted) kept.taints.push_back({"node.kubernetes.io/unreachable", "", "NoSchedule"});
+    names.insert(kept.name);
+    out.push_back(std::move(kept));
+  }
+  return out;
+}
+
+// Reads the engines' nodes again; a changed inventory gets a new engine holding every live
+// workload where it is (if it cannot, the old inventory stays and the reason is logged).
+void FleetService::refreshInventory() {
+  inventory_read_ms_ = nowMs();
+  std::vector<fleet::InventoryNode> fresh = gatherInventory();
+  if (inventoryKey(fresh) == inventoryKey(options_.inventory)) return;
+  std::vector<fleet::InventoryNode> old = std::move(options_.inventory);
+  options_.inventory = std::move(fresh);
+  auto built = rebuild(worldOf(base_));
+  if (!built) {
+    spdlog::warn("fleet: the new inventory was not taken: {}", built.error().message);
+    options_.inventory = std::move(old);
+    return;
+  }
+  spdlog::info("fleet: inventory now {} node(s)", options_.inventory.size());
+  engine_ = std::move(built->engine);
+  placer_ = std::move(built->placer);
+  for (const auto& [name, r] : records_) dirty_.insert(name);
 }
 
 // A new engine over `world` holding every live workload: admitted ones keep their quota.
@@ -721,6 +820,12 @@ void FleetService::tick() {
     }
     for (const auto& name : stops) stopForBudget(name);
     joinServed();
+    if (!options_.inventory_from.empty() &&
+        now - inventory_read_ms_ >=
+            std::chrono::duration_cast<std::chrono::milliseconds>(options_.inventory_refresh)
+                .count()) {
+      refreshInventory();
+    }
   }
   if (auto write = schedule()) enqueue(std::move(*write), nullptr);
 }

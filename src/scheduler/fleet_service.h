@@ -93,6 +93,12 @@ struct Options {
   std::vector<std::pair<std::string, std::string>> manifests;
   // The hardware workloads are placed on; empty: admission by quota alone.
   std::vector<fleet::InventoryNode> inventory;
+  // Executors whose engines' nodes join the inventory (Kubernetes' Nodes, Slurm's nodes), read at
+  // the start and again every `inventory_refresh`. A node named like one before it is left out;
+  // a node that is no longer reported while admitted work is placed on it stays, tainted
+  // node.kubernetes.io/unreachable:NoSchedule, until that work is gone.
+  std::vector<std::string> inventory_from;
+  Duration inventory_refresh = std::chrono::seconds(30);
   fleet::placement::Policy policy = fleet::placement::Policy::kDefault;
   uint64_t seed = 1;
   // How long a stopped pod has between the polite signal and the forceful one (Kubernetes'
@@ -256,6 +262,8 @@ class FleetService {
   std::map<std::string, std::string> labelsOf(const std::string& ns,
                                               const std::string& tenant_id) const;
   Result<Built> rebuild(fleet::World world);
+  std::vector<fleet::InventoryNode> gatherInventory();
+  void refreshInventory();
 
   int64_t nowMs() const;
   std::vector<ledger::Scope> scopesOf(const Record& r) const;
@@ -293,6 +301,9 @@ class FleetService {
   Options options_;
   Executors executors_;
   std::vector<std::string> warnings_;
+  std::vector<fleet::InventoryNode> configured_nodes_;  // options_.inventory as configured
+  int64_t inventory_read_ms_ = 0;
+  std::set<std::string> inventory_warned_;  // problems with the inventory already logged
 
   fleet::ManifestSet base_;  // configured, then applied objects
   std::unique_ptr<fleet::Engine> engine_;

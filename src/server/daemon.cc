@@ -323,6 +323,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       PURSER_TRY_VALUE(fleet::placement::parsePolicy(config.fleet.placement_policy));
   fleet_options.seed = static_cast<uint64_t>(config.fleet.placement_seed);
   fleet_options.termination_grace = config.fleet.termination_grace;
+  fleet_options.inventory_refresh = config.fleet.inventory_refresh;
   // The local executor's pods write their output under the data directory.
   const std::string pod_logs = data_dir->file("pods");
   if (std::error_code ec; !std::filesystem::create_directories(pod_logs, ec) && ec) {
@@ -344,6 +345,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     so.gres_type = slurm->gres_type;
     so.conf = slurm->conf;
     so.bin_dir = slurm->bin_dir;
+    so.read_nodes = slurm->inventory;
+    so.gpu_memory_mib = slurm->gpu_memory_mib;
+    so.node_refresh = Duration::zero();  // the service reads them every inventory_refresh
+    if (slurm->inventory) fleet_options.inventory_from.push_back("slurm");
     for (const auto& f : slurm->flavors) fleet_options.flavor_executors[f] = "slurm";
     fleet_setup.slurm = std::move(so);
   }
@@ -362,6 +367,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     ko.api.ca_file = k->ca_file;
     ko.api.insecure = k->insecure;
     ko.default_image = k->default_image;
+    ko.read_nodes = k->inventory;
+    ko.gpu_memory_mib = k->gpu_memory_mib;
+    ko.node_refresh = config.fleet.inventory_refresh / 2;  // read by the service as often
+    if (k->inventory) fleet_options.inventory_from.push_back("kubernetes");
     for (const auto& f : k->flavors) fleet_options.flavor_executors[f] = "kubernetes";
     fleet_setup.kubernetes = std::move(ko);
   }

@@ -291,6 +291,33 @@ fleet:
   EXPECT_TRUE(c->fleet.nodes[2].gpus.empty());
 }
 
+TEST(ConfigTest, ReadsTheEnginesWhoseNodesAreTheInventory) {
+  auto c = parseConfig(R"(
+listen: 127.0.0.1:80
+fleet:
+  inventory_refresh: 10s
+  slurm: {flavors: [h100], inventory: true, gpu_memory: 80Gi}
+  kubernetes: {flavors: [a100], server: "https://10.0.0.1:6443", inventory: true,
+               gpu_memory: 40Gi}
+)",
+                       "p.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  EXPECT_EQ(c->fleet.inventory_refresh, std::chrono::seconds(10));
+  EXPECT_TRUE(c->fleet.slurm->inventory);
+  EXPECT_EQ(c->fleet.slurm->gpu_memory_mib, 80 * 1024);
+  EXPECT_TRUE(c->fleet.kubernetes->inventory);
+  EXPECT_EQ(c->fleet.kubernetes->gpu_memory_mib, 40 * 1024);
+  auto bad = parseConfig(
+      "fleet:\n  inventory_refresh: 10ms\n"
+      "  slurm: {flavors: [h100], inventory: maybe, gpu_memory: lots}\n",
+      "p.yaml");
+  ASSERT_FALSE(bad.has_value());
+  const std::string why = bad.error().toString();
+  EXPECT_NE(why.find("fleet.inventory_refresh"), std::string::npos) << why;
+  EXPECT_NE(why.find("fleet.slurm.inventory"), std::string::npos) << why;
+  EXPECT_NE(why.find("fleet.slurm.gpu_memory"), std::string::npos) << why;
+}
+
 TEST(ConfigTest, CommandLineOverridesWin) {
   auto c = parseConfig("threads: 1\n", "a.yaml", {.listen = "127.0.0.1:0", .data_dir = "/tmp/x"});
   ASSERT_TRUE(c.has_value()) << c.error().toString();

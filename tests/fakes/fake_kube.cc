@@ -110,6 +110,15 @@ int64_t FakeKube::resourceVersion() const {
   return rv_;
 }
 
+void FakeKube::setNode(const json& node) {
+  std::lock_guard lock(mu_);
+  json n = node;
+  n["apiVersion"] = "v1";
+  n["kind"] = "Node";
+  n["metadata"]["resourceVersion"] = std::to_string(++rv_);
+  nodes_[n["metadata"]["name"].get<std::string>()] = n;
+}
+
 void FakeKube::event(const std::string& type, const json& pod) {
   events_.push_back({rv_, type, pod});
   changed_.notify_all();
@@ -228,6 +237,19 @@ void FakeKube::handle(int fd) {
     return;
   }
   const auto seg = segments(req.target);
+  // /api/v1/nodes
+  if (req.method == "GET" && seg.size() == 3 && seg[0] == "api" && seg[2] == "nodes") {
+    std::lock_guard lock(mu_);
+    json items = json::array();
+    for (const auto& [name, node] : nodes_) items.push_back(node);
+    reply(fd, 200,
+          json{{"kind", "NodeList"},
+               {"apiVersion", "v1"},
+               {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+               {"items", items}}
+              .dump());
+    return;
+  }
   // /api/v1/pods[?watch=1]
   if (req.method == "GET" && seg.size() == 3 && seg[0] == "api" && seg[2] == "pods") {
     if (query(req.target, "watch") == "1") {

@@ -1,6 +1,6 @@
 // A wire-level fake of the Kubernetes API server, for the Kubernetes executor's tests (no API
 // server is installable on these machines). It speaks the real paths and objects over HTTP/1.1:
-// batch/v1 Jobs (create, merge-patch, delete), Pods (list with a resourceVersion, watch streams of
+// Nodes (list), batch/v1 Jobs (create, merge-patch, delete), Pods (list with a resourceVersion, watch streams of
 // ADDED/MODIFIED/DELETED events resuming from a resourceVersion, a 410 Expired ERROR event for a
 // version it no longer keeps) and pod logs; it checks the bearer token. Its "kubelet": a Job that
 // is not suspended gets one Running pod; suspending the Job deletes it; the test finishes pods
@@ -42,6 +42,8 @@ class FakeKube {
   // Forgets the events so far: a watch resuming from an older version gets 410 Expired.
   void compact();
   int64_t resourceVersion() const;
+  // Adds Node `node` (a v1 Node object), or replaces the one of its name.
+  void setNode(const nlohmann::json& node);
 
  private:
   void handle(int fd);
@@ -57,6 +59,7 @@ class FakeKube {
   bool ending_ = false;
   std::map<std::string, nlohmann::json> jobs_;  // "ns/name"
   std::map<std::string, nlohmann::json> pods_;  // "ns/name"
+  std::map<std::string, nlohmann::json> nodes_;  // by name
   std::map<std::string, std::string> logs_;     // pod name -> log
   struct Event {
     int64_t rv;

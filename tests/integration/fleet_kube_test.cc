@@ -26,18 +26,26 @@ constexpr const char* kToken = "kube-token-of-the-purser-service-account";
 
 class FleetKubernetesTest : public ::testing::Test {
  protected:
+  // The inventory: one configured node (the Kubernetes section's extra settings: none).
+  virtual std::string inventory() const {
+    return "  nodes:\n    - {name: gpu-node-1, cpu: 64, memory: 512Gi,\n"
+           "       gpus: {count: 8, model: H100-SXM-80GB, memory: 80Gi}}\n";
+  }
+  virtual std::string kubernetesExtra() const { return ""; }
+  virtual void beforeStart() {}
+
   void SetUp() override {
     testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
     testing::writeFile(dir.file("token"), std::string(kToken) + "\n");
     testing::writeFile(dir.file("purser.yaml"),
                        "listen: 127.0.0.1:0\nthreads: 1\n"
                        "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
-                       "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
-                       "  nodes:\n    - {name: gpu-node-1, cpu: 64, memory: 512Gi,\n"
-                       "       gpus: {count: 8, model: H100-SXM-80GB, memory: 80Gi}}\n"
-                       "  kubernetes: {flavors: [h100], server: \"http://127.0.0.1:" +
+                       "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n" +
+                           inventory() +
+                           "  kubernetes: {flavors: [h100], server: \"http://127.0.0.1:" +
                            std::to_string(kube.port()) + "\", token_file: " + dir.file("token") +
-                           "}\n");
+                           kubernetesExtra() + "}\n");
+    beforeStart();
     std::string why;
     ASSERT_TRUE(server.start(&why)) << why;
     key = server.member();
@@ -194,6 +202,74 @@ TEST_F(FleetKubernetesTest, AKilledPurserAdoptsItsJobsInsteadOfCreatingThemAgain
   int posts = 0;
   for (const auto& r : kube.requests()) posts += r.method == "POST" ? 1 : 0;
   EXPECT_EQ(posts, 1);
+}
+
+// The cluster's Nodes as the inventory: read at the start and again as they change.
+class FleetKubernetesInventoryTest : public FleetKubernetesTest {
+ protected:
+  std::string inventory() const override { return "  inventory_refresh: 1s\n"; }
+  std::string kubernetesExtra() const override { return ", inventory: true, gpu_memory: 40Gi"; }
+  void beforeStart() override {
+    kube.setNode(node("gpu-a", 4, "NVIDIA-H100-80GB-HBM3", "81559", false));
+    kube.setNode(node("gpu-cordoned", 8, "NVIDIA-H100-80GB-HBM3", "81559", true));
+    kube.setNode(node("cpu-only", 0, "", "", false));
+  }
+  static json node(const std::string& name, int gpus, const std::string& product,
+                   const std::string& memory, bool cordoned) {
+    json labels = {{"kubernetes.io/hostname", name}, {"purser.dev/rack", "r1"}};
+    if (!product.empty()) labels["nvidia.com/gpu.product"] = product;
+    if (!memory.empty()) labels["nvidia.com/gpu.memory"] = memory;
+    json allocatable = {{"cpu", "63500m"}, {"memory", "527784672Ki"}, {"pods", "110"}};
+    if (gpus > 0) allocatable["nvidia.com/gpu"] = std::to_string(gpus);
+    return {{"metadata", {{"name", name}, {"labels", labels}}},
+            {"spec", cordoned ? json{{"unschedulable", true}} : json::object()},
+            {"status", {{"allocatable", allocatable}, {"capacity", allocatable}}}};
+  }
+  json nodeNamed(const std::string& name) {
+    json nodes = server.call("GET", "/api/v1/fleet/nodes", key);
+    for (const auto& n : nodes["data"]) {
+      if (n["name"] == name) return n;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(FleetKubernetesInventoryTest, TheClustersNodesAreTheInventoryAndWorkGoesWhereItMayRun) {
+  json a = nodeNamed("gpu-a");
+  ASSERT_TRUE(a.is_object()) << server.call("GET", "/api/v1/fleet/nodes", key).dump();
+  EXPECT_EQ(a["gpu_count"], 4);
+  EXPECT_EQ(a["gpu_model"], "NVIDIA-H100-80GB-HBM3");
+  EXPECT_EQ(a["gpus"][0]["memory_mib"], 81559);
+  EXPECT_EQ(a["cpu"], "63500m");
+  EXPECT_EQ(a["memory_mib"], 527784672 / 1024);
+  EXPECT_EQ(a["rack"], "r1");
+  json cordoned = nodeNamed("gpu-cordoned");
+  ASSERT_TRUE(cordoned.is_object());
+  EXPECT_EQ(cordoned["taints"][0]["key"], "node.kubernetes.io/unschedulable");
+  EXPECT_EQ(nodeNamed("cpu-only")["gpu_count"], 0);
+  // Work lands on the node that takes it, never on the cordoned one.
+  submit("first", 4);
+  const std::string job = jobOf("first");
+  server.waitFor(key, "first", "running");
+  const auto seen = calls(job);
+  ASSERT_GE(seen.size(), 2u);
+  const json release = json::parse(seen[1].substr(6));
+  EXPECT_EQ(release["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"], "gpu-a");
+  // A second one has quota (8 GPUs) but no node: it waits for one.
+  submit("second", 4);
+  EXPECT_EQ(server.workload(key, "second")["state"], "pending");
+  // A new Node joins (GPU memory unlabelled: the configured 40Gi); the waiting work runs there.
+  kube.setNode(node("gpu-b", 4, "", "", false));
+  server.waitFor(key, "second", "running");
+  json b = nodeNamed("gpu-b");
+  ASSERT_TRUE(b.is_object());
+  EXPECT_EQ(b["gpu_model"], "gpu");
+  EXPECT_EQ(b["gpus"][0]["memory_mib"], 40 * 1024);
+  const auto second_calls = calls(jobOf("second"));
+  ASSERT_GE(second_calls.size(), 2u);
+  EXPECT_EQ(json::parse(second_calls[1].substr(6))["spec"]["template"]["spec"]["nodeSelector"]
+                                                   ["kubernetes.io/hostname"],
+            "gpu-b");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Workloads on a real Slurm cluster: the test starts its own one-node cluster (munged,
 // slurmctld, slurmd from Debian's slurm-wlm, with Gres=gpu:h100:8 backed by device nodes in a
-// temporary directory), and a `purser serve` whose flavor h100 runs on it. Shown: a workload's
-// pods become batch jobs squeue lists, see the GPUs Slurm bound (SLURM_JOB_GPUS,
+// temporary directory), and a `purser serve` whose flavor h100 runs on it, its inventory read
+// from `scontrol show node`. Shown: a workload's pods become batch jobs squeue lists, on the node
+// Purser placed them on, see the GPUs Slurm bound (SLURM_JOB_GPUS,
 // CUDA_VISIBLE_DEVICES), end succeeded or failed with their exit codes; a preempted one's job is
 // signalled and cancelled and the workload requeued; and a Purser killed with SIGKILL adopts the
 // jobs still running instead of submitting them again.
@@ -69,9 +70,10 @@ class FleetSlurmTest : public ::testing::Test {
                        "listen: 127.0.0.1:0\nthreads: 1\n"
                        "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
                        "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
-                       "  termination_grace: 30s\n"
+                       "  termination_grace: 30s\n  inventory_refresh: 1s\n"
                        "  slurm: {flavors: [h100], gres_type: h100, conf: " +
-                           conf + ", log_dir: " + dir.file("jobs") + "}\n");
+                           conf + ", log_dir: " + dir.file("jobs") +
+                           ", inventory: true, gpu_memory: 80Gi}\n");
     std::filesystem::create_directories(dir.file("jobs"));
     std::filesystem::create_directories(dir.file("gates"));
     std::string why;
@@ -197,11 +199,27 @@ class FleetSlurmTest : public ::testing::Test {
 };
 
 TEST_F(FleetSlurmTest, WorkloadsRunAsBatchJobsWithTheGpusSlurmBinds) {
+  // The inventory is Slurm's node, as scontrol shows it.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  json nodes = call("GET", "/api/v1/fleet/nodes", key);
+  ASSERT_EQ(nodes["data"].size(), 1u) << nodes.dump();
+  const json node = nodes["data"][0];
+  EXPECT_EQ(node["name"], host);
+  EXPECT_EQ(node["gpu_count"], 8);
+  EXPECT_EQ(node["gpu_model"], "h100");
+  EXPECT_EQ(node["gpus"][0]["memory_mib"], 80 * 1024);
+  EXPECT_EQ(node["cpu"], "8");
+  EXPECT_EQ(node["memory_mib"], 4000);
+  EXPECT_EQ(node["labels"]["slurm.schedmd.com/partition"], "gpu");
   submit("train", 2, "a");
   json running = waitFor("train", "running");
   ASSERT_EQ(running["pods"].size(), 1u);
-  // squeue sees the pod's job, and the job sees the GPUs Slurm gave it.
+  // squeue sees the pod's job, asked for on the node Purser placed it on, and the job sees the
+  // GPUs Slurm gave it.
   EXPECT_NE(queue().find("ml.train.main.0"), std::string::npos) << queue();
+  const std::string requested = slurmTool(conf, {which("squeue"), "-h", "-o", "%j %n"});
+  EXPECT_NE(requested.find(" " + std::string(host) + "\n"), std::string::npos) << requested;
   EXPECT_TRUE(logHolds("train", "gpus=0,1 cuda=0,1 of ml/train"))
       << call("GET", "/api/v1/workloads/ml/train/logs", key).dump();
   open("a");
