@@ -151,6 +151,13 @@ json workloadView(const FleetService& svc, const Record& r) {
       {"gpu_charged", r.charged.toString()},
       {"preemptions", r.preemptions}};
   if (r.state == "failed" && !r.log_tail.empty()) out["log_tail"] = r.log_tail;
+  if (!r.external.empty()) {
+    // Found on an engine (a Job a user applied): "kubernetes:namespace/name/uid".
+    const size_t colon = r.external.find(':'), uid = r.external.rfind('/');
+    out["found_as"] = {{"executor", r.external.substr(0, colon)},
+                       {"object", r.external.substr(colon + 1, uid - colon - 1)},
+                       {"uid", r.external.substr(uid + 1)}};
+  }
   if (r.admission) {
     json a = json::array();
     for (const auto& ps : r.admission->pod_sets) {

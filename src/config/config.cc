@@ -431,6 +431,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       k.optional("insecure_skip_tls_verify", kc.insecure);
       k.optional("default_image", kc.default_image);
       k.optional("inventory", kc.inventory);
+      k.optional("adopt_jobs", kc.adopt_jobs);
       if (auto v = quantityAt(reader, k, "gpu_memory", true)) kc.gpu_memory_mib = *v;
       k.finish();
       if (kc.flavors.empty()) {

@@ -160,6 +160,7 @@ struct FleetConfig {
     std::string ca_file;     // the cluster's CA
     bool insecure = false;   // skip verifying the server (labs only)
     std::string default_image;
+    bool adopt_jobs = true;      // Jobs users apply with Kueue's queue-name label are queued
     bool inventory = false;      // the cluster's Nodes join fleet.nodes
     int64_t gpu_memory_mib = 0;  // GPU memory where a Node's labels do not say
   };

@@ -32,6 +32,17 @@ struct PodLaunch {
   std::string node;          // the node it was placed on; empty: wherever the engine likes
   std::string image;         // the container image (Kubernetes); others ignore it
   std::string queue;         // the workload's LocalQueue (Kubernetes labels the Job with it)
+  // The engine's own object to release instead of creating one (a Found key, for work users
+  // handed the engine directly); every pod of the workload names it, and it is released once.
+  std::string existing;
+  std::vector<std::string> pod_set_nodes;  // the nodes of the pod set's placements, in order
+};
+
+// Work users handed an engine directly, for the fleet to queue and run there (Kubernetes Jobs
+// applied with Kueue's queue-name label).
+struct Found {
+  std::string key;       // the object's identity on the engine ("namespace/name/uid")
+  std::string manifest;  // the object as JSON, status left out; empty: it is gone
 };
 
 enum class PodPhase { kRunning, kSucceeded, kFailed };
@@ -77,6 +88,10 @@ class Executor {
   // nodes), as last read; nullopt for an executor that reports none. May block to read them the
   // first time; an error when they have never been read.
   virtual std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() { return std::nullopt; }
+  // What users handed the engine since the last call (none for engines without such a door).
+  virtual std::vector<Found> takeFound() { return {}; }
+  // A found object's work was deleted through Purser: the engine's object goes too.
+  virtual void discard(const std::string& key) { (void)key; }
   // A local pod's process group and its start time (to adopt it later); nullopt elsewhere.
   virtual std::optional<std::pair<int64_t, int64_t>> identity(const std::string& handle) {
     (void)handle;

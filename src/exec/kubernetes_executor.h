@@ -2,21 +2,30 @@
 // cluster already schedules.
 //
 // Each pod becomes a batch/v1 Job of one pod, created suspended (spec.suspend: true) with the
-// kueue.x-k8s.io/queue-name label and Purser's own (purser.dev/managed, purser.dev/handle), then
-// released by a merge patch that un-suspends it and sets its node selector
-// (kubernetes.io/hostname) from the placement. Its container runs the pod set's image with its
-// command, working directory and environment, asking for its CPU and memory and limited to its
-// whole GPUs (nvidia.com/gpu). Pods are followed with one list-and-watch of the pods Purser
-// manages: a watch that ends resumes from the last resourceVersion it saw; a 410 Gone (the
+// kueue.x-k8s.io/queue-name label and Purser's own (the label purser.dev/managed, the annotation
+// purser.dev/handle), then released by a merge patch that un-suspends it and sets its node
+// selector (kubernetes.io/hostname) from the placement. Its container runs the pod set's image
+// with its command, working directory and environment, asking for its CPU and memory and limited
+// to its whole GPUs (nvidia.com/gpu). Pods are followed with one list-and-watch of the pods
+// Purser manages: a watch that ends resumes from the last resourceVersion it saw; a 410 Gone (the
 // version is too old) relists. Phases: Pending and Running are running; Succeeded; Failed with
 // the container's exit code. Stopping suspends the Job (Kubernetes ends its pod with the pod's
 // own grace period); forgetting it deletes it. Until the first list succeeds, or while the API
 // cannot be reached, status() is kUnavailable.
 //
+// Jobs users apply themselves with the kueue.x-k8s.io/queue-name label (`adopt_jobs`) are found
+// by a second list-and-watch, of Jobs, as Kueue's controller finds them: a new one that is not
+// finished is reported by takeFound() (one that runs although Purser never released it is
+// suspended first, as Kueue does). Released like Purser's own Jobs (its pod template gains the
+// label and annotation, and the placement's nodes), it is followed by the Job's own status:
+// Complete is succeeded, Failed is failed (with a failed pod's exit code), suspended again with
+// no pod active is stopped. It is never deleted, except by discard(); a deleted one is reported
+// gone.
+//
 // With `read_nodes`, the cluster's Nodes are the inventory's (see inventoryNodeOf): listed at the
 // first nodes() call and again every `node_refresh`; a list that fails keeps the last one.
 //
-// Thread-safe. One background thread watches; another lists Nodes when they are read.
+// Thread-safe. Background threads watch pods and Jobs; another lists Nodes once they are read.
 #pragma once
 
 #include <atomic>
@@ -25,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +48,7 @@ struct KubernetesExecutorOptions {
   KubeApiOptions api;
   std::string default_image;        // for pod sets that name none
   std::function<void()> on_change;  // a watched pod changed (called from the watch thread)
+  bool adopt_jobs = true;           // Jobs users apply with the queue-name label are found
   bool read_nodes = false;          // nodes() reports the cluster's Nodes
   int64_t gpu_memory_mib = 0;       // a GPU's memory where a Node's labels do not say
   Duration node_refresh = std::chrono::seconds(30);
@@ -64,8 +75,10 @@ class KubernetesExecutor final : public Executor {
   Result<void> adopt(const Adopted& pod) override;
   void forget(const std::string& handle) override;
   std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() override;
+  std::vector<Found> takeFound() override;
+  void discard(const std::string& key) override;
 
-  // Lists and watches made (for tests and diagnostics).
+  // Lists made (for tests and diagnostics).
   int64_t lists() const { return lists_.load(); }
 
  private:
@@ -78,15 +91,26 @@ class KubernetesExecutor final : public Executor {
     std::string ns, name;
     SystemTime started_at{};
     bool stopping = false;
-    bool gone = false;  // its pod was deleted (suspended or removed)
-    std::optional<PodState> pod;
+    bool existing = false;  // a user's Job, followed by its own status
   };
+  // A Job a user applied with the queue-name label, as last seen.
+  struct UserJob {
+    std::string uid;
+    bool suspended = false, complete = false, failed = false;
+    bool released = false;  // its pod template carries purser.dev/managed (Purser released it)
+    int64_t active = 0;
+    std::optional<SystemTime> started_at, finished_at;
+  };
+  enum class Feed { kPods, kJobs };
 
   KubernetesExecutor(const Clock& clock, KubernetesExecutorOptions options,
                      std::unique_ptr<KubeApi> api);
-  void watchLoop();
-  bool relist(std::string& version);
-  void apply(const std::string& type, const nlohmann::json& pod);
+  void watchLoop(Feed feed);
+  bool relist(Feed feed, std::string& version);
+  void apply(Feed feed, const std::string& type, const nlohmann::json& object);
+  void applyPod(const std::string& type, const nlohmann::json& pod);
+  void applyJob(const std::string& type, const nlohmann::json& job);
+  Result<std::string> release(const PodLaunch& pod);
   Result<std::vector<fleet::InventoryNode>> listNodes();
   void nodeLoop();
 
@@ -95,14 +119,19 @@ class KubernetesExecutor final : public Executor {
   std::unique_ptr<KubeApi> api_;
   mutable std::mutex mu_;
   std::condition_variable synced_cv_;
-  std::map<std::string, Job> jobs_;       // by handle ("namespace.job-name")
+  std::map<std::string, Job> jobs_;       // by handle ("namespace.job-name"; "namespace/name" for
+                                          // a user's Job)
   std::map<std::string, PodState> pods_;  // by handle, as last seen
-  bool synced_ = false;                   // a list has succeeded and the watch is current
-  std::string down_;                      // why the API cannot be reached now
+  std::map<std::string, int> failed_codes_;     // by handle: a failed pod's exit code
+  std::map<std::string, UserJob> user_jobs_;    // by "namespace/name"
+  std::set<std::string> reported_;              // uids of user Jobs takeFound() returned
+  std::vector<Found> found_;                    // to return from takeFound()
+  bool synced_ = false, jobs_synced_ = false;   // a list has succeeded and the watch is current
+  std::string down_, jobs_down_;                // why the API cannot be reached now
   int64_t next_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> lists_{0};
-  std::thread watcher_;
+  std::thread watcher_, job_watcher_;
   // The Nodes, as last listed (nodes_mu_): none until the first nodes() call starts nodes_thread_.
   std::mutex nodes_mu_;
   std::optional<std::vector<fleet::InventoryNode>> nodes_;

@@ -799,6 +799,7 @@ std::vector<std::pair<std::string, std::vector<ledger::Alert>>> FleetService::ta
 // Every poll interval: the pods' ends; every second: retried writes, GPU time that is due and
 // the holds ahead of it.
 void FleetService::tick() {
+  takeFound();
   pollPods();
   const int64_t now = nowMs();
   if (now - last_tick_ms_ >= 1000 || now < last_tick_ms_) {
@@ -978,6 +979,13 @@ void FleetService::startPods(Record& r, int64_t now) {
       if (auto n = launch.env.find("PURSER_NODE"); n != launch.env.end()) launch.node = n->second;
       launch.image = ps.image;
       launch.queue = r.spec.local_queue;
+      if (!r.external.empty()) launch.existing = r.external.substr(r.external.find(':') + 1);
+      if (r.admission) {
+        for (const auto& a : r.admission->pod_sets) {
+          if (a.name != ps.name) continue;
+          for (const auto& p : a.placements) launch.pod_set_nodes.push_back(p.node);
+        }
+      }
       auto handle = executor->start(launch);
       if (!handle && handle.error().code == ErrorCode::kResourceExhausted) {
         // The executor is full: what started is let go, and it waits for room (every poll).
@@ -1240,6 +1248,60 @@ void FleetService::adopt() {
   }
 }
 
+// Work users handed an engine directly joins the queues, as Kueue's job integrations make a
+// Workload of a Job: owned by the team its namespace names, in that team's tenant, paid for by
+// both. Found again (after a restart, a relist), it is the same workload; gone from the engine
+// before it ran, it ends (a running one ends as its engine reports).
+void FleetService::takeFound() {
+  for (const auto& [name, e] : executors_) {
+    for (const auto& f : e->takeFound()) found(name, f);
+  }
+}
+
+void FleetService::found(const std::string& executor, const exec::Found& f) {
+  const std::string external = executor + ":" + f.key;
+  for (auto& [name, r] : records_) {
+    if (r.external != external) continue;
+    if (f.manifest.empty() && r.state != "running" && r.state != "unknown") {
+      (void)remove(name, executor, nullptr);
+    }
+    return;
+  }
+  if (f.manifest.empty()) return;
+  const auto refuse = [&](const std::string& why) {
+    if (found_warned_.insert(f.key + why).second) {
+      spdlog::warn("fleet: {} {} is not queued: {}", executor, f.key, why);
+    }
+  };
+  auto parsed = fleet::parseWorkload(f.manifest, executor + " " + f.key);
+  if (!parsed) return refuse(parsed.error().message);
+  fleet::Workload w = std::move(parsed->workload);
+  const std::string ns = w.namespace_;
+  const std::string tenant_id = owningTenant(ns);
+  auto team = tenant_id.empty() ? std::nullopt : d_.directory.teamByName(tenant_id, ns);
+  if (!team) return refuse(fmt::format("namespace \"{}\" is no team's", ns));
+  const std::string bare = w.name.substr(w.name.find('/') + 1);
+  w.namespace_ = namespaceOf(tenant_id, ns);
+  w.name = w.namespace_ + "/" + bare;
+  if (records_.count(w.name) != 0) {
+    // Kueue's way of naming a Job's workload, when the plain name is taken.
+    const std::string uid = f.key.substr(f.key.rfind('/') + 1);
+    w.name = fmt::format("{}/job-{}-{}", w.namespace_, bare, uid.substr(0, 5));
+  }
+  const int64_t now = nowMs();
+  w.created_ms = now;
+  w.queued_ms.reset();
+  Record r;
+  r.tenant_id = tenant_id;
+  r.team_id = team->id;
+  r.owner_kind = executor;
+  r.submitted_ms = now;
+  r.external = external;
+  r.spec = std::move(w);
+  auto queued = submit(std::move(r), nullptr);
+  if (!queued) return refuse(queued.error().message);
+}
+
 // --- What the API hands in ----------------------------------------------------------------------
 
 Result<Record> FleetService::submit(Record r, Done done) {
@@ -1275,6 +1337,12 @@ Result<Record> FleetService::remove(const std::string& name, const std::string& 
   if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
   releaseGpu(r);
   stopPods(r, "Deleted");
+  if (!r.external.empty()) {
+    // Work found on an engine is deleted there too (or it would be found again).
+    if (exec::Executor* e = executorNamed(executorFor(r))) {
+      e->discard(r.external.substr(r.external.find(':') + 1));
+    }
+  }
   const std::string queue = r.admission ? r.admission->cluster_queue : "";
   (void)engine_->finish(name);
   r.state = "failed";
@@ -1411,6 +1479,7 @@ exec::Executor* FleetService::executorNamed(const std::string& name) const {
 
 // The executor of `r`'s admitted flavors (its GPU flavor's first): "local" unless configured.
 std::string FleetService::executorFor(const Record& r) const {
+  if (!r.external.empty()) return r.external.substr(0, r.external.find(':'));
   if (!r.admission) return "local";
   for (const char* resource : {kGpu, "cpu"}) {
     for (const auto& ps : r.admission->pod_sets) {

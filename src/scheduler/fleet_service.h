@@ -290,6 +290,8 @@ class FleetService {
   void pollPods();
   void endRun(Record& r, bool failed, const std::string& reason, const std::string& message);
   void adopt();
+  void takeFound();
+  void found(const std::string& executor, const exec::Found& f);
   void joinServed();
   std::string replicaId(const Record& r, const PodRun& p) const;
   bool runsHere(const Record& r) const;
@@ -304,6 +306,7 @@ class FleetService {
   std::vector<fleet::InventoryNode> configured_nodes_;  // options_.inventory as configured
   int64_t inventory_read_ms_ = 0;
   std::set<std::string> inventory_warned_;  // problems with the inventory already logged
+  std::set<std::string> found_warned_;      // found work that could not be queued, logged once
 
   fleet::ManifestSet base_;  // configured, then applied objects
   std::unique_ptr<fleet::Engine> engine_;

@@ -203,6 +203,7 @@ std::string recordText(const Record& r) {
                         {"owner_kind", r.owner_kind},
                         {"owner_id", r.owner_id},
                         {"key_id", r.key_id},
+                        {"external", r.external},
                         {"state", r.state},
                         {"reason", r.reason},
                         {"message", r.message},
@@ -234,6 +235,7 @@ Result<Record> recordFrom(const std::string& text) {
     r.owner_kind = j.at("owner_kind").get<std::string>();
     r.owner_id = j.at("owner_id").get<std::string>();
     r.key_id = j.at("key_id").get<std::string>();
+    r.external = j.value("external", "");
     r.state = j.at("state").get<std::string>();
     r.reason = j.value("reason", "");
     r.message = j.value("message", "");

@@ -47,6 +47,9 @@ struct Record {
   fleet::Workload spec;  // as submitted (its admission lives below)
   int64_t seq = 0;
   std::string tenant_id, team_id, owner_kind, owner_id, key_id;
+  // Work a user handed an engine directly: "EXECUTOR:KEY" of the object it was found as (a
+  // Kubernetes Job: "kubernetes:namespace/name/uid"); it runs there, whatever its flavor.
+  std::string external;
   std::string state = "pending";
   std::string reason, message;  // why it is in its state, when there is a why
   std::optional<fleet::Admission> admission;

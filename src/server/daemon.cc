@@ -368,6 +368,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     ko.api.insecure = k->insecure;
     ko.default_image = k->default_image;
     ko.read_nodes = k->inventory;
+    ko.adopt_jobs = k->adopt_jobs;
     ko.gpu_memory_mib = k->gpu_memory_mib;
     ko.node_refresh = config.fleet.inventory_refresh / 2;  // read by the service as often
     if (k->inventory) fleet_options.inventory_from.push_back("kubernetes");

@@ -298,7 +298,7 @@ fleet:
   inventory_refresh: 10s
   slurm: {flavors: [h100], inventory: true, gpu_memory: 80Gi}
   kubernetes: {flavors: [a100], server: "https://10.0.0.1:6443", inventory: true,
-               gpu_memory: 40Gi}
+               gpu_memory: 40Gi, adopt_jobs: false}
 )",
                        "p.yaml");
   ASSERT_TRUE(c.has_value()) << c.error().toString();
@@ -307,6 +307,7 @@ fleet:
   EXPECT_EQ(c->fleet.slurm->gpu_memory_mib, 80 * 1024);
   EXPECT_TRUE(c->fleet.kubernetes->inventory);
   EXPECT_EQ(c->fleet.kubernetes->gpu_memory_mib, 40 * 1024);
+  EXPECT_FALSE(c->fleet.kubernetes->adopt_jobs);
   auto bad = parseConfig(
       "fleet:\n  inventory_refresh: 10ms\n"
       "  slurm: {flavors: [h100], inventory: maybe, gpu_memory: lots}\n",

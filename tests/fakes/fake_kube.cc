@@ -110,6 +110,14 @@ int64_t FakeKube::resourceVersion() const {
   return rv_;
 }
 
+int64_t FakeKube::lastEventVersion(const std::string& kind) const {
+  std::lock_guard lock(mu_);
+  for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+    if (it->object.value("kind", "") == kind) return it->rv;
+  }
+  return 0;
+}
+
 void FakeKube::setNode(const json& node) {
   std::lock_guard lock(mu_);
   json n = node;
@@ -119,15 +127,163 @@ void FakeKube::setNode(const json& node) {
   nodes_[n["metadata"]["name"].get<std::string>()] = n;
 }
 
-void FakeKube::event(const std::string& type, const json& pod) {
-  events_.push_back({rv_, type, pod});
+void FakeKube::event(const std::string& type, const json& object) {
+  events_.push_back({rv_, type, object});
   changed_.notify_all();
+}
+
+void FakeKube::applyJob(const json& given) {
+  std::lock_guard lock(mu_);
+  json job = given;
+  job["apiVersion"] = "batch/v1";
+  job["kind"] = "Job";
+  const std::string ns = job["metadata"].value("namespace", "default");
+  job["metadata"]["namespace"] = ns;
+  job["metadata"]["resourceVersion"] = std::to_string(++rv_);
+  job["metadata"]["uid"] = "uid-" + std::to_string(rv_) + "-0a1b2c3d";
+  job["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  job["status"] = json::object();
+  const std::string key = ns + "/" + job["metadata"]["name"].get<std::string>();
+  jobs_[key] = job;
+  event("ADDED", job);
+  reconcile(key);
+}
+
+bool FakeKube::deleteJob(const std::string& ns, const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(ns + "/" + name);
+  if (it == jobs_.end()) return false;
+  for (auto p = pods_.begin(); p != pods_.end();) {
+    if (p->second["metadata"]["labels"].value("job-name", "") == name) {
+      p->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+      event("DELETED", p->second);
+      p = pods_.erase(p);
+    } else {
+      ++p;
+    }
+  }
+  it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+  event("DELETED", it->second);
+  jobs_.erase(it);
+  return true;
+}
+
+int FakeKube::runningPods(const std::string& job_name) const {
+  std::lock_guard lock(mu_);
+  int n = 0;
+  for (const auto& [key, pod] : pods_) {
+    if (pod["metadata"]["labels"].value("job-name", "") == job_name &&
+        pod["status"].value("phase", "") == "Running") {
+      ++n;
+    }
+  }
+  return n;
+}
+
+// The Job controller, for the Job at `key`: pods for a running Job, none for a suspended one,
+// and the Job's status (startTime, active, succeeded, failed, conditions) from its pods.
+void FakeKube::reconcile(const std::string& key) {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return;
+  json& job = it->second;
+  const std::string ns = job["metadata"]["namespace"], name = job["metadata"]["name"];
+  json& status = job["status"];
+  const json before = status;
+  const bool suspended = job["spec"].value("suspend", false);
+  const auto finished = [&](const char* type) {
+    for (const auto& c : status.value("conditions", json::array())) {
+      if (c["type"] == type && c["status"] == "True") return true;
+    }
+    return false;
+  };
+  const bool done = finished("Complete") || finished("Failed");
+  std::vector<std::string> mine;
+  for (const auto& [k, p] : pods_) {
+    if (p["metadata"]["labels"].value("job-name", "") == name && p["metadata"]["namespace"] == ns)
+      mine.push_back(k);
+  }
+  int64_t active = 0, succeeded = 0, failed = 0;
+  for (const auto& k : mine) {
+    const std::string phase = pods_[k]["status"].value("phase", "");
+    active += phase == "Running" ? 1 : 0;
+    succeeded += phase == "Succeeded" ? 1 : 0;
+    failed += phase == "Failed" ? 1 : 0;
+  }
+  const int64_t parallelism = job["spec"].value("parallelism", 1);
+  const int64_t backoff = job["spec"].value("backoffLimit", 6);
+  const int64_t completions = job["spec"].value("completions", 1);
+  const auto deleteRunning = [&] {
+    for (const auto& k : mine) {
+      auto p = pods_.find(k);
+      if (p == pods_.end() || p->second["status"].value("phase", "") != "Running") continue;
+      p->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+      event("DELETED", p->second);
+      pods_.erase(p);
+    }
+    active = 0;
+  };
+  json conditions = status.value("conditions", json::array());
+  if (!done && failed > backoff) {
+    deleteRunning();
+    conditions.push_back({{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"},
+                          {"lastTransitionTime", now3339()}});
+  } else if (!done && succeeded >= completions) {
+    deleteRunning();
+    conditions.push_back({{"type", "Complete"}, {"status", "True"}});
+    status["completionTime"] = now3339();
+  } else if (!done && suspended) {
+    deleteRunning();
+    status.erase("startTime");
+    bool noted = false;
+    for (auto& c : conditions) {
+      if (c["type"] == "Suspended") {
+        c["status"] = "True";
+        noted = true;
+      }
+    }
+    if (!noted) conditions.push_back({{"type", "Suspended"}, {"status", "True"}});
+  } else if (!done) {
+    for (auto& c : conditions) {
+      if (c["type"] == "Suspended") c["status"] = "False";
+    }
+    if (!status.contains("startTime")) status["startTime"] = now3339();
+    // Enough pods running (a failed one is replaced while the backoff limit allows).
+    const int64_t wanted = std::min(parallelism, completions - succeeded);
+    for (int64_t i = active; i < wanted; ++i) {
+      json labels = job["spec"]["template"]["metadata"].value("labels", json::object());
+      labels["job-name"] = name;
+      labels["batch.kubernetes.io/job-name"] = name;
+      json meta = {{"name", name + "-" + std::to_string(rv_ + 1) + "-x7k2p"},
+                   {"namespace", ns},
+                   {"labels", labels},
+                   {"resourceVersion", std::to_string(++rv_)}};
+      const json notes = job["spec"]["template"]["metadata"].value("annotations", json());
+      if (notes.is_object()) meta["annotations"] = notes;
+      json pod = {{"apiVersion", "v1"},
+                  {"kind", "Pod"},
+                  {"metadata", meta},
+                  {"spec", job["spec"]["template"]["spec"]},
+                  {"status", {{"phase", "Running"}, {"startTime", now3339()}}}};
+      pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
+      event("ADDED", pod);
+      ++active;
+    }
+  }
+  status["conditions"] = conditions;
+  status["active"] = active;
+  status["succeeded"] = succeeded;
+  status["failed"] = failed;
+  if (status != before) {
+    job["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    event("MODIFIED", job);
+  }
 }
 
 bool FakeKube::finishPod(const std::string& job_name, int exit_code, const std::string& log) {
   std::lock_guard lock(mu_);
   for (auto& [key, pod] : pods_) {
     if (pod["metadata"]["labels"].value("job-name", "") != job_name) continue;
+    if (pod["status"].value("phase", "") != "Running") continue;
     pod["status"]["phase"] = exit_code == 0 ? "Succeeded" : "Failed";
     pod["status"]["containerStatuses"] =
         json::array({{{"name", "main"},
@@ -139,6 +295,7 @@ bool FakeKube::finishPod(const std::string& job_name, int exit_code, const std::
     pod["metadata"]["resourceVersion"] = std::to_string(++rv_);
     logs_[pod["metadata"]["name"]] = log;
     event("MODIFIED", pod);
+    reconcile(pod["metadata"]["namespace"].get<std::string>() + "/" + job_name);
     return true;
   }
   return false;
@@ -158,7 +315,7 @@ void FakeKube::compact() {
   events_.clear();
 }
 
-void FakeKube::watch(int fd, int64_t from) {
+void FakeKube::watch(int fd, int64_t from, const std::string& kind) {
   std::unique_lock lock(mu_);
   if (from < kept_from_) {
     lock.unlock();
@@ -184,8 +341,9 @@ void FakeKube::watch(int fd, int64_t from) {
     std::string out;
     for (const auto& e : events_) {
       if (e.rv <= seen) continue;
-      out += chunk(json{{"type", e.type}, {"object", e.object}}.dump() + "\n");
       seen = e.rv;
+      if (e.object.value("kind", "") != kind) continue;
+      out += chunk(json{{"type", e.type}, {"object", e.object}}.dump() + "\n");
     }
     if (!out.empty()) {
       lock.unlock();
@@ -253,7 +411,7 @@ void FakeKube::handle(int fd) {
   // /api/v1/pods[?watch=1]
   if (req.method == "GET" && seg.size() == 3 && seg[0] == "api" && seg[2] == "pods") {
     if (query(req.target, "watch") == "1") {
-      watch(fd, std::stoll("0" + query(req.target, "resourceVersion")));
+      watch(fd, std::stoll("0" + query(req.target, "resourceVersion")), "Pod");
       return;
     }
     std::lock_guard lock(mu_);
@@ -274,6 +432,25 @@ void FakeKube::handle(int fd) {
     reply(fd, it == logs_.end() ? 404 : 200, it == logs_.end() ? "" : it->second, "text/plain");
     return;
   }
+  // /apis/batch/v1/jobs?labelSelector=kueue.x-k8s.io%2Fqueue-name[&watch=1]
+  if (req.method == "GET" && seg.size() == 4 && seg[0] == "apis" && seg[3] == "jobs") {
+    if (query(req.target, "watch") == "1") {
+      watch(fd, std::stoll("0" + query(req.target, "resourceVersion")), "Job");
+      return;
+    }
+    std::lock_guard lock(mu_);
+    json items = json::array();
+    for (const auto& [key, job] : jobs_) {
+      if (job["metadata"]["labels"].contains("kueue.x-k8s.io/queue-name")) items.push_back(job);
+    }
+    reply(fd, 200,
+          json{{"kind", "JobList"},
+               {"apiVersion", "batch/v1"},
+               {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+               {"items", items}}
+              .dump());
+    return;
+  }
   // /apis/batch/v1/namespaces/NS/jobs[/NAME]
   if (seg.size() >= 6 && seg[0] == "apis" && seg[1] == "batch" && seg[5] == "jobs") {
     const std::string ns = seg[4];
@@ -291,8 +468,11 @@ void FakeKube::handle(int fd) {
       }
       job["metadata"]["resourceVersion"] = std::to_string(++rv_);
       job["metadata"]["uid"] = "uid-" + std::to_string(rv_);
+      job["status"] = json::object();
       jobs_[key] = job;
-      reply(fd, 201, job.dump());
+      event("ADDED", job);
+      reconcile(key);
+      reply(fd, 201, jobs_[key].dump());
       return;
     }
     if (seg.size() != 7) {
@@ -325,32 +505,21 @@ void FakeKube::handle(int fd) {
       }
       job.merge_patch(patch);
       job["metadata"]["resourceVersion"] = std::to_string(++rv_);
-      bool has_pod = false;
-      for (const auto& [k, p] : pods_) {
-        has_pod = has_pod || p["metadata"]["labels"].value("job-name", "") == seg[6];
-      }
-      if (!job["spec"].value("suspend", false) && !has_pod) {
-        json labels = job["spec"]["template"]["metadata"].value("labels", json::object());
-        labels["job-name"] = seg[6];
-        json pod = {{"apiVersion", "v1"},
-                    {"kind", "Pod"},
-                    {"metadata",
-                     {{"name", seg[6] + "-x7k2p"},
-                      {"namespace", ns},
-                      {"labels", labels},
-                      {"resourceVersion", std::to_string(++rv_)}}},
-                    {"spec", job["spec"]["template"]["spec"]},
-                    {"status", {{"phase", "Running"}, {"startTime", now3339()}}}};
-        pods_[ns + "/" + pod["metadata"]["name"].get<std::string>()] = pod;
-        event("ADDED", pod);
-      } else if (job["spec"].value("suspend", false)) {
-        deletePods();
-      }
-      reply(fd, 200, job.dump());
+      event("MODIFIED", job);
+      reconcile(key);
+      reply(fd, 200, jobs_[key].dump());
       return;
     }
     if (req.method == "DELETE") {
+      const json options = json::parse(req.body.empty() ? "{}" : req.body, nullptr, false);
+      if (options.is_object() && options.contains("preconditions") &&
+          options["preconditions"].value("uid", "") != job["metadata"].value("uid", "")) {
+        reply(fd, 409, status(409, "Conflict", "Precondition failed: UID in precondition").dump());
+        return;
+      }
       deletePods();
+      job["metadata"]["resourceVersion"] = std::to_string(++rv_);
+      event("DELETED", job);
       jobs_.erase(it);
       reply(fd, 200, status(200, "", "").dump());
       return;

@@ -1,10 +1,13 @@
 // A wire-level fake of the Kubernetes API server, for the Kubernetes executor's tests (no API
 // server is installable on these machines). It speaks the real paths and objects over HTTP/1.1:
-// Nodes (list), batch/v1 Jobs (create, merge-patch, delete), Pods (list with a resourceVersion, watch streams of
-// ADDED/MODIFIED/DELETED events resuming from a resourceVersion, a 410 Expired ERROR event for a
-// version it no longer keeps) and pod logs; it checks the bearer token. Its "kubelet": a Job that
-// is not suspended gets one Running pod; suspending the Job deletes it; the test finishes pods
-// with an exit code. Every request is recorded for the test to inspect.
+// Nodes (list), batch/v1 Jobs (create, merge-patch, delete with a uid precondition, list and
+// watch), Pods (list, watch) — lists carry a resourceVersion, watch streams of
+// ADDED/MODIFIED/DELETED events resume from one, and a version it no longer keeps gets a 410
+// Expired ERROR event — and pod logs; it checks the bearer token. Its "Job controller and
+// kubelet": a Job that is not suspended gets `parallelism` Running pods and a startTime; a pod
+// that fails past the Job's backoffLimit (default 6) fails the Job (else it is replaced), enough
+// successes (completions, default one) complete it; suspending it deletes its pods. The test
+// finishes pods with an exit code. Every request is recorded for the test to inspect.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -35,20 +38,30 @@ class FakeKube {
   nlohmann::json job(const std::string& name) const;
   // The name of the Job whose pods carry purser.dev/handle = `handle`... by the Job's label.
   std::string jobOfWorkload(const std::string& workload_prefix) const;
-  // Ends the Job's pod with `exit_code` (Succeeded when 0, else Failed), writing `log` as its log.
+  // Ends one running pod of the Job with `exit_code` (Succeeded when 0, else Failed), writing
+  // `log` as its log.
   bool finishPod(const std::string& job_name, int exit_code, const std::string& log);
+  // What `kubectl apply` of a Job does: it is created (with a uid) as given.
+  void applyJob(const nlohmann::json& job);
+  // What `kubectl delete job` does.
+  bool deleteJob(const std::string& ns, const std::string& name);
+  // The running pods of the Job.
+  int runningPods(const std::string& job_name) const;
   // Ends every watch connection abruptly (as an API server restart or a load balancer does).
   void dropWatches();
   // Forgets the events so far: a watch resuming from an older version gets 410 Expired.
   void compact();
   int64_t resourceVersion() const;
+  // The resourceVersion of the newest event about an object of `kind` (Pod, Job).
+  int64_t lastEventVersion(const std::string& kind) const;
   // Adds Node `node` (a v1 Node object), or replaces the one of its name.
   void setNode(const nlohmann::json& node);
 
  private:
   void handle(int fd);
-  void event(const std::string& type, const nlohmann::json& pod);  // mu_ held
-  void watch(int fd, int64_t from);
+  void event(const std::string& type, const nlohmann::json& object);  // mu_ held
+  void reconcile(const std::string& key);                             // mu_ held
+  void watch(int fd, int64_t from, const std::string& kind);
 
   const std::string token_;
   mutable std::mutex mu_;

@@ -153,7 +153,7 @@ TEST_F(FleetKubernetesTest, AWatchThatDropsResumesAndA410Relists) {
   server.waitFor(key, "a", "running");
   server.waitFor(key, "b", "running");
   // The watch drops; the pod's end happens while no watch is open, and is still seen.
-  const int64_t version = kube.resourceVersion();
+  const int64_t version = kube.lastEventVersion("Pod");
   kube.dropWatches();
   ASSERT_TRUE(kube.finishPod(a, 0, "ok\n"));
   server.waitFor(key, "a", "succeeded");
@@ -202,6 +202,142 @@ TEST_F(FleetKubernetesTest, AKilledPurserAdoptsItsJobsInsteadOfCreatingThemAgain
   int posts = 0;
   for (const auto& r : kube.requests()) posts += r.method == "POST" ? 1 : 0;
   EXPECT_EQ(posts, 1);
+}
+
+// A Job as a user writes it for Kueue: the queue-name label, its pods' requests in the template.
+json userJob(const std::string& ns, const std::string& name, int parallelism, int gpus,
+             bool suspend, const std::string& priority_class = "") {
+  json labels = {{"kueue.x-k8s.io/queue-name", "research"}};
+  if (!priority_class.empty()) labels["kueue.x-k8s.io/priority-class"] = priority_class;
+  return {{"apiVersion", "batch/v1"},
+          {"kind", "Job"},
+          {"metadata", {{"name", name}, {"namespace", ns}, {"labels", labels}}},
+          {"spec",
+           {{"suspend", suspend},
+            {"parallelism", parallelism},
+            {"completions", parallelism},
+            {"backoffLimit", 0},
+            {"template",
+             {{"metadata", {{"labels", {{"app", name}}}}},
+              {"spec",
+               {{"restartPolicy", "Never"},
+                {"containers",
+                 json::array({{{"name", "trainer"},
+                               {"image", "registry.example/trainer:2"},
+                               {"command", {"torchrun", "train.py"}},
+                               {"resources",
+                                {{"requests", {{"cpu", "1"}}},
+                                 {"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}}}}})}}}}}}}};
+}
+
+TEST_F(FleetKubernetesTest, AJobAUserAppliesIsQueuedReleasedAndFollowedByItsOwnStatus) {
+  kube.applyJob(userJob("ml", "finetune", 2, 2, true));
+  json running = server.waitFor(key, "finetune", "running");
+  EXPECT_EQ(running["pods"].size(), 2u) << running.dump();
+  EXPECT_EQ(running["found_as"]["object"], "ml/finetune");
+  EXPECT_EQ(running["found_as"]["executor"], "kubernetes");
+  EXPECT_EQ(running["owner"]["kind"], "kubernetes");
+  // Released once, as Kueue releases it: un-suspended, its pods marked as Purser's and sent to
+  // the node both were placed on; never created again.
+  std::vector<std::string> patches;
+  for (const auto& r : kube.requests()) {
+    if (r.target.find("/namespaces/ml/jobs/finetune") != std::string::npos) {
+      patches.push_back(r.method + " " + r.body);
+    }
+    EXPECT_NE(r.method, "POST") << r.target;
+  }
+  ASSERT_EQ(patches.size(), 1u);
+  const json release = json::parse(patches[0].substr(6));
+  EXPECT_EQ(release["spec"]["suspend"], false);
+  EXPECT_EQ(release["spec"]["template"]["metadata"]["labels"]["purser.dev/managed"], "true");
+  EXPECT_EQ(release["spec"]["template"]["metadata"]["annotations"]["purser.dev/handle"],
+            "ml/finetune");
+  EXPECT_EQ(release["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+            "gpu-node-1");
+  EXPECT_EQ(kube.runningPods("finetune"), 2);
+  // Purser is killed: after the restart it is the same workload, still running, not released
+  // again and not queued twice.
+  EXPECT_EQ(server.kill(), 128 + SIGKILL);
+  std::string why;
+  ASSERT_TRUE(server.start(&why)) << why;
+  json adopted = server.workload(key, "finetune");
+  EXPECT_EQ(adopted["state"], "running") << adopted.dump();
+  EXPECT_EQ(adopted["runs"], 1);
+  // One pod ends; the Job is not complete until both have.
+  ASSERT_TRUE(kube.finishPod("finetune", 0, "epoch 3 done\n"));
+  ASSERT_TRUE(kube.finishPod("finetune", 0, "epoch 3 done\n"));
+  json done = server.waitFor(key, "finetune", "succeeded");
+  EXPECT_EQ(done["exit_code"], 0);
+  EXPECT_NE(done["gpu_charged"], "0.00");
+  int named = 0;
+  for (const char* target : {"/api/v1/workloads", "/api/v1/workloads?state=finished"}) {
+    json list = server.call("GET", target, key);
+    ASSERT_TRUE(list["data"].is_array()) << list.dump();
+    for (const auto& w : list["data"]) {
+      named += w["name"].get<std::string>().find("finetune") != std::string::npos;
+    }
+  }
+  EXPECT_EQ(named, 1);
+  EXPECT_TRUE(kube.job("finetune").is_object()) << "a user's Job is theirs: not deleted";
+  int releases = 0;
+  for (const auto& r : kube.requests()) {
+    releases += r.method == "PATCH" && r.target.find("/jobs/finetune") != std::string::npos;
+  }
+  EXPECT_EQ(releases, 1);
+}
+
+TEST_F(FleetKubernetesTest, AnUnadmittedJobIsSuspendedPreemptedLikeAnyAndDeletedEitherWay) {
+  submit("steady", 8);
+  server.waitFor(key, "steady", "running");
+  // A Job of a namespace that is no team's is left alone; one applied running is suspended
+  // until it is admitted.
+  kube.applyJob(userJob("nobody", "stray", 1, 1, true));
+  kube.applyJob(userJob("ml", "eager", 1, 4, false));
+  json pending = server.waitFor(key, "eager", "pending");
+  bool suspended = false;
+  for (const auto& r : kube.requests()) {
+    suspended = suspended || (r.target.find("/jobs/eager") != std::string::npos &&
+                              r.body == R"({"spec":{"suspend":true}})");
+  }
+  EXPECT_TRUE(suspended);
+  EXPECT_EQ(kube.runningPods("eager"), 0);
+  EXPECT_EQ(kube.job("stray")["spec"]["suspend"], true);
+  json live = server.call("GET", "/api/v1/workloads", key);
+  ASSERT_EQ(live["data"].size(), 2u) << live.dump();  // steady and eager
+  // Room: it is admitted and runs.
+  server.call("DELETE", "/api/v1/workloads/ml/steady", key);
+  server.waitFor(key, "eager", "running");
+  EXPECT_EQ(kube.runningPods("eager"), 1);
+  // A more urgent Job preempts it: suspended again, its pod gone, the workload requeued.
+  kube.applyJob(userJob("ml", "urgent-job", 1, 8, true, "urgent"));
+  json evicted = server.waitFor(key, "eager", "evicted");
+  EXPECT_EQ(evicted["preemptions"], 1);
+  EXPECT_EQ(kube.job("eager")["spec"]["suspend"], true);
+  EXPECT_EQ(kube.runningPods("eager"), 0);
+  server.waitFor(key, "urgent-job", "running");
+  // kubectl delete job: its queued workload ends.
+  ASSERT_TRUE(kube.deleteJob("ml", "eager"));
+  json deleted = server.waitFor(key, "eager", "failed");
+  EXPECT_EQ(deleted["reason"], "Deleted");
+  // Deleted through Purser: the Job goes too (or it would be found again).
+  int status = 0;
+  server.call("DELETE", "/api/v1/workloads/ml/urgent-job", key, "", "application/json", &status);
+  EXPECT_EQ(status, 200);
+  for (int i = 0; i < 3000 && kube.job("urgent-job").is_object(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(kube.job("urgent-job").is_null());
+}
+
+TEST_F(FleetKubernetesTest, AUsersJobThatFailsFailsItsWorkloadWithThePodsCode) {
+  kube.applyJob(userJob("ml", "broken", 1, 1, true));
+  server.waitFor(key, "broken", "running");
+  ASSERT_TRUE(kube.finishPod("broken", 2, "Traceback (most recent call last):\nKeyError: 'lr'\n"));
+  json failed = server.waitFor(key, "broken", "failed");
+  EXPECT_EQ(failed["exit_code"], 2);
+  EXPECT_EQ(failed["log_tail"], "Traceback (most recent call last):\nKeyError: 'lr'\n");
+  EXPECT_NE(kube.job("broken")["status"]["conditions"].dump().find(R"("type":"Failed")"),
+            std::string::npos);
 }
 
 // The cluster's Nodes as the inventory: read at the start and again as they change.
