@@ -424,7 +424,9 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       YamlReader::Map k = fleet.map("kubernetes");
       FleetConfig::Kubernetes kc;
       k.optionalStrings("flavors", kc.flavors);
-      k.required("server", kc.server);
+      k.optional("kubeconfig", kc.kubeconfig);
+      k.optional("context", kc.context);
+      k.optional("server", kc.server);
       k.optional("token", kc.token);
       k.optional("token_file", kc.token_file);
       k.optional("ca_file", kc.ca_file);
@@ -438,6 +440,14 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
         reader.addError(top.get("fleet")["kubernetes"], "fleet.kubernetes.flavors",
                         "name the ResourceFlavors whose workloads Kubernetes runs");
       }
+      if (kc.server.empty() && kc.kubeconfig.empty()) {
+        reader.addError(top.get("fleet")["kubernetes"], "fleet.kubernetes.server",
+                        "name the API server (server: https://10.0.0.1:6443) or a kubeconfig");
+      }
+      if (!kc.context.empty() && kc.kubeconfig.empty()) {
+        reader.addError(top.get("fleet")["kubernetes"]["context"], "fleet.kubernetes.context",
+                        "a context is one of a kubeconfig's; name the kubeconfig too");
+      }
       if (!kc.server.empty() && kc.server.rfind("https://", 0) != 0 &&
           kc.server.rfind("http://", 0) != 0) {
         reader.addError(top.get("fleet")["kubernetes"]["server"], "fleet.kubernetes.server",
@@ -449,6 +459,10 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
     for (auto& m : cfg.fleet.manifests) {
       if (std::filesystem::path(m).is_relative()) m = (base / m).string();
+    }
+    if (cfg.fleet.kubernetes && !cfg.fleet.kubernetes->kubeconfig.empty() &&
+        std::filesystem::path(cfg.fleet.kubernetes->kubeconfig).is_relative()) {
+      cfg.fleet.kubernetes->kubeconfig = (base / cfg.fleet.kubernetes->kubeconfig).string();
     }
   }
   if (top.present("console")) {

@@ -154,7 +154,9 @@ struct FleetConfig {
   // A Kubernetes cluster that runs the workloads of some ResourceFlavors (fleet.kubernetes).
   struct Kubernetes {
     std::vector<std::string> flavors;
-    std::string server;      // https://host:6443
+    std::string kubeconfig;  // a kubeconfig file (its context's server and credentials)
+    std::string context;     // its context to use; empty: its current-context
+    std::string server;      // https://host:6443 (or the kubeconfig's)
     std::string token;       // bearer token (or token_file)
     std::string token_file;  // a file holding it (a service account's token)
     std::string ca_file;     // the cluster's CA

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 namespace purser::exec {
 
@@ -21,6 +23,16 @@ namespace {
 
 Error down(const std::string& what) {
   return Error(ErrorCode::kUnavailable, "the Kubernetes API cannot be reached: " + what);
+}
+
+// The certificates of a PEM bundle (the caller frees them); none when it holds none.
+std::vector<X509*> pemCertificates(const std::string& pem) {
+  std::vector<X509*> out;
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) out.push_back(cert);
+  BIO_free(bio);
+  ERR_clear_error();  // the end of the bundle reads as an error
+  return out;
 }
 
 std::string lower(std::string s) {
@@ -111,13 +123,41 @@ Result<std::unique_ptr<KubeApi>> KubeApi::create(KubeApiOptions options) {
       SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
     } else {
       SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
-      const int loaded =
-          api->options_.ca_file.empty()
-              ? SSL_CTX_set_default_verify_paths(ctx)
-              : SSL_CTX_load_verify_locations(ctx, api->options_.ca_file.c_str(), nullptr);
-      if (loaded != 1) {
+      if (!api->options_.ca_file.empty()) {
+        if (SSL_CTX_load_verify_locations(ctx, api->options_.ca_file.c_str(), nullptr) != 1) {
+          return fail(invalidArgument(
+              fmt::format("cannot read the Kubernetes CA file {}", api->options_.ca_file)));
+        }
+      } else if (!api->options_.ca_pem.empty()) {
+        auto certs = pemCertificates(api->options_.ca_pem);
+        if (certs.empty()) return fail(invalidArgument("the Kubernetes CA is not PEM certificates"));
+        X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+        for (X509* cert : certs) {
+          X509_STORE_add_cert(store, cert);
+          X509_free(cert);
+        }
+      } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        return fail(unavailable("the system's CA certificates cannot be read"));
+      }
+    }
+    if (!api->options_.client_cert_pem.empty()) {
+      auto certs = pemCertificates(api->options_.client_cert_pem);
+      BIO* bio = BIO_new_mem_buf(api->options_.client_key_pem.data(),
+                                 static_cast<int>(api->options_.client_key_pem.size()));
+      EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+      BIO_free(bio);
+      bool ok = !certs.empty() && key != nullptr && SSL_CTX_use_certificate(ctx, certs[0]) == 1 &&
+                SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
+      // The rest of the chain, for servers that want it.
+      for (size_t i = 1; ok && i < certs.size(); ++i) {
+        ok = SSL_CTX_add_extra_chain_cert(ctx, certs[i]) == 1;
+        if (ok) certs[i] = nullptr;  // owned by the context now
+      }
+      for (X509* cert : certs) X509_free(cert);
+      EVP_PKEY_free(key);
+      if (!ok) {
         return fail(invalidArgument(
-            fmt::format("cannot read the Kubernetes CA file {}", api->options_.ca_file)));
+            "the Kubernetes client certificate and key are not a matching PEM pair"));
       }
     }
   }

@@ -27,6 +27,7 @@
 #include "common/json.h"
 #include "common/random.h"
 #include "common/secret_key.h"
+#include "config/kubeconfig.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
 #include "http/builtin.h"
@@ -354,8 +355,21 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   }
   if (const auto& k = config.fleet.kubernetes) {
     exec::KubernetesExecutorOptions ko;
-    ko.api.server = k->server;
-    ko.api.token = k->token;
+    if (!k->kubeconfig.empty()) {
+      // The kubeconfig's context gives what the settings beside it do not.
+      auto kc = config::readKubeconfig(k->kubeconfig, k->context);
+      if (!kc) return fail(invalidArgument("fleet.kubernetes.kubeconfig: " + kc.error().message));
+      ko.api.server = kc->server;
+      ko.api.token = kc->token;
+      ko.api.ca_pem = kc->ca_pem;
+      ko.api.insecure = kc->insecure;
+      ko.api.client_cert_pem = kc->client_cert_pem;
+      ko.api.client_key_pem = kc->client_key_pem;
+      spdlog::info("fleet: Kubernetes {} from kubeconfig {} (context {})", kc->server,
+                   k->kubeconfig, kc->context);
+    }
+    if (!k->server.empty()) ko.api.server = k->server;
+    if (!k->token.empty()) ko.api.token = k->token;
     if (!k->token_file.empty()) {
       std::ifstream in(k->token_file);
       if (!in) {
@@ -365,7 +379,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       std::getline(in, ko.api.token);
     }
     ko.api.ca_file = k->ca_file;
-    ko.api.insecure = k->insecure;
+    ko.api.insecure = ko.api.insecure || k->insecure;
     ko.default_image = k->default_image;
     ko.read_nodes = k->inventory;
     ko.adopt_jobs = k->adopt_jobs;

@@ -32,6 +32,11 @@ class FleetKubernetesTest : public ::testing::Test {
            "       gpus: {count: 8, model: H100-SXM-80GB, memory: 80Gi}}\n";
   }
   virtual std::string kubernetesExtra() const { return ""; }
+  // How Purser reaches the API server: its address and a service account's token file.
+  virtual std::string connection() {
+    return "server: \"http://127.0.0.1:" + std::to_string(kube.port()) +
+           "\", token_file: " + dir.file("token");
+  }
   virtual void beforeStart() {}
 
   void SetUp() override {
@@ -42,8 +47,7 @@ class FleetKubernetesTest : public ::testing::Test {
                        "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
                        "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n" +
                            inventory() +
-                           "  kubernetes: {flavors: [h100], server: \"http://127.0.0.1:" +
-                           std::to_string(kube.port()) + "\", token_file: " + dir.file("token") +
+                           "  kubernetes: {flavors: [h100], " + connection() +
                            kubernetesExtra() + "}\n");
     beforeStart();
     std::string why;
@@ -344,6 +348,19 @@ TEST_F(FleetKubernetesTest, AUsersJobThatFailsFailsItsWorkloadWithThePodsCode) {
 class FleetKubernetesInventoryTest : public FleetKubernetesTest {
  protected:
   std::string inventory() const override { return "  inventory_refresh: 1s\n"; }
+  // Reached through a kubeconfig beside the configuration (its token in a file beside it).
+  std::string connection() override {
+    std::filesystem::create_directories(dir.file("kube"));
+    testing::writeFile(dir.file("kube/token"), std::string(kToken) + "\n");
+    testing::writeFile(
+        dir.file("kube/config"),
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\nclusters:\n- name: fake\n"
+        "  cluster: {server: \"http://127.0.0.1:" +
+            std::to_string(kube.port()) +
+            "\"}\ncontexts:\n- name: fake\n  context: {cluster: fake, user: purser}\n"
+            "users:\n- name: purser\n  user: {tokenFile: token}\n");
+    return "kubeconfig: kube/config";
+  }
   std::string kubernetesExtra() const override { return ", inventory: true, gpu_memory: 40Gi"; }
   void beforeStart() override {
     kube.setNode(node("gpu-a", 4, "NVIDIA-H100-80GB-HBM3", "81559", false));
