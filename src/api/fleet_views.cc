@@ -135,6 +135,8 @@ json workloadView(const FleetService& svc, const Record& r) {
       {"priority", priorityOf(svc, r.spec)},
       {"priority_class",
        r.spec.priority_class.empty() ? json(nullptr) : json(r.spec.priority_class)},
+      {"max_execution_seconds",
+       r.spec.max_execution_seconds > 0 ? json(r.spec.max_execution_seconds) : json(nullptr)},
       {"state", r.state},
       {"reason", r.reason.empty() ? json(nullptr) : json(r.reason)},
       {"message", r.message.empty() ? json(nullptr) : json(shown(r.message))},

@@ -32,6 +32,7 @@ struct PodLaunch {
   std::string node;          // the node it was placed on; empty: wherever the engine likes
   std::string image;         // the container image (Kubernetes); others ignore it
   std::string queue;         // the workload's LocalQueue (Kubernetes labels the Job with it)
+  int64_t time_limit_seconds = 0;  // how long it may run (Slurm's --time); 0: no limit
   // The engine's own object to release instead of creating one (a Found key, for work users
   // handed the engine directly); every pod of the workload names it, and it is released once.
   std::string existing;

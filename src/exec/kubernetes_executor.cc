@@ -554,7 +554,7 @@ Result<std::string> KubernetesExecutor::start(const PodLaunch& pod) {
   json labels = {{kManaged, "true"}};
   if (!pod.queue.empty()) labels["kueue.x-k8s.io/queue-name"] = pod.queue;
   const json annotations = {{kHandle, handle}};
-  const json job = {
+  json job = {
       {"apiVersion", "batch/v1"},
       {"kind", "Job"},
       {"metadata",
@@ -567,6 +567,7 @@ Result<std::string> KubernetesExecutor::start(const PodLaunch& pod) {
         {"template",
          {{"metadata", {{"labels", labels}, {"annotations", annotations}}},
           {"spec", {{"restartPolicy", "Never"}, {"containers", json::array({container})}}}}}}}};
+  if (pod.time_limit_seconds > 0) job["spec"]["activeDeadlineSeconds"] = pod.time_limit_seconds;
   const std::string path = fmt::format("/apis/batch/v1/namespaces/{}/jobs", ns);
   auto created = api_->call("POST", path, writeJson(job));
   if (!created) return fail(created.error());

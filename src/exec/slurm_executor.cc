@@ -212,6 +212,11 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
     args.push_back(fmt::format("--mem={}M", (pod.memory_bytes + (1 << 20) - 1) >> 20));
   }
   if (!pod.node.empty()) args.push_back("--nodelist=" + pod.node);
+  if (pod.time_limit_seconds > 0) {
+    // minutes:seconds, as sbatch reads it.
+    args.push_back(fmt::format("--time={}:{:02}", pod.time_limit_seconds / 60,
+                               pod.time_limit_seconds % 60));
+  }
   args.push_back(script_path);
   auto ran = tool("sbatch", args);
   if (!ran) return fail(ran.error());

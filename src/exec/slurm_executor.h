@@ -3,7 +3,8 @@
 //
 // A pod becomes `sbatch --export=NONE` of a script that exports its environment and execs its
 // argv, with --gres=gpu[:TYPE]:N for its whole GPUs, --cpus-per-task and --mem from its requests,
-// --nodelist from its placement, --chdir from its working directory and --output into log_dir
+// --nodelist from its placement, --time from its time limit, --chdir from its working directory
+// and --output into log_dir
 // (which must be a directory the nodes share). Slurm binds the GPUs itself: the job sees
 // SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES as Slurm sets them (Purser's own placement's
 // CUDA_VISIBLE_DEVICES is not passed). Status comes from one `scontrol show job -o` for all jobs,

@@ -196,6 +196,9 @@ struct Workload {
   std::vector<PodSet> pod_sets;
   std::optional<Admission> admission;  // set while it holds quota
   std::optional<ServeSpec> serve;      // for executors and the gateway; the engine ignores it
+  // How long a run may last, in seconds (Kueue's maximumExecutionTimeSeconds); 0: no limit.
+  // For the fleet service and executors; the engine ignores it.
+  int64_t max_execution_seconds = 0;
 };
 
 }  // namespace purser::fleet

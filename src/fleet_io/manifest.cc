@@ -31,6 +31,8 @@ constexpr char kNameLabel[] = "kubernetes.io/metadata.name";
 constexpr char kQueueLabel[] = "kueue.x-k8s.io/queue-name";
 constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 constexpr char kMinParallelismAnnotation[] = "kueue.x-k8s.io/job-min-parallelism";
+constexpr char kMaxExecLabel[] = "kueue.x-k8s.io/max-exec-time-seconds";
+constexpr int64_t kMaxExecSeconds = int64_t{366} * 24 * 3600;  // a year: longer is a mistake
 constexpr char kServeAnnotation[] = "purser.dev/serve";
 constexpr char kDefaultNamespace[] = "default";
 constexpr char kIgnored[] = "not supported by Purser; ignored";
@@ -789,7 +791,9 @@ class WorkloadParser {
       r_.addError(spec.get("active"), spec.child("active"),
                   "an inactive Workload cannot be submitted to Purser");
     }
-    o_.unsupported(spec, "maximumExecutionTimeSeconds");
+    if (auto m = o_.integer(spec, "maximumExecutionTimeSeconds", 1, kMaxExecSeconds)) {
+      w.max_execution_seconds = *m;
+    }
     if (!spec.present("podSets")) {
       r_.addError(spec.node().IsDefined() ? spec.node() : top.node(), spec.child("podSets"),
                   "required field is missing");
@@ -829,6 +833,19 @@ class WorkloadParser {
     }
     if (auto c = meta.labels.find(kPriorityClassLabel); c != meta.labels.end()) {
       w.priority_class = c->second;
+    }
+    if (auto m = meta.labels.find(kMaxExecLabel); m != meta.labels.end()) {
+      int64_t seconds = 0;
+      const auto [end, ec] =
+          std::from_chars(m->second.data(), m->second.data() + m->second.size(), seconds);
+      if (ec != std::errc() || end != m->second.data() + m->second.size() || seconds < 1 ||
+          seconds > kMaxExecSeconds) {
+        r_.addError(top.get("metadata"), "metadata.labels",
+                    fmt::format("\"{}\" must be a whole number of seconds from 1 to {}, got \"{}\"",
+                                kMaxExecLabel, kMaxExecSeconds, m->second));
+      } else {
+        w.max_execution_seconds = seconds;
+      }
     }
     return meta;
   }
@@ -962,9 +979,15 @@ class WorkloadParser {
       Map t = spec.map("template");
       podTemplate(t, ps, w);
     }
+    // A deadline of the Job's own bounds each run too (the shorter of it and Kueue's label).
+    if (auto d = o_.integer(spec, "activeDeadlineSeconds", 1, kMaxExecSeconds)) {
+      if (w.max_execution_seconds == 0 || *d < w.max_execution_seconds) {
+        w.max_execution_seconds = *d;
+      }
+    }
     for (const char* runner :
          {"suspend", "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
-          "activeDeadlineSeconds", "ttlSecondsAfterFinished", "completionMode", "podFailurePolicy",
+          "ttlSecondsAfterFinished", "completionMode", "podFailurePolicy",
           "successPolicy", "manualSelector", "selector", "podReplacementPolicy", "managedBy"}) {
       (void)spec.present(runner);  // for whatever runs the Job, not for admission
     }
@@ -993,6 +1016,9 @@ class WorkloadParser {
     setName(w, name, ns);
     top.required("queue", w.local_queue);
     top.optional("priority_class", w.priority_class);
+    if (auto m = o_.integer(top, "max_execution_seconds", 1, kMaxExecSeconds)) {
+      w.max_execution_seconds = *m;
+    }
     if (auto p = o_.integer(top, "priority", INT32_MIN, INT32_MAX)) {
       w.priority = static_cast<int32_t>(*p);
     }

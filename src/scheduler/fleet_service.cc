@@ -820,6 +820,7 @@ void FleetService::tick() {
       dirty_.insert(name);
     }
     for (const auto& name : stops) stopForBudget(name);
+    overtime(now);
     joinServed();
     if (!options_.inventory_from.empty() &&
         now - inventory_read_ms_ >=
@@ -829,6 +830,25 @@ void FleetService::tick() {
     }
   }
   if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+}
+
+// A run past its workload's maximum execution time is stopped, and the workload fails (as Kueue
+// deactivates it: it is not queued again).
+void FleetService::overtime(int64_t now) {
+  std::vector<std::string> over;
+  for (const auto& [name, r] : records_) {
+    if ((r.state == "running" || r.state == "unknown") && r.spec.max_execution_seconds > 0 &&
+        now - r.started_ms >= r.spec.max_execution_seconds * 1000) {
+      over.push_back(name);
+    }
+  }
+  for (const auto& name : over) {
+    Record& r = records_.at(name);
+    stopPods(r, "MaximumExecutionTimeExceeded");
+    endRun(r, /*failed=*/true, "MaximumExecutionTimeExceeded",
+           fmt::format("it ran past its maximum execution time of {} s, and was stopped",
+                       r.spec.max_execution_seconds));
+  }
 }
 
 // Does `r` run pods on its executor? A pod set with a command does anywhere; one with only an
@@ -979,6 +999,7 @@ void FleetService::startPods(Record& r, int64_t now) {
       if (auto n = launch.env.find("PURSER_NODE"); n != launch.env.end()) launch.node = n->second;
       launch.image = ps.image;
       launch.queue = r.spec.local_queue;
+      launch.time_limit_seconds = r.spec.max_execution_seconds;
       if (!r.external.empty()) launch.existing = r.external.substr(r.external.find(':') + 1);
       if (r.admission) {
         for (const auto& a : r.admission->pod_sets) {

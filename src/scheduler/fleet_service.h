@@ -289,6 +289,7 @@ class FleetService {
   void stopPods(Record& r, const std::string& why);
   void pollPods();
   void endRun(Record& r, bool failed, const std::string& reason, const std::string& message);
+  void overtime(int64_t now);
   void adopt();
   void takeFound();
   void found(const std::string& executor, const exec::Found& f);

@@ -102,6 +102,7 @@ json specJson(const Workload& w) {
           {"uid", w.uid},
           {"pod_sets", sets},
           {"queued_ms", w.queued_ms ? json(*w.queued_ms) : json(nullptr)},
+          {"max_execution_seconds", w.max_execution_seconds},
           {"serve", w.serve ? json{{"route", w.serve->route},
                                    {"port", w.serve->port},
                                    {"api", w.serve->api},
@@ -122,6 +123,7 @@ Workload specFrom(const json& j) {
   if (j.contains("queued_ms") && !j.at("queued_ms").is_null()) {
     w.queued_ms = j.at("queued_ms").get<int64_t>();
   }
+  w.max_execution_seconds = j.value("max_execution_seconds", int64_t{0});
   if (j.contains("serve") && j.at("serve").is_object()) {
     const json& s = j.at("serve");
     w.serve = fleet::ServeSpec{s.at("route").get<std::string>(), s.at("port").get<int64_t>(),

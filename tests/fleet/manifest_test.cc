@@ -951,6 +951,42 @@ TEST(ManifestWorkloadTest, RejectsJobsKueueWouldNotQueue) {
               HasSubstr("spec.template: Workload \"default/j\": required field is missing"));
 }
 
+TEST(ManifestWorkloadTest, ReadsTheMaximumExecutionTimeOfEachShape) {
+  const auto limitOf = [](const std::string& text) -> int64_t {
+    auto w = parseWorkload(text, "w.yaml");
+    return w ? w->workload.max_execution_seconds : -1;
+  };
+  const std::string tmpl = "  template: {spec: {containers: [{name: c}]}}\n";
+  const std::string job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+                          "{kueue.x-k8s.io/queue-name: q";
+  EXPECT_EQ(limitOf(job + "}}\nspec:\n" + tmpl), 0);
+  EXPECT_EQ(limitOf(job + ", kueue.x-k8s.io/max-exec-time-seconds: \"600\"}}\nspec:\n" + tmpl),
+            600);
+  // The Job's own deadline, when it is the shorter.
+  EXPECT_EQ(limitOf(job + ", kueue.x-k8s.io/max-exec-time-seconds: \"600\"}}\nspec:\n"
+                          "  activeDeadlineSeconds: 120\n" +
+                    tmpl),
+            120);
+  EXPECT_EQ(limitOf(job + "}}\nspec:\n  activeDeadlineSeconds: 900\n" + tmpl), 900);
+  EXPECT_EQ(limitOf("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata: {name: w}\n"
+                    "spec:\n  queueName: q\n  maximumExecutionTimeSeconds: 3600\n  podSets:\n"
+                    "  - name: main\n    count: 1\n"
+                    "    template: {spec: {containers: [{name: c}]}}\n"),
+            3600);
+  EXPECT_EQ(limitOf("{\"name\": \"s\", \"queue\": \"q\", \"max_execution_seconds\": 30, "
+                    "\"pod_sets\": [{\"name\": \"main\", \"requests\": {\"cpu\": \"1\"}}]}"),
+            30);
+  // Nonsense is refused, saying what is expected.
+  auto bad = parseWorkload(job + ", kueue.x-k8s.io/max-exec-time-seconds: \"soon\"}}\nspec:\n" +
+                               tmpl,
+                           "w.yaml");
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().toString(), HasSubstr("must be a whole number of seconds from 1"));
+  EXPECT_FALSE(parseWorkload("{\"name\": \"s\", \"queue\": \"q\", \"max_execution_seconds\": 0, "
+                             "\"pod_sets\": [{\"name\": \"main\", \"requests\": {\"cpu\": \"1\"}}]}",
+                             "w.json"));
+}
+
 TEST(ManifestWorkloadTest, RejectsBadWorkloads) {
   const auto errorOfWorkload = [](const std::string& text) {
     auto w = parseWorkload(text, "body");

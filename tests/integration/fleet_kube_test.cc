@@ -56,7 +56,8 @@ class FleetKubernetesTest : public ::testing::Test {
     ASSERT_FALSE(key.empty());
   }
 
-  json submit(const std::string& name, int gpus, const std::string& priority_class = "") {
+  json submit(const std::string& name, int gpus, const std::string& priority_class = "",
+              int64_t max_seconds = 0) {
     json w = {{"name", name},
               {"queue", "research"},
               {"pod_sets",
@@ -66,6 +67,7 @@ class FleetKubernetesTest : public ::testing::Test {
                  {"env", {{"EPOCHS", "3"}}},
                  {"requests", {{"cpu", "2"}, {"nvidia.com/gpu", std::to_string(gpus)}}}}}}};
     if (!priority_class.empty()) w["priority_class"] = priority_class;
+    if (max_seconds > 0) w["max_execution_seconds"] = max_seconds;
     int status = 0;
     json out = server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
     EXPECT_EQ(status, 201) << out.dump();
@@ -101,7 +103,7 @@ class FleetKubernetesTest : public ::testing::Test {
 };
 
 TEST_F(FleetKubernetesTest, AJobIsCreatedSuspendedReleasedToItsNodeAndFollowedToItsEnd) {
-  submit("train", 2);
+  submit("train", 2, "", 7200);
   const std::string job = jobOf("train");
   server.waitFor(key, "train", "running");
   // Created suspended, labelled as Kueue's queue-name; then un-suspended with the node selector.
@@ -111,6 +113,7 @@ TEST_F(FleetKubernetesTest, AJobIsCreatedSuspendedReleasedToItsNodeAndFollowedTo
   EXPECT_EQ(seen[0].rfind("POST ", 0), 0u);
   EXPECT_EQ(created["spec"]["suspend"], true);
   EXPECT_EQ(created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "research");
+  EXPECT_EQ(created["spec"]["activeDeadlineSeconds"], 7200);
   const json container = created["spec"]["template"]["spec"]["containers"][0];
   EXPECT_EQ(container["image"], "registry.example/trainer:1");
   EXPECT_EQ(container["command"], json({"python", "train.py"}));

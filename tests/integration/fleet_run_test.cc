@@ -201,6 +201,32 @@ TEST_F(FleetRunTest, AFailingCommandFailsWithItsExitCodeAndTheEndOfItsLog) {
   EXPECT_EQ(status, 404);
 }
 
+TEST_F(FleetRunTest, ARunPastItsMaximumExecutionTimeIsStoppedAndFails) {
+  json w = {{"name", "forever"},
+            {"queue", "research"},
+            {"max_execution_seconds", 1},
+            {"pod_sets",
+             {{{"name", "main"},
+               {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}},
+               {"command",
+                {"/bin/sh", "-c",
+                 "trap 'echo stopped; exit 143' TERM; echo started; "
+                 "while true; do sleep 0.05; done"}}}}}};
+  json submitted = call("POST", "/api/v1/workloads", key, w.dump());
+  EXPECT_EQ(submitted["max_execution_seconds"], 1) << submitted.dump();
+  json failed = waitFor("forever", "failed");
+  EXPECT_EQ(failed["reason"], "MaximumExecutionTimeExceeded");
+  EXPECT_NE(failed["message"].get<std::string>().find("maximum execution time of 1 s"),
+            std::string::npos);
+  // Its process was told to stop (and did), and it is not queued again.
+  EXPECT_TRUE(logHolds("forever", "", "stopped"));
+  const std::vector<std::string> expected = {"Submitted", "Admitted/QuotaReserved",
+                                             "Started/PodsStarted",
+                                             "Failed/MaximumExecutionTimeExceeded"};
+  EXPECT_EQ(events("forever"), expected);
+  EXPECT_GT(money(failed["gpu_charged"]), Money());
+}
+
 TEST_F(FleetRunTest, APreemptedWorkloadIsStoppedRequeuedAndRunsAgainWhenRoomReturns) {
   submit("steady", 1, 4, "a");
   submit("scavenger", 1, 4, "c", 0, "low");

@@ -163,7 +163,7 @@ class FleetSlurmTest : public ::testing::Test {
     return server.call(method, target, as, body);
   }
   json submit(const std::string& name, int gpus, const std::string& gate, int code = 0,
-              const std::string& priority_class = "") {
+              const std::string& priority_class = "", int64_t max_seconds = 0) {
     const std::string script =
         "trap 'echo stopping; exit 143' TERM; "
         "echo \"gpus=$SLURM_JOB_GPUS cuda=$CUDA_VISIBLE_DEVICES of $PURSER_WORKLOAD\"; "
@@ -176,6 +176,7 @@ class FleetSlurmTest : public ::testing::Test {
                  {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", std::to_string(gpus)}}},
                  {"command", {"/bin/sh", "-c", script}}}}}};
     if (!priority_class.empty()) w["priority_class"] = priority_class;
+    if (max_seconds > 0) w["max_execution_seconds"] = max_seconds;
     return call("POST", "/api/v1/workloads", key, w.dump());
   }
   void open(const std::string& gate) { testing::writeFile(dir.file("gates/" + gate), ""); }
@@ -212,14 +213,16 @@ TEST_F(FleetSlurmTest, WorkloadsRunAsBatchJobsWithTheGpusSlurmBinds) {
   EXPECT_EQ(node["cpu"], "8");
   EXPECT_EQ(node["memory_mib"], 4000);
   EXPECT_EQ(node["labels"]["slurm.schedmd.com/partition"], "gpu");
-  submit("train", 2, "a");
+  submit("train", 2, "a", 0, "", 5400);
   json running = waitFor("train", "running");
   ASSERT_EQ(running["pods"].size(), 1u);
   // squeue sees the pod's job, asked for on the node Purser placed it on, and the job sees the
   // GPUs Slurm gave it.
   EXPECT_NE(queue().find("ml.train.main.0"), std::string::npos) << queue();
-  const std::string requested = slurmTool(conf, {which("squeue"), "-h", "-o", "%j %n"});
-  EXPECT_NE(requested.find(" " + std::string(host) + "\n"), std::string::npos) << requested;
+  const std::string requested = slurmTool(conf, {which("squeue"), "-h", "-o", "%j %n %l"});
+  // Its node, and its time limit from the workload's maximum execution time.
+  EXPECT_NE(requested.find(" " + std::string(host) + " 1:30:00\n"), std::string::npos)
+      << requested;
   EXPECT_TRUE(logHolds("train", "gpus=0,1 cuda=0,1 of ml/train"))
       << call("GET", "/api/v1/workloads/ml/train/logs", key).dump();
   open("a");
