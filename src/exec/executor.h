@@ -36,7 +36,8 @@ struct PodLaunch {
   // The engine's own object to release instead of creating one (a Found key, for work users
   // handed the engine directly); every pod of the workload names it, and it is released once.
   std::string existing;
-  std::vector<std::string> pod_set_nodes;  // the nodes of the pod set's placements, in order
+  // The nodes of every pod set's placements, in order (to release an existing object whole).
+  std::map<std::string, std::vector<std::string>> placement;
 };
 
 // Work users handed an engine directly, for the fleet to queue and run there (Kubernetes Jobs

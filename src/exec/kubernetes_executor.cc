@@ -16,11 +16,134 @@ using nlohmann::json;
 
 namespace {
 
-// The pods Purser manages; the Jobs that name a LocalQueue.
+// The pods Purser manages.
 constexpr const char* kPods = "/api/v1/pods?labelSelector=purser.dev%2Fmanaged%3Dtrue";
-constexpr const char* kJobs = "/apis/batch/v1/jobs?labelSelector=kueue.x-k8s.io%2Fqueue-name";
+// Objects that name a LocalQueue.
+constexpr const char* kQueued = "labelSelector=kueue.x-k8s.io%2Fqueue-name";
 constexpr const char* kManaged = "purser.dev/managed";
 constexpr const char* kHandle = "purser.dev/handle";
+
+// The kinds of objects users apply for Purser to queue (and that Purser releases).
+struct ObjectKind {
+  const char* kind;
+  const char* plural;
+  const char* group_version;
+  const char* done;  // the condition that says it succeeded
+};
+constexpr ObjectKind kKinds[] = {{"Job", "jobs", "batch/v1", "Complete"},
+                                 {"JobSet", "jobsets", "jobset.x-k8s.io/v1alpha2", "Completed"},
+                                 {"PyTorchJob", "pytorchjobs", "kubeflow.org/v1", "Succeeded"}};
+constexpr int kJob = 0, kJobSet = 1, kPyTorchJob = 2;
+
+// An object of one of kKinds.
+struct Ref {
+  int kind = kJob;
+  std::string ns, name;
+  // Its handle: "namespace/name" for a Job, "plural/namespace/name" for the others.
+  std::string handle() const {
+    return kind == kJob ? ns + "/" + name : std::string(kKinds[kind].plural) + "/" + ns + "/" + name;
+  }
+  std::string path() const {
+    return fmt::format("/apis/{}/namespaces/{}/{}/{}", kKinds[kind].group_version, ns,
+                       kKinds[kind].plural, name);
+  }
+};
+
+std::vector<std::string> splitSlashes(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t next; (next = s.find('/', at)) != std::string::npos; at = next + 1) {
+    out.push_back(s.substr(at, next - at));
+  }
+  out.push_back(s.substr(at));
+  return out;
+}
+
+int kindOfPlural(const std::string& plural) {
+  for (int k = 0; k < static_cast<int>(std::size(kKinds)); ++k) {
+    if (plural == kKinds[k].plural) return k;
+  }
+  return -1;
+}
+
+// A handle of a user's object ("ns/name", "plural/ns/name"); a Found key is the same with
+// "/uid" after it (`with_uid`).
+std::optional<Ref> refOf(const std::string& text, bool with_uid) {
+  auto parts = splitSlashes(text);
+  if (with_uid && !parts.empty()) parts.pop_back();
+  Ref r;
+  if (parts.size() == 3) {
+    r.kind = kindOfPlural(parts[0]);
+    if (r.kind < 0) return std::nullopt;
+    parts.erase(parts.begin());
+  }
+  if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) return std::nullopt;
+  r.ns = parts[0];
+  r.name = parts[1];
+  return r;
+}
+
+// The pod templates of an object of kind `kind`, with the pod set each makes (Kueue's names).
+void forEachTemplate(json& spec, int kind, const std::function<void(const std::string&, json&)>& fn) {
+  if (!spec.is_object()) return;
+  if (kind == kJob) {
+    if (spec.contains("template") && spec["template"].is_object()) fn("main", spec["template"]);
+  } else if (kind == kJobSet) {
+    if (!spec.contains("replicatedJobs") || !spec["replicatedJobs"].is_array()) return;
+    for (auto& rj : spec["replicatedJobs"]) {
+      if (!rj.is_object() || !rj.value("name", json()).is_string()) continue;
+      json& jt = rj["template"];
+      if (!jt.is_object() || !jt["spec"].is_object() || !jt["spec"]["template"].is_object()) {
+        continue;
+      }
+      fn(rj["name"].get<std::string>(), jt["spec"]["template"]);
+    }
+  } else {
+    if (!spec.contains("pytorchReplicaSpecs") || !spec["pytorchReplicaSpecs"].is_object()) return;
+    for (auto& [type, rs] : spec["pytorchReplicaSpecs"].items()) {
+      if (!rs.is_object() || !rs.contains("template") || !rs["template"].is_object()) continue;
+      std::string set = type;
+      std::transform(set.begin(), set.end(), set.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      fn(set, rs["template"]);
+    }
+  }
+}
+
+// The merge patch that suspends (or releases) an object of kind `kind`.
+json suspendPatch(int kind, bool suspend) {
+  if (kind == kPyTorchJob) return {{"spec", {{"runPolicy", {{"suspend", suspend}}}}}};
+  return {{"spec", {{"suspend", suspend}}}};
+}
+
+bool isSuspended(const json& spec, int kind) {
+  if (!spec.is_object()) return false;
+  if (kind == kPyTorchJob) {
+    const json rp = spec.value("runPolicy", json::object());
+    return rp.is_object() && rp.value("suspend", false) == true;
+  }
+  return spec.value("suspend", false) == true;
+}
+
+// Pods (Job, PyTorchJob) or Jobs (JobSet) the object has running now.
+int64_t activeOf(const json& status, int kind) {
+  const auto count = [](const json& j) {
+    return j.is_object() && j.value("active", json()).is_number_integer()
+               ? j["active"].get<int64_t>()
+               : int64_t{0};
+  };
+  if (kind == kJob) return count(status);
+  int64_t n = 0;
+  if (kind == kJobSet) {
+    for (const auto& r : status.value("replicatedJobsStatus", json::array())) n += count(r);
+  } else {
+    const json rs = status.value("replicaStatuses", json::object());
+    if (rs.is_object()) {
+      for (const auto& [type, r] : rs.items()) n += count(r);
+    }
+  }
+  return n;
+}
 
 // A DNS label: lower-case letters, digits and '-', at most `max` characters, starting and ending
 // with a letter or digit.
@@ -140,14 +263,17 @@ Result<std::unique_ptr<KubernetesExecutor>> KubernetesExecutor::create(
 KubernetesExecutor::KubernetesExecutor(const Clock& clock, KubernetesExecutorOptions options,
                                        std::unique_ptr<KubeApi> api)
     : clock_(clock), options_(std::move(options)), api_(std::move(api)) {
-  watcher_ = std::thread([this] { watchLoop(Feed::kPods); });
-  if (options_.adopt_jobs) job_watcher_ = std::thread([this] { watchLoop(Feed::kJobs); });
+  watchers_.emplace_back([this] { watchLoop(kPodFeed); });
+  if (options_.adopt_jobs) {
+    for (int k = 0; k < static_cast<int>(std::size(kKinds)); ++k) {
+      watchers_.emplace_back([this, k] { watchLoop(k + 1); });
+    }
+  }
 }
 
 KubernetesExecutor::~KubernetesExecutor() {
   stop_ = true;
-  watcher_.join();
-  if (job_watcher_.joinable()) job_watcher_.join();
+  for (auto& t : watchers_) t.join();
   if (nodes_thread_.joinable()) nodes_thread_.join();
 }
 
@@ -207,31 +333,41 @@ std::optional<Result<std::vector<fleet::InventoryNode>>> KubernetesExecutor::nod
       fail(unavailable("the Kubernetes Nodes could not be listed: " + nodes_error_)));
 }
 
-// Lists the pods Purser manages (or the Jobs naming a queue): the cache is what the API says
-// now, `version` where to watch from.
-bool KubernetesExecutor::relist(Feed feed, std::string& version) {
-  const char* what = feed == Feed::kPods ? "pods" : "Jobs";
-  auto reply = api_->call("GET", feed == Feed::kPods ? kPods : kJobs);
+// Lists the pods Purser manages (or the objects of a kind naming a queue): the cache is what
+// the API says now, `version` where to watch from.
+bool KubernetesExecutor::relist(int feed, std::string& version) {
+  const std::string what = feed == kPodFeed ? "pods" : kKinds[feed - 1].plural;
+  auto reply = api_->call("GET", feedPath(feed));
+  if (reply && reply->status == 404 && feed != kPodFeed) {
+    // The cluster does not serve this kind (its operator is not installed).
+    std::lock_guard lock(mu_);
+    if (!absent_[feed]) spdlog::info("kubernetes: the cluster serves no {}; not watched", what);
+    absent_[feed] = true;
+    return false;
+  }
   const json list = reply && reply->status == 200 ? parseJsonOrDiscarded(reply->body) : json();
   if (!list.is_object() || !list.contains("items") || !list["items"].is_array()) {
     std::lock_guard lock(mu_);
-    (feed == Feed::kPods ? down_ : jobs_down_) =
+    down_[feed] =
         reply ? fmt::format("listing {} answered {}", what, reply->status) : reply.error().message;
-    (feed == Feed::kPods ? synced_ : jobs_synced_) = false;
+    synced_[feed] = false;
     return false;
   }
   ++lists_;
   std::set<std::string> listed;
   for (const auto& item : list["items"]) {
     apply(feed, "ADDED", item);
-    if (feed == Feed::kJobs && item.is_object()) {
+    if (feed != kPodFeed && item.is_object()) {
       const json meta = item.value("metadata", json::object());
-      listed.insert(meta.value("namespace", "") + "/" + meta.value("name", ""));
+      if (meta.is_object()) {
+        listed.insert(Ref{feed - 1, meta.value("namespace", ""), meta.value("name", "")}.handle());
+      }
     }
   }
   {
     std::lock_guard lock(mu_);
-    if (feed == Feed::kPods) {
+    absent_[feed] = false;
+    if (feed == kPodFeed) {
       // A pod not listed again is gone (deleted while no watch was open).
       std::set<std::string> seen;
       for (const auto& item : list["items"]) {
@@ -249,7 +385,7 @@ bool KubernetesExecutor::relist(Feed feed, std::string& version) {
       }
     } else {
       for (auto it = user_jobs_.begin(); it != user_jobs_.end();) {
-        if (listed.count(it->first) != 0) {
+        if (it->second.kind != feed - 1 || listed.count(it->first) != 0) {
           ++it;
           continue;
         }
@@ -263,20 +399,26 @@ bool KubernetesExecutor::relist(Feed feed, std::string& version) {
   version = list.value("metadata", json::object()).value("resourceVersion", "");
   {
     std::lock_guard lock(mu_);
-    (feed == Feed::kPods ? synced_ : jobs_synced_) = true;
-    (feed == Feed::kPods ? down_ : jobs_down_).clear();
+    synced_[feed] = true;
+    down_[feed].clear();
   }
   synced_cv_.notify_all();
   if (options_.on_change) options_.on_change();
   return true;
 }
 
-void KubernetesExecutor::apply(Feed feed, const std::string& type, const json& object) {
+std::string KubernetesExecutor::feedPath(int feed) const {
+  if (feed == kPodFeed) return kPods;
+  const ObjectKind& k = kKinds[feed - 1];
+  return fmt::format("/apis/{}/{}?{}", k.group_version, k.plural, kQueued);
+}
+
+void KubernetesExecutor::apply(int feed, const std::string& type, const json& object) {
   if (!object.is_object()) return;
-  if (feed == Feed::kPods) {
+  if (feed == kPodFeed) {
     applyPod(type, object);
   } else {
-    applyJob(type, object);
+    applyObject(feed - 1, type, object);
   }
 }
 
@@ -314,92 +456,105 @@ void KubernetesExecutor::applyPod(const std::string& type, const json& pod) {
   pods_[handle] = s;
 }
 
-// A Job naming a queue: a user's (not one Purser created) is kept, and reported once while it
-// waits to run; one running that Purser never released is suspended first, as Kueue does.
-void KubernetesExecutor::applyJob(const std::string& type, const json& job) {
-  const json meta = job.value("metadata", json::object());
+// An object naming a queue: a user's (not one Purser created) is kept, and reported once while
+// it waits to run; one running that Purser never released is suspended first, as Kueue does.
+void KubernetesExecutor::applyObject(int kind, const std::string& type, const json& object) {
+  const json meta = object.value("metadata", json::object());
   if (!meta.is_object()) return;
   const json labels = meta.value("labels", json::object());
   if (labels.is_object() && labels.value(kManaged, "") == "true") return;  // Purser's own
-  const std::string ns = meta.value("namespace", ""), name = meta.value("name", "");
+  const Ref ref{kind, meta.value("namespace", ""), meta.value("name", "")};
   const std::string uid = meta.value("uid", "");
-  if (ns.empty() || name.empty() || uid.empty()) return;
-  const std::string key = ns + "/" + name;
+  if (ref.ns.empty() || ref.name.empty() || uid.empty()) return;
+  const std::string key = ref.handle();
   std::unique_lock lock(mu_);
   if (type == "DELETED") {
-    auto it = user_jobs_.find(key);
-    if (it != user_jobs_.end()) user_jobs_.erase(it);
+    user_jobs_.erase(key);
     if (reported_.erase(uid) != 0) found_.push_back({key + "/" + uid, ""});
     return;
   }
   UserJob u;
+  u.kind = kind;
   u.uid = uid;
-  const json spec = job.value("spec", json::object());
-  const json status = job.value("status", json::object());
+  json spec = object.value("spec", json::object());
+  const json status = object.value("status", json::object());
   if (!spec.is_object() || !status.is_object()) return;
-  u.suspended = spec.value("suspend", false) == true;
-  const json tmeta = spec.value("template", json::object()).is_object()
-                         ? spec["template"].value("metadata", json::object())
-                         : json();
-  const json tlabels = tmeta.is_object() ? tmeta.value("labels", json::object()) : json();
-  u.released = tlabels.is_object() && tlabels.value(kManaged, "") == "true";
-  if (status.value("active", json()).is_number_integer()) u.active = status["active"].get<int64_t>();
+  u.suspended = isSuspended(spec, kind);
+  forEachTemplate(spec, kind, [&](const std::string&, json& t) {
+    const json tmeta = t.value("metadata", json::object());
+    const json tlabels = tmeta.is_object() ? tmeta.value("labels", json::object()) : json();
+    u.released = u.released || (tlabels.is_object() && tlabels.value(kManaged, "") == "true");
+  });
+  u.active = activeOf(status, kind);
   u.started_at = timeOf(status, "startTime");
   u.finished_at = timeOf(status, "completionTime");
   for (const auto& c : status.value("conditions", json::array())) {
     if (!c.is_object() || c.value("status", "") != "True") continue;
     const std::string t = c.value("type", "");
-    if (t == "Complete") u.complete = true;
-    if (t == "Failed") {
-      u.failed = true;
-      if (!u.finished_at) u.finished_at = timeOf(c, "lastTransitionTime");
-    }
+    if (t == kKinds[kind].done) u.complete = true;
+    if (t == "Failed") u.failed = true;
+    if ((u.complete || u.failed) && !u.finished_at) u.finished_at = timeOf(c, "lastTransitionTime");
   }
+  u.spec = spec;
   auto before = user_jobs_.find(key);
+  if (u.complete || u.failed) {
+    const bool was = before != user_jobs_.end() && before->second.uid == uid &&
+                     (before->second.complete || before->second.failed);
+    u.ended_seen = was ? before->second.ended_seen : clock_.monotonic();
+  }
   if (before != user_jobs_.end() && before->second.uid != uid) {
     // Deleted and applied again under the same name while no watch was open.
     if (reported_.erase(before->second.uid) != 0) {
       found_.push_back({key + "/" + before->second.uid, ""});
     }
   }
-  user_jobs_[key] = u;
-  if (reported_.count(uid) != 0 || u.complete || u.failed) return;
+  const bool finished = u.complete || u.failed;
+  const bool suspended = u.suspended, released = u.released;
+  user_jobs_[key] = std::move(u);
+  if (reported_.count(uid) != 0 || finished) return;
   reported_.insert(uid);
   lock.unlock();
-  if (!u.suspended && !u.released) {
+  if (!suspended && !released) {
     // Running without an admission: suspended until the fleet admits it.
-    auto r = api_->call("PATCH", fmt::format("/apis/batch/v1/namespaces/{}/jobs/{}", ns, name),
-                        R"({"spec":{"suspend":true}})", "application/merge-patch+json");
+    auto r = api_->call("PATCH", ref.path(), writeJson(suspendPatch(kind, true)),
+                        "application/merge-patch+json");
     if (!r || r->status != 200) {
-      spdlog::warn("kubernetes: Job {} runs without an admission and could not be suspended", key);
+      spdlog::warn("kubernetes: {} {} runs without an admission and could not be suspended",
+                   kKinds[kind].kind, key);
     }
   }
-  json manifest = job;
+  json manifest = object;
   manifest.erase("status");
   manifest["metadata"].erase("managedFields");
+  // The found key: a Job's "namespace/name/uid", another kind's "plural/namespace/name/uid".
   lock.lock();
   found_.push_back({key + "/" + uid, writeJson(manifest)});
 }
 
-void KubernetesExecutor::watchLoop(Feed feed) {
-  const std::string base = feed == Feed::kPods ? kPods : kJobs;
+void KubernetesExecutor::watchLoop(int feed) {
+  const std::string base = feedPath(feed);
   std::string version;
   int backoff_s = 1;
-  const auto pause = [&] {
-    for (int i = 0; i < backoff_s * 10 && !stop_; ++i) {
+  const auto pause = [&](int seconds) {
+    for (int i = 0; i < seconds * 10 && !stop_; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    backoff_s = std::min(backoff_s * 2, 30);
   };
   const auto down = [&](std::string why, bool forget_version) {
     std::lock_guard lock(mu_);
-    (feed == Feed::kPods ? down_ : jobs_down_) = std::move(why);
-    (feed == Feed::kPods ? synced_ : jobs_synced_) = false;
+    down_[feed] = std::move(why);
+    synced_[feed] = false;
     if (forget_version) version.clear();
   };
   while (!stop_) {
     if (version.empty() && !relist(feed, version)) {
-      pause();
+      bool absent;
+      {
+        std::lock_guard lock(mu_);
+        absent = absent_[feed];
+      }
+      pause(absent ? 60 : backoff_s);  // an absent kind is looked for again now and then
+      backoff_s = std::min(backoff_s * 2, 30);
       continue;
     }
     bool expired = false;
@@ -432,82 +587,102 @@ void KubernetesExecutor::watchLoop(Feed feed) {
       version.clear();
       continue;
     } else if (reply->status != 200) {
-      down(fmt::format("watching {} answered {}", feed == Feed::kPods ? "pods" : "Jobs",
-                       reply->status),
+      down(fmt::format("watching {} answered {}",
+                       feed == kPodFeed ? "pods" : kKinds[feed - 1].plural, reply->status),
            true);
     } else {
       backoff_s = 1;
       continue;  // the server ended the watch: resume from `version`
     }
-    pause();
+    pause(backoff_s);
+    backoff_s = std::min(backoff_s * 2, 30);
   }
 }
 
-namespace {
-
-// "namespace/name/uid" -> namespace and name.
-std::optional<std::pair<std::string, std::string>> splitKey(const std::string& key) {
-  const size_t a = key.find('/');
-  const size_t b = a == std::string::npos ? a : key.find('/', a + 1);
-  if (a == std::string::npos || a == 0 || b == std::string::npos || b == a + 1) return std::nullopt;
-  return std::pair{key.substr(0, a), key.substr(a + 1, b - a - 1)};
-}
-
-}  // namespace
-
-// A user's Job, released for its admission: un-suspended, its pods labelled and annotated as
-// Purser's and sent to the placement's nodes. Every pod of the workload names the same Job: the
-// first start() of a run releases it, the others find it released.
+// A user's object, released for its admission: un-suspended, its pods labelled and annotated as
+// Purser's and sent to the placement's nodes (per pod set). Every pod of the workload names the
+// same object: the first start() of a run releases it, the others find it released.
 Result<std::string> KubernetesExecutor::release(const PodLaunch& pod) {
-  auto where = splitKey(pod.existing);
-  if (!where) return fail(invalidArgument("not a Kubernetes Job of this executor"));
-  const auto& [ns, name] = *where;
-  const std::string handle = ns + "/" + name;
+  auto where = refOf(pod.existing, /*with_uid=*/true);
+  if (!where) return fail(invalidArgument("not a Kubernetes object of this executor"));
+  const Ref ref = *where;
+  const std::string handle = ref.handle();
+  json spec;
   {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(handle);
     if (it != jobs_.end() && !it->second.stopping) return handle;
     if (it != jobs_.end()) {
       return fail(Error(ErrorCode::kResourceExhausted,
-                        fmt::format("the Job {} is still stopping from its last run", handle)));
+                        fmt::format("{} {} is still stopping from its last run",
+                                    kKinds[ref.kind].kind, handle)));
     }
+    auto u = user_jobs_.find(handle);
+    if (u == user_jobs_.end()) {
+      return fail(invalidArgument(fmt::format("the {} {} is gone", kKinds[ref.kind].kind, handle)));
+    }
+    spec = u->second.spec;
   }
-  json tspec = json::object();
-  std::vector<std::string> nodes;
-  for (const auto& n : pod.pod_set_nodes) {
-    if (!n.empty() && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  // What each pod template gains: Purser's label and handle, and its pod set's nodes.
+  const auto templatePatch = [&](const std::string& pod_set) {
+    json tspec = json::object();
+    std::vector<std::string> nodes;
+    if (auto p = pod.placement.find(pod_set); p != pod.placement.end()) {
+      for (const auto& n : p->second) {
+        if (!n.empty() && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) {
+          nodes.push_back(n);
+        }
+      }
+    }
+    if (nodes.size() == 1) {
+      tspec["nodeSelector"] = {{"kubernetes.io/hostname", nodes[0]}};
+    } else if (nodes.size() > 1) {
+      tspec["affinity"] = {
+          {"nodeAffinity",
+           {{"requiredDuringSchedulingIgnoredDuringExecution",
+             {{"nodeSelectorTerms",
+               json::array({{{"matchExpressions",
+                              json::array({{{"key", "kubernetes.io/hostname"},
+                                            {"operator", "In"},
+                                            {"values", nodes}}})}}})}}}}}};
+    }
+    return json{
+        {"metadata", {{"labels", {{kManaged, "true"}}}, {"annotations", {{kHandle, handle}}}}},
+        {"spec", tspec}};
+  };
+  json release = suspendPatch(ref.kind, false);
+  if (ref.kind == kJob) {
+    release["spec"]["template"] = templatePatch("main");
+  } else if (ref.kind == kPyTorchJob) {
+    forEachTemplate(spec, ref.kind, [&](const std::string& set, json&) {
+      for (auto& [type, rs] : spec["pytorchReplicaSpecs"].items()) {
+        std::string lower = type;
+        std::transform(lower.begin(), lower.end(), lower.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        if (lower == set) release["spec"]["pytorchReplicaSpecs"][type]["template"] = templatePatch(set);
+      }
+    });
+  } else {
+    // A merge patch replaces a list whole: the JobSet's replicatedJobs go back in full.
+    forEachTemplate(spec, ref.kind,
+                    [&](const std::string& set, json& t) { t.merge_patch(templatePatch(set)); });
+    release["spec"]["replicatedJobs"] = spec.value("replicatedJobs", json::array());
   }
-  if (nodes.size() == 1) {
-    tspec["nodeSelector"] = {{"kubernetes.io/hostname", nodes[0]}};
-  } else if (nodes.size() > 1) {
-    tspec["affinity"] = {
-        {"nodeAffinity",
-         {{"requiredDuringSchedulingIgnoredDuringExecution",
-           {{"nodeSelectorTerms",
-             json::array({{{"matchExpressions",
-                            json::array({{{"key", "kubernetes.io/hostname"},
-                                          {"operator", "In"},
-                                          {"values", nodes}}})}}})}}}}}};
-  }
-  const json release = {
-      {"spec",
-       {{"suspend", false},
-        {"template",
-         {{"metadata", {{"labels", {{kManaged, "true"}}}, {"annotations", {{kHandle, handle}}}}},
-          {"spec", tspec}}}}}};
-  const std::string path = fmt::format("/apis/batch/v1/namespaces/{}/jobs/{}", ns, name);
-  auto patched = api_->call("PATCH", path, writeJson(release), "application/merge-patch+json");
+  auto patched =
+      api_->call("PATCH", ref.path(), writeJson(release), "application/merge-patch+json");
   if (!patched) return fail(patched.error());
   if (patched->status == 404) {
-    return fail(invalidArgument(fmt::format("the Job {} is gone", handle)));
+    return fail(invalidArgument(fmt::format("the {} {} is gone", kKinds[ref.kind].kind, handle)));
   }
   if (patched->status != 200) {
-    return fail(unavailable(fmt::format("releasing the Job answered {}", patched->status)));
+    return fail(unavailable(fmt::format("releasing the {} answered {}", kKinds[ref.kind].kind,
+                                        patched->status)));
   }
   std::lock_guard lock(mu_);
   Job job;
-  job.ns = ns;
-  job.name = name;
+  job.ns = ref.ns;
+  job.name = ref.name;
+  job.kind = ref.kind;
   job.started_at = clock_.now();
   job.existing = true;
   jobs_[handle] = job;
@@ -608,17 +783,18 @@ Result<PodStatus> KubernetesExecutor::status(const std::string& handle) {
   auto it = jobs_.find(handle);
   if (it == jobs_.end()) return fail(unknownJob(handle));
   const Job& job = it->second;
-  if (!synced_ || (job.existing && !jobs_synced_)) {
-    const std::string& why = !synced_ ? down_ : jobs_down_;
-    return fail(
-        Error(ErrorCode::kUnavailable, why.empty() ? "the Kubernetes API has not been listed yet" : why));
+  const int feed = job.existing ? job.kind + 1 : kPodFeed;
+  if (!synced_[kPodFeed] || !synced_[feed]) {
+    const std::string& why = !synced_[kPodFeed] ? down_[kPodFeed] : down_[feed];
+    return fail(Error(ErrorCode::kUnavailable,
+                      why.empty() ? "the Kubernetes API has not been listed yet" : why));
   }
   PodStatus st;
   st.started_at = job.started_at;
   st.stopping = job.stopping;
   if (job.existing) {
-    // A user's Job: its own status decides.
-    auto u = user_jobs_.find(job.ns + "/" + job.name);
+    // A user's object: its own status decides.
+    auto u = user_jobs_.find(handle);
     const auto ended = [&](PodPhase phase) {
       st.phase = phase;
       st.stopping = false;
@@ -634,10 +810,14 @@ Result<PodStatus> KubernetesExecutor::status(const std::string& handle) {
       ended(PodPhase::kSucceeded);
       st.exit_code = 0;
     } else if (u->second.failed) {
-      ended(PodPhase::kFailed);
-      if (auto code = failed_codes_.find(handle); code != failed_codes_.end()) {
-        st.exit_code = code->second;
+      auto code = failed_codes_.find(handle);
+      // The pods are watched apart from the object: its failed pod's code may be on its way.
+      if (code == failed_codes_.end() && u->second.ended_seen &&
+          clock_.monotonic() - *u->second.ended_seen < std::chrono::seconds(5)) {
+        return st;
       }
+      ended(PodPhase::kFailed);
+      if (code != failed_codes_.end()) st.exit_code = code->second;
     } else if (job.stopping && u->second.suspended && u->second.active == 0) {
       ended(PodPhase::kFailed);
       st.signal = SIGTERM;
@@ -669,20 +849,20 @@ Result<PodStatus> KubernetesExecutor::status(const std::string& handle) {
 
 Result<void> KubernetesExecutor::stop(const std::string& handle, Duration grace) {
   (void)grace;  // the pod's own terminationGracePeriodSeconds applies
-  std::string path;
+  Ref ref;
   {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(handle);
     if (it == jobs_.end()) return fail(unknownJob(handle));
     if (it->second.stopping) return {};
-    path = fmt::format("/apis/batch/v1/namespaces/{}/jobs/{}", it->second.ns, it->second.name);
+    ref = Ref{it->second.kind, it->second.ns, it->second.name};
   }
-  // Suspended, as Kueue suspends a preempted Job: Kubernetes deletes its running pod.
-  auto r =
-      api_->call("PATCH", path, R"({"spec":{"suspend":true}})", "application/merge-patch+json");
+  // Suspended, as Kueue suspends a preempted Job: Kubernetes deletes its running pods.
+  auto r = api_->call("PATCH", ref.path(), writeJson(suspendPatch(ref.kind, true)),
+                      "application/merge-patch+json");
   if (!r) return fail(r.error());
   if (r->status != 200 && r->status != 404) {
-    return fail(unavailable(fmt::format("suspending the Job answered {}", r->status)));
+    return fail(unavailable(fmt::format("suspending {} answered {}", handle, r->status)));
   }
   std::lock_guard lock(mu_);
   auto it = jobs_.find(handle);
@@ -695,11 +875,11 @@ Result<std::string> KubernetesExecutor::logTail(const std::string& handle, size_
   {
     std::lock_guard lock(mu_);
     auto pod = pods_.find(handle);
-    const size_t cut = handle.find_first_of("./");
-    if (pod == pods_.end() || pod->second.name.empty() || cut == std::string::npos) {
+    auto job = jobs_.find(handle);
+    if (pod == pods_.end() || pod->second.name.empty() || job == jobs_.end()) {
       return fail(unknownJob(handle));
     }
-    path = fmt::format("/api/v1/namespaces/{}/pods/{}/log?tailLines=10000", handle.substr(0, cut),
+    path = fmt::format("/api/v1/namespaces/{}/pods/{}/log?tailLines=10000", job->second.ns,
                        pod->second.name);
   }
   auto r = api_->call("GET", path);
@@ -711,17 +891,26 @@ Result<std::string> KubernetesExecutor::logTail(const std::string& handle, size_
 }
 
 Result<void> KubernetesExecutor::adopt(const Adopted& pod) {
-  // "namespace.job-name" (Purser's Job) or "namespace/name" (a user's).
-  const size_t cut = pod.handle.find_first_of("./");
-  if (cut == std::string::npos || cut == 0 || cut + 1 == pod.handle.size()) {
-    return fail(invalidArgument("not a handle of this executor"));
+  // "namespace.job-name" (a Job Purser created) or a user's object ("namespace/name",
+  // "plural/namespace/name").
+  Job job;
+  job.started_at = pod.started_at;
+  if (pod.handle.find('/') != std::string::npos) {
+    auto ref = refOf(pod.handle, /*with_uid=*/false);
+    if (!ref) return fail(invalidArgument("not a handle of this executor"));
+    job.ns = ref->ns;
+    job.name = ref->name;
+    job.kind = ref->kind;
+    job.existing = true;
+  } else {
+    const size_t dot = pod.handle.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == pod.handle.size()) {
+      return fail(invalidArgument("not a handle of this executor"));
+    }
+    job.ns = pod.handle.substr(0, dot);
+    job.name = pod.handle.substr(dot + 1);
   }
   std::lock_guard lock(mu_);
-  Job job;
-  job.ns = pod.handle.substr(0, cut);
-  job.name = pod.handle.substr(cut + 1);
-  job.started_at = pod.started_at;
-  job.existing = pod.handle[cut] == '/';
   jobs_.emplace(pod.handle, job);
   return {};
 }
@@ -753,19 +942,17 @@ std::vector<Found> KubernetesExecutor::takeFound() {
 }
 
 void KubernetesExecutor::discard(const std::string& key) {
-  auto where = splitKey(key);
-  if (!where) return;
-  const std::string uid = key.substr(where->first.size() + where->second.size() + 2);
-  // Deleted only if it is still the Job that was found (not one applied since under its name).
+  auto ref = refOf(key, /*with_uid=*/true);
+  if (!ref) return;
+  const std::string uid = key.substr(key.rfind('/') + 1);
+  // Deleted only if it is still the object that was found (not one applied since under its name).
   const json options = {{"kind", "DeleteOptions"},
                         {"apiVersion", "v1"},
                         {"propagationPolicy", "Background"},
                         {"preconditions", {{"uid", uid}}}};
-  auto r = api_->call(
-      "DELETE", fmt::format("/apis/batch/v1/namespaces/{}/jobs/{}", where->first, where->second),
-      writeJson(options));
+  auto r = api_->call("DELETE", ref->path(), writeJson(options));
   if (!r || (r->status != 200 && r->status != 202 && r->status != 404 && r->status != 409)) {
-    spdlog::warn("kubernetes: Job {}/{} was not deleted", where->first, where->second);
+    spdlog::warn("kubernetes: {} {} was not deleted", kKinds[ref->kind].kind, ref->handle());
   }
 }
 

@@ -13,14 +13,15 @@
 // own grace period); forgetting it deletes it. Until the first list succeeds, or while the API
 // cannot be reached, status() is kUnavailable.
 //
-// Jobs users apply themselves with the kueue.x-k8s.io/queue-name label (`adopt_jobs`) are found
-// by a second list-and-watch, of Jobs, as Kueue's controller finds them: a new one that is not
-// finished is reported by takeFound() (one that runs although Purser never released it is
-// suspended first, as Kueue does). Released like Purser's own Jobs (its pod template gains the
-// label and annotation, and the placement's nodes), it is followed by the Job's own status:
-// Complete is succeeded, Failed is failed (with a failed pod's exit code), suspended again with
-// no pod active is stopped. It is never deleted, except by discard(); a deleted one is reported
-// gone.
+// Jobs, JobSets and Kubeflow PyTorchJobs users apply themselves with the
+// kueue.x-k8s.io/queue-name label (`adopt_jobs`) are found by a list-and-watch per kind, as
+// Kueue's controllers find them (a kind the cluster does not serve is looked for again every
+// minute): a new one that is not finished is reported by takeFound() (one that runs although
+// Purser never released it is suspended first, as Kueue does). Released like Purser's own Jobs
+// (each pod template gains the label and annotation, and its pod set's nodes), it is followed by
+// its own status: Complete (Completed, Succeeded) is succeeded, Failed is failed (with a failed
+// pod's exit code), suspended again with nothing active is stopped. It is never deleted, except
+// by discard(); a deleted one is reported gone.
 //
 // With `read_nodes`, the cluster's Nodes are the inventory's (see inventoryNodeOf): listed at the
 // first nodes() call and again every `node_refresh`; a list that fails keeps the last one.
@@ -89,27 +90,34 @@ class KubernetesExecutor final : public Executor {
   };
   struct Job {
     std::string ns, name;
+    int kind = 0;  // of a user's object: Job, JobSet, PyTorchJob
     SystemTime started_at{};
     bool stopping = false;
-    bool existing = false;  // a user's Job, followed by its own status
+    bool existing = false;  // a user's object, followed by its own status
   };
-  // A Job a user applied with the queue-name label, as last seen.
+  // An object a user applied with the queue-name label, as last seen.
   struct UserJob {
+    int kind = 0;
     std::string uid;
     bool suspended = false, complete = false, failed = false;
-    bool released = false;  // its pod template carries purser.dev/managed (Purser released it)
+    bool released = false;  // a pod template carries purser.dev/managed (Purser released it)
     int64_t active = 0;
     std::optional<SystemTime> started_at, finished_at;
+    std::optional<MonoTime> ended_seen;  // when it was first seen complete or failed
+    nlohmann::json spec;  // to release it (a JobSet's replicatedJobs go back whole)
   };
-  enum class Feed { kPods, kJobs };
+  // Watched feeds: the pods, then one per kind of object (Job, JobSet, PyTorchJob).
+  static constexpr int kPodFeed = 0;
+  static constexpr int kFeeds = 4;
 
   KubernetesExecutor(const Clock& clock, KubernetesExecutorOptions options,
                      std::unique_ptr<KubeApi> api);
-  void watchLoop(Feed feed);
-  bool relist(Feed feed, std::string& version);
-  void apply(Feed feed, const std::string& type, const nlohmann::json& object);
+  void watchLoop(int feed);
+  bool relist(int feed, std::string& version);
+  std::string feedPath(int feed) const;
+  void apply(int feed, const std::string& type, const nlohmann::json& object);
   void applyPod(const std::string& type, const nlohmann::json& pod);
-  void applyJob(const std::string& type, const nlohmann::json& job);
+  void applyObject(int kind, const std::string& type, const nlohmann::json& object);
   Result<std::string> release(const PodLaunch& pod);
   Result<std::vector<fleet::InventoryNode>> listNodes();
   void nodeLoop();
@@ -123,15 +131,16 @@ class KubernetesExecutor final : public Executor {
                                           // a user's Job)
   std::map<std::string, PodState> pods_;  // by handle, as last seen
   std::map<std::string, int> failed_codes_;     // by handle: a failed pod's exit code
-  std::map<std::string, UserJob> user_jobs_;    // by "namespace/name"
-  std::set<std::string> reported_;              // uids of user Jobs takeFound() returned
-  std::vector<Found> found_;                    // to return from takeFound()
-  bool synced_ = false, jobs_synced_ = false;   // a list has succeeded and the watch is current
-  std::string down_, jobs_down_;                // why the API cannot be reached now
+  std::map<std::string, UserJob> user_jobs_;  // by handle ("ns/name", "plural/ns/name")
+  std::set<std::string> reported_;            // uids of user objects takeFound() returned
+  std::vector<Found> found_;                  // to return from takeFound()
+  bool synced_[kFeeds] = {};   // a list has succeeded and the watch is current
+  bool absent_[kFeeds] = {};   // the cluster does not serve this kind (404)
+  std::string down_[kFeeds];   // why the API cannot be reached now
   int64_t next_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> lists_{0};
-  std::thread watcher_, job_watcher_;
+  std::vector<std::thread> watchers_;
   // The Nodes, as last listed (nodes_mu_): none until the first nodes() call starts nodes_thread_.
   std::mutex nodes_mu_;
   std::optional<std::vector<fleet::InventoryNode>> nodes_;

@@ -865,21 +865,40 @@ std::string FleetService::replicaId(const Record& r, const PodRun& p) const {
   return fmt::format("{}/{}-{}", shown(r.spec.name), p.pod_set, p.index);
 }
 
-// Running replicas of served models that answer their health check join their route.
+// Running replicas of served models that answer their health check join their route; a serving
+// replica that fails it kMaxHealthFailures times in a row leaves it (no new request goes there)
+// until it answers again.
 void FleetService::joinServed() {
+  constexpr int kMaxHealthFailures = 3;
   if (d_.served == nullptr) return;
   for (auto& [name, r] : records_) {
     if (!r.spec.serve || r.state != "running") continue;
     const fleet::ServeSpec& serve = *r.spec.serve;
+    const std::string queue = r.admission ? r.admission->cluster_queue : "";
     for (auto& p : r.pods) {
-      if (p.phase != "running" || p.serving) continue;
+      if (p.phase != "running") continue;
       if (p.executor != "local") continue;  // only local replicas have an address Purser knows
       const int port = static_cast<int>(serve.port + p.index);
-      if (!exec::httpOk("127.0.0.1", port, serve.health, std::chrono::milliseconds(300))) continue;
+      const bool healthy =
+          exec::httpOk("127.0.0.1", port, serve.health, std::chrono::milliseconds(300));
+      if (p.serving) {
+        p.health_failures = healthy ? 0 : p.health_failures + 1;
+        if (p.health_failures < kMaxHealthFailures) continue;
+        d_.served->leave(serve.route, replicaId(r, p));
+        p.serving = false;
+        p.health_failures = 0;
+        noteEvent("NotServing", name, queue, "ReplicaUnhealthy",
+                  fmt::format("pod {}-{} failed its health check {} times in a row and left "
+                              "route {}",
+                              p.pod_set, p.index, kMaxHealthFailures, serve.route),
+                  "");
+        dirty_.insert(name);
+        continue;
+      }
+      if (!healthy) continue;
       const std::string base =
           fmt::format("http://127.0.0.1:{}{}", port, serve.api == "anthropic" ? "" : "/v1");
       auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model);
-      const std::string queue = r.admission ? r.admission->cluster_queue : "";
       if (!joined) {
         if (r.reason != "RouteMissing") {
           r.reason = "RouteMissing";
@@ -1003,8 +1022,7 @@ void FleetService::startPods(Record& r, int64_t now) {
       if (!r.external.empty()) launch.existing = r.external.substr(r.external.find(':') + 1);
       if (r.admission) {
         for (const auto& a : r.admission->pod_sets) {
-          if (a.name != ps.name) continue;
-          for (const auto& p : a.placements) launch.pod_set_nodes.push_back(p.node);
+          for (const auto& p : a.placements) launch.placement[a.name].push_back(p.node);
         }
       }
       auto handle = executor->start(launch);

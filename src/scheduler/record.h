@@ -41,6 +41,7 @@ struct PodRun {
   int64_t pid_start = 0;  // and when that process started (guards against a reused pid)
   bool serving = false;   // a target of its workload's route now (not stored: rejoins after a
                           // restart once healthy)
+  int health_failures = 0;  // health checks failed in a row while serving (not stored)
 };
 
 struct Record {

@@ -4,6 +4,7 @@
 // it leaves the route and drains before its process is signalled — a client sending traffic all
 // along sees no failed request, since another target of the route exists.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -78,6 +79,19 @@ class FleetServeModelTest : public ::testing::Test {
     const json usage = server.call("GET", "/api/v1/usage?scope=tenant:acme&limit=1000", kAdminKey);
     for (const auto& e : usage.value("data", json::array())) out.insert(e.value("provider", ""));
     return out;
+  }
+
+  // The process of the replica listening on `port` (its command line names it), or 0.
+  static int replicaPid(uint16_t port) {
+    const std::string want = std::string("--listen") + '\0' + "127.0.0.1:" + std::to_string(port);
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (testing::readFile(entry.path().string() + "/cmdline").find(want) != std::string::npos) {
+        return std::stoi(name);
+      }
+    }
+    return 0;
   }
 
   testing::TempDir dir;
@@ -164,6 +178,52 @@ TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempte
   EXPECT_EQ(failed.load(), 0) << "of " << sent.load() << " requests sent through the preemption";
   EXPECT_GT(sent.load(), 20);
   EXPECT_FALSE(evicted["pods"][0].value("serving", true));
+}
+
+TEST_F(FleetServeModelTest, AReplicaThatStopsAnsweringLeavesTheRouteAndRejoinsWhenItAnswers) {
+  const uint16_t port = testing::freePort();
+  json w = {
+      {"name", "chat-server"},
+      {"queue", "research"},
+      {"serve",
+       {{"route", "chat"}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
+      {"pod_sets",
+       {{{"name", "replicas"},
+         {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}},
+         {"command",
+          {"/bin/sh", "-c",
+           std::string("exec ") + PURSER_BINARY +
+               " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models $PURSER_SERVE_MODEL"}}}}}};
+  server.call("POST", "/api/v1/workloads", key, w.dump());
+  const auto servingIs = [&](bool want) {
+    json v;
+    for (int i = 0; i < 3000; ++i) {
+      v = server.workload(key, "chat-server");
+      if (!v["pods"].empty() && v["pods"][0].value("serving", !want) == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "serving never became " << want << ": " << v.dump();
+    return false;
+  };
+  ASSERT_TRUE(servingIs(true));
+  // The replica hangs (stopped, its socket still accepting): its health checks time out.
+  const int pid = replicaPid(port);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  EXPECT_TRUE(servingIs(false));
+  bool said = false;
+  json events;
+  for (int i = 0; i < 3000 && !said; ++i) {
+    events = server.call("GET", "/api/v1/fleet/events?workload=ml/chat-server", key);
+    for (const auto& e : events["data"]) said = said || e["reason"] == "ReplicaUnhealthy";
+    if (!said) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(said) << events.dump();
+  // Still running (it is the route that stopped sending it requests); back once it answers.
+  EXPECT_EQ(server.workload(key, "chat-server")["state"], "running");
+  ASSERT_EQ(::kill(pid, SIGCONT), 0);
+  EXPECT_TRUE(servingIs(true));
+  EXPECT_EQ(chat(), 200);
 }
 
 }  // namespace
