@@ -452,7 +452,9 @@ void KubernetesExecutor::applyPod(const std::string& type, const json& pod) {
     break;  // the first container decides
   }
   std::lock_guard lock(mu_);
-  if (s.phase == "Failed" && s.exit_code && *s.exit_code != 0) failed_codes_[handle] = *s.exit_code;
+  if (s.phase == "Failed" && s.exit_code && *s.exit_code != 0 && failed_codes_.count(handle) == 0) {
+    failed_codes_[handle] = {*s.exit_code, s.name};  // the first to fail decides
+  }
   pods_[handle] = s;
 }
 
@@ -817,7 +819,7 @@ Result<PodStatus> KubernetesExecutor::status(const std::string& handle) {
         return st;
       }
       ended(PodPhase::kFailed);
-      if (code != failed_codes_.end()) st.exit_code = code->second;
+      if (code != failed_codes_.end()) st.exit_code = code->second.first;
     } else if (job.stopping && u->second.suspended && u->second.active == 0) {
       ended(PodPhase::kFailed);
       st.signal = SIGTERM;
@@ -879,8 +881,10 @@ Result<std::string> KubernetesExecutor::logTail(const std::string& handle, size_
     if (pod == pods_.end() || pod->second.name.empty() || job == jobs_.end()) {
       return fail(unknownJob(handle));
     }
+    // The pod that failed first, else the last one seen.
+    auto failed = failed_codes_.find(handle);
     path = fmt::format("/api/v1/namespaces/{}/pods/{}/log?tailLines=10000", job->second.ns,
-                       pod->second.name);
+                       failed != failed_codes_.end() ? failed->second.second : pod->second.name);
   }
   auto r = api_->call("GET", path);
   if (!r) return fail(r.error());

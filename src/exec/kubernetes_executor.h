@@ -130,7 +130,8 @@ class KubernetesExecutor final : public Executor {
   std::map<std::string, Job> jobs_;       // by handle ("namespace.job-name"; "namespace/name" for
                                           // a user's Job)
   std::map<std::string, PodState> pods_;  // by handle, as last seen
-  std::map<std::string, int> failed_codes_;     // by handle: a failed pod's exit code
+  // By handle: the first pod that failed, its exit code and name.
+  std::map<std::string, std::pair<int, std::string>> failed_codes_;
   std::map<std::string, UserJob> user_jobs_;  // by handle ("ns/name", "plural/ns/name")
   std::set<std::string> reported_;            // uids of user objects takeFound() returned
   std::vector<Found> found_;                  // to return from takeFound()

@@ -132,7 +132,150 @@ void FakeKube::event(const std::string& type, const json& object) {
   changed_.notify_all();
 }
 
+namespace {
+
+const char* pluralOf(const std::string& kind) {
+  return kind == "JobSet" ? "jobsets" : kind == "PyTorchJob" ? "pytorchjobs" : "";
+}
+
+// The pod templates of a JobSet or PyTorchJob and how many pods each makes.
+std::vector<std::pair<json, int64_t>> templatesOf(const json& object) {
+  std::vector<std::pair<json, int64_t>> out;
+  const json& spec = object["spec"];
+  if (object["kind"] == "JobSet") {
+    for (const auto& rj : spec.value("replicatedJobs", json::array())) {
+      const int64_t n = rj.value("replicas", 1) * rj["template"]["spec"].value("parallelism", 1);
+      out.emplace_back(rj["template"]["spec"]["template"], n);
+    }
+  } else {
+    const json specs = spec.value("pytorchReplicaSpecs", json::object());
+    for (const auto& [type, rs] : specs.items()) {
+      out.emplace_back(rs["template"], rs.value("replicas", 1));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+json FakeKube::object(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, o] : objects_) {
+    if (o["metadata"]["name"] == name) return o;
+  }
+  return nullptr;
+}
+
+// A JobSet's or PyTorchJob's controller: its pods while it runs, none while it is suspended, and
+// its conditions.
+void FakeKube::reconcileObject(const std::string& key) {
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return;
+  json& o = it->second;
+  const std::string ns = o["metadata"]["namespace"], name = o["metadata"]["name"];
+  const bool pytorch = o["kind"] == "PyTorchJob";
+  const bool suspended = pytorch ? o["spec"].value("runPolicy", json::object()).value("suspend", false)
+                                 : o["spec"].value("suspend", false);
+  json& status = o["status"];
+  const json before = status;
+  json conditions = status.value("conditions", json::array());
+  bool done = false;
+  for (const auto& c : conditions) done = done || (c["type"] != "Suspended" && c["status"] == "True");
+  std::vector<std::string> mine;
+  int64_t running = 0, succeeded = 0, failed = 0;
+  for (const auto& [k, p] : pods_) {
+    if (p["metadata"]["labels"].value("job-name", "") != name || p["metadata"]["namespace"] != ns) {
+      continue;
+    }
+    mine.push_back(k);
+    const std::string phase = p["status"].value("phase", "");
+    running += phase == "Running";
+    succeeded += phase == "Succeeded";
+    failed += phase == "Failed";
+  }
+  int64_t expected = 0;
+  for (const auto& [t, n] : templatesOf(o)) expected += n;
+  const auto deleteRunning = [&] {
+    for (const auto& k : mine) {
+      auto p = pods_.find(k);
+      if (p == pods_.end() || p->second["status"].value("phase", "") != "Running") continue;
+      p->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+      event("DELETED", p->second);
+      pods_.erase(p);
+    }
+    running = 0;
+  };
+  if (!done && failed > 0) {
+    deleteRunning();
+    conditions.push_back({{"type", "Failed"}, {"status", "True"}, {"lastTransitionTime", now3339()}});
+  } else if (!done && expected > 0 && succeeded >= expected) {
+    conditions.push_back({{"type", pytorch ? "Succeeded" : "Completed"}, {"status", "True"}});
+    status["completionTime"] = now3339();
+  } else if (!done && suspended) {
+    deleteRunning();
+    status.erase("startTime");
+    json kept = json::array();
+    for (const auto& c : conditions) {
+      if (c["type"] != "Suspended") kept.push_back(c);
+    }
+    kept.push_back({{"type", "Suspended"}, {"status", "True"}});
+    conditions = kept;
+  } else if (!done && running == 0) {
+    json kept = json::array();
+    for (const auto& c : conditions) {
+      if (c["type"] != "Suspended") kept.push_back(c);
+    }
+    conditions = kept;
+    status["startTime"] = now3339();
+    for (const auto& [t, n] : templatesOf(o)) {
+      for (int64_t i = 0; i < n; ++i) {
+        json labels = t["metadata"].value("labels", json::object());
+        labels["job-name"] = name;
+        json meta = {{"name", name + "-" + std::to_string(rv_ + 1) + "-p"},
+                     {"namespace", ns},
+                     {"labels", labels},
+                     {"resourceVersion", std::to_string(++rv_)}};
+        const json notes = t["metadata"].value("annotations", json());
+        if (notes.is_object()) meta["annotations"] = notes;
+        json pod = {{"apiVersion", "v1"},
+                    {"kind", "Pod"},
+                    {"metadata", meta},
+                    {"spec", t["spec"]},
+                    {"status", {{"phase", "Running"}, {"startTime", now3339()}}}};
+        pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
+        event("ADDED", pod);
+        ++running;
+      }
+    }
+  }
+  status["conditions"] = conditions;
+  if (pytorch) {
+    status["replicaStatuses"] = {{"All", {{"active", running}}}};
+  } else {
+    status["replicatedJobsStatus"] = json::array({{{"name", "all"}, {"active", running}}});
+  }
+  if (status != before) {
+    o["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    event("MODIFIED", o);
+  }
+}
+
 void FakeKube::applyJob(const json& given) {
+  if (given.value("kind", "Job") != "Job") {
+    std::lock_guard lock(mu_);
+    json o = given;
+    const std::string ns = o["metadata"].value("namespace", "default");
+    o["metadata"]["namespace"] = ns;
+    o["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    o["metadata"]["uid"] = "uid-" + std::to_string(rv_) + "-9f8e7d6c";
+    o["status"] = json::object();
+    const std::string key = std::string(pluralOf(o["kind"])) + "/" + ns + "/" +
+                            o["metadata"]["name"].get<std::string>();
+    objects_[key] = o;
+    event("ADDED", o);
+    reconcileObject(key);
+    return;
+  }
   std::lock_guard lock(mu_);
   json job = given;
   job["apiVersion"] = "batch/v1";
@@ -295,7 +438,11 @@ bool FakeKube::finishPod(const std::string& job_name, int exit_code, const std::
     pod["metadata"]["resourceVersion"] = std::to_string(++rv_);
     logs_[pod["metadata"]["name"]] = log;
     event("MODIFIED", pod);
-    reconcile(pod["metadata"]["namespace"].get<std::string>() + "/" + job_name);
+    const std::string ns = pod["metadata"]["namespace"];
+    reconcile(ns + "/" + job_name);
+    for (const char* plural : {"jobsets", "pytorchjobs"}) {
+      reconcileObject(std::string(plural) + "/" + ns + "/" + job_name);
+    }
     return true;
   }
   return false;
@@ -430,6 +577,62 @@ void FakeKube::handle(int fd) {
     std::lock_guard lock(mu_);
     auto it = logs_.find(seg[5]);
     reply(fd, it == logs_.end() ? 404 : 200, it == logs_.end() ? "" : it->second, "text/plain");
+    return;
+  }
+  // /apis/jobset.x-k8s.io/v1alpha2/jobsets, /apis/kubeflow.org/v1/pytorchjobs [?watch=1] and
+  // .../namespaces/NS/PLURAL/NAME
+  if (seg.size() >= 4 && seg[0] == "apis" &&
+      ((seg[1] == "jobset.x-k8s.io" && seg[2] == "v1alpha2") ||
+       (seg[1] == "kubeflow.org" && seg[2] == "v1"))) {
+    const std::string plural = seg[1] == "kubeflow.org" ? "pytorchjobs" : "jobsets";
+    const std::string kind = seg[1] == "kubeflow.org" ? "PyTorchJob" : "JobSet";
+    if (req.method == "GET" && seg.size() == 4 && seg[3] == plural) {
+      if (query(req.target, "watch") == "1") {
+        watch(fd, std::stoll("0" + query(req.target, "resourceVersion")), kind);
+        return;
+      }
+      std::lock_guard lock(mu_);
+      json items = json::array();
+      for (const auto& [key, o] : objects_) {
+        if (o["kind"] == kind) items.push_back(o);
+      }
+      reply(fd, 200,
+            json{{"kind", kind + "List"},
+                 {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+                 {"items", items}}
+                .dump());
+      return;
+    }
+    if (seg.size() == 7 && seg[3] == "namespaces" && seg[5] == plural) {
+      std::lock_guard lock(mu_);
+      const std::string key = plural + "/" + seg[4] + "/" + seg[6];
+      auto it = objects_.find(key);
+      if (it == objects_.end()) {
+        reply(fd, 404, status(404, "NotFound", plural + " \"" + seg[6] + "\" not found").dump());
+        return;
+      }
+      if (req.method == "PATCH") {
+        const json patch = json::parse(req.body, nullptr, false);
+        if (req.content_type != "application/merge-patch+json" || !patch.is_object()) {
+          reply(fd, 415, status(415, "UnsupportedMediaType", "expected a merge patch").dump());
+          return;
+        }
+        it->second.merge_patch(patch);
+        it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+        event("MODIFIED", it->second);
+        reconcileObject(key);
+        reply(fd, 200, objects_[key].dump());
+        return;
+      }
+      if (req.method == "DELETE") {
+        it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+        event("DELETED", it->second);
+        objects_.erase(it);
+        reply(fd, 200, status(200, "", "").dump());
+        return;
+      }
+    }
+    reply(fd, 404, status(404, "NotFound", "the fake serves no " + req.target).dump());
     return;
   }
   // /apis/batch/v1/jobs?labelSelector=kueue.x-k8s.io%2Fqueue-name[&watch=1]

@@ -6,8 +6,12 @@
 // Expired ERROR event — and pod logs; it checks the bearer token. Its "Job controller and
 // kubelet": a Job that is not suspended gets `parallelism` Running pods and a startTime; a pod
 // that fails past the Job's backoffLimit (default 6) fails the Job (else it is replaced), enough
-// successes (completions, default one) complete it; suspending it deletes its pods. The test
-// finishes pods with an exit code. Every request is recorded for the test to inspect.
+// successes (completions, default one) complete it; suspending it deletes its pods. JobSets
+// (jobset.x-k8s.io/v1alpha2) and Kubeflow PyTorchJobs (kubeflow.org/v1) are served the same way
+// (list, watch, merge-patch, delete): released, each gets its pods (replicas x parallelism per
+// replicated Job, replicas per replica type), all succeeded is Completed (Succeeded), one failed
+// is Failed. The test finishes pods with an exit code. Every request is recorded for the test to
+// inspect.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -41,8 +45,11 @@ class FakeKube {
   // Ends one running pod of the Job with `exit_code` (Succeeded when 0, else Failed), writing
   // `log` as its log.
   bool finishPod(const std::string& job_name, int exit_code, const std::string& log);
-  // What `kubectl apply` of a Job does: it is created (with a uid) as given.
+  // What `kubectl apply` of a Job, a JobSet or a PyTorchJob does: it is created (with a uid) as
+  // given.
   void applyJob(const nlohmann::json& job);
+  // The JobSet or PyTorchJob named `name` as it is now; null when there is none.
+  nlohmann::json object(const std::string& name) const;
   // What `kubectl delete job` does.
   bool deleteJob(const std::string& ns, const std::string& name);
   // The running pods of the Job.
@@ -61,6 +68,7 @@ class FakeKube {
   void handle(int fd);
   void event(const std::string& type, const nlohmann::json& object);  // mu_ held
   void reconcile(const std::string& key);                             // mu_ held
+  void reconcileObject(const std::string& key);                       // mu_ held
   void watch(int fd, int64_t from, const std::string& kind);
 
   const std::string token_;
@@ -73,6 +81,7 @@ class FakeKube {
   std::map<std::string, nlohmann::json> jobs_;  // "ns/name"
   std::map<std::string, nlohmann::json> pods_;  // "ns/name"
   std::map<std::string, nlohmann::json> nodes_;  // by name
+  std::map<std::string, nlohmann::json> objects_;  // JobSets, PyTorchJobs: "plural/ns/name"
   std::map<std::string, std::string> logs_;     // pod name -> log
   struct Event {
     int64_t rv;

@@ -347,6 +347,97 @@ TEST_F(FleetKubernetesTest, AUsersJobThatFailsFailsItsWorkloadWithThePodsCode) {
             std::string::npos);
 }
 
+// A container asking for `gpus` GPUs, as users write it.
+json trainer(int gpus) {
+  return {{"name", "trainer"},
+          {"image", "registry.example/trainer:2"},
+          {"command", {"torchrun", "train.py"}},
+          {"resources",
+           {{"requests", {{"cpu", "1"}}}, {"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}}}};
+}
+
+TEST_F(FleetKubernetesTest, AJobSetAndAPyTorchJobAUserAppliesRunAsOneObjectEach) {
+  const json labels = {{"kueue.x-k8s.io/queue-name", "research"}};
+  kube.applyJob(
+      {{"apiVersion", "jobset.x-k8s.io/v1alpha2"},
+       {"kind", "JobSet"},
+       {"metadata", {{"name", "pretrain"}, {"namespace", "ml"}, {"labels", labels}}},
+       {"spec",
+        {{"suspend", true},
+         {"replicatedJobs",
+          json::array(
+              {{{"name", "leader"},
+                {"replicas", 1},
+                {"template",
+                 {{"spec",
+                   {{"template",
+                     {{"spec", {{"restartPolicy", "Never"},
+                                {"containers", json::array({trainer(1)})}}}}}}}}}},
+               {{"name", "workers"},
+                {"replicas", 2},
+                {"template",
+                 {{"spec",
+                   {{"template",
+                     {{"spec", {{"restartPolicy", "Never"},
+                                {"containers", json::array({trainer(2)})}}}}}}}}}}})}}}});
+  json running = server.waitFor(key, "pretrain", "running");
+  EXPECT_EQ(running["pods"].size(), 3u) << running.dump();
+  EXPECT_EQ(kube.runningPods("pretrain"), 3);
+  // Released whole: un-suspended, every replicated Job's pod template marked as Purser's and sent
+  // to its node (the list goes back whole, as a merge patch replaces lists).
+  json release;
+  for (const auto& r : kube.requests()) {
+    if (r.method == "PATCH" && r.target.find("/jobsets/pretrain") != std::string::npos) {
+      release = json::parse(r.body);
+    }
+  }
+  ASSERT_TRUE(release.is_object());
+  EXPECT_EQ(release["spec"]["suspend"], false);
+  ASSERT_EQ(release["spec"]["replicatedJobs"].size(), 2u);
+  for (const auto& rj : release["spec"]["replicatedJobs"]) {
+    const json t = rj["template"]["spec"]["template"];
+    EXPECT_EQ(t["metadata"]["labels"]["purser.dev/managed"], "true") << rj.dump();
+    EXPECT_EQ(t["metadata"]["annotations"]["purser.dev/handle"], "jobsets/ml/pretrain");
+    EXPECT_EQ(t["spec"]["nodeSelector"]["kubernetes.io/hostname"], "gpu-node-1");
+    EXPECT_EQ(t["spec"]["containers"][0]["image"], "registry.example/trainer:2");
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(kube.finishPod("pretrain", 0, "ok\n"));
+  server.waitFor(key, "pretrain", "succeeded");
+  EXPECT_TRUE(kube.object("pretrain").is_object()) << "a user's JobSet stays theirs";
+
+  // A PyTorchJob: its master and workers; one worker fails, and so does the workload.
+  kube.applyJob(
+      {{"apiVersion", "kubeflow.org/v1"},
+       {"kind", "PyTorchJob"},
+       {"metadata", {{"name", "bert"}, {"namespace", "ml"}, {"labels", labels}}},
+       {"spec",
+        {{"runPolicy", {{"suspend", true}}},
+         {"pytorchReplicaSpecs",
+          {{"Master",
+            {{"replicas", 1},
+             {"template", {{"spec", {{"containers", json::array({trainer(1)})}}}}}}},
+           {"Worker",
+            {{"replicas", 2},
+             {"template", {{"spec", {{"containers", json::array({trainer(1)})}}}}}}}}}}}});
+  json bert = server.waitFor(key, "bert", "running");
+  EXPECT_EQ(bert["pods"].size(), 3u);
+  json patch;
+  for (const auto& r : kube.requests()) {
+    if (r.method == "PATCH" && r.target.find("/pytorchjobs/bert") != std::string::npos) {
+      patch = json::parse(r.body);
+    }
+  }
+  ASSERT_TRUE(patch.is_object());
+  EXPECT_EQ(patch["spec"]["runPolicy"]["suspend"], false);
+  EXPECT_EQ(patch["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+                 ["purser.dev/handle"],
+            "pytorchjobs/ml/bert");
+  ASSERT_TRUE(kube.finishPod("bert", 1, "NCCL error\n"));
+  json failed = server.waitFor(key, "bert", "failed");
+  EXPECT_EQ(failed["exit_code"], 1);
+  EXPECT_EQ(failed["log_tail"], "NCCL error\n");
+}
+
 // The cluster's Nodes as the inventory: read at the start and again as they change.
 class FleetKubernetesInventoryTest : public FleetKubernetesTest {
  protected:
