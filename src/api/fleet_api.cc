@@ -145,6 +145,7 @@ asio::awaitable<Response> submit(const Services& s, FleetService& svc, Request& 
     r.key_id = r.owner_id.empty() ? "" : who->key_id;
     r.submitted_ms = now;
     r.spec = w;
+    r.manifest = parsed->object_json;
     auto done = f.submit(std::move(r), wake(waiter));
     if (!done) {
       if (done.error().code == ErrorCode::kAlreadyExists) {

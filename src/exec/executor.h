@@ -92,6 +92,14 @@ class Executor {
   virtual std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() { return std::nullopt; }
   // What users handed the engine since the last call (none for engines without such a door).
   virtual std::vector<Found> takeFound() { return {}; }
+  // Creates a workload's own object (a Job, JobSet or PyTorchJob as JSON) in namespace `ns`,
+  // suspended, to be released like a found one; its Found key. kUnimplemented where the engine
+  // has no such objects.
+  virtual Result<std::string> create(const std::string& object_json, const std::string& ns) {
+    (void)object_json;
+    (void)ns;
+    return fail(Error(ErrorCode::kUnimplemented, "this executor runs pods, not objects"));
+  }
   // A found object's work was deleted through Purser: the engine's object goes too.
   virtual void discard(const std::string& key) { (void)key; }
   // A local pod's process group and its start time (to adopt it later); nullopt elsewhere.

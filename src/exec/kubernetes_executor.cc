@@ -938,6 +938,54 @@ void KubernetesExecutor::forget(const std::string& handle) {
   }
 }
 
+Result<std::string> KubernetesExecutor::create(const std::string& object_json,
+                                               const std::string& ns) {
+  json object = parseJsonOrDiscarded(object_json);
+  if (!object.is_object()) return fail(invalidArgument("not an object"));
+  int kind = -1;
+  for (int k = 0; k < static_cast<int>(std::size(kKinds)); ++k) {
+    if (object.value("kind", "") == kKinds[k].kind) kind = k;
+  }
+  if (kind < 0) return fail(invalidArgument("Purser creates Jobs, JobSets and PyTorchJobs only"));
+  json& meta = object["metadata"];
+  if (!meta.is_object() || !meta.value("name", json()).is_string()) {
+    return fail(invalidArgument("the object has no name"));
+  }
+  // A fresh object of the workload's namespace, suspended until it is released.
+  for (const char* server_set : {"uid", "resourceVersion", "creationTimestamp", "managedFields",
+                                 "generation", "selfLink", "ownerReferences"}) {
+    meta.erase(server_set);
+  }
+  meta["namespace"] = ns;
+  object.erase("status");
+  object.merge_patch(suspendPatch(kind, true));
+  const Ref ref{kind, ns, meta["name"].get<std::string>()};
+  auto created = api_->call(
+      "POST",
+      fmt::format("/apis/{}/namespaces/{}/{}", kKinds[kind].group_version, ns, kKinds[kind].plural),
+      writeJson(object));
+  if (!created) return fail(created.error());
+  const json answer = parseJsonOrDiscarded(created->body);
+  if (created->status != 201 && created->status != 200) {
+    return fail(invalidArgument(fmt::format(
+        "Kubernetes refused the {} ({}): {}", kKinds[kind].kind, created->status,
+        answer.is_object() ? answer.value("message", created->body) : created->body)));
+  }
+  const std::string uid =
+      answer.is_object() ? answer.value("metadata", json::object()).value("uid", "") : "";
+  if (uid.empty()) return fail(unavailable("the created object came back without a uid"));
+  // Known now (release() needs its spec), and never reported as found: it is the workload's.
+  std::lock_guard lock(mu_);
+  UserJob u;
+  u.kind = kind;
+  u.uid = uid;
+  u.suspended = true;
+  u.spec = answer.value("spec", json::object());
+  if (user_jobs_.count(ref.handle()) == 0) user_jobs_[ref.handle()] = u;
+  reported_.insert(uid);
+  return ref.handle() + "/" + uid;
+}
+
 std::vector<Found> KubernetesExecutor::takeFound() {
   std::lock_guard lock(mu_);
   std::vector<Found> out;

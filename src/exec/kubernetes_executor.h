@@ -77,6 +77,7 @@ class KubernetesExecutor final : public Executor {
   void forget(const std::string& handle) override;
   std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() override;
   std::vector<Found> takeFound() override;
+  Result<std::string> create(const std::string& object_json, const std::string& ns) override;
   void discard(const std::string& key) override;
 
   // Lists made (for tests and diagnostics).

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -17,6 +19,7 @@
 #include "common/clock.h"
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
+#include "common/json.h"
 #include "fleet_io/yaml_fields.h"
 
 namespace purser::fleet {
@@ -1368,6 +1371,40 @@ World toWorld(ManifestSet set) {
   return w;
 }
 
+namespace {
+
+// A YAML node as JSON: a quoted scalar is a string; a plain one null, a boolean, an integer or a
+// number when it reads as one (YAML 1.2's core schema), else a string.
+nlohmann::json jsonOf(const YAML::Node& n) {
+  using nlohmann::json;
+  if (n.IsMap()) {
+    json out = json::object();
+    for (const auto& kv : n) {
+      out[kv.first.IsScalar() ? kv.first.Scalar() : std::string()] = jsonOf(kv.second);
+    }
+    return out;
+  }
+  if (n.IsSequence()) {
+    json out = json::array();
+    for (const auto& item : n) out.push_back(jsonOf(item));
+    return out;
+  }
+  if (!n.IsScalar()) return nullptr;
+  const std::string& v = n.Scalar();
+  if (n.Tag() == "!") return v;  // quoted
+  if (v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL") return nullptr;
+  if (v == "true" || v == "True" || v == "TRUE") return true;
+  if (v == "false" || v == "False" || v == "FALSE") return false;
+  int64_t i = 0;
+  const char* end = v.data() + v.size();
+  if (auto [p, ec] = std::from_chars(v.data(), end, i); ec == std::errc() && p == end) return i;
+  double d = 0;
+  if (auto [p, ec] = std::from_chars(v.data(), end, d); ec == std::errc() && p == end) return d;
+  return v;
+}
+
+}  // namespace
+
 Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std::string& file_name,
                                      size_t max_nesting) {
   std::vector<YAML::Node> docs =
@@ -1387,10 +1424,13 @@ Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std:
     const YAML::Node kind = top.has("kind") ? top.get("kind") : YAML::Node();
     if (kind.IsScalar() && kind.Scalar() == "Job") {
       out.workload = p.job(top);
+      out.object_json = writeJson(jsonOf(doc));
     } else if (kind.IsScalar() && kind.Scalar() == "JobSet") {
       out.workload = p.jobSet(top);
+      out.object_json = writeJson(jsonOf(doc));
     } else if (kind.IsScalar() && kind.Scalar() == "PyTorchJob") {
       out.workload = p.pytorchJob(top);
+      out.object_json = writeJson(jsonOf(doc));
     } else {
       out.workload = top.has("apiVersion") || top.has("kind") ? p.kueue(top) : p.shortForm(top);
     }

@@ -71,6 +71,9 @@ struct ParsedWorkload {
   Workload workload;
   bool namespace_given = false;       // false: "default" stands in; a server may choose another
   std::vector<std::string> warnings;  // unsupported fields, as for manifests
+  // A Job, JobSet or PyTorchJob as JSON (YAML's plain scalars typed as YAML 1.2's core schema
+  // types them), for an engine that runs the object itself; empty for the other shapes.
+  std::string object_json;
 };
 
 // One workload, in any of these shapes:

@@ -991,6 +991,17 @@ void FleetService::startPods(Record& r, int64_t now) {
   if (executor == nullptr) {
     failure = fmt::format("this Purser has no executor \"{}\" to run pods on", executor_name);
   }
+  if (executor != nullptr && executor_name == "kubernetes" && r.external.empty() &&
+      !r.manifest.empty()) {
+    // Submitted as a Job, JobSet or PyTorchJob: that object is created once, then released (and
+    // suspended, and released again) like one a user applied.
+    auto key = executor->create(r.manifest, shown(r.spec.namespace_));
+    if (key) {
+      r.external = executor_name + ":" + *key;
+    } else {
+      failure = fmt::format("its {} could not be created: {}", "object", key.error().message);
+    }
+  }
   for (const auto& ps : r.spec.pod_sets) {
     if (!failure.empty()) break;
     // A pod set with nothing to run here holds its quota only.

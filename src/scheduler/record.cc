@@ -206,6 +206,7 @@ std::string recordText(const Record& r) {
                         {"owner_id", r.owner_id},
                         {"key_id", r.key_id},
                         {"external", r.external},
+                        {"manifest", r.manifest},
                         {"state", r.state},
                         {"reason", r.reason},
                         {"message", r.message},
@@ -238,6 +239,7 @@ Result<Record> recordFrom(const std::string& text) {
     r.owner_id = j.at("owner_id").get<std::string>();
     r.key_id = j.at("key_id").get<std::string>();
     r.external = j.value("external", "");
+    r.manifest = j.value("manifest", "");
     r.state = j.at("state").get<std::string>();
     r.reason = j.value("reason", "");
     r.message = j.value("message", "");

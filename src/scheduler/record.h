@@ -51,6 +51,9 @@ struct Record {
   // Work a user handed an engine directly: "EXECUTOR:KEY" of the object it was found as (a
   // Kubernetes Job: "kubernetes:namespace/name/uid"); it runs there, whatever its flavor.
   std::string external;
+  // The Job, JobSet or PyTorchJob it was submitted as (JSON), for an engine that runs the object
+  // itself (Kubernetes creates it once, then treats it as found); empty for other shapes.
+  std::string manifest;
   std::string state = "pending";
   std::string reason, message;  // why it is in its state, when there is a why
   std::optional<fleet::Admission> admission;

@@ -603,6 +603,28 @@ void FakeKube::handle(int fd) {
                 .dump());
       return;
     }
+    if (req.method == "POST" && seg.size() == 6 && seg[3] == "namespaces" && seg[5] == plural) {
+      json o = json::parse(req.body, nullptr, false);
+      if (!o.is_object() || !o["metadata"]["name"].is_string() || o["kind"] != kind) {
+        reply(fd, 400, status(400, "BadRequest", "not a " + kind).dump());
+        return;
+      }
+      std::lock_guard lock(mu_);
+      const std::string key = plural + "/" + seg[4] + "/" + o["metadata"]["name"].get<std::string>();
+      if (objects_.count(key) != 0) {
+        reply(fd, 409, status(409, "AlreadyExists", plural + " already exists").dump());
+        return;
+      }
+      o["metadata"]["namespace"] = seg[4];
+      o["metadata"]["resourceVersion"] = std::to_string(++rv_);
+      o["metadata"]["uid"] = "uid-" + std::to_string(rv_) + "-5a4b3c2d";
+      o["status"] = json::object();
+      objects_[key] = o;
+      event("ADDED", o);
+      reconcileObject(key);
+      reply(fd, 201, objects_[key].dump());
+      return;
+    }
     if (seg.size() == 7 && seg[3] == "namespaces" && seg[5] == plural) {
       std::lock_guard lock(mu_);
       const std::string key = plural + "/" + seg[4] + "/" + seg[6];

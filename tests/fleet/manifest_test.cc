@@ -3,6 +3,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <string>
 
@@ -985,6 +986,36 @@ TEST(ManifestWorkloadTest, ReadsTheMaximumExecutionTimeOfEachShape) {
   EXPECT_FALSE(parseWorkload("{\"name\": \"s\", \"queue\": \"q\", \"max_execution_seconds\": 0, "
                              "\"pod_sets\": [{\"name\": \"main\", \"requests\": {\"cpu\": \"1\"}}]}",
                              "w.json"));
+}
+
+TEST(ManifestWorkloadTest, KeepsAJobAsJsonForEnginesThatRunTheObject) {
+  auto w = parseWorkload(R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: sweep
+  labels: {kueue.x-k8s.io/queue-name: q, version: "2"}
+spec:
+  parallelism: 2
+  suspend: false
+  template:
+    spec:
+      terminationGracePeriodSeconds: ~
+      containers: [{name: c, image: "img:1", args: ["--lr", "0.5", 0.5, yes]}]
+)",
+                         "job.yaml");
+  ASSERT_TRUE(w) << w.error().toString();
+  const auto j = nlohmann::json::parse(w->object_json);
+  EXPECT_EQ(j["spec"]["parallelism"], 2);
+  EXPECT_EQ(j["spec"]["suspend"], false);
+  EXPECT_EQ(j["metadata"]["labels"]["version"], "2");  // quoted: a string
+  EXPECT_TRUE(j["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].is_null());
+  EXPECT_EQ(j["spec"]["template"]["spec"]["containers"][0]["args"],
+            nlohmann::json({"--lr", "0.5", 0.5, "yes"}));  // YAML 1.2: yes is a string
+  // Other shapes carry none.
+  auto s = parseWorkload(R"({"name": "s", "queue": "q", "pod_sets": [{"name": "m", "requests": {"cpu": "1"}}]})",
+                         "s.json");
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->object_json.empty());
 }
 
 TEST(ManifestWorkloadTest, RejectsBadWorkloads) {

@@ -438,6 +438,63 @@ TEST_F(FleetKubernetesTest, AJobSetAndAPyTorchJobAUserAppliesRunAsOneObjectEach)
   EXPECT_EQ(failed["log_tail"], "NCCL error\n");
 }
 
+TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheCluster) {
+  // A Job as a user writes it for Kueue, handed to Purser's API instead of kubectl.
+  json job = userJob("default", "sweep", 2, 1, false);
+  job["metadata"].erase("namespace");  // the team's namespace stands in
+  int status = 0;
+  json submitted = server.call("POST", "/api/v1/workloads", key, job.dump(), "application/json",
+                               &status);
+  ASSERT_EQ(status, 201) << submitted.dump();
+  json running = server.waitFor(key, "sweep", "running");
+  EXPECT_EQ(running["found_as"]["object"], "ml/sweep");
+  // Created once, as itself and suspended, in the team's namespace; then released.
+  std::vector<std::string> seen;
+  json created;
+  for (const auto& r : kube.requests()) {
+    if (r.target.find("/jobs") == std::string::npos || r.method == "GET") continue;
+    seen.push_back(r.method + " " + r.target);
+    if (r.method == "POST") created = json::parse(r.body);
+  }
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], "POST /apis/batch/v1/namespaces/ml/jobs");
+  EXPECT_EQ(seen[1], "PATCH /apis/batch/v1/namespaces/ml/jobs/sweep");
+  EXPECT_EQ(created["spec"]["suspend"], true);
+  EXPECT_EQ(created["spec"]["parallelism"], 2);
+  EXPECT_EQ(created["spec"]["template"]["spec"]["containers"][0]["command"],
+            json({"torchrun", "train.py"}));
+  EXPECT_EQ(kube.runningPods("sweep"), 2);
+  ASSERT_TRUE(kube.finishPod("sweep", 0, "ok\n"));
+  ASSERT_TRUE(kube.finishPod("sweep", 0, "ok\n"));
+  server.waitFor(key, "sweep", "succeeded");
+
+  // A JobSet the same way; deleting its workload deletes it.
+  json jobset = {
+      {"apiVersion", "jobset.x-k8s.io/v1alpha2"},
+      {"kind", "JobSet"},
+      {"metadata", {{"name", "eval"}, {"labels", {{"kueue.x-k8s.io/queue-name", "research"}}}}},
+      {"spec",
+       {{"replicatedJobs",
+         json::array({{{"name", "shards"},
+                       {"replicas", 2},
+                       {"template",
+                        {{"spec",
+                          {{"template",
+                            {{"spec", {{"restartPolicy", "Never"},
+                                       {"containers", json::array({trainer(1)})}}}}}}}}}}})}}}};
+  server.call("POST", "/api/v1/workloads", key, jobset.dump(), "application/json", &status);
+  ASSERT_EQ(status, 201);
+  server.waitFor(key, "eval", "running");
+  EXPECT_EQ(kube.runningPods("eval"), 2);
+  EXPECT_EQ(kube.object("eval")["spec"]["suspend"], false);
+  server.call("DELETE", "/api/v1/workloads/ml/eval", key, "", "application/json", &status);
+  EXPECT_EQ(status, 200);
+  for (int i = 0; i < 3000 && kube.object("eval").is_object(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(kube.object("eval").is_null());
+}
+
 // The cluster's Nodes as the inventory: read at the start and again as they change.
 class FleetKubernetesInventoryTest : public FleetKubernetesTest {
  protected:
