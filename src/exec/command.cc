@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -34,15 +35,22 @@ std::string shellQuote(const std::string& text) {
 }
 
 bool httpOk(const std::string& host, int port, const std::string& path, Duration timeout) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    ::close(fd);
+  // An address (IPv4 or IPv6) or a host name (a Slurm node's).
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 ||
+      found == nullptr) {
     return false;
   }
+  sockaddr_storage addr{};
+  const socklen_t addr_len = found->ai_addrlen;
+  std::memcpy(&addr, found->ai_addr, found->ai_addrlen);
+  const int family = found->ai_family;
+  ::freeaddrinfo(found);
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const auto wait = [&](short events) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -52,7 +60,7 @@ bool httpOk(const std::string& host, int port, const std::string& path, Duration
     return ::poll(&p, 1, static_cast<int>(left.count())) == 1 && (p.revents & events) != 0;
   };
   bool ok = false;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ||
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) == 0 ||
       (errno == EINPROGRESS && wait(POLLOUT))) {
     int err = 0;
     socklen_t len = sizeof err;

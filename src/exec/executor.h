@@ -90,6 +90,12 @@ class Executor {
   // nodes), as last read; nullopt for an executor that reports none. May block to read them the
   // first time; an error when they have never been read.
   virtual std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() { return std::nullopt; }
+  // Where the pod can be reached (its IP address or host name), once the engine says; nullopt
+  // before that, or for a pod that is one of several sharing a handle.
+  virtual std::optional<std::string> address(const std::string& handle) {
+    (void)handle;
+    return std::nullopt;
+  }
   // What users handed the engine since the last call (none for engines without such a door).
   virtual std::vector<Found> takeFound() { return {}; }
   // Creates a workload's own object (a Job, JobSet or PyTorchJob as JSON) in namespace `ns`,

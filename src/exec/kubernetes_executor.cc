@@ -440,6 +440,7 @@ void KubernetesExecutor::applyPod(const std::string& type, const json& pod) {
   if (!status.is_object()) return;
   s.phase = type == "DELETED" ? "Deleted" : status.value("phase", "Pending");
   s.started_at = timeOf(status, "startTime");
+  if (status.value("podIP", json()).is_string()) s.ip = status["podIP"].get<std::string>();
   for (const auto& c : status.value("containerStatuses", json::array())) {
     if (!c.is_object()) break;
     const json term = c.value("state", json::object()).value("terminated", json());
@@ -984,6 +985,18 @@ Result<std::string> KubernetesExecutor::create(const std::string& object_json,
   if (user_jobs_.count(ref.handle()) == 0) user_jobs_[ref.handle()] = u;
   reported_.insert(uid);
   return ref.handle() + "/" + uid;
+}
+
+std::optional<std::string> KubernetesExecutor::address(const std::string& handle) {
+  std::lock_guard lock(mu_);
+  auto job = jobs_.find(handle);
+  auto pod = pods_.find(handle);
+  // A user's object has several pods under one handle: none of them is "the" pod.
+  if (job == jobs_.end() || job->second.existing || pod == pods_.end() || pod->second.ip.empty() ||
+      pod->second.phase != "Running") {
+    return std::nullopt;
+  }
+  return pod->second.ip;
 }
 
 std::vector<Found> KubernetesExecutor::takeFound() {

@@ -78,6 +78,7 @@ class KubernetesExecutor final : public Executor {
   std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() override;
   std::vector<Found> takeFound() override;
   Result<std::string> create(const std::string& object_json, const std::string& ns) override;
+  std::optional<std::string> address(const std::string& handle) override;
   void discard(const std::string& key) override;
 
   // Lists made (for tests and diagnostics).
@@ -86,6 +87,7 @@ class KubernetesExecutor final : public Executor {
  private:
   struct PodState {
     std::string name, phase;  // the pod's name and phase (Pending, Running, Succeeded, Failed)
+    std::string ip;           // status.podIP, once it has one
     std::optional<int> exit_code;
     std::optional<SystemTime> started_at, finished_at;
   };

@@ -657,4 +657,9 @@ std::optional<pid_t> LocalExecutor::processGroup(const std::string& handle) {
   return it->second->pid;
 }
 
+std::optional<std::string> LocalExecutor::address(const std::string& handle) {
+  (void)handle;
+  return "127.0.0.1";  // every local pod runs on this machine
+}
+
 }  // namespace purser::exec

@@ -56,6 +56,7 @@ class LocalExecutor final : public Executor {
   Result<std::string> logTail(const std::string& handle, size_t max_bytes) override;
   Result<void> adopt(const Adopted& pod) override;
   void forget(const std::string& handle) override;
+  std::optional<std::string> address(const std::string& handle) override;
   std::optional<std::pair<int64_t, int64_t>> identity(const std::string& handle) override;
 
   // Blocks until the pod has ended and its output is all in its log (for shutdown and tests).

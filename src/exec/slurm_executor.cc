@@ -284,6 +284,9 @@ Result<void> SlurmExecutor::refreshLocked(bool force) {
     job.seen = true;
     const std::string& line = it->second;
     const std::string state = field(line, "JobState");
+    if (const std::string host = field(line, "BatchHost"); !host.empty() && host != "(null)") {
+      job.host = host;
+    }
     if (auto t = slurmTime(field(line, "StartTime")); t && state != "PENDING") {
       job.status.started_at = *t;
     }
@@ -374,6 +377,13 @@ void SlurmExecutor::forget(const std::string& handle) {
   std::lock_guard lock(mu_);
   auto it = jobs_.find(handle);
   if (it != jobs_.end() && it->second.status.phase != PodPhase::kRunning) jobs_.erase(it);
+}
+
+std::optional<std::string> SlurmExecutor::address(const std::string& handle) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(handle);
+  if (it == jobs_.end() || it->second.host.empty()) return std::nullopt;
+  return it->second.host;
 }
 
 std::optional<Result<std::vector<fleet::InventoryNode>>> SlurmExecutor::nodes() {

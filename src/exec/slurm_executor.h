@@ -61,6 +61,7 @@ class SlurmExecutor final : public Executor {
   Result<void> adopt(const Adopted& pod) override;
   void forget(const std::string& handle) override;
   std::optional<Result<std::vector<fleet::InventoryNode>>> nodes() override;
+  std::optional<std::string> address(const std::string& handle) override;
 
   // The Slurm job id of a handle (nullopt when it is not one of this executor's).
   static std::optional<int64_t> jobId(const std::string& handle);
@@ -69,6 +70,7 @@ class SlurmExecutor final : public Executor {
   struct Job {
     int64_t id = 0;
     PodStatus status;
+    std::string host;   // BatchHost: the node its batch script runs on
     bool seen = false;  // ever listed by scontrol
     std::optional<MonoTime> kill_at;
   };

@@ -877,10 +877,11 @@ void FleetService::joinServed() {
     const std::string queue = r.admission ? r.admission->cluster_queue : "";
     for (auto& p : r.pods) {
       if (p.phase != "running") continue;
-      if (p.executor != "local") continue;  // only local replicas have an address Purser knows
+      exec::Executor* executor = executorNamed(p.executor);
+      const auto host = executor ? executor->address(p.handle) : std::nullopt;
+      if (!host) continue;  // not reachable (yet)
       const int port = static_cast<int>(serve.port + p.index);
-      const bool healthy =
-          exec::httpOk("127.0.0.1", port, serve.health, std::chrono::milliseconds(300));
+      const bool healthy = exec::httpOk(*host, port, serve.health, std::chrono::milliseconds(300));
       if (p.serving) {
         p.health_failures = healthy ? 0 : p.health_failures + 1;
         if (p.health_failures < kMaxHealthFailures) continue;
@@ -896,8 +897,11 @@ void FleetService::joinServed() {
         continue;
       }
       if (!healthy) continue;
+      const std::string where = host->find(':') != std::string::npos
+                                    ? fmt::format("[{}]:{}", *host, port)  // IPv6
+                                    : fmt::format("{}:{}", *host, port);
       const std::string base =
-          fmt::format("http://127.0.0.1:{}{}", port, serve.api == "anthropic" ? "" : "/v1");
+          fmt::format("http://{}{}", where, serve.api == "anthropic" ? "" : "/v1");
       auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model);
       if (!joined) {
         if (r.reason != "RouteMissing") {
@@ -910,8 +914,8 @@ void FleetService::joinServed() {
       }
       p.serving = true;
       noteEvent("Serving", name, queue, "ReplicaReady",
-                fmt::format("pod {}-{} serves route {} at 127.0.0.1:{}", p.pod_set, p.index,
-                            serve.route, port),
+                fmt::format("pod {}-{} serves route {} at {}", p.pod_set, p.index, serve.route,
+                            where),
                 "");
       dirty_.insert(name);
     }

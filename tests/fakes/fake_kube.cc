@@ -241,7 +241,7 @@ void FakeKube::reconcileObject(const std::string& key) {
                     {"kind", "Pod"},
                     {"metadata", meta},
                     {"spec", t["spec"]},
-                    {"status", {{"phase", "Running"}, {"startTime", now3339()}}}};
+                    {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
         pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
         event("ADDED", pod);
         ++running;
@@ -406,7 +406,7 @@ void FakeKube::reconcile(const std::string& key) {
                   {"kind", "Pod"},
                   {"metadata", meta},
                   {"spec", job["spec"]["template"]["spec"]},
-                  {"status", {{"phase", "Running"}, {"startTime", now3339()}}}};
+                  {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
       pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
       event("ADDED", pod);
       ++active;

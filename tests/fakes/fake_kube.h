@@ -4,7 +4,8 @@
 // watch), Pods (list, watch) — lists carry a resourceVersion, watch streams of
 // ADDED/MODIFIED/DELETED events resume from one, and a version it no longer keeps gets a 410
 // Expired ERROR event — and pod logs; it checks the bearer token. Its "Job controller and
-// kubelet": a Job that is not suspended gets `parallelism` Running pods and a startTime; a pod
+// kubelet": a Job that is not suspended gets `parallelism` Running pods (their podIP loopback, so
+// a test's own server can stand in for what a pod serves) and a startTime; a pod
 // that fails past the Job's backoffLimit (default 6) fails the Job (else it is replaced), enough
 // successes (completions, default one) complete it; suspending it deletes its pods. JobSets
 // (jobset.x-k8s.io/v1alpha2) and Kubeflow PyTorchJobs (kubeflow.org/v1) are served the same way

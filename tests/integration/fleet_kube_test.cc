@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "fakes/fake_kube.h"
+#include "fakes/process.h"
 #include "fakes/temp_dir.h"
 #include "integration/fleet_harness.h"
 
@@ -38,13 +39,15 @@ class FleetKubernetesTest : public ::testing::Test {
            "\", token_file: " + dir.file("token");
   }
   virtual void beforeStart() {}
+  // Gateway settings (providers, routes, prices) before the fleet's.
+  virtual std::string gateway() const { return ""; }
 
   void SetUp() override {
     testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
     testing::writeFile(dir.file("token"), std::string(kToken) + "\n");
     testing::writeFile(dir.file("purser.yaml"),
                        "listen: 127.0.0.1:0\nthreads: 1\n"
-                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
+                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n" + gateway() +
                        "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n" +
                            inventory() +
                            "  kubernetes: {flavors: [h100], " + connection() +
@@ -493,6 +496,65 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(kube.object("eval").is_null());
+}
+
+// A model served from a Kubernetes pod: its pod's IP (the fake's pods are on loopback, where the
+// test's own simulated model server stands in for what the pod serves) joins the route.
+class FleetKubernetesServeTest : public FleetKubernetesTest {
+ protected:
+  std::string gateway() const override {
+    return "routes:\n  - {model: chat, targets: []}\n"
+           "prices:\n  - {provider: fleet, model: sim-small, input_per_mtok: \"1.00\", "
+           "output_per_mtok: \"2.00\"}\n";
+  }
+  void TearDown() override {
+    if (model) {
+      model->signal(SIGTERM);
+      model->wait();
+    }
+  }
+  std::unique_ptr<testing::Process> model;
+};
+
+TEST_F(FleetKubernetesServeTest, AServingPodOnKubernetesJoinsTheRouteAtItsPodIp) {
+  const uint16_t port = testing::freePort();
+  model = std::make_unique<testing::Process>(std::vector<std::string>{
+      PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:" + std::to_string(port), "--models",
+      "sim-small"});
+  ASSERT_TRUE(model->waitForStdout("listening on ").has_value()) << model->err();
+  json w = {{"name", "chat-server"},
+            {"queue", "research"},
+            {"serve",
+             {{"route", "chat"}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
+            {"pod_sets",
+             {{{"name", "replicas"},
+               {"image", "vllm/vllm-openai:v0.6"},
+               {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}}}}}};
+  int status = 0;
+  server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
+  ASSERT_EQ(status, 201);
+  json serving;
+  for (int i = 0; i < 3000; ++i) {
+    serving = server.workload(key, "chat-server");
+    if (!serving["pods"].empty() && serving["pods"][0].value("serving", false)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(serving["pods"][0].value("serving", false)) << serving.dump();
+  // The pod's environment told it its port; a request through the gateway reaches it.
+  const auto created = calls(kube.jobOfWorkload("chat-server-replicas-0-"));
+  ASSERT_FALSE(created.empty());
+  const json env =
+      json::parse(created[0].substr(5))["spec"]["template"]["spec"]["containers"][0]["env"];
+  EXPECT_NE(env.dump().find(R"({"name":"PURSER_SERVE_PORT","value":")" + std::to_string(port)),
+            std::string::npos)
+      << env.dump();
+  server.call("POST", "/v1/chat/completions", key,
+              R"({"model":"chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4})",
+              "application/json", &status);
+  EXPECT_EQ(status, 200);
+  const json usage = server.call("GET", "/api/v1/usage?scope=tenant:acme&limit=10", kAdminKey);
+  EXPECT_NE(usage.dump().find("fleet:ml/chat-server/replicas-0"), std::string::npos)
+      << usage.dump();
 }
 
 // The cluster's Nodes as the inventory: read at the start and again as they change.
