@@ -146,7 +146,7 @@ struct FleetConfig {
   struct Slurm {
     std::vector<std::string> flavors;  // whose workloads it runs
     std::string partition, gres_type, conf, bin_dir;
-    std::string log_dir;  // shared with the nodes; default data_dir/slurm
+    std::string log_dir;         // shared with the nodes; default data_dir/slurm
     bool inventory = false;      // Slurm's nodes join fleet.nodes
     int64_t gpu_memory_mib = 0;  // each of their GPUs' memory (Slurm does not know it)
   };

@@ -4,8 +4,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/base64.h"
@@ -20,7 +20,8 @@ constexpr size_t kMaxFile = 1 << 20;  // a kubeconfig, CA, certificate, key or t
 Result<std::string> readSmallFile(const std::string& path, const std::string& what) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return fail(invalidArgument(fmt::format("cannot read {} {}: {}", what, path, ec.message())));
+  if (ec)
+    return fail(invalidArgument(fmt::format("cannot read {} {}: {}", what, path, ec.message())));
   if (size > kMaxFile) {
     return fail(invalidArgument(fmt::format("{} {} is larger than 1 MiB", what, path)));
   }
@@ -77,7 +78,8 @@ Result<Kubeconfig> parse(const YAML::Node& root, const std::string& file,
   const auto bad = [&](const std::string& why) {
     return invalidArgument(fmt::format("kubeconfig {}: {}", file, why));
   };
-  if (!root.IsMap()) return fail(bad("not a kubeconfig (expected a map with clusters, users and contexts)"));
+  if (!root.IsMap())
+    return fail(bad("not a kubeconfig (expected a map with clusters, users and contexts)"));
   Kubeconfig out;
   out.context = context.empty() ? scalar(root, "current-context") : context;
   if (out.context.empty()) return fail(bad("no current-context; name the context to use"));
@@ -145,9 +147,10 @@ Result<Kubeconfig> parse(const YAML::Node& root, const std::string& file,
   out.client_cert_pem = PURSER_TRY_VALUE(material(user, "client-certificate", "the certificate"));
   out.client_key_pem = PURSER_TRY_VALUE(material(user, "client-key", "the key"));
   if (out.client_cert_pem.empty() != out.client_key_pem.empty()) {
-    return fail(bad(fmt::format("user \"{}\" has a client certificate without its key, or a key "
-                                "without its certificate",
-                                user_name)));
+    return fail(
+        bad(fmt::format("user \"{}\" has a client certificate without its key, or a key "
+                        "without its certificate",
+                        user_name)));
   }
   return out;
 }

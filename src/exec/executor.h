@@ -26,12 +26,12 @@ struct PodLaunch {
   std::string working_dir;                 // empty: the executor's default
   std::map<std::string, std::string> env;  // the template's env, then the admission's
   // What the pod was admitted with, for engines that allocate it themselves (Slurm).
-  int64_t gpus = 0;          // whole GPUs
-  int64_t cpu_milli = 0;     // CPU, in thousandths
-  int64_t memory_bytes = 0;  // memory
-  std::string node;          // the node it was placed on; empty: wherever the engine likes
-  std::string image;         // the container image (Kubernetes); others ignore it
-  std::string queue;         // the workload's LocalQueue (Kubernetes labels the Job with it)
+  int64_t gpus = 0;                // whole GPUs
+  int64_t cpu_milli = 0;           // CPU, in thousandths
+  int64_t memory_bytes = 0;        // memory
+  std::string node;                // the node it was placed on; empty: wherever the engine likes
+  std::string image;               // the container image (Kubernetes); others ignore it
+  std::string queue;               // the workload's LocalQueue (Kubernetes labels the Job with it)
   int64_t time_limit_seconds = 0;  // how long it may run (Slurm's --time); 0: no limit
   // The engine's own object to release instead of creating one (a Found key, for work users
   // handed the engine directly); every pod of the workload names it, and it is released once.

@@ -130,7 +130,8 @@ Result<std::unique_ptr<KubeApi>> KubeApi::create(KubeApiOptions options) {
         }
       } else if (!api->options_.ca_pem.empty()) {
         auto certs = pemCertificates(api->options_.ca_pem);
-        if (certs.empty()) return fail(invalidArgument("the Kubernetes CA is not PEM certificates"));
+        if (certs.empty())
+          return fail(invalidArgument("the Kubernetes CA is not PEM certificates"));
         X509_STORE* store = SSL_CTX_get_cert_store(ctx);
         for (X509* cert : certs) {
           X509_STORE_add_cert(store, cert);

@@ -1,7 +1,7 @@
 // KubeApi: a small blocking client for the Kubernetes API server — JSON requests and watch
 // streams over HTTP/1.1, HTTPS (OpenSSL, verifying the server against a CA unless told not to)
-// and a bearer token or a client certificate. One connection per request; a watch holds its own until the server
-// ends it or stop() is called.
+// and a bearer token or a client certificate. One connection per request; a watch holds its own
+// until the server ends it or stop() is called.
 #pragma once
 
 #include <atomic>
@@ -15,10 +15,10 @@
 namespace purser::exec {
 
 struct KubeApiOptions {
-  std::string server;     // https://host:port or http://host:port
-  std::string token;      // bearer token; empty: none
-  std::string ca_file;    // PEM CA bundle for https; empty: ca_pem, else the system's
-  std::string ca_pem;     // the CA bundle itself (PEM), as a kubeconfig carries it
+  std::string server;   // https://host:port or http://host:port
+  std::string token;    // bearer token; empty: none
+  std::string ca_file;  // PEM CA bundle for https; empty: ca_pem, else the system's
+  std::string ca_pem;   // the CA bundle itself (PEM), as a kubeconfig carries it
   std::string client_cert_pem, client_key_pem;  // a client certificate and its key (PEM)
   bool insecure = false;  // https without verifying the server (tests and labs only)
   Duration timeout = std::chrono::seconds(30);

@@ -41,7 +41,8 @@ struct Ref {
   std::string ns, name;
   // Its handle: "namespace/name" for a Job, "plural/namespace/name" for the others.
   std::string handle() const {
-    return kind == kJob ? ns + "/" + name : std::string(kKinds[kind].plural) + "/" + ns + "/" + name;
+    return kind == kJob ? ns + "/" + name
+                        : std::string(kKinds[kind].plural) + "/" + ns + "/" + name;
   }
   std::string path() const {
     return fmt::format("/apis/{}/namespaces/{}/{}/{}", kKinds[kind].group_version, ns,
@@ -84,7 +85,8 @@ std::optional<Ref> refOf(const std::string& text, bool with_uid) {
 }
 
 // The pod templates of an object of kind `kind`, with the pod set each makes (Kueue's names).
-void forEachTemplate(json& spec, int kind, const std::function<void(const std::string&, json&)>& fn) {
+void forEachTemplate(json& spec, int kind,
+                     const std::function<void(const std::string&, json&)>& fn) {
   if (!spec.is_object()) return;
   if (kind == kJob) {
     if (spec.contains("template") && spec["template"].is_object()) fn("main", spec["template"]);
@@ -235,10 +237,10 @@ Result<fleet::InventoryNode> inventoryNodeOf(const json& node, int64_t gpu_memor
     }
   }
   if (*gpus > 0 && gpu_mib <= 0) {
-    return fail(invalidArgument(fmt::format(
-        "Node {}: its GPUs' memory is unknown (no nvidia.com/gpu.memory label); set "
-        "fleet.kubernetes.gpu_memory",
-        n.name)));
+    return fail(invalidArgument(
+        fmt::format("Node {}: its GPUs' memory is unknown (no nvidia.com/gpu.memory label); set "
+                    "fleet.kubernetes.gpu_memory",
+                    n.name)));
   }
   for (int64_t i = 0; i < *gpus; ++i) {
     fleet::GpuDevice g;
@@ -616,9 +618,9 @@ Result<std::string> KubernetesExecutor::release(const PodLaunch& pod) {
     auto it = jobs_.find(handle);
     if (it != jobs_.end() && !it->second.stopping) return handle;
     if (it != jobs_.end()) {
-      return fail(Error(ErrorCode::kResourceExhausted,
-                        fmt::format("{} {} is still stopping from its last run",
-                                    kKinds[ref.kind].kind, handle)));
+      return fail(Error(
+          ErrorCode::kResourceExhausted,
+          fmt::format("{} {} is still stopping from its last run", kKinds[ref.kind].kind, handle)));
     }
     auto u = user_jobs_.find(handle);
     if (u == user_jobs_.end()) {
@@ -644,10 +646,9 @@ Result<std::string> KubernetesExecutor::release(const PodLaunch& pod) {
           {"nodeAffinity",
            {{"requiredDuringSchedulingIgnoredDuringExecution",
              {{"nodeSelectorTerms",
-               json::array({{{"matchExpressions",
-                              json::array({{{"key", "kubernetes.io/hostname"},
-                                            {"operator", "In"},
-                                            {"values", nodes}}})}}})}}}}}};
+               json::array({{{"matchExpressions", json::array({{{"key", "kubernetes.io/hostname"},
+                                                                {"operator", "In"},
+                                                                {"values", nodes}}})}}})}}}}}};
     }
     return json{
         {"metadata", {{"labels", {{kManaged, "true"}}}, {"annotations", {{kHandle, handle}}}}},
@@ -662,7 +663,8 @@ Result<std::string> KubernetesExecutor::release(const PodLaunch& pod) {
         std::string lower = type;
         std::transform(lower.begin(), lower.end(), lower.begin(),
                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-        if (lower == set) release["spec"]["pytorchReplicaSpecs"][type]["template"] = templatePatch(set);
+        if (lower == set)
+          release["spec"]["pytorchReplicaSpecs"][type]["template"] = templatePatch(set);
       }
     });
   } else {
@@ -678,8 +680,8 @@ Result<std::string> KubernetesExecutor::release(const PodLaunch& pod) {
     return fail(invalidArgument(fmt::format("the {} {} is gone", kKinds[ref.kind].kind, handle)));
   }
   if (patched->status != 200) {
-    return fail(unavailable(fmt::format("releasing the {} answered {}", kKinds[ref.kind].kind,
-                                        patched->status)));
+    return fail(unavailable(
+        fmt::format("releasing the {} answered {}", kKinds[ref.kind].kind, patched->status)));
   }
   std::lock_guard lock(mu_);
   Job job;
@@ -968,9 +970,9 @@ Result<std::string> KubernetesExecutor::create(const std::string& object_json,
   if (!created) return fail(created.error());
   const json answer = parseJsonOrDiscarded(created->body);
   if (created->status != 201 && created->status != 200) {
-    return fail(invalidArgument(fmt::format(
-        "Kubernetes refused the {} ({}): {}", kKinds[kind].kind, created->status,
-        answer.is_object() ? answer.value("message", created->body) : created->body)));
+    return fail(invalidArgument(
+        fmt::format("Kubernetes refused the {} ({}): {}", kKinds[kind].kind, created->status,
+                    answer.is_object() ? answer.value("message", created->body) : created->body)));
   }
   const std::string uid =
       answer.is_object() ? answer.value("metadata", json::object()).value("uid", "") : "";

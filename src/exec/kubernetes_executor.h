@@ -107,7 +107,7 @@ class KubernetesExecutor final : public Executor {
     int64_t active = 0;
     std::optional<SystemTime> started_at, finished_at;
     std::optional<MonoTime> ended_seen;  // when it was first seen complete or failed
-    nlohmann::json spec;  // to release it (a JobSet's replicatedJobs go back whole)
+    nlohmann::json spec;                 // to release it (a JobSet's replicatedJobs go back whole)
   };
   // Watched feeds: the pods, then one per kind of object (Job, JobSet, PyTorchJob).
   static constexpr int kPodFeed = 0;
@@ -138,9 +138,9 @@ class KubernetesExecutor final : public Executor {
   std::map<std::string, UserJob> user_jobs_;  // by handle ("ns/name", "plural/ns/name")
   std::set<std::string> reported_;            // uids of user objects takeFound() returned
   std::vector<Found> found_;                  // to return from takeFound()
-  bool synced_[kFeeds] = {};   // a list has succeeded and the watch is current
-  bool absent_[kFeeds] = {};   // the cluster does not serve this kind (404)
-  std::string down_[kFeeds];   // why the API cannot be reached now
+  bool synced_[kFeeds] = {};                  // a list has succeeded and the watch is current
+  bool absent_[kFeeds] = {};                  // the cluster does not serve this kind (404)
+  std::string down_[kFeeds];                  // why the API cannot be reached now
   int64_t next_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> lists_{0};

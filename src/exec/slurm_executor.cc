@@ -70,14 +70,13 @@ bool digits(const std::string& s) {
 
 }  // namespace
 
-Result<fleet::InventoryNode> inventoryNodeOfSlurm(const std::string& line,
-                                                    int64_t gpu_memory_mib) {
+Result<fleet::InventoryNode> inventoryNodeOfSlurm(const std::string& line, int64_t gpu_memory_mib) {
   fleet::InventoryNode n;
   n.name = field(line, "NodeName");
   if (n.name.empty()) return fail(invalidArgument("a Slurm node line without NodeName"));
   const auto bad = [&](const char* what, const std::string& value) {
-    return invalidArgument(fmt::format("Slurm node {}: {} \"{}\" is not a count", n.name, what,
-                                       value));
+    return invalidArgument(
+        fmt::format("Slurm node {}: {} \"{}\" is not a count", n.name, what, value));
   };
   const std::string cpus = field(line, "CPUTot"), memory = field(line, "RealMemory");
   if (!cpus.empty() && !digits(cpus)) return fail(bad("CPUTot", cpus));
@@ -107,10 +106,10 @@ Result<fleet::InventoryNode> inventoryNodeOfSlurm(const std::string& line,
   }
   if (count > 4096) return fail(bad("Gres", gres));
   if (count > 0 && gpu_memory_mib <= 0) {
-    return fail(invalidArgument(fmt::format(
-        "Slurm node {}: Slurm does not say how much memory its GPUs have; set "
-        "fleet.slurm.gpu_memory",
-        n.name)));
+    return fail(invalidArgument(
+        fmt::format("Slurm node {}: Slurm does not say how much memory its GPUs have; set "
+                    "fleet.slurm.gpu_memory",
+                    n.name)));
   }
   for (int64_t i = 0; i < count; ++i) {
     fleet::GpuDevice g;
@@ -214,8 +213,8 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
   if (!pod.node.empty()) args.push_back("--nodelist=" + pod.node);
   if (pod.time_limit_seconds > 0) {
     // minutes:seconds, as sbatch reads it.
-    args.push_back(fmt::format("--time={}:{:02}", pod.time_limit_seconds / 60,
-                               pod.time_limit_seconds % 60));
+    args.push_back(
+        fmt::format("--time={}:{:02}", pod.time_limit_seconds / 60, pod.time_limit_seconds % 60));
   }
   args.push_back(script_path);
   auto ran = tool("sbatch", args);

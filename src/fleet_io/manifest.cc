@@ -8,8 +8,8 @@
 #include <array>
 #include <charconv>
 
-#include <nlohmann/json.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -17,9 +17,9 @@
 #include <utility>
 
 #include "common/clock.h"
+#include "common/json.h"
 #include "common/quantity.h"
 #include "config/yaml_reader.h"
-#include "common/json.h"
 #include "fleet_io/yaml_fields.h"
 
 namespace purser::fleet {
@@ -990,8 +990,8 @@ class WorkloadParser {
     }
     for (const char* runner :
          {"suspend", "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
-          "ttlSecondsAfterFinished", "completionMode", "podFailurePolicy",
-          "successPolicy", "manualSelector", "selector", "podReplacementPolicy", "managedBy"}) {
+          "ttlSecondsAfterFinished", "completionMode", "podFailurePolicy", "successPolicy",
+          "manualSelector", "selector", "podReplacementPolicy", "managedBy"}) {
       (void)spec.present(runner);  // for whatever runs the Job, not for admission
     }
     spec.finish();

@@ -913,10 +913,10 @@ void FleetService::joinServed() {
         continue;
       }
       p.serving = true;
-      noteEvent("Serving", name, queue, "ReplicaReady",
-                fmt::format("pod {}-{} serves route {} at {}", p.pod_set, p.index, serve.route,
-                            where),
-                "");
+      noteEvent(
+          "Serving", name, queue, "ReplicaReady",
+          fmt::format("pod {}-{} serves route {} at {}", p.pod_set, p.index, serve.route, where),
+          "");
       dirty_.insert(name);
     }
   }

@@ -37,10 +37,10 @@ struct PodRun {
   std::optional<int> exit_code;
   std::optional<int> signal;
   int64_t started_ms = 0, finished_ms = 0;
-  int64_t pid = 0;        // the local executor's process group, to adopt it after a restart
-  int64_t pid_start = 0;  // and when that process started (guards against a reused pid)
-  bool serving = false;   // a target of its workload's route now (not stored: rejoins after a
-                          // restart once healthy)
+  int64_t pid = 0;          // the local executor's process group, to adopt it after a restart
+  int64_t pid_start = 0;    // and when that process started (guards against a reused pid)
+  bool serving = false;     // a target of its workload's route now (not stored: rejoins after a
+                            // restart once healthy)
   int health_failures = 0;  // health checks failed in a row while serving (not stored)
 };
 

@@ -18,8 +18,8 @@ TEST(Base64Test, DecodesTheStandardAlphabetWithPadding) {
 }
 
 TEST(Base64Test, RefusesWhatIsNotBase64) {
-  for (const char* bad : {"Zg", "Zg=", "Z===", "====", "Zg==Zg==", "Zm9v!mFy", "Zm9-", "Zm=v",
-                          "Zm9 v"}) {
+  for (const char* bad :
+       {"Zg", "Zg=", "Z===", "====", "Zg==Zg==", "Zm9v!mFy", "Zm9-", "Zm=v", "Zm9 v"}) {
     EXPECT_FALSE(base64Decode(bad).has_value()) << bad;
   }
 }

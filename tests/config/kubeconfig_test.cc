@@ -53,7 +53,7 @@ TEST_F(KubeconfigTest, TheCurrentContextGivesTheServerCaAndToken) {
   EXPECT_EQ(kc->context, "prod");
   EXPECT_EQ(kc->server, "https://10.0.0.1:6443");
   EXPECT_EQ(kc->ca_pem, "-----BEGIN CERTIFICATE-----\nMIIB\n");  // relative to the file
-  EXPECT_EQ(kc->token, "eyJhbGciOi.robot");                       // its newline dropped
+  EXPECT_EQ(kc->token, "eyJhbGciOi.robot");                      // its newline dropped
   EXPECT_EQ(kc->namespace_, "ml");
   EXPECT_FALSE(kc->insecure);
 }

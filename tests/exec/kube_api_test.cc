@@ -54,10 +54,10 @@ class TlsApiServer {
         ++served_;
         const std::string body =
             "{\"kind\":\"APIVersions\",\"line\":\"" + request.substr(0, request.find('\r')) + "\"}";
-        const std::string reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                  "Content-Length: " +
-                                  std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-                                  body;
+        const std::string reply =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            "Content-Length: " +
+            std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
         SSL_write(ssl, reply.data(), static_cast<int>(reply.size()));
         SSL_shutdown(ssl);
       } else {

@@ -174,13 +174,15 @@ void FakeKube::reconcileObject(const std::string& key) {
   json& o = it->second;
   const std::string ns = o["metadata"]["namespace"], name = o["metadata"]["name"];
   const bool pytorch = o["kind"] == "PyTorchJob";
-  const bool suspended = pytorch ? o["spec"].value("runPolicy", json::object()).value("suspend", false)
-                                 : o["spec"].value("suspend", false);
+  const bool suspended = pytorch
+                             ? o["spec"].value("runPolicy", json::object()).value("suspend", false)
+                             : o["spec"].value("suspend", false);
   json& status = o["status"];
   const json before = status;
   json conditions = status.value("conditions", json::array());
   bool done = false;
-  for (const auto& c : conditions) done = done || (c["type"] != "Suspended" && c["status"] == "True");
+  for (const auto& c : conditions)
+    done = done || (c["type"] != "Suspended" && c["status"] == "True");
   std::vector<std::string> mine;
   int64_t running = 0, succeeded = 0, failed = 0;
   for (const auto& [k, p] : pods_) {
@@ -207,7 +209,8 @@ void FakeKube::reconcileObject(const std::string& key) {
   };
   if (!done && failed > 0) {
     deleteRunning();
-    conditions.push_back({{"type", "Failed"}, {"status", "True"}, {"lastTransitionTime", now3339()}});
+    conditions.push_back(
+        {{"type", "Failed"}, {"status", "True"}, {"lastTransitionTime", now3339()}});
   } else if (!done && expected > 0 && succeeded >= expected) {
     conditions.push_back({{"type", pytorch ? "Succeeded" : "Completed"}, {"status", "True"}});
     status["completionTime"] = now3339();
@@ -237,11 +240,12 @@ void FakeKube::reconcileObject(const std::string& key) {
                      {"resourceVersion", std::to_string(++rv_)}};
         const json notes = t["metadata"].value("annotations", json());
         if (notes.is_object()) meta["annotations"] = notes;
-        json pod = {{"apiVersion", "v1"},
-                    {"kind", "Pod"},
-                    {"metadata", meta},
-                    {"spec", t["spec"]},
-                    {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
+        json pod = {
+            {"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", meta},
+            {"spec", t["spec"]},
+            {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
         pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
         event("ADDED", pod);
         ++running;
@@ -368,7 +372,9 @@ void FakeKube::reconcile(const std::string& key) {
   json conditions = status.value("conditions", json::array());
   if (!done && failed > backoff) {
     deleteRunning();
-    conditions.push_back({{"type", "Failed"}, {"status", "True"}, {"reason", "BackoffLimitExceeded"},
+    conditions.push_back({{"type", "Failed"},
+                          {"status", "True"},
+                          {"reason", "BackoffLimitExceeded"},
                           {"lastTransitionTime", now3339()}});
   } else if (!done && succeeded >= completions) {
     deleteRunning();
@@ -402,11 +408,12 @@ void FakeKube::reconcile(const std::string& key) {
                    {"resourceVersion", std::to_string(++rv_)}};
       const json notes = job["spec"]["template"]["metadata"].value("annotations", json());
       if (notes.is_object()) meta["annotations"] = notes;
-      json pod = {{"apiVersion", "v1"},
-                  {"kind", "Pod"},
-                  {"metadata", meta},
-                  {"spec", job["spec"]["template"]["spec"]},
-                  {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
+      json pod = {
+          {"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", meta},
+          {"spec", job["spec"]["template"]["spec"]},
+          {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
       pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
       event("ADDED", pod);
       ++active;
@@ -610,7 +617,8 @@ void FakeKube::handle(int fd) {
         return;
       }
       std::lock_guard lock(mu_);
-      const std::string key = plural + "/" + seg[4] + "/" + o["metadata"]["name"].get<std::string>();
+      const std::string key =
+          plural + "/" + seg[4] + "/" + o["metadata"]["name"].get<std::string>();
       if (objects_.count(key) != 0) {
         reply(fd, 409, status(409, "AlreadyExists", plural + " already exists").dump());
         return;

@@ -79,11 +79,11 @@ class FakeKube {
   int64_t kept_from_ = 0;  // a watch from a version below this one is told 410 Expired
   int64_t drops_ = 0;
   bool ending_ = false;
-  std::map<std::string, nlohmann::json> jobs_;  // "ns/name"
-  std::map<std::string, nlohmann::json> pods_;  // "ns/name"
-  std::map<std::string, nlohmann::json> nodes_;  // by name
+  std::map<std::string, nlohmann::json> jobs_;     // "ns/name"
+  std::map<std::string, nlohmann::json> pods_;     // "ns/name"
+  std::map<std::string, nlohmann::json> nodes_;    // by name
   std::map<std::string, nlohmann::json> objects_;  // JobSets, PyTorchJobs: "plural/ns/name"
-  std::map<std::string, std::string> logs_;     // pod name -> log
+  std::map<std::string, std::string> logs_;        // pod name -> log
   struct Event {
     int64_t rv;
     std::string type;

@@ -958,14 +958,16 @@ TEST(ManifestWorkloadTest, ReadsTheMaximumExecutionTimeOfEachShape) {
     return w ? w->workload.max_execution_seconds : -1;
   };
   const std::string tmpl = "  template: {spec: {containers: [{name: c}]}}\n";
-  const std::string job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
-                          "{kueue.x-k8s.io/queue-name: q";
+  const std::string job =
+      "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, labels: "
+      "{kueue.x-k8s.io/queue-name: q";
   EXPECT_EQ(limitOf(job + "}}\nspec:\n" + tmpl), 0);
   EXPECT_EQ(limitOf(job + ", kueue.x-k8s.io/max-exec-time-seconds: \"600\"}}\nspec:\n" + tmpl),
             600);
   // The Job's own deadline, when it is the shorter.
-  EXPECT_EQ(limitOf(job + ", kueue.x-k8s.io/max-exec-time-seconds: \"600\"}}\nspec:\n"
-                          "  activeDeadlineSeconds: 120\n" +
+  EXPECT_EQ(limitOf(job +
+                    ", kueue.x-k8s.io/max-exec-time-seconds: \"600\"}}\nspec:\n"
+                    "  activeDeadlineSeconds: 120\n" +
                     tmpl),
             120);
   EXPECT_EQ(limitOf(job + "}}\nspec:\n  activeDeadlineSeconds: 900\n" + tmpl), 900);
@@ -978,14 +980,14 @@ TEST(ManifestWorkloadTest, ReadsTheMaximumExecutionTimeOfEachShape) {
                     "\"pod_sets\": [{\"name\": \"main\", \"requests\": {\"cpu\": \"1\"}}]}"),
             30);
   // Nonsense is refused, saying what is expected.
-  auto bad = parseWorkload(job + ", kueue.x-k8s.io/max-exec-time-seconds: \"soon\"}}\nspec:\n" +
-                               tmpl,
-                           "w.yaml");
+  auto bad = parseWorkload(
+      job + ", kueue.x-k8s.io/max-exec-time-seconds: \"soon\"}}\nspec:\n" + tmpl, "w.yaml");
   ASSERT_FALSE(bad);
   EXPECT_THAT(bad.error().toString(), HasSubstr("must be a whole number of seconds from 1"));
-  EXPECT_FALSE(parseWorkload("{\"name\": \"s\", \"queue\": \"q\", \"max_execution_seconds\": 0, "
-                             "\"pod_sets\": [{\"name\": \"main\", \"requests\": {\"cpu\": \"1\"}}]}",
-                             "w.json"));
+  EXPECT_FALSE(
+      parseWorkload("{\"name\": \"s\", \"queue\": \"q\", \"max_execution_seconds\": 0, "
+                    "\"pod_sets\": [{\"name\": \"main\", \"requests\": {\"cpu\": \"1\"}}]}",
+                    "w.json"));
 }
 
 TEST(ManifestWorkloadTest, KeepsAJobAsJsonForEnginesThatRunTheObject) {
@@ -1012,8 +1014,9 @@ spec:
   EXPECT_EQ(j["spec"]["template"]["spec"]["containers"][0]["args"],
             nlohmann::json({"--lr", "0.5", 0.5, "yes"}));  // YAML 1.2: yes is a string
   // Other shapes carry none.
-  auto s = parseWorkload(R"({"name": "s", "queue": "q", "pod_sets": [{"name": "m", "requests": {"cpu": "1"}}]})",
-                         "s.json");
+  auto s = parseWorkload(
+      R"({"name": "s", "queue": "q", "pod_sets": [{"name": "m", "requests": {"cpu": "1"}}]})",
+      "s.json");
   ASSERT_TRUE(s);
   EXPECT_TRUE(s->object_json.empty());
 }

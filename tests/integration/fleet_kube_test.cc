@@ -47,10 +47,10 @@ class FleetKubernetesTest : public ::testing::Test {
     testing::writeFile(dir.file("token"), std::string(kToken) + "\n");
     testing::writeFile(dir.file("purser.yaml"),
                        "listen: 127.0.0.1:0\nthreads: 1\n"
-                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n" + gateway() +
-                       "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n" +
-                           inventory() +
-                           "  kubernetes: {flavors: [h100], " + connection() +
+                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n" +
+                           gateway() +
+                           "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n" +
+                           inventory() + "  kubernetes: {flavors: [h100], " + connection() +
                            kubernetesExtra() + "}\n");
     beforeStart();
     std::string why;
@@ -219,25 +219,26 @@ json userJob(const std::string& ns, const std::string& name, int parallelism, in
              bool suspend, const std::string& priority_class = "") {
   json labels = {{"kueue.x-k8s.io/queue-name", "research"}};
   if (!priority_class.empty()) labels["kueue.x-k8s.io/priority-class"] = priority_class;
-  return {{"apiVersion", "batch/v1"},
-          {"kind", "Job"},
-          {"metadata", {{"name", name}, {"namespace", ns}, {"labels", labels}}},
+  return {
+      {"apiVersion", "batch/v1"},
+      {"kind", "Job"},
+      {"metadata", {{"name", name}, {"namespace", ns}, {"labels", labels}}},
+      {"spec",
+       {{"suspend", suspend},
+        {"parallelism", parallelism},
+        {"completions", parallelism},
+        {"backoffLimit", 0},
+        {"template",
+         {{"metadata", {{"labels", {{"app", name}}}}},
           {"spec",
-           {{"suspend", suspend},
-            {"parallelism", parallelism},
-            {"completions", parallelism},
-            {"backoffLimit", 0},
-            {"template",
-             {{"metadata", {{"labels", {{"app", name}}}}},
-              {"spec",
-               {{"restartPolicy", "Never"},
-                {"containers",
-                 json::array({{{"name", "trainer"},
-                               {"image", "registry.example/trainer:2"},
-                               {"command", {"torchrun", "train.py"}},
-                               {"resources",
-                                {{"requests", {{"cpu", "1"}}},
-                                 {"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}}}}})}}}}}}}};
+           {{"restartPolicy", "Never"},
+            {"containers",
+             json::array({{{"name", "trainer"},
+                           {"image", "registry.example/trainer:2"},
+                           {"command", {"torchrun", "train.py"}},
+                           {"resources",
+                            {{"requests", {{"cpu", "1"}}},
+                             {"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}}}}})}}}}}}}};
 }
 
 TEST_F(FleetKubernetesTest, AJobAUserAppliesIsQueuedReleasedAndFollowedByItsOwnStatus) {
@@ -361,28 +362,28 @@ json trainer(int gpus) {
 
 TEST_F(FleetKubernetesTest, AJobSetAndAPyTorchJobAUserAppliesRunAsOneObjectEach) {
   const json labels = {{"kueue.x-k8s.io/queue-name", "research"}};
-  kube.applyJob(
-      {{"apiVersion", "jobset.x-k8s.io/v1alpha2"},
-       {"kind", "JobSet"},
-       {"metadata", {{"name", "pretrain"}, {"namespace", "ml"}, {"labels", labels}}},
-       {"spec",
-        {{"suspend", true},
-         {"replicatedJobs",
-          json::array(
-              {{{"name", "leader"},
-                {"replicas", 1},
-                {"template",
-                 {{"spec",
-                   {{"template",
-                     {{"spec", {{"restartPolicy", "Never"},
-                                {"containers", json::array({trainer(1)})}}}}}}}}}},
-               {{"name", "workers"},
-                {"replicas", 2},
-                {"template",
-                 {{"spec",
-                   {{"template",
-                     {{"spec", {{"restartPolicy", "Never"},
-                                {"containers", json::array({trainer(2)})}}}}}}}}}}})}}}});
+  kube.applyJob({{"apiVersion", "jobset.x-k8s.io/v1alpha2"},
+                 {"kind", "JobSet"},
+                 {"metadata", {{"name", "pretrain"}, {"namespace", "ml"}, {"labels", labels}}},
+                 {"spec",
+                  {{"suspend", true},
+                   {"replicatedJobs",
+                    json::array({{{"name", "leader"},
+                                  {"replicas", 1},
+                                  {"template",
+                                   {{"spec",
+                                     {{"template",
+                                       {{"spec",
+                                         {{"restartPolicy", "Never"},
+                                          {"containers", json::array({trainer(1)})}}}}}}}}}},
+                                 {{"name", "workers"},
+                                  {"replicas", 2},
+                                  {"template",
+                                   {{"spec",
+                                     {{"template",
+                                       {{"spec",
+                                         {{"restartPolicy", "Never"},
+                                          {"containers", json::array({trainer(2)})}}}}}}}}}}})}}}});
   json running = server.waitFor(key, "pretrain", "running");
   EXPECT_EQ(running["pods"].size(), 3u) << running.dump();
   EXPECT_EQ(kube.runningPods("pretrain"), 3);
@@ -446,8 +447,8 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
   json job = userJob("default", "sweep", 2, 1, false);
   job["metadata"].erase("namespace");  // the team's namespace stands in
   int status = 0;
-  json submitted = server.call("POST", "/api/v1/workloads", key, job.dump(), "application/json",
-                               &status);
+  json submitted =
+      server.call("POST", "/api/v1/workloads", key, job.dump(), "application/json", &status);
   ASSERT_EQ(status, 201) << submitted.dump();
   json running = server.waitFor(key, "sweep", "running");
   EXPECT_EQ(running["found_as"]["object"], "ml/sweep");
@@ -483,8 +484,9 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
                        {"template",
                         {{"spec",
                           {{"template",
-                            {{"spec", {{"restartPolicy", "Never"},
-                                       {"containers", json::array({trainer(1)})}}}}}}}}}}})}}}};
+                            {{"spec",
+                              {{"restartPolicy", "Never"},
+                               {"containers", json::array({trainer(1)})}}}}}}}}}}})}}}};
   server.call("POST", "/api/v1/workloads", key, jobset.dump(), "application/json", &status);
   ASSERT_EQ(status, 201);
   server.waitFor(key, "eval", "running");
@@ -518,9 +520,9 @@ class FleetKubernetesServeTest : public FleetKubernetesTest {
 
 TEST_F(FleetKubernetesServeTest, AServingPodOnKubernetesJoinsTheRouteAtItsPodIp) {
   const uint16_t port = testing::freePort();
-  model = std::make_unique<testing::Process>(std::vector<std::string>{
-      PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:" + std::to_string(port), "--models",
-      "sim-small"});
+  model = std::make_unique<testing::Process>(
+      std::vector<std::string>{PURSER_BINARY, "sim", "llm", "--listen",
+                               "127.0.0.1:" + std::to_string(port), "--models", "sim-small"});
   ASSERT_TRUE(model->waitForStdout("listening on ").has_value()) << model->err();
   json w = {{"name", "chat-server"},
             {"queue", "research"},
@@ -633,8 +635,8 @@ TEST_F(FleetKubernetesInventoryTest, TheClustersNodesAreTheInventoryAndWorkGoesW
   EXPECT_EQ(b["gpus"][0]["memory_mib"], 40 * 1024);
   const auto second_calls = calls(jobOf("second"));
   ASSERT_GE(second_calls.size(), 2u);
-  EXPECT_EQ(json::parse(second_calls[1].substr(6))["spec"]["template"]["spec"]["nodeSelector"]
-                                                   ["kubernetes.io/hostname"],
+  EXPECT_EQ(json::parse(second_calls[1].substr(
+                6))["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"],
             "gpu-b");
 }
 

@@ -4,9 +4,9 @@
 // it leaves the route and drains before its process is signalled — a client sending traffic all
 // along sees no failed request, since another target of the route exists.
 #include <arpa/inet.h>
-#include <signal.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>

@@ -221,8 +221,7 @@ TEST_F(FleetSlurmTest, WorkloadsRunAsBatchJobsWithTheGpusSlurmBinds) {
   EXPECT_NE(queue().find("ml.train.main.0"), std::string::npos) << queue();
   const std::string requested = slurmTool(conf, {which("squeue"), "-h", "-o", "%j %n %l"});
   // Its node, and its time limit from the workload's maximum execution time.
-  EXPECT_NE(requested.find(" " + std::string(host) + " 1:30:00\n"), std::string::npos)
-      << requested;
+  EXPECT_NE(requested.find(" " + std::string(host) + " 1:30:00\n"), std::string::npos) << requested;
   EXPECT_TRUE(logHolds("train", "gpus=0,1 cuda=0,1 of ml/train"))
       << call("GET", "/api/v1/workloads/ml/train/logs", key).dump();
   open("a");
