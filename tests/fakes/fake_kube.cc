@@ -166,6 +166,39 @@ json FakeKube::object(const std::string& name) const {
   return nullptr;
 }
 
+// A Running pod of `owner` (its job-name label) from pod template `tmpl`: its labels and
+// annotations, and a loopback podIP.
+void FakeKube::startPod(const std::string& ns, const std::string& owner, const json& tmpl) {
+  json labels = tmpl.value("metadata", json::object()).value("labels", json::object());
+  labels["job-name"] = owner;
+  labels["batch.kubernetes.io/job-name"] = owner;
+  json meta = {{"name", owner + "-" + std::to_string(rv_ + 1) + "-x7k2p"},
+               {"namespace", ns},
+               {"labels", labels},
+               {"resourceVersion", std::to_string(++rv_)}};
+  const json notes = tmpl.value("metadata", json::object()).value("annotations", json());
+  if (notes.is_object()) meta["annotations"] = notes;
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", meta},
+              {"spec", tmpl.value("spec", json::object())},
+              {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
+  pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
+  event("ADDED", pod);
+}
+
+// Deletes those of `keys` that are Running; the pods left running (none).
+int64_t FakeKube::deleteRunningPods(const std::vector<std::string>& keys) {
+  for (const auto& k : keys) {
+    auto p = pods_.find(k);
+    if (p == pods_.end() || p->second["status"].value("phase", "") != "Running") continue;
+    p->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    event("DELETED", p->second);
+    pods_.erase(p);
+  }
+  return 0;
+}
+
 // A JobSet's or PyTorchJob's controller: its pods while it runs, none while it is suspended, and
 // its conditions.
 void FakeKube::reconcileObject(const std::string& key) {
@@ -197,16 +230,7 @@ void FakeKube::reconcileObject(const std::string& key) {
   }
   int64_t expected = 0;
   for (const auto& [t, n] : templatesOf(o)) expected += n;
-  const auto deleteRunning = [&] {
-    for (const auto& k : mine) {
-      auto p = pods_.find(k);
-      if (p == pods_.end() || p->second["status"].value("phase", "") != "Running") continue;
-      p->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
-      event("DELETED", p->second);
-      pods_.erase(p);
-    }
-    running = 0;
-  };
+  const auto deleteRunning = [&] { running = deleteRunningPods(mine); };
   if (!done && failed > 0) {
     deleteRunning();
     conditions.push_back(
@@ -232,22 +256,7 @@ void FakeKube::reconcileObject(const std::string& key) {
     status["startTime"] = now3339();
     for (const auto& [t, n] : templatesOf(o)) {
       for (int64_t i = 0; i < n; ++i) {
-        json labels = t["metadata"].value("labels", json::object());
-        labels["job-name"] = name;
-        json meta = {{"name", name + "-" + std::to_string(rv_ + 1) + "-p"},
-                     {"namespace", ns},
-                     {"labels", labels},
-                     {"resourceVersion", std::to_string(++rv_)}};
-        const json notes = t["metadata"].value("annotations", json());
-        if (notes.is_object()) meta["annotations"] = notes;
-        json pod = {
-            {"apiVersion", "v1"},
-            {"kind", "Pod"},
-            {"metadata", meta},
-            {"spec", t["spec"]},
-            {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
-        pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
-        event("ADDED", pod);
+        startPod(ns, name, t);
         ++running;
       }
     }
@@ -359,16 +368,7 @@ void FakeKube::reconcile(const std::string& key) {
   const int64_t parallelism = job["spec"].value("parallelism", 1);
   const int64_t backoff = job["spec"].value("backoffLimit", 6);
   const int64_t completions = job["spec"].value("completions", 1);
-  const auto deleteRunning = [&] {
-    for (const auto& k : mine) {
-      auto p = pods_.find(k);
-      if (p == pods_.end() || p->second["status"].value("phase", "") != "Running") continue;
-      p->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
-      event("DELETED", p->second);
-      pods_.erase(p);
-    }
-    active = 0;
-  };
+  const auto deleteRunning = [&] { active = deleteRunningPods(mine); };
   json conditions = status.value("conditions", json::array());
   if (!done && failed > backoff) {
     deleteRunning();
@@ -399,23 +399,7 @@ void FakeKube::reconcile(const std::string& key) {
     // Enough pods running (a failed one is replaced while the backoff limit allows).
     const int64_t wanted = std::min(parallelism, completions - succeeded);
     for (int64_t i = active; i < wanted; ++i) {
-      json labels = job["spec"]["template"]["metadata"].value("labels", json::object());
-      labels["job-name"] = name;
-      labels["batch.kubernetes.io/job-name"] = name;
-      json meta = {{"name", name + "-" + std::to_string(rv_ + 1) + "-x7k2p"},
-                   {"namespace", ns},
-                   {"labels", labels},
-                   {"resourceVersion", std::to_string(++rv_)}};
-      const json notes = job["spec"]["template"]["metadata"].value("annotations", json());
-      if (notes.is_object()) meta["annotations"] = notes;
-      json pod = {
-          {"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata", meta},
-          {"spec", job["spec"]["template"]["spec"]},
-          {"status", {{"phase", "Running"}, {"startTime", now3339()}, {"podIP", "127.0.0.1"}}}};
-      pods_[ns + "/" + meta["name"].get<std::string>()] = pod;
-      event("ADDED", pod);
+      startPod(ns, name, job["spec"]["template"]);
       ++active;
     }
   }

@@ -70,6 +70,9 @@ class FakeKube {
   void event(const std::string& type, const nlohmann::json& object);  // mu_ held
   void reconcile(const std::string& key);                             // mu_ held
   void reconcileObject(const std::string& key);                       // mu_ held
+  void startPod(const std::string& ns, const std::string& owner,
+                const nlohmann::json& tmpl);                        // mu_ held
+  int64_t deleteRunningPods(const std::vector<std::string>& keys);  // mu_ held
   void watch(int fd, int64_t from, const std::string& kind);
 
   const std::string token_;

@@ -187,6 +187,20 @@ class FleetServer {
     ADD_FAILURE() << name << " never became " << state << ": " << w.dump();
     return w;
   }
+  // Polls ml/NAME until its first pod's `serving` is `want` (a failure is added when it never is).
+  bool waitForServing(const std::string& key, const std::string& name, bool want) const {
+    nlohmann::json w;
+    for (int i = 0; i < 3000; ++i) {
+      w = workload(key, name);
+      if (w.is_object() && w["pods"].is_array() && !w["pods"].empty() &&
+          w["pods"][0].value("serving", !want) == want) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << name << "'s serving never became " << want << ": " << w.dump();
+    return false;
+  }
   // Polls the log of ml/NAME (pod "SET-INDEX", or the default one) until it holds `text`.
   bool logHolds(const std::string& key, const std::string& name, const std::string& pod,
                 const std::string& text) const {

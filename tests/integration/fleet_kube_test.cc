@@ -86,6 +86,15 @@ class FleetKubernetesTest : public ::testing::Test {
     ADD_FAILURE() << "no Job was created for " << name << ": " << server.workload(key, name).dump();
     return {};
   }
+  // Kills Purser with SIGKILL and starts it again: ml/NAME is still running, its first run.
+  void killAndRestart(const std::string& name) {
+    EXPECT_EQ(server.kill(), 128 + SIGKILL);
+    std::string why;
+    ASSERT_TRUE(server.start(&why)) << why;
+    json adopted = server.workload(key, name);
+    EXPECT_EQ(adopted["state"], "running") << adopted.dump();
+    EXPECT_EQ(adopted["runs"], 1);
+  }
   // The requests the fake saw for `job`, as "METHOD body".
   std::vector<std::string> calls(const std::string& job) {
     std::vector<std::string> out;
@@ -199,12 +208,7 @@ TEST_F(FleetKubernetesTest, AKilledPurserAdoptsItsJobsInsteadOfCreatingThemAgain
   submit("long", 1);
   const std::string job = jobOf("long");
   json before = server.waitFor(key, "long", "running");
-  EXPECT_EQ(server.kill(), 128 + SIGKILL);
-  std::string why;
-  ASSERT_TRUE(server.start(&why)) << why;
-  json adopted = server.workload(key, "long");
-  EXPECT_EQ(adopted["state"], "running") << adopted.dump();
-  EXPECT_EQ(adopted["runs"], 1);
+  killAndRestart("long");
   ASSERT_TRUE(kube.finishPod(job, 0, "done\n"));
   json done = server.waitFor(key, "long", "succeeded");
   EXPECT_EQ(done["started_at"], before["started_at"]);
@@ -268,12 +272,7 @@ TEST_F(FleetKubernetesTest, AJobAUserAppliesIsQueuedReleasedAndFollowedByItsOwnS
   EXPECT_EQ(kube.runningPods("finetune"), 2);
   // Purser is killed: after the restart it is the same workload, still running, not released
   // again and not queued twice.
-  EXPECT_EQ(server.kill(), 128 + SIGKILL);
-  std::string why;
-  ASSERT_TRUE(server.start(&why)) << why;
-  json adopted = server.workload(key, "finetune");
-  EXPECT_EQ(adopted["state"], "running") << adopted.dump();
-  EXPECT_EQ(adopted["runs"], 1);
+  killAndRestart("finetune");
   // One pod ends; the Job is not complete until both have.
   ASSERT_TRUE(kube.finishPod("finetune", 0, "epoch 3 done\n"));
   ASSERT_TRUE(kube.finishPod("finetune", 0, "epoch 3 done\n"));
@@ -535,13 +534,7 @@ TEST_F(FleetKubernetesServeTest, AServingPodOnKubernetesJoinsTheRouteAtItsPodIp)
   int status = 0;
   server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
   ASSERT_EQ(status, 201);
-  json serving;
-  for (int i = 0; i < 3000; ++i) {
-    serving = server.workload(key, "chat-server");
-    if (!serving["pods"].empty() && serving["pods"][0].value("serving", false)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(serving["pods"][0].value("serving", false)) << serving.dump();
+  ASSERT_TRUE(server.waitForServing(key, "chat-server", true));
   // The pod's environment told it its port; a request through the gateway reaches it.
   const auto created = calls(kube.jobOfWorkload("chat-server-replicas-0-"));
   ASSERT_FALSE(created.empty());

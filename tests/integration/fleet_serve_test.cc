@@ -121,13 +121,7 @@ TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempte
   ASSERT_EQ(status, 201) << submitted.dump();
   server.waitFor(key, "chat-server", "running");
   // It joins once it answers its health check.
-  json serving;
-  for (int i = 0; i < 3000; ++i) {
-    serving = server.workload(key, "chat-server");
-    if (!serving["pods"].empty() && serving["pods"][0].value("serving", false)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(serving["pods"][0].value("serving", false)) << serving.dump();
+  ASSERT_TRUE(server.waitForServing(key, "chat-server", true));
 
   // Requests through the gateway reach it (weighted between it and the backup), metered.
   const std::string replica = "fleet:ml/chat-server/replicas-0";
@@ -195,16 +189,7 @@ TEST_F(FleetServeModelTest, AReplicaThatStopsAnsweringLeavesTheRouteAndRejoinsWh
            std::string("exec ") + PURSER_BINARY +
                " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models $PURSER_SERVE_MODEL"}}}}}};
   server.call("POST", "/api/v1/workloads", key, w.dump());
-  const auto servingIs = [&](bool want) {
-    json v;
-    for (int i = 0; i < 3000; ++i) {
-      v = server.workload(key, "chat-server");
-      if (!v["pods"].empty() && v["pods"][0].value("serving", !want) == want) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << "serving never became " << want << ": " << v.dump();
-    return false;
-  };
+  const auto servingIs = [&](bool want) { return server.waitForServing(key, "chat-server", want); };
   ASSERT_TRUE(servingIs(true));
   // The replica hangs (stopped, its socket still accepting): its health checks time out.
   const int pid = replicaPid(port);
