@@ -67,11 +67,7 @@ pids+=($!)
 wait_for "http://127.0.0.1:$purser_port/healthz"
 wait_for "http://127.0.0.1:$nginx_port/v1/models"
 api() { curl -sf -X POST "http://127.0.0.1:$purser_port$1" -H "Authorization: Bearer $admin" -d "$2"; }
-jsonfield() { node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.parse(s)['$1']))"; }
-tenant=$(api /api/v1/tenants '{"name":"bench"}' | jsonfield id)
-team=$(api /api/v1/teams "{\"tenant\":\"$tenant\",\"name\":\"t\"}" | jsonfield id)
-user=$(api /api/v1/users "{\"tenant\":\"$tenant\",\"team\":\"$team\",\"name\":\"u\"}" | jsonfield id)
-key=$(api /api/v1/keys "{\"owner\":{\"kind\":\"user\",\"id\":\"$user\"},\"name\":\"bench\",\"rpm\":100000000}" | jsonfield key)
+bench_member "http://127.0.0.1:$purser_port" "$admin" ',"rpm":100000000'
 api /api/v1/wallets "{\"scope\":{\"kind\":\"tenant\",\"id\":\"$tenant\"},\"limit\":\"1000000\"}" >/dev/null
 
 run_wrk() {  # name url key model

@@ -50,12 +50,7 @@ CONF
 PURSER_ADMIN_KEY=$admin "$purser" serve --config "$tmp/purser.yaml" --data "$tmp/var" >"$tmp/purser.log" 2>&1 &
 pids+=($!)
 wait_for "http://127.0.0.1:$purser_port/healthz"
-api() { curl -sf -X POST "http://127.0.0.1:$purser_port$1" -H "Authorization: Bearer $admin" -d "$2"; }
-jsonfield() { node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.parse(s)['$1']))"; }
-tenant=$(api /api/v1/tenants '{"name":"bench"}' | jsonfield id)
-team=$(api /api/v1/teams "{\"tenant\":\"$tenant\",\"name\":\"t\"}" | jsonfield id)
-user=$(api /api/v1/users "{\"tenant\":\"$tenant\",\"team\":\"$team\",\"name\":\"u\"}" | jsonfield id)
-key=$(api /api/v1/keys "{\"owner\":{\"kind\":\"user\",\"id\":\"$user\"},\"name\":\"bench\"}" | jsonfield key)
+bench_member "http://127.0.0.1:$purser_port" "$admin"
 
 load() { node bench/hostile/load.mjs --url "http://127.0.0.1:$purser_port" --key "$key" --model bench \
   --probes "$probes" "$@"; }
