@@ -941,6 +941,53 @@ void KubernetesExecutor::forget(const std::string& handle) {
   }
 }
 
+namespace {
+
+// What a pod template asks for that Kubernetes' Pod Security Standards "baseline" forbids (host
+// namespaces, host paths and ports, privileged containers, capabilities beyond the default set);
+// empty when nothing. Purser creates submitted objects with its own credentials: a team must not
+// get through Purser what the platform team would not let it apply.
+std::string baselineViolation(const json& pod_spec) {
+  if (!pod_spec.is_object()) return {};
+  for (const char* host : {"hostNetwork", "hostPID", "hostIPC"}) {
+    if (pod_spec.value(host, false) == true) return fmt::format("spec.{}", host);
+  }
+  for (const auto& v : pod_spec.value("volumes", json::array())) {
+    if (v.is_object() && v.contains("hostPath")) {
+      return fmt::format("a hostPath volume ({})", v.value("name", "?"));
+    }
+  }
+  static const std::set<std::string> kDefaultCaps = {
+      "AUDIT_WRITE",      "CHOWN",   "DAC_OVERRIDE", "FOWNER",  "FSETID", "KILL",      "MKNOD",
+      "NET_BIND_SERVICE", "SETFCAP", "SETGID",       "SETPCAP", "SETUID", "SYS_CHROOT"};
+  for (const char* list : {"containers", "initContainers", "ephemeralContainers"}) {
+    for (const auto& c : pod_spec.value(list, json::array())) {
+      if (!c.is_object()) continue;
+      const std::string name = c.value("name", "?");
+      const json sc = c.value("securityContext", json::object());
+      if (sc.is_object() && sc.value("privileged", false) == true) {
+        return fmt::format("a privileged container ({})", name);
+      }
+      const json caps = sc.is_object() ? sc.value("capabilities", json::object()) : json();
+      if (caps.is_object()) {
+        for (const auto& cap : caps.value("add", json::array())) {
+          if (!cap.is_string() || kDefaultCaps.count(cap.get<std::string>()) == 0) {
+            return fmt::format("capability {} for container {}", cap.dump(), name);
+          }
+        }
+      }
+      for (const auto& port : c.value("ports", json::array())) {
+        if (port.is_object() && port.value("hostPort", 0) != 0) {
+          return fmt::format("a host port for container {}", name);
+        }
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::string> KubernetesExecutor::create(const std::string& object_json,
                                                const std::string& ns) {
   json object = parseJsonOrDiscarded(object_json);
@@ -961,6 +1008,16 @@ Result<std::string> KubernetesExecutor::create(const std::string& object_json,
   }
   meta["namespace"] = ns;
   object.erase("status");
+  std::string refused;
+  forEachTemplate(object["spec"], kind, [&](const std::string& set, json& t) {
+    const std::string why = baselineViolation(t.value("spec", json::object()));
+    if (refused.empty() && !why.empty()) refused = fmt::format("pod set {} asks for {}", set, why);
+  });
+  if (!refused.empty()) {
+    return fail(invalidArgument(fmt::format(
+        "{}, which the Pod Security Standards' baseline forbids; Purser does not create it",
+        refused)));
+  }
   object.merge_patch(suspendPatch(kind, true));
   const Ref ref{kind, ns, meta["name"].get<std::string>()};
   auto created = api_->call(

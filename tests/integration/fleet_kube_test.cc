@@ -497,6 +497,24 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(kube.object("eval").is_null());
+
+  // Purser creates objects with its own credentials: a pod template asking for the host is refused
+  // (Pod Security baseline), and nothing is created.
+  json escape = userJob("default", "escape", 1, 1, false);
+  escape["metadata"].erase("namespace");
+  escape["spec"]["template"]["spec"]["hostNetwork"] = true;
+  json refused = server.call("POST", "/api/v1/workloads", key, escape.dump());
+  EXPECT_EQ(refused["state"], "failed") << refused.dump();
+  EXPECT_EQ(refused["reason"], "StartFailed");
+  EXPECT_NE(refused["message"].get<std::string>().find("spec.hostNetwork"), std::string::npos);
+  EXPECT_TRUE(kube.job("escape").is_null());
+  json privileged = userJob("default", "root", 1, 1, false);
+  privileged["metadata"].erase("namespace");
+  privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {
+      {"privileged", true}};
+  EXPECT_EQ(server.call("POST", "/api/v1/workloads", key, privileged.dump())["reason"],
+            "StartFailed");
+  EXPECT_TRUE(kube.job("root").is_null());
 }
 
 // A model served from a Kubernetes pod: its pod's IP (the fake's pods are on loopback, where the
