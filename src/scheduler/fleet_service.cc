@@ -1383,7 +1383,7 @@ Result<Record> FleetService::submit(Record r, Done done) {
   return just_ended_.at(name);
 }
 
-Result<Record> FleetService::remove(const std::string& name, const std::string& by, Done done) {
+Result<Record> FleetService::remove(std::string name, const std::string& by, Done done) {
   auto it = records_.find(name);
   if (it == records_.end()) return fail(Error(ErrorCode::kNotFound, "no such workload"));
   Record& r = it->second;

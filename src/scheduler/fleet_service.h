@@ -185,8 +185,9 @@ class FleetService {
   // Returns the record as it is after scheduling (ended already when its pods could not start).
   Result<Record> submit(Record r, Done done);
   // Ends a live workload: its pods are stopped, its quota released, its GPU time charged; it
-  // ends failed with reason Deleted (unless it had ended). Returns its final record.
-  Result<Record> remove(const std::string& name, const std::string& by, Done done);
+  // ends failed with reason Deleted (unless it had ended). Returns its final record. `name` is
+  // taken by value: a caller may pass the key of the record it removes.
+  Result<Record> remove(std::string name, const std::string& by, Done done);
   // Replaces or adds Kueue objects (merged into what is there) and records them with `audit`;
   // kFailedPrecondition when a live workload would lose its place.
   Result<void> apply(fleet::ManifestSet set, const std::string& text, ledger::AuditEntry audit,
