@@ -972,7 +972,7 @@ std::string baselineViolation(const json& pod_spec) {
       if (caps.is_object()) {
         for (const auto& cap : caps.value("add", json::array())) {
           if (!cap.is_string() || kDefaultCaps.count(cap.get<std::string>()) == 0) {
-            return fmt::format("capability {} for container {}", cap.dump(), name);
+            return fmt::format("capability {} for container {}", writeJson(cap), name);
           }
         }
       }
