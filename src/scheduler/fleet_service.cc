@@ -111,6 +111,15 @@ void FleetService::stop() {
   closing_ = true;
   if (!thread_.joinable()) return;
   asio::post(context_, [this] {
+    // Pods still draining get their signal now: a drain cut short beats a pod left running that
+    // no record will adopt after a restart (its workload has ended).
+    for (auto& s : stopping_) {
+      if (s.signalled) continue;
+      s.signalled = true;
+      if (exec::Executor* e = executorNamed(s.executor)) {
+        (void)e->stop(s.handle, options_.termination_grace);
+      }
+    }
     timer_.cancel();
     work_.reset();
     context_.stop();  // handlers still queued (calls, nudges) are dropped with it

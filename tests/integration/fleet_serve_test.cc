@@ -209,6 +209,16 @@ TEST_F(FleetServeModelTest, AReplicaThatStopsAnsweringLeavesTheRouteAndRejoinsWh
   ASSERT_EQ(::kill(pid, SIGCONT), 0);
   EXPECT_TRUE(servingIs(true));
   EXPECT_EQ(chat(), 200);
+  // Deleted, and Purser stopped at once, before the drain's end: the replica is still signalled
+  // (its workload has ended, so no restart would adopt it).
+  server.call("DELETE", "/api/v1/workloads/ml/chat-server", key);
+  EXPECT_EQ(server.stop(), 0);
+  bool closed = false;
+  for (int i = 0; i < 3000 && !closed; ++i) {
+    closed = !testing::RawClient(port).connected();
+    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(closed) << "the deleted replica still listens";
 }
 
 }  // namespace
