@@ -359,6 +359,17 @@ json trainer(int gpus) {
            {{"requests", {{"cpu", "1"}}}, {"limits", {{"nvidia.com/gpu", std::to_string(gpus)}}}}}};
 }
 
+// A JobSet's replicated Job: `replicas` Jobs of one pod asking for `gpus` GPUs.
+json replicatedJob(const std::string& name, int replicas, int gpus) {
+  return {{"name", name},
+          {"replicas", replicas},
+          {"template",
+           {{"spec",
+             {{"template",
+               {{"spec",
+                 {{"restartPolicy", "Never"}, {"containers", json::array({trainer(gpus)})}}}}}}}}}};
+}
+
 TEST_F(FleetKubernetesTest, AJobSetAndAPyTorchJobAUserAppliesRunAsOneObjectEach) {
   const json labels = {{"kueue.x-k8s.io/queue-name", "research"}};
   kube.applyJob({{"apiVersion", "jobset.x-k8s.io/v1alpha2"},
@@ -366,23 +377,8 @@ TEST_F(FleetKubernetesTest, AJobSetAndAPyTorchJobAUserAppliesRunAsOneObjectEach)
                  {"metadata", {{"name", "pretrain"}, {"namespace", "ml"}, {"labels", labels}}},
                  {"spec",
                   {{"suspend", true},
-                   {"replicatedJobs",
-                    json::array({{{"name", "leader"},
-                                  {"replicas", 1},
-                                  {"template",
-                                   {{"spec",
-                                     {{"template",
-                                       {{"spec",
-                                         {{"restartPolicy", "Never"},
-                                          {"containers", json::array({trainer(1)})}}}}}}}}}},
-                                 {{"name", "workers"},
-                                  {"replicas", 2},
-                                  {"template",
-                                   {{"spec",
-                                     {{"template",
-                                       {{"spec",
-                                         {{"restartPolicy", "Never"},
-                                          {"containers", json::array({trainer(2)})}}}}}}}}}}})}}}});
+                   {"replicatedJobs", json::array({replicatedJob("leader", 1, 1),
+                                                   replicatedJob("workers", 2, 2)})}}}});
   json running = server.waitFor(key, "pretrain", "running");
   EXPECT_EQ(running["pods"].size(), 3u) << running.dump();
   EXPECT_EQ(kube.runningPods("pretrain"), 3);
@@ -476,16 +472,7 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
       {"apiVersion", "jobset.x-k8s.io/v1alpha2"},
       {"kind", "JobSet"},
       {"metadata", {{"name", "eval"}, {"labels", {{"kueue.x-k8s.io/queue-name", "research"}}}}},
-      {"spec",
-       {{"replicatedJobs",
-         json::array({{{"name", "shards"},
-                       {"replicas", 2},
-                       {"template",
-                        {{"spec",
-                          {{"template",
-                            {{"spec",
-                              {{"restartPolicy", "Never"},
-                               {"containers", json::array({trainer(1)})}}}}}}}}}}})}}}};
+      {"spec", {{"replicatedJobs", json::array({replicatedJob("shards", 2, 1)})}}}};
   server.call("POST", "/api/v1/workloads", key, jobset.dump(), "application/json", &status);
   ASSERT_EQ(status, 201);
   server.waitFor(key, "eval", "running");
