@@ -1149,10 +1149,16 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   draft.model = model.value_or("");
   draft.provider = provider.value_or("");
   const auto chain = s.wallets.chain(scopes, model_name);
-  auto reserved = co_await gateway::asyncReserve(
-      s.meter, draft, chain, amount, lease,
-      ledger::ReserveOptions{.external = true, .token_estimate = token_estimate},
-      asio::use_awaitable);
+  auto reserved = s.meter.reserve(
+      draft, chain, amount, lease,
+      ledger::ReserveOptions{
+          .external = true, .token_estimate = token_estimate, .fresh_id = !id.has_value()});
+  if (reserved && s.meter.syncsEachRecord() &&
+      !co_await gateway::asyncDurable(s.meter, *reserved, asio::use_awaitable)) {
+    (void)s.meter.release(draft.id);
+    for (const auto& b : buckets) s.limiter.adjust(b, -b.cost);
+    co_return problem(unavailable("the ledger could not make the reservation durable; try again"));
+  }
   if (!reserved) {
     // Give back what the rate limits took for a request that will not run.
     for (const auto& b : buckets) s.limiter.adjust(b, -b.cost);
@@ -1261,8 +1267,14 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   event.ttft_ms = ttft.value_or(0);
   event.estimated = estimated.value_or(false);
   event.at = s.clock.now();
-  auto settled = co_await gateway::asyncSettle(s.meter, event, asio::use_awaitable);
+  auto settled = s.meter.settle(event);
   if (!settled) co_return problem(settled.error());
+  if (!settled->duplicate && s.meter.syncsEachRecord() &&
+      !co_await gateway::asyncDurable(s.meter, settled->journal_sequence, asio::use_awaitable)) {
+    co_return problem(
+        unavailable("the ledger could not make the usage durable; it will be "
+                    "recovered at the next start"));
+  }
   if (!settled->duplicate) {
     // The draft stays (bounded) so a retried settlement is answered as a duplicate.
     const int64_t delta = event.tokens.total() - estimate;
@@ -1468,7 +1480,9 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
     }
     events.push_back(std::move(*read));
   }
-  // The ids the durable record already has: a retry, or ids in use.
+  // The ids the durable record already has: a retry, or ids in use (the journal's latest
+  // settlements included, once the store has caught up with it).
+  if (auto caught = s.meter.catchUp(); !caught) co_return problem(caught.error());
   std::set<std::string> recorded;
   auto looked = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
     for (const auto& r : events) {

@@ -104,6 +104,7 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
   // Per route and per (route, provider, model): the target that served the request.
   std::map<std::string, Stats> by_route;
   std::map<std::tuple<std::string, std::string, std::string>, Stats> by_target;
+  if (auto caught = s.meter.catchUp(); !caught) co_return problem(caught.error());
   auto read = s.store.read([&](store::Tx& tx) -> Result<void> {
     auto rows = PURSER_TRY_VALUE(tx.query(
         fmt::format("SELECT route, provider, model, status, latency_ms, input_tokens, "

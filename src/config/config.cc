@@ -367,6 +367,16 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     store.optional("busy_timeout", cfg.store.busy_timeout);
     store.finish();
   }
+  if (top.present("ledger")) {
+    YamlReader::Map ledger = top.map("ledger");
+    ledger.optionalChoice("sync", cfg.ledger.sync, {"batch", "always"});
+    ledger.optional("sync_interval", cfg.ledger.sync_interval, std::chrono::microseconds(100));
+    if (cfg.ledger.sync_interval > std::chrono::seconds(1)) {
+      reader.addError(ledger.get("sync_interval"), "ledger.sync_interval",
+                      "must be at most 1s; it bounds what a machine crash can lose");
+    }
+    ledger.finish();
+  }
   if (top.present("alerts")) {
     YamlReader::Map alerts = top.map("alerts");
     alerts.optional("webhook_url", cfg.alerts.webhook_url);

@@ -43,6 +43,14 @@ struct StoreConfig {
   Duration busy_timeout = std::chrono::seconds(5);
 };
 
+// The ledger's journal (DESIGN.md rule 3). `sync`: "batch" (the default: a response waits for its
+// record to reach the kernel, and the journal is synced every `sync_interval`, so a machine crash
+// loses at most that interval) or "always" (a response also waits for the sync that covers it).
+struct LedgerConfig {
+  std::string sync = "batch";
+  Duration sync_interval = std::chrono::milliseconds(5);
+};
+
 struct ConsoleConfig {
   bool enabled = true;
 };
@@ -181,6 +189,7 @@ struct Config {
   LogOptions log;
   HttpConfig http;
   StoreConfig store;
+  LedgerConfig ledger;
   ConsoleConfig console;
   std::vector<ModelPriceConfig> prices;
   std::vector<GpuPriceConfig> gpu_prices;

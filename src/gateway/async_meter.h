@@ -1,7 +1,7 @@
-// Awaitable forms of the Meter's completion callbacks: a coroutine on a worker awaits the
-// durable reservation or settlement and resumes on its own executor, never blocking the worker.
-// Plain initiating functions, not coroutines: GCC 12 mishandles class-type parameters of
-// coroutines awaited by other coroutines.
+// The awaitable form of the ledger's durability wait (`ledger.sync: always`): a coroutine on a
+// worker awaits the sync that covers its record and resumes on its own executor, never blocking
+// the worker. A plain initiating function, not a coroutine: GCC 12 mishandles class-type
+// parameters of coroutines awaited by other coroutines.
 #pragma once
 
 #include <utility>
@@ -11,45 +11,23 @@
 #include <boost/asio/post.hpp>
 
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "ledger/meter.h"
 
 namespace purser::gateway {
 
-namespace detail {
-template <typename Handler>
-auto resumeOn(std::shared_ptr<Handler> handler) {
-  auto executor = boost::asio::get_associated_executor(*handler);
-  return [handler, executor](auto result) {
-    boost::asio::post(executor,
-                      [handler, r = std::move(result)]() mutable { (*handler)(std::move(r)); });
-  };
-}
-}  // namespace detail
-
+// Completes with true once `sequence` is on disk, false if it never will be.
 template <typename Token>
-auto asyncReserve(ledger::Meter& meter, ledger::UsageEvent draft, std::vector<std::string> chain,
-                  Money amount, Duration lease, ledger::ReserveOptions options, Token&& token) {
-  return boost::asio::async_initiate<Token, void(Result<void>)>(
-      [&meter](auto handler, ledger::UsageEvent draft, std::vector<std::string> chain, Money amount,
-               Duration lease, ledger::ReserveOptions options) {
+auto asyncDurable(ledger::Meter& meter, uint64_t sequence, Token&& token) {
+  return boost::asio::async_initiate<Token, void(bool)>(
+      [&meter](auto handler, uint64_t sequence) {
         auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        meter.reserve(std::move(draft), std::move(chain), amount, lease, detail::resumeOn(shared),
-                      options);
+        auto executor = boost::asio::get_associated_executor(*shared);
+        meter.whenDurable(sequence, [shared, executor](bool durable) {
+          boost::asio::post(executor, [shared, durable]() mutable { (*shared)(durable); });
+        });
       },
-      token, std::move(draft), std::move(chain), amount, lease, options);
-}
-
-template <typename Token>
-auto asyncSettle(ledger::Meter& meter, ledger::UsageEvent event, Token&& token) {
-  return boost::asio::async_initiate<Token, void(Result<ledger::Settlement>)>(
-      [&meter](auto handler, ledger::UsageEvent event) {
-        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        meter.settle(std::move(event), detail::resumeOn(shared));
-      },
-      token, std::move(event));
+      token, sequence);
 }
 
 }  // namespace purser::gateway

@@ -574,7 +574,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
 
   // Rate limits and the reservation. A response when the request stops here.
-  asio::awaitable<std::optional<Response>> reserve(Call& c, Request& req) {
+  std::optional<Response> reserve(Call& c) {
     const int64_t tokens = c.input_estimate + c.max_output;
     c.buckets = keyBuckets(d_.directory.keyChain(c.key.id), tokens);
     const auto scope_list = scopes(c);
@@ -603,7 +603,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       r.headers.add("x-ratelimit-remaining-" + kind,
                     std::to_string(std::max<int64_t>(0, rate.remaining)));
       r.headers.add("x-ratelimit-reset-" + kind, fmt::format("{}s", secs));
-      co_return r;
+      return r;
     }
     // The worst case over every target the route may fall back to.
     Money worst;
@@ -623,20 +623,20 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     e.route = c.route->alias;
     e.session_id = c.session_id;
     const auto chain = d_.wallets.chain(scope_list, c.route->alias);
-    const auto asked = std::chrono::steady_clock::now();
-    auto reserved = co_await asyncReserve(d_.meter, e, chain, worst, std::chrono::minutes(15),
-                                          ledger::ReserveOptions{}, asio::use_awaitable);
-    c.commit_time += std::chrono::steady_clock::now() - asked;
+    // The intent is in the journal when this returns; nothing waits for a sync here (the
+    // response, which comes later, is what waits when ledger.sync is "always").
+    auto reserved = d_.meter.reserve(e, chain, worst, std::chrono::minutes(15),
+                                     ledger::ReserveOptions{.fresh_id = true});
     if (!reserved) {
       giveBackRateLimits(c);
       if (reserved.error().code == ErrorCode::kResourceExhausted) {
-        co_return apiError(c.api, Fault::kBudget,
-                           "You exceeded your budget: " + reserved.error().message + ".", {},
-                           "budget_exceeded");
+        return apiError(c.api, Fault::kBudget,
+                        "You exceeded your budget: " + reserved.error().message + ".", {},
+                        "budget_exceeded");
       }
-      co_return apiError(c.api, Fault::kUpstream, "The ledger is unavailable; try again.");
+      return apiError(c.api, Fault::kUpstream, "The ledger is unavailable; try again.");
     }
-    co_return std::nullopt;
+    return std::nullopt;
   }
 
   void giveBackRateLimits(const Call& c) {
@@ -681,9 +681,14 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
       }
     }
-    const auto asked = std::chrono::steady_clock::now();
-    auto settled = co_await asyncSettle(d_.meter, e, asio::use_awaitable);
-    c.commit_time += std::chrono::steady_clock::now() - asked;
+    auto settled = d_.meter.settle(e);
+    if (settled && !settled->duplicate && d_.meter.syncsEachRecord()) {
+      const auto asked = std::chrono::steady_clock::now();
+      if (!co_await asyncDurable(d_.meter, settled->journal_sequence, asio::use_awaitable)) {
+        spdlog::error("gateway: the usage of {} may not be on disk", e.id);
+      }
+      c.commit_time += std::chrono::steady_clock::now() - asked;
+    }
     if (settled && metrics_ && target != nullptr && !settled->duplicate) {
       metrics_->cost->labels({c.route->alias, target->provider->name()})
           .inc(static_cast<uint64_t>(std::max<int64_t>(0, settled->charged.nanos())));
@@ -1250,7 +1255,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       overhead(*stop, *c);
       co_return std::move(*stop);
     }
-    if (auto stop = co_await reserve(*c, req)) {
+    if (auto stop = reserve(*c)) {
       overhead(*stop, *c);
       co_return std::move(*stop);
     }

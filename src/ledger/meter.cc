@@ -1,10 +1,12 @@
 #include "ledger/meter.h"
 #include "common/json.h"
+#include "ledger/ledger_store.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <memory>
 
 namespace purser::ledger {
@@ -14,7 +16,7 @@ namespace {
 using nlohmann::json;
 
 // The draft kept in an intent, and how its work runs.
-json intentJson(const UsageEvent& e, const ReserveOptions& options) {
+json intentJson(const UsageEvent& e, bool external, int64_t token_estimate) {
   return {{"id", e.id},
           {"at_ms", unixMillis(e.at)},
           {"tenant_id", e.tenant_id},
@@ -26,8 +28,8 @@ json intentJson(const UsageEvent& e, const ReserveOptions& options) {
           {"route", e.route},
           {"provider", e.provider},
           {"model", e.model},
-          {"external", options.external},
-          {"token_estimate", options.token_estimate}};
+          {"external", external},
+          {"token_estimate", token_estimate}};
 }
 
 std::string textAt(const json& j, const char* key) {
@@ -62,43 +64,55 @@ constexpr const char* kEventColumns =
     " reasoning_tokens, cost_nanos, latency_ms, ttft_ms, status, estimated, recovered,"
     " overage_nanos";
 
-Result<void> insertEvent(store::Tx& tx, const UsageEvent& e,
+// One text per statement, so the store's prepared-statement cache serves every request.
+constexpr const char* kInsertEvent =
+    "INSERT INTO usage_events (id, at_ms, tenant_id, team_id, user_id, service_account_id, key_id,"
+    " session_id, route, provider, model, input_tokens, output_tokens, cached_input_tokens,"
+    " cache_write_tokens, reasoning_tokens, cost_nanos, latency_ms, ttft_ms, status, estimated,"
+    " recovered, overage_nanos) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
+    " $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (id) DO NOTHING";
+constexpr const char* kInsertCharge =
+    "INSERT INTO usage_charges (event_id, wallet_id, at_ms, cost_nanos) VALUES ($1, $2, $3, $4)";
+constexpr const char* kDeleteIntent = "DELETE FROM usage_intents WHERE event_id = $1";
+constexpr const char* kEventExists = "SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1";
+constexpr const char* kInsertIntent =
+    "INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, event, expires_at_ms,"
+    " external) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (event_id) DO NOTHING";
+
+// Records the event and its charges unless its id is already recorded (a replayed record), and
+// removes its intent. Returns whether it was recorded now.
+Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
                          const std::vector<std::string>& wallets) {
-  PURSER_TRY(tx.exec(
-      fmt::format("INSERT INTO usage_events ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
-                  " $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
-                  kEventColumns),
-      {e.id,
-       unixMillis(e.at),
-       e.tenant_id,
-       e.team_id,
-       e.user_id,
-       e.service_account_id,
-       e.key_id,
-       e.session_id,
-       e.route,
-       e.provider,
-       e.model,
-       e.tokens.input,
-       e.tokens.output,
-       e.tokens.cached_input,
-       e.tokens.cache_write,
-       e.tokens.reasoning,
-       e.cost.nanos(),
-       e.latency_ms,
-       e.ttft_ms,
-       int64_t{e.status},
-       int64_t{e.estimated ? 1 : 0},
-       int64_t{e.recovered ? 1 : 0},
-       e.overage.nanos()}));
-  for (const auto& w : wallets) {
-    PURSER_TRY(
-        tx.exec("INSERT INTO usage_charges (event_id, wallet_id, at_ms, cost_nanos) VALUES ($1, "
-                "$2, $3, $4)",
-                {e.id, w, unixMillis(e.at), e.cost.nanos()}));
+  const int64_t inserted = PURSER_TRY_VALUE(tx.exec(kInsertEvent, {e.id,
+                                                                   unixMillis(e.at),
+                                                                   e.tenant_id,
+                                                                   e.team_id,
+                                                                   e.user_id,
+                                                                   e.service_account_id,
+                                                                   e.key_id,
+                                                                   e.session_id,
+                                                                   e.route,
+                                                                   e.provider,
+                                                                   e.model,
+                                                                   e.tokens.input,
+                                                                   e.tokens.output,
+                                                                   e.tokens.cached_input,
+                                                                   e.tokens.cache_write,
+                                                                   e.tokens.reasoning,
+                                                                   e.cost.nanos(),
+                                                                   e.latency_ms,
+                                                                   e.ttft_ms,
+                                                                   int64_t{e.status},
+                                                                   int64_t{e.estimated ? 1 : 0},
+                                                                   int64_t{e.recovered ? 1 : 0},
+                                                                   e.overage.nanos()}));
+  if (inserted > 0) {
+    for (const auto& w : wallets) {
+      PURSER_TRY(tx.exec(kInsertCharge, {e.id, w, unixMillis(e.at), e.cost.nanos()}));
+    }
   }
-  PURSER_TRY(tx.exec("DELETE FROM usage_intents WHERE event_id = $1", {e.id}));
-  return {};
+  PURSER_TRY(tx.exec(kDeleteIntent, {e.id}));
+  return inserted > 0;
 }
 
 UsageEvent eventFromRow(const store::Row& r) {
@@ -141,6 +155,17 @@ std::string scopeColumn(ScopeKind kind) {
   return "tenant_id";
 }
 
+std::string hexOf(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 0xF]);
+  }
+  return out;
+}
+
 int64_t toMs(SystemTime t, int64_t fallback) {
   if (t == SystemTime::min() || t == SystemTime::max()) return fallback;
   return unixMillis(t);
@@ -178,62 +203,159 @@ Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect d
                   group_by)));
 }
 
-void Meter::reserve(UsageEvent draft, std::vector<std::string> wallet_ids, Money amount,
-                    Duration lease, std::function<void(Result<void>)> done,
-                    ReserveOptions options) {
+Result<std::unique_ptr<Meter>> Meter::open(store::Store& store, WalletBook& book,
+                                           const Clock& clock, const AuditLog* audit,
+                                           JournalOptions journal) {
+  PURSER_TRY(store.migrate("ledger", ledgerMigrations()));
+  PURSER_TRY(store.migrate("audit", AuditLog::migrations()));
+  std::unique_ptr<Meter> m(new Meter(store, book, clock, audit));
+  Meter* raw = m.get();
+  m->journal_ = PURSER_TRY_VALUE(Journal::open(
+      std::move(journal), store,
+      [raw](store::Tx& tx, std::string_view bytes) { return raw->apply(tx, bytes); },
+      [raw](uint64_t through) { raw->applied(through); }));
+  return m;
+}
+
+Meter::~Meter() { close(); }
+
+void Meter::close() {
+  if (journal_) journal_->close();
+}
+
+void Meter::abandon() {
+  if (journal_) journal_->abandon();
+}
+
+Result<void> Meter::apply(store::Tx& tx, std::string_view bytes) const {
+  auto decoded = decodeRecord(bytes);
+  if (!decoded) {
+    // Its checksum held, so these are the bytes written: a format this binary does not know.
+    // Kept, never silently dropped, and never allowed to stop the journal.
+    spdlog::error("ledger: a journal record cannot be read ({}); set aside in ledger_quarantine",
+                  decoded.error().message);
+    PURSER_TRY(tx.exec(
+        "INSERT INTO ledger_quarantine (event_id, at_ms, reason, intent) VALUES ($1, $2, $3, $4)",
+        {std::string("journal"), unixMillis(clock_.now()), decoded.error().message, hexOf(bytes)}));
+    return {};
+  }
+  if (const auto* in = std::get_if<IntentRecord>(&*decoded)) {
+    // A replayed intent whose event is already recorded was settled since.
+    if (!PURSER_TRY_VALUE(tx.query(kEventExists, {in->draft.id})).empty()) return {};
+    PURSER_TRY(tx.exec(kInsertIntent,
+                       {in->draft.id, in->at_ms, in->amount.nanos(), writeJson(json(in->wallets)),
+                        writeJson(intentJson(in->draft, in->external, in->token_estimate)),
+                        in->expires_ms, int64_t{in->external ? 1 : 0}}));
+    return {};
+  }
+  if (const auto* us = std::get_if<UsageRecord>(&*decoded)) {
+    return recordWrite(us->event, us->wallets)(tx);
+  }
+  for (const auto& id : std::get<ReleaseRecord>(*decoded).ids) {
+    PURSER_TRY(tx.exec(kDeleteIntent, {id}));
+  }
+  return {};
+}
+
+Result<uint64_t> Meter::append(const LedgerRecord& record) {
+  thread_local std::string bytes;
+  bytes.clear();
+  encodeRecord(record, bytes);
+  return journal_->append(bytes);
+}
+
+bool Meter::pendingSettlement(const std::string& id) const {
+  std::lock_guard lock(pending_mu_);
+  return pending_.contains(id);
+}
+
+void Meter::applied(uint64_t through) {
+  std::lock_guard lock(pending_mu_);
+  while (!pending_order_.empty() && pending_order_.front().first <= through) {
+    auto it = pending_.find(pending_order_.front().second);
+    if (it != pending_.end() && it->second == pending_order_.front().first) pending_.erase(it);
+    pending_order_.pop_front();
+  }
+}
+
+Result<uint64_t> Meter::reserve(const UsageEvent& draft, const std::vector<std::string>& wallet_ids,
+                                Money amount, Duration lease, ReserveOptions options) {
+  auto used = [&] {
+    return Error(ErrorCode::kAlreadyExists,
+                 fmt::format("id \"{}\" is already used by another reservation or usage event; "
+                             "choose another",
+                             draft.id))
+        .withField("id");
+  };
+  if (!options.fresh_id) {
+    // Ids are unique across the durable record, not only across what memory remembers.
+    if (pendingSettlement(draft.id)) return fail(used());
+    bool recorded = false;
+    auto read = store_.read([&](store::Tx& tx) -> Result<void> {
+      recorded = !PURSER_TRY_VALUE(tx.query(kEventExists, {draft.id})).empty();
+      return {};
+    });
+    if (!read) {
+      spdlog::error("ledger: cannot look up event id {}: {}", draft.id, read.error().message);
+      return fail(unavailable("the ledger could not be read; try again"));
+    }
+    if (recorded) return fail(used());
+  }
   auto reserved = book_.reserve({draft.id, wallet_ids, amount, lease});
   if (!reserved) {
-    done(fail(reserved.error()));
-    return;
+    if (reserved.error().code == ErrorCode::kAlreadyExists) return fail(used());
+    return fail(reserved.error());
   }
-  const std::string event_json = writeJson(intentJson(draft, options));
-  const std::string wallets_json = writeJson(json(wallet_ids));
-  const int64_t at_ms = unixMillis(clock_.now());
-  const int64_t expires_ms =
-      at_ms + std::chrono::duration_cast<std::chrono::milliseconds>(lease).count();
-  auto id = draft.id;
-  store_.writeAsync(
-      [id, event_json, wallets_json, at_ms, expires_ms, amount,
-       external = options.external](store::Tx& tx) -> Result<void> {
-        // Ids are unique across the durable record, not only across what memory remembers.
-        auto used =
-            PURSER_TRY_VALUE(tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {id}));
-        if (!used.empty()) {
-          return fail(Error(ErrorCode::kAlreadyExists,
-                            fmt::format("a usage event with id \"{}\" already exists", id)));
-        }
-        PURSER_TRY(
-            tx.exec("INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, event,"
-                    " expires_at_ms, external) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    {id, at_ms, amount.nanos(), wallets_json, event_json, expires_ms,
-                     int64_t{external ? 1 : 0}}));
-        return {};
-      },
-      [this, id, done = std::move(done)](Result<void> r) {
-        if (!r) {
-          // Without its intent the work must not run: give the hold back.
-          (void)book_.release(id);
-          if (r.error().code == ErrorCode::kAlreadyExists) {
-            done(fail(Error(ErrorCode::kAlreadyExists,
-                            fmt::format("id \"{}\" is already used by another reservation or usage "
-                                        "event; choose another",
-                                        id))
-                          .withField("id")));
-            return;
-          }
-          spdlog::error("ledger: could not record the intent of {}: {}", id, r.error().message);
-          done(fail(unavailable("the ledger could not record the reservation; try again")));
-          return;
-        }
-        done({});
-      });
+  IntentRecord in;
+  in.draft = draft;
+  in.wallets = wallet_ids;
+  in.amount = amount;
+  in.at_ms = unixMillis(clock_.now());
+  in.expires_ms = in.at_ms + std::chrono::duration_cast<std::chrono::milliseconds>(lease).count();
+  in.external = options.external;
+  in.token_estimate = options.token_estimate;
+  auto sequence = append(in);
+  if (!sequence) {
+    // Without its intent the work must not run: give the hold back.
+    (void)book_.release(draft.id);
+    spdlog::error("ledger: could not record the intent of {}: {}", draft.id,
+                  sequence.error().message);
+    return fail(unavailable("the ledger could not record the reservation; try again"));
+  }
+  return *sequence;
+}
+
+Result<Settlement> Meter::settle(UsageEvent event) {
+  if (event.at == SystemTime()) event.at = clock_.now();
+  auto settled = PURSER_TRY_VALUE(book_.settle(event.id, event.cost));
+  if (settled.duplicate) return settled;
+  event.cost = settled.charged;
+  event.overage = settled.overage;
+  if (event.overage.isPositive()) {
+    spdlog::warn("ledger: event {} cost {} more than its wallets allow; recorded as overage",
+                 event.id, event.overage.toString());
+  }
+  const std::string id = event.id;
+  auto sequence = append(UsageRecord{std::move(event), settled.wallet_ids});
+  if (!sequence) {
+    // Charged in memory, not in the journal: the intent stays, so a restart recovers it.
+    spdlog::error("ledger: could not record usage event {}: {}", id, sequence.error().message);
+    return fail(unavailable("the ledger could not record the usage; it will be recovered"));
+  }
+  {
+    std::lock_guard lock(pending_mu_);
+    pending_[id] = *sequence;
+    pending_order_.emplace_back(*sequence, id);
+  }
+  settled.journal_sequence = *sequence;
+  return settled;
 }
 
 store::TxFn Meter::recordWrite(UsageEvent event, std::vector<std::string> wallets) const {
   return [event = std::move(event), wallets = std::move(wallets),
           audit = audit_](store::Tx& tx) -> Result<void> {
-    PURSER_TRY(insertEvent(tx, event, wallets));
-    if (audit != nullptr && event.overage.isPositive()) {
+    const bool recorded = PURSER_TRY_VALUE(insertEvent(tx, event, wallets));
+    if (recorded && audit != nullptr && event.overage.isPositive()) {
       AuditEntry e;
       e.tenant_id = event.tenant_id;
       e.actor = "ledger";
@@ -248,37 +370,6 @@ store::TxFn Meter::recordWrite(UsageEvent event, std::vector<std::string> wallet
     }
     return {};
   };
-}
-
-void Meter::settle(UsageEvent event, std::function<void(Result<Settlement>)> done) {
-  if (event.at == SystemTime()) event.at = clock_.now();
-  auto settled = book_.settle(event.id, event.cost);
-  if (!settled) {
-    done(fail(settled.error()));
-    return;
-  }
-  if (settled->duplicate) {
-    done(std::move(*settled));
-    return;
-  }
-  event.cost = settled->charged;
-  event.overage = settled->overage;
-  if (event.overage.isPositive()) {
-    spdlog::warn("ledger: event {} cost {} more than its wallets allow; recorded as overage",
-                 event.id, event.overage.toString());
-  }
-  auto shared = std::make_shared<Settlement>(std::move(*settled));
-  store_.writeAsync(
-      recordWrite(event, shared->wallet_ids),
-      [shared, id = event.id, done = std::move(done)](Result<void> r) {
-        if (!r) {
-          // Charged in memory, not on disk: the intent stays, so a restart recovers it.
-          spdlog::error("ledger: could not record usage event {}: {}", id, r.error().message);
-          done(fail(unavailable("the ledger could not record the usage; it will be recovered")));
-          return;
-        }
-        done(std::move(*shared));
-      });
 }
 
 Result<Meter::Charge> Meter::charge(UsageEvent event, std::vector<std::string> wallet_ids) {
@@ -317,30 +408,25 @@ Result<Meter::Charge> Meter::record(UsageEvent event, std::vector<std::string> w
 
 Result<void> Meter::release(const std::string& event_id) {
   PURSER_TRY(book_.release(event_id));
-  store_.writeAsync(
-      [event_id](store::Tx& tx) -> Result<void> {
-        PURSER_TRY(tx.exec("DELETE FROM usage_intents WHERE event_id = $1", {event_id}));
-        return {};
-      },
-      [event_id](Result<void> r) {
-        if (!r) spdlog::warn("ledger: intent {} not removed: {}", event_id, r.error().message);
-      });
+  if (auto r = append(ReleaseRecord{{event_id}}); !r) {
+    // The intent stays; if the server stops before another release reaches it, the recovery
+    // rule charges it.
+    spdlog::warn("ledger: the release of {} was not recorded: {}", event_id, r.error().message);
+  }
   return {};
 }
 
 std::vector<std::string> Meter::expireLeases() {
   std::vector<std::string> ids = book_.expireLeases();
-  if (ids.empty()) return ids;
-  store_.writeAsync(
-      [ids](store::Tx& tx) -> Result<void> {
-        for (const auto& id : ids) {
-          PURSER_TRY(tx.exec("DELETE FROM usage_intents WHERE event_id = $1", {id}));
-        }
-        return {};
-      },
-      [](Result<void> r) {
-        if (!r) spdlog::warn("ledger: expired intents not removed: {}", r.error().message);
-      });
+  constexpr size_t kPerRecord = 10'000;
+  for (size_t i = 0; i < ids.size(); i += kPerRecord) {
+    ReleaseRecord r;
+    r.ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(i),
+                 ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), i + kPerRecord)));
+    if (auto a = append(r); !a) {
+      spdlog::warn("ledger: expired intents not removed: {}", a.error().message);
+    }
+  }
   return ids;
 }
 
@@ -460,6 +546,7 @@ Result<Recovery> Meter::recover() {
 }
 
 Result<std::vector<UsageEvent>> Meter::events(const UsageQuery& q) {
+  PURSER_TRY(catchUp());
   std::vector<UsageEvent> out;
   PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
     auto rows = PURSER_TRY_VALUE(tx.query(
@@ -475,6 +562,7 @@ Result<std::vector<UsageEvent>> Meter::events(const UsageQuery& q) {
 
 Result<std::vector<SpendRow>> Meter::spend(const UsageQuery& q, std::string_view group_by) {
   const std::string group = PURSER_TRY_VALUE(spendGroupColumn(group_by, store_.dialect()));
+  PURSER_TRY(catchUp());
   std::vector<SpendRow> out;
   PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
     auto rows = PURSER_TRY_VALUE(tx.query(

@@ -1,67 +1,57 @@
-// Meter: reservations made durable, usage metered exactly, nothing acknowledged ever lost
-// (DESIGN.md rules 2 and 3).
+// Meter: reservations and usage made durable through the ledger's journal, metered exactly,
+// nothing acknowledged ever lost (DESIGN.md rules 2 and 3).
 //
 //   reserve  the worst case is held on every wallet of the chain (WalletBook), then a write-ahead
-//            intent is committed; only then may the work run.
-//   settle   the actual cost is charged, and the usage event, what it charged to each wallet and
-//            the removal of the intent are committed together; the caller answers its client
-//            only after that.
+//            intent is appended to the journal; only then may the work run.
+//   settle   the actual cost is charged, and the usage event with what it charged to each wallet
+//            is appended to the journal (removing the intent when materialised); the caller
+//            answers its client after that — and, with `ledger.sync: always`, after the sync that
+//            covers it (whenDurable).
 //   expire   a reservation whose lease ends unsettled gives its hold back and its intent is
 //            removed (a late settlement is still charged, within the wallets' room).
-//   recover  at start, every intent left behind is resolved, and the start goes on whatever it
-//            finds: a reservation made through the API whose lease has not ended is held again
-//            (its client may still settle it); one whose lease ended is dropped; the intent of
-//            in-process work cut off by a crash becomes a usage event charged by the recovery
-//            rule — the reserved worst case, marked estimated and recovered, since the work may
-//            have run to completion upstream. An intent that cannot be resolved (unreadable, or
-//            its id already has a usage event) is set aside in ledger_quarantine, audited and
-//            reported; it never stops the server from starting.
+//   recover  at start, once the journal is replayed into the store, every intent left behind is
+//            resolved, and the start goes on whatever it finds: a reservation made through the
+//            API whose lease has not ended is held again (its client may still settle it); one
+//            whose lease ended is dropped; the intent of in-process work cut off by a crash
+//            becomes a usage event charged by the recovery rule — the reserved worst case,
+//            marked estimated and recovered, since the work may have run to completion upstream.
+//            An intent that cannot be resolved (unreadable, or its id already has a usage event)
+//            is set aside in ledger_quarantine, audited and reported; it never stops the server
+//            from starting.
+//
+// The journal (journal.h) is materialised into the store in the background; reads of usage
+// (events(), spend()) first catch up with it, so they see every settlement made before them.
 //
 // No charge takes a hard wallet past its limit (WalletBook): what a settlement or a recovery
 // could not charge is recorded on the usage event as `overage`, and audited.
 //
 // Event ids are unique across the durable record: a reservation whose id already has a usage
-// event is refused (kAlreadyExists) before anything runs.
+// event is refused (kAlreadyExists) before anything runs. Ids the caller has just generated
+// (ReserveOptions::fresh_id) skip the look-up in the store.
 //
-// Completion callbacks run on the store's writer thread (or at once on the caller's thread when
-// refused up front); they must not block. Thread-safe.
+// Thread-safe.
 #pragma once
 
+#include <deque>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/money.h"
 #include "common/result.h"
 #include "ledger/audit.h"
+#include "ledger/journal.h"
 #include "ledger/price.h"
+#include "ledger/usage_event.h"
+#include "ledger/usage_record.h"
 #include "ledger/wallet_book.h"
 #include "store/store.h"
 
 namespace purser::ledger {
-
-struct UsageEvent {
-  std::string id;
-  SystemTime at;
-  std::string tenant_id;
-  std::string team_id;
-  std::string user_id;
-  std::string service_account_id;
-  std::string key_id;
-  std::string session_id;
-  std::string route;
-  std::string provider;
-  std::string model;
-  TokenCounts tokens;
-  Money cost;     // what the wallets were charged
-  Money overage;  // the cost beyond what the hold and the hard wallets allowed (not charged)
-  int64_t latency_ms = 0;
-  int64_t ttft_ms = 0;
-  int status = 0;
-  bool estimated = false;  // usage had to be estimated (no usage reported)
-  bool recovered = false;  // charged at restart from a write-ahead intent
-};
 
 struct UsageQuery {
   ScopeKind scope_kind = ScopeKind::kTenant;
@@ -89,6 +79,9 @@ struct ReserveOptions {
   // hold is taken again for the rest of its lease instead of being charged.
   bool external = false;
   int64_t token_estimate = 0;  // the tokens the rate limits were charged, kept for the client
+  // The id was just generated by this process (IdGenerator), unique by construction: the store
+  // is not asked whether it was used before.
+  bool fresh_id = false;
 };
 
 // A reservation held again at start (ReserveOptions::external), for the API to serve.
@@ -109,13 +102,36 @@ struct Recovery {
 
 class Meter {
  public:
-  // `audit`, when given, records overages and quarantined intents.
-  Meter(store::Store& store, WalletBook& book, const Clock& clock, const AuditLog* audit = nullptr)
-      : store_(store), book_(book), clock_(clock), audit_(audit) {}
+  // Brings the ledger's and the audit log's schema up to date and replays `journal` into the
+  // store; call recover() next. `audit`, when given, records overages and quarantined intents.
+  static Result<std::unique_ptr<Meter>> open(store::Store& store, WalletBook& book,
+                                             const Clock& clock, const AuditLog* audit,
+                                             JournalOptions journal);
+  ~Meter();
+  Meter(const Meter&) = delete;
+  Meter& operator=(const Meter&) = delete;
 
-  void reserve(UsageEvent draft, std::vector<std::string> wallet_ids, Money amount, Duration lease,
-               std::function<void(Result<void>)> done, ReserveOptions options = {});
-  void settle(UsageEvent event, std::function<void(Result<Settlement>)> done);
+  // Holds `amount` on every wallet of `wallet_ids` and appends the intent. Returns the journal
+  // sequence of the intent (for whenDurable). kResourceExhausted names the wallet that would be
+  // exceeded; kAlreadyExists for an id already used; kUnavailable when the journal cannot take it
+  // (nothing is held then).
+  Result<uint64_t> reserve(const UsageEvent& draft, const std::vector<std::string>& wallet_ids,
+                           Money amount, Duration lease, ReserveOptions options = {});
+  // Charges the reservation `event.id` at `event.cost` (see WalletBook::settle) and appends the
+  // usage event. The settlement's journal_sequence is its record's.
+  Result<Settlement> settle(UsageEvent event);
+
+  // `ledger.sync: always`: a response must wait for the sync that covers its record.
+  bool syncsEachRecord() const { return journal_->mode() == SyncMode::kAlways; }
+  // Runs `done(true)` once `sequence` is on disk (at once when it is), done(false) if it never
+  // will be (the journal failed or closed). See Journal::whenSynced.
+  void whenDurable(uint64_t sequence, std::function<void(bool)> done) {
+    journal_->whenSynced(sequence, std::move(done));
+  }
+  // Waits until every record appended so far is in the store.
+  Result<void> catchUp() { return journal_->catchUp(); }
+  const Journal::Replay& replayed() const { return journal_->replayed(); }
+
   // Usage known only after it ran (GPU time already used): charges `wallet_ids` in memory now,
   // idempotently by event id, and returns the write that records the event and its charges, for
   // the caller to commit together with its own state so both are durable or neither is.
@@ -132,9 +148,9 @@ class Meter {
   // durable record already has, and an id charged in memory by an attempt whose write failed is
   // recorded now with what that attempt charged. `event.at` must not be in the future.
   Result<Charge> record(UsageEvent event, std::vector<std::string> wallet_ids);
-  // Drops a reservation whose work never ran; the intent is removed in the background.
+  // Drops a reservation whose work never ran; its intent is removed through the journal.
   Result<void> release(const std::string& event_id);
-  // Gives back the holds whose lease ended; their intents are removed in the background.
+  // Gives back the holds whose lease ended; their intents are removed through the journal.
   std::vector<std::string> expireLeases();
   // Resolves every intent left from before this start (see the file comment).
   Result<Recovery> recover();
@@ -142,7 +158,22 @@ class Meter {
   Result<std::vector<UsageEvent>> events(const UsageQuery& query);
   Result<std::vector<SpendRow>> spend(const UsageQuery& query, std::string_view group_by);
 
+  // Syncs and materialises what the journal holds; later records are refused.
+  void close();
+  // Stops as a killed process would: nothing more is synced or materialised, and what was
+  // appended stays in the journal's files for the next open to replay. For tests.
+  void abandon();
+
  private:
+  Meter(store::Store& store, WalletBook& book, const Clock& clock, const AuditLog* audit)
+      : store_(store), book_(book), clock_(clock), audit_(audit) {}
+
+  // Applies one journal record to the store (idempotent; see journal.h).
+  Result<void> apply(store::Tx& tx, std::string_view bytes) const;
+  Result<uint64_t> append(const LedgerRecord& record);
+  // Whether a settlement of `id` is in the journal and not yet in the store.
+  bool pendingSettlement(const std::string& id) const;
+  void applied(uint64_t through);
   // The write that records `event` (and its overage's audit entry) and removes its intent.
   store::TxFn recordWrite(UsageEvent event, std::vector<std::string> wallets) const;
   Result<void> quarantine(const std::string& event_id, const std::string& intent,
@@ -152,6 +183,11 @@ class Meter {
   WalletBook& book_;
   const Clock& clock_;
   const AuditLog* audit_;
+  std::unique_ptr<Journal> journal_;
+  // Settlements appended and not yet materialised: id -> its record's sequence.
+  mutable std::mutex pending_mu_;
+  std::unordered_map<std::string, uint64_t> pending_;           // guarded by pending_mu_
+  std::deque<std::pair<uint64_t, std::string>> pending_order_;  // guarded by pending_mu_
 };
 
 }  // namespace purser::ledger

@@ -85,6 +85,7 @@ struct Settlement {
   bool duplicate = false;  // settled before: nothing changed this time
   std::vector<Alert> alerts;
   std::vector<std::string> wallet_ids;  // the wallets charged
+  uint64_t journal_sequence = 0;        // the ledger journal's record of it (Meter::settle)
 };
 
 class WalletBook {

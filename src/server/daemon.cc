@@ -131,7 +131,20 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   const SecretKey audit_key = PURSER_TRY_VALUE(loadOrCreateSecretKey(
       audit_key_hex, "PURSER_AUDIT_KEY", data_dir->file("audit.key"), SystemRandom::instance()));
   ledger::AuditLog audit(clock, audit_key, data_dir->file("audit.anchor"));
-  ledger::Meter meter(*store, wallets, clock, &audit);
+  // The ledger's journal is replayed into the store before anything reads what was spent.
+  auto meter_owner = PURSER_TRY_VALUE(
+      ledger::Meter::open(*store, wallets, clock, &audit,
+                          {.dir = data_dir->file("journal"),
+                           .sync = config.ledger.sync == "always" ? ledger::SyncMode::kAlways
+                                                                  : ledger::SyncMode::kBatch,
+                           .sync_interval = config.ledger.sync_interval}));
+  ledger::Meter& meter = *meter_owner;
+  if (meter.replayed().dropped_bytes > 0) {
+    spdlog::warn(
+        "ledger: the journal ended in {} byte(s) a crash left unsynced; what they held was "
+        "never acknowledged as durable (ledger.sync: {})",
+        meter.replayed().dropped_bytes, config.ledger.sync);
+  }
   ledger::RateLimiter limiter(clock);
   ledger::RateLimitBook rate_limits;
   std::vector<ledger::ModelPrice> model_prices;
@@ -582,6 +595,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   // The fleet service stops next (its pods keep running, to be adopted at the next start): after
   // it, nothing can queue more writes. Anchor the audit log, then flush the store last.
   fleet_api->stop();
+  // The journal is synced and materialised before the store's last commit.
+  meter.close();
   if (auto anchored = audit.anchor(*store); !anchored) {
     spdlog::error("audit: {}", anchored.error().message);
   }

@@ -36,7 +36,9 @@ class AdminApiTest : public ::testing::Test {
     auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
     ASSERT_TRUE(s.has_value());
     store = std::move(*s);
-    meter = std::make_unique<ledger::Meter>(*store, wallets, clock, &audit);
+    auto m = ledger::Meter::open(*store, wallets, clock, &audit, {.dir = dir.file("journal")});
+    ASSERT_TRUE(m.has_value()) << m.error().toString();
+    meter = std::move(*m);
     clients = std::make_unique<http::WorkerLocal<http::HttpClient>>(
         server.workers, [](boost::asio::io_context& ctx) {
           return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
@@ -793,18 +795,31 @@ TEST_F(MeteringTest, OnlyTheOwnerOrTheirAdminsMaySettleOrRelease) {
   EXPECT_EQ(settle(dana_key, id, "0.10").status, 404);
 }
 
-// A new process over the same store: fresh memory, the intents on disk.
+// A new process over the same store and journal: the old one is killed (its journal left as it
+// was), and the new one starts with fresh memory.
+std::unique_ptr<ledger::Meter> reopened(ledger::Meter& old, store::Store& store,
+                                        ledger::WalletBook& book, ManualClock& clock,
+                                        ledger::AuditLog& audit, const std::string& journal) {
+  old.abandon();
+  auto m = ledger::Meter::open(store, book, clock, &audit, {.dir = journal});
+  EXPECT_TRUE(m.has_value()) << m.error().toString();
+  return m ? std::move(*m) : nullptr;
+}
+
 struct Restarted {
   Restarted(ManualClock& clock, Random& random, IdGenerator& ids, store::Store& store,
-            ledger::AuditLog& audit, const ledger::PriceBook& prices)
+            ledger::AuditLog& audit, const ledger::PriceBook& prices, ledger::Meter& old,
+            const std::string& journal)
       : book(clock),
-        meter(store, book, clock, &audit),
+        meter_owner(reopened(old, store, book, clock, audit, journal)),
+        meter(*meter_owner),
         directory(clock),
         limiter(clock),
         services{clock, random, ids,     store,       directory, book,
                  audit, meter,  limiter, rate_limits, prices} {}
   ledger::WalletBook book;
-  ledger::Meter meter;
+  std::unique_ptr<ledger::Meter> meter_owner;
+  ledger::Meter& meter;
   identity::Directory directory;
   ledger::RateLimiter limiter;
   ledger::RateLimitBook rate_limits;
@@ -816,7 +831,7 @@ TEST_F(MeteringTest, ApiReservationsOutliveARestartUntilTheirLeaseEnds) {
   Reply r = reserve(dana_key, "3.25", {{"session_id", "lost"}, {"lease", "10m"}});
   ASSERT_EQ(r.status, 201);
   const std::string id = r.body["id"];
-  Restarted after(clock, random, ids, *store, audit, prices);
+  Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
   ASSERT_TRUE(loadState(after.services).has_value());
   auto recovered = after.meter.recover();
   ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
@@ -845,7 +860,7 @@ TEST_F(MeteringTest, ApiReservationsWhoseLeaseEndedWhileDownAreDroppedNotCharged
   EXPECT_EQ(meter->expireLeases().size(), 1u);  // what purser serve does every second
   ASSERT_EQ(reserve(dana_key, "1.00", {{"lease", "30s"}}).status, 201);
   clock.advance(std::chrono::seconds(31));  // this one ends while the server is down
-  Restarted after(clock, random, ids, *store, audit, prices);
+  Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
   ASSERT_TRUE(loadState(after.services).has_value());
   auto recovered = after.meter.recover();
   ASSERT_TRUE(recovered.has_value());
@@ -859,16 +874,14 @@ TEST_F(MeteringTest, ApiReservationsWhoseLeaseEndedWhileDownAreDroppedNotCharged
 TEST_F(MeteringTest, InProcessWorkCutOffByARestartIsChargedAtItsWorstCaseWithinTheLimit) {
   const std::string w = wallet({{"kind", "user"}, {"id", dana}}, "10.00");
   // The gateway's own reservations (in-process work) die with the process.
-  std::promise<Result<void>> held;
   ledger::UsageEvent draft;
   draft.id = "cut-off";
   draft.tenant_id = tenant;
   draft.user_id = dana;
   draft.session_id = "lost";
-  meter->reserve(draft, {w}, Money::parse("3.25").value(), std::chrono::minutes(15),
-                 [&](Result<void> r) { held.set_value(r); });
-  ASSERT_TRUE(held.get_future().get().has_value());
-  Restarted after(clock, random, ids, *store, audit, prices);
+  ASSERT_TRUE(meter->reserve(draft, {w}, Money::parse("3.25").value(), std::chrono::minutes(15))
+                  .has_value());
+  Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
   ASSERT_TRUE(loadState(after.services).has_value());
   auto recovered = after.meter.recover();
   ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
@@ -929,15 +942,13 @@ TEST_F(MeteringTest, AnIdThatAlreadyHasAUsageEventIsRefusedEvenAfterARestart) {
   Reply r = reserve(dana_key, "0.10", {{"id", "mine-1"}});
   ASSERT_EQ(r.status, 201);
   ASSERT_EQ(settle(dana_key, "mine-1", "0.10").status, 200);
-  Restarted after(clock, random, ids, *store, audit, prices);
+  Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
   ASSERT_TRUE(loadState(after.services).has_value());
-  std::promise<Result<void>> again;
   ledger::UsageEvent draft;
   draft.id = "mine-1";
   draft.tenant_id = tenant;
-  after.meter.reserve(draft, {}, Money::parse("0.10").value(), std::chrono::minutes(1),
-                      [&](Result<void> res) { again.set_value(res); }, {.external = true});
-  auto refused = again.get_future().get();
+  auto refused = after.meter.reserve(draft, {}, Money::parse("0.10").value(),
+                                     std::chrono::minutes(1), {.external = true});
   ASSERT_FALSE(refused.has_value());
   EXPECT_EQ(refused.error().code, ErrorCode::kAlreadyExists);
   EXPECT_EQ(after.book.outstanding(), 0u) << "the hold is given back";
@@ -953,6 +964,7 @@ TEST_F(MeteringTest, AnIntentThatCannotBeResolvedIsSetAsideAndTheStartGoesOn) {
   Reply r = reserve(dana_key, "0.10", {{"id", "dup-1"}});
   ASSERT_EQ(r.status, 201);
   ASSERT_EQ(settle(dana_key, "dup-1", "0.10").status, 200);
+  meter->close();  // a clean stop: the journal is all in the store, nothing left to replay
   // What the old bug left behind: an intent whose id already has a usage event, and one that
   // cannot be read.
   ASSERT_TRUE(store
@@ -966,7 +978,7 @@ TEST_F(MeteringTest, AnIntentThatCannotBeResolvedIsSetAsideAndTheStartGoesOn) {
                     return {};
                   })
                   .has_value());
-  Restarted after(clock, random, ids, *store, audit, prices);
+  Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
   ASSERT_TRUE(loadState(after.services).has_value());
   auto recovered = after.meter.recover();
   ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
@@ -1084,7 +1096,7 @@ TEST_F(MeteringTest, UsageThatRanElsewhereIsRecordedOnceAndChargesOnlyTheWindowI
   ASSERT_EQ(audited.body["data"].size(), 1u) << audited.body.dump();
 
   // What was charged is what a restart finds.
-  Restarted after(clock, random, ids, *store, audit, prices);
+  Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
   ASSERT_TRUE(loadState(after.services).has_value());
   const auto chain = after.book.chain({{ledger::ScopeKind::kUser, dana}}, "");
   ASSERT_EQ(chain.size(), 1u);

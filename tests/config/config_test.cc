@@ -39,6 +39,7 @@ http:
   drain_timeout: 2.5s
   tls: {cert_file: /etc/purser/cert.pem, key_file: /etc/purser/key.pem}
 store: {driver: sqlite, busy_timeout: 250ms}
+ledger: {sync: always, sync_interval: 2ms}
 console: {enabled: false}
 )",
                        "full.yaml");
@@ -58,6 +59,8 @@ console: {enabled: false}
   ASSERT_TRUE(c->http.tls.has_value());
   EXPECT_EQ(c->http.tls->key_file, "/etc/purser/key.pem");
   EXPECT_EQ(c->store.busy_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(c->ledger.sync, "always");
+  EXPECT_EQ(c->ledger.sync_interval, std::chrono::milliseconds(2));
   EXPECT_FALSE(c->console.enabled);
 }
 
@@ -93,8 +96,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"max_body_bytes\"?"},
         BadCase{"listen: 127.0.0.1:80\nflavours: []\n",
                 "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
-                "data_dir, fleet, gpu_prices, http, listen, log, prices, providers, routes, store, "
-                "threads"},
+                "data_dir, fleet, gpu_prices, http, ledger, listen, log, prices, providers, routes, "
+                "store, threads"},
+        // The ledger's durability.
+        BadCase{"listen: 127.0.0.1:80\nledger: {sync: never}\n",
+                "purser.yaml:2:16: ledger.sync: expected one of batch, always, got \"never\""},
+        BadCase{"listen: 127.0.0.1:80\nledger: {sync_interval: 5s}\n",
+                "purser.yaml:2:25: ledger.sync_interval: must be at most 1s; it bounds what a "
+                "machine crash can lose"},
         // A missing required field.
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
         BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
