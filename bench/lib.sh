@@ -5,7 +5,7 @@
 #   jsonfield F  prints field F of the JSON object on stdin
 #   bench_member URL ADMIN_KEY [KEY_FIELDS]
 #                creates tenant "bench", its team "t", user "u" and a key of u's (KEY_FIELDS: more
-#                JSON fields for the key, such as ,"rpm":1000); sets $tenant and $key
+#                JSON fields for the key, such as ,"rpm":1000); sets $tenant, $team, $user and $key
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -21,7 +21,7 @@ free_port() {
 wait_for() { for _ in $(seq 200); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
 jsonfield() { node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.parse(s)['$1']))"; }
 bench_member() {
-  local url=$1 admin=$2 extra=${3:-} team user
+  local url=$1 admin=$2 extra=${3:-}
   post() { curl -sf -X POST "$url$1" -H "Authorization: Bearer $admin" -d "$2"; }
   tenant=$(post /api/v1/tenants '{"name":"bench"}' | jsonfield id)
   team=$(post /api/v1/teams "{\"tenant\":\"$tenant\",\"name\":\"t\"}" | jsonfield id)

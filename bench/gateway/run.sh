@@ -1,31 +1,44 @@
 #!/usr/bin/env bash
-# bench/gateway: the same simulated upstream (purser sim llm, instant answers) loaded by wrk
-#   (a) directly, (b) through nginx proxy_pass with upstream keep-alive, (c) through Purser with
-#   authentication, rate limits, a budget reservation, metering and routing on
-# in one run; then a streaming variant (time to first byte and tokens/s, direct vs Purser) and
-# the median x-purser-overhead-us. Results: bench/results/gateway.json.
-#   bench/gateway/run.sh BUILD_DIR   (env: CONNECTIONS=64 DURATION=10s)
+# bench/gateway: one simulated upstream (purser sim llm, instant 16-token answers) behind each
+# contender, in one run, rounds interleaved so that drift in the machine hits them all alike:
+#   direct          the simulator itself (the floor)
+#   nginx           proxy_pass, 1 worker, upstream keep-alive (the goal)
+#   purser-batch    Purser, 1 thread, governance on — key auth, rate limits, a wallet chain of 3
+#                   (tenant, team, user), reservation, metering — with ledger.sync: batch
+#   purser-always   the same with ledger.sync: always
+#   portkey         the Portkey AI gateway 1.15.2 (npm), 1 Node.js process, when installed
+#                   (scripts/setup bench)
+# Per round and contender: throughput under load (wrk -t1 -cCONNECTIONS), CPU per request (the
+# contender's own processes, from /proc), latency at low load (wrk -c1) as the client sees it;
+# and time to first token of a 100-token stream (bench/gateway/ttft.mjs). The summary gives
+# medians over the rounds with [min–max]: req/s and CPU relative to nginx, added latency and
+# added time to first token relative to direct. Results: bench/results/gateway.json.
+#   bench/gateway/run.sh BUILD_DIR   (env: ROUNDS=3 CONNECTIONS=64 DURATION=10s LOW_DURATION=5s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/bench}
 purser="$build/purser"
+rounds=${ROUNDS:-3}
 connections=${CONNECTIONS:-64}
 duration=${DURATION:-10s}
+low_duration=${LOW_DURATION:-5s}
 tmp=$(mktemp -d)
 pids=()
 . bench/lib.sh
 trap cleanup EXIT
+tick_us=$((1000000 / $(getconf CLK_TCK)))
 
 sim_port=$(free_port)
 "$purser" sim llm --listen "127.0.0.1:$sim_port" --ttft-ms 0 --tokens-per-s 0 --threads 1 >"$tmp/sim.log" 2>&1 &
 pids+=($!)
 stream_port=$(free_port)
-"$purser" sim llm --listen "127.0.0.1:$stream_port" --ttft-ms 20 --tokens-per-s 500 --threads 1 >"$tmp/stream.log" 2>&1 &
+"$purser" sim llm --listen "127.0.0.1:$stream_port" --ttft-ms 20 --tokens-per-s 2000 --threads 1 >"$tmp/stream.log" 2>&1 &
 pids+=($!)
 wait_for "http://127.0.0.1:$sim_port/healthz"
 wait_for "http://127.0.0.1:$stream_port/healthz"
 
 nginx_port=$(free_port)
+nginx_stream_port=$(free_port)
 cat >"$tmp/nginx.conf" <<CONF
 worker_processes 1;
 daemon off;
@@ -37,21 +50,31 @@ http {
   client_body_temp_path $tmp/body; proxy_temp_path $tmp/proxy; fastcgi_temp_path $tmp/fastcgi;
   uwsgi_temp_path $tmp/uwsgi; scgi_temp_path $tmp/scgi;
   upstream sim { server 127.0.0.1:$sim_port; keepalive 64; }
+  upstream stream { server 127.0.0.1:$stream_port; keepalive 64; }
   server {
     listen 127.0.0.1:$nginx_port;
     location / { proxy_pass http://sim; proxy_http_version 1.1; proxy_set_header Connection ""; }
   }
+  server {
+    listen 127.0.0.1:$nginx_stream_port;
+    location / { proxy_pass http://stream; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_buffering off; }
+  }
 }
 CONF
 nginx -c "$tmp/nginx.conf" -p "$tmp" &
-pids+=($!)
+nginx_pid=$!
+pids+=($nginx_pid)
 
-purser_port=$(free_port)
 admin=bench-admin-key-0123456789abcdef
-cat >"$tmp/purser.yaml" <<CONF
-listen: 127.0.0.1:$purser_port
+start_purser() {  # name sync -> sets port_<name>, pid_<name>, key_<name>
+  local name=$1 sync=$2 port
+  port=$(free_port)
+  cat >"$tmp/$name.yaml" <<CONF
+listen: 127.0.0.1:$port
 threads: 1
 log: {level: warn}
+ledger: {sync: $sync}
 providers:
   - {name: sim, kind: openai, base_url: http://127.0.0.1:$sim_port/v1}
   - {name: stream, kind: openai, base_url: http://127.0.0.1:$stream_port/v1}
@@ -62,78 +85,76 @@ prices:
   - {provider: sim, model: sim-small, input_per_mtok: "0.15", output_per_mtok: "0.60"}
   - {provider: stream, model: sim-small, input_per_mtok: "0.15", output_per_mtok: "0.60"}
 CONF
-PURSER_ADMIN_KEY=$admin "$purser" serve --config "$tmp/purser.yaml" --data "$tmp/var" >"$tmp/purser.log" 2>&1 &
-pids+=($!)
-wait_for "http://127.0.0.1:$purser_port/healthz"
-wait_for "http://127.0.0.1:$nginx_port/v1/models"
-api() { curl -sf -X POST "http://127.0.0.1:$purser_port$1" -H "Authorization: Bearer $admin" -d "$2"; }
-bench_member "http://127.0.0.1:$purser_port" "$admin" ',"rpm":100000000'
-api /api/v1/wallets "{\"scope\":{\"kind\":\"tenant\",\"id\":\"$tenant\"},\"limit\":\"1000000\"}" >/dev/null
-
-run_wrk() {  # name url key model
-  BENCH_KEY=$3 BENCH_MODEL=$4 wrk -t1 -c"$connections" -d"$duration" --latency -s bench/gateway/post.lua "$2" >"$tmp/$1.txt"
-  local rps p50 p99
-  rps=$(awk '/Requests\/sec:/ {print $2}' "$tmp/$1.txt")
-  p50=$(awk '$1 == "50%" {print $2}' "$tmp/$1.txt")
-  p99=$(awk '$1 == "99%" {print $2}' "$tmp/$1.txt")
-  errors=$(awk '/Non-2xx/ {print $NF}' "$tmp/$1.txt")
-  echo "$1 $rps $p50 $p99 ${errors:-0}"
+  PURSER_ADMIN_KEY=$admin "$purser" serve --config "$tmp/$name.yaml" --data "$tmp/var-$name" >"$tmp/$name.log" 2>&1 &
+  pids+=($!)
+  printf -v "pid_$name" %s $!
+  printf -v "port_$name" %s "$port"
+  wait_for "http://127.0.0.1:$port/healthz"
+  local url="http://127.0.0.1:$port"
+  bench_member "$url" "$admin" ',"rpm":100000000,"tpm":1000000000'
+  for scope in "tenant $tenant" "team $team" "user $user"; do
+    set -- $scope
+    curl -sf -X POST "$url/api/v1/wallets" -H "Authorization: Bearer $admin" \
+      -d "{\"scope\":{\"kind\":\"$1\",\"id\":\"$2\"},\"limit\":\"1000000\"}" >/dev/null
+  done
+  printf -v "key_$name" %s "$key"
 }
-# Warm up every path, then measure each once.
-for url in "http://127.0.0.1:$sim_port/v1/chat/completions" "http://127.0.0.1:$nginx_port/v1/chat/completions" "http://127.0.0.1:$purser_port/v1/chat/completions"; do
-  BENCH_KEY=$key BENCH_MODEL=bench wrk -t1 -c"$connections" -d2s -s bench/gateway/post.lua "$url" >/dev/null
-done
-read -r _ d_rps d_p50 d_p99 d_err < <(run_wrk direct "http://127.0.0.1:$sim_port/v1/chat/completions" "" bench)
-read -r _ n_rps n_p50 n_p99 n_err < <(run_wrk nginx "http://127.0.0.1:$nginx_port/v1/chat/completions" "" bench)
-read -r _ p_rps p_p50 p_p99 p_err < <(run_wrk purser "http://127.0.0.1:$purser_port/v1/chat/completions" "$key" bench)
+start_purser purser_batch batch
+start_purser purser_always always
 
-# Overhead reported by Purser itself over 200 sequential requests: all of it, the part spent
-# waiting for the ledger's durable commits (the disk's flushes), and the rest (processing).
-for _ in $(seq 200); do
-  curl -s -o /dev/null -D - "http://127.0.0.1:$purser_port/v1/chat/completions" -H "Authorization: Bearer $key" \
-    -d '{"model":"bench","messages":[{"role":"user","content":"hi"}],"max_tokens":16}' |
-    awk -F': ' 'tolower($1) == "x-purser-overhead-us" {o=$2+0} tolower($1) == "x-purser-commit-us" {c=$2+0} END {print o, c, o-c}'
-done >"$tmp/overhead.txt"
-median_of() { cut -d' ' -f"$1" "$tmp/overhead.txt" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-p99_of() { cut -d' ' -f"$1" "$tmp/overhead.txt" | sort -n | awk '{a[NR]=$1} END {print a[int(NR*0.99)]}'; }
-overhead_p50=$(median_of 1)
-overhead_p99=$(p99_of 1)
-commit_p50=$(median_of 2)
-processing_p50=$(median_of 3)
-processing_p99=$(p99_of 3)
+portkey_js=bench/gateway/portkey/node_modules/@portkey-ai/gateway/build/start-server.js
+contenders=(direct nginx purser_batch purser_always)
+if [ -f "$portkey_js" ]; then
+  portkey_port=$(free_port)
+  node "$portkey_js" --port="$portkey_port" --headless >"$tmp/portkey.log" 2>&1 &
+  pid_portkey=$!
+  pids+=($pid_portkey)
+  for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$portkey_port/" && break; sleep 0.1; done
+  contenders+=(portkey)
+else
+  echo "portkey: not installed (scripts/setup bench installs it); left out" >&2
+fi
 
-# Streaming: 100 tokens at 500 tokens/s after a 20 ms first token; direct vs through Purser.
-stream_body='{"model":"MODEL","messages":[{"role":"user","content":"stream please"}],"max_tokens":100,"stream":true}'
-measure_stream() {  # url key model -> median ttfb_ms, median total_ms
-  for _ in $(seq 20); do
-    curl -s -o /dev/null -w '%{time_starttransfer} %{time_total}\n' "$1" ${2:+-H "Authorization: Bearer $2"} \
-      -d "${stream_body/MODEL/$3}"
-  done | sort -n | awk '{t[NR]=$1*1000; s[NR]=$2*1000} END {m=int((NR+1)/2); printf "%.1f %.1f\n", t[m], s[m]}'
+target() {  # contender -> url key model headers pids
+  case $1 in
+    direct) echo "http://127.0.0.1:$sim_port/v1/chat/completions|-|sim-small|-|${pids[0]}" ;;
+    nginx) echo "http://127.0.0.1:$nginx_port/v1/chat/completions|-|sim-small|-|$nginx_pid $(pgrep -P "$nginx_pid" | tr '\n' ' ')" ;;
+    purser_batch) echo "http://127.0.0.1:$port_purser_batch/v1/chat/completions|$key_purser_batch|bench|-|$pid_purser_batch" ;;
+    purser_always) echo "http://127.0.0.1:$port_purser_always/v1/chat/completions|$key_purser_always|bench|-|$pid_purser_always" ;;
+    portkey) echo "http://127.0.0.1:$portkey_port/v1/chat/completions|sk-bench|sim-small|x-portkey-provider: openai|x-portkey-custom-host: http://127.0.0.1:$sim_port/v1|$pid_portkey" ;;
+  esac
 }
-read -r sd_ttfb sd_total < <(measure_stream "http://127.0.0.1:$stream_port/v1/chat/completions" "" sim-small)
-read -r sp_ttfb sp_total < <(measure_stream "http://127.0.0.1:$purser_port/v1/chat/completions" "$key" stream)
-
-ratio=$(awk -v a="$p_rps" -v b="$n_rps" 'BEGIN {printf "%.2f", a / b}')
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 to_us() { awk -v v="$1" 'BEGIN {n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else print n * 1000000}'; }
-added_p50=$(awk -v a="$(to_us "$p_p50")" -v b="$(to_us "$d_p50")" 'BEGIN {printf "%.0f", a - b}')
-added_p99=$(awk -v a="$(to_us "$p_p99")" -v b="$(to_us "$d_p99")" 'BEGIN {printf "%.0f", a - b}')
-cores=$(nproc)
-echo "gateway ($cores cores; wrk -t1 -c$connections -d$duration; non-streamed chat, 16 tokens)"
-printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' direct "$d_rps" "$d_p50" "$d_p99" "$d_err"
-printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' nginx "$n_rps" "$n_p50" "$n_p99" "$n_err"
-printf '  %-8s %10s req/s   p50 %-9s p99 %-9s non-2xx %s\n' purser "$p_rps" "$p_p50" "$p_p99" "$p_err"
-echo "  ratio purser/nginx: $ratio; purser - direct under load: p50 +$added_p50 us, p99 +$added_p99 us"
-echo "  x-purser-overhead-us (sequential requests): median $overhead_p50, p99 $overhead_p99"
-echo "    of which waiting for durable commits (median): $commit_p50 us; processing median $processing_p50 us, p99 $processing_p99 us"
-echo "  streaming (100 tokens): direct ttfb ${sd_ttfb} ms, total ${sd_total} ms; purser ttfb ${sp_ttfb} ms, total ${sp_total} ms"
+
+measure() {  # round kind contender connections duration
+  local line url key model headers procs before after requests
+  line=$(target "$3")
+  url=${line%%|*}; line=${line#*|}
+  key=${line%%|*}; line=${line#*|}
+  model=${line%%|*}; line=${line#*|}
+  procs=${line##*|}; headers=${line%|*}
+  [ "$key" = - ] && key=""
+  [ "$headers" = - ] && headers=""
+  before=$(cpu_ticks $procs)
+  BENCH_KEY=$key BENCH_MODEL=$model BENCH_HEADERS=$headers wrk -t1 -c"$4" -d"$5" --latency -s bench/gateway/post.lua "$url" >"$tmp/wrk.txt"
+  after=$(cpu_ticks $procs)
+  requests=$(awk '/requests in/ {print $1}' "$tmp/wrk.txt")
+  echo "$1 $2 $3 $(awk '/Requests\/sec:/ {print $2}' "$tmp/wrk.txt") $(to_us "$(awk '$1 == "50%" {print $2}' "$tmp/wrk.txt")") $(to_us "$(awk '$1 == "99%" {print $2}' "$tmp/wrk.txt")") $(( (after - before) * tick_us * 1000 / (requests > 0 ? requests : 1) )) $(awk '/Non-2xx/ {print $NF}' "$tmp/wrk.txt" | grep . || echo 0)"
+}
+
+# Warm every path once.
+for c in "${contenders[@]}"; do measure 0 warm "$c" "$connections" 2s >/dev/null; done
+: >"$tmp/results.txt"
+for r in $(seq "$rounds"); do
+  for c in "${contenders[@]}"; do measure "$r" load "$c" "$connections" "$duration" >>"$tmp/results.txt"; done
+  for c in "${contenders[@]}"; do measure "$r" low "$c" 1 "$low_duration" >>"$tmp/results.txt"; done
+  node bench/gateway/ttft.mjs "http://127.0.0.1:$stream_port/v1/chat/completions" "" sim-small 20 >"$tmp/ttft-direct-$r.json"
+  node bench/gateway/ttft.mjs "http://127.0.0.1:$nginx_stream_port/v1/chat/completions" "" sim-small 20 >"$tmp/ttft-nginx-$r.json"
+  node bench/gateway/ttft.mjs "http://127.0.0.1:$port_purser_batch/v1/chat/completions" "$key_purser_batch" stream 20 >"$tmp/ttft-purser_batch-$r.json"
+  node bench/gateway/ttft.mjs "http://127.0.0.1:$port_purser_always/v1/chat/completions" "$key_purser_always" stream 20 >"$tmp/ttft-purser_always-$r.json"
+  echo "round $r of $rounds done" >&2
+done
 mkdir -p bench/results
-cat >bench/results/gateway.json <<JSON
-{"cores": $cores, "connections": $connections, "duration": "$duration",
- "added_latency_us": {"p50": $added_p50, "p99": $added_p99},
- "direct_rps": $d_rps, "nginx_rps": $n_rps, "purser_rps": $p_rps, "ratio_purser_nginx": $ratio,
- "p50": {"direct": "$d_p50", "nginx": "$n_p50", "purser": "$p_p50"},
- "p99": {"direct": "$d_p99", "nginx": "$n_p99", "purser": "$p_p99"},
- "overhead_us": {"median": $overhead_p50, "p99": $overhead_p99, "commit_median": $commit_p50,
-                 "processing_median": $processing_p50, "processing_p99": $processing_p99},
- "stream_ms": {"direct_ttfb": $sd_ttfb, "direct_total": $sd_total, "purser_ttfb": $sp_ttfb, "purser_total": $sp_total}}
-JSON
+node bench/gateway/summary.mjs "$tmp" "$rounds" "$(nproc)" "$connections" "$duration" >bench/results/gateway.json
+node -e 'const r=require("./bench/results/gateway.json"); console.log(r.text)'

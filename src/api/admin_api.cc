@@ -15,6 +15,8 @@
 #include "api/async_store.h"
 #include "api/problem.h"
 #include "gateway/async_meter.h"
+#include "identity/payer.h"
+#include "ledger/budget.h"
 
 #include <deque>
 #include <mutex>
@@ -1110,13 +1112,29 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     co_return co_await deny(s, who, why, "reservation.create", "key:" + key->id);
   }
   const int64_t token_estimate = tokens.value_or(input_tokens.value_or(0) + max_tokens.value_or(0));
-  const std::vector<ledger::Scope> scopes = ledger::scopesOf(gateway::chargedOf(who));
-  auto buckets = gateway::keyBuckets(s.directory.keyChain(key->id), token_estimate);
-  for (auto& b : s.rate_limits.buckets(scopes, model_name, token_estimate)) {
-    buckets.push_back(std::move(b));
-  }
-  const ledger::RateDecision rate = s.limiter.acquire(buckets);
-  if (!rate.allowed) {
+  ledger::UsageEvent draft;
+  draft.id = id.value_or(s.ids.next());
+  draft.tenant_id = who.tenant_id;
+  draft.team_id = who.team_id;
+  (who.kind == identity::OwnerKind::kUser ? draft.user_id : draft.service_account_id) = who.id;
+  draft.key_id = key->id;
+  draft.session_id = session.value_or("");
+  draft.route = route.value_or("");
+  draft.model = model.value_or("");
+  draft.provider = provider.value_or("");
+  ledger::Budget budget(s.wallets, s.meter, s.limiter, s.rate_limits);
+  ledger::RateDecision rate;
+  auto held = budget.hold({.payer = identity::payerOf(who, s.directory),
+                           .model = model_name,
+                           .draft = draft,
+                           .amount = amount,
+                           .tokens = token_estimate,
+                           .lease = lease,
+                           .options = {.external = true,
+                                       .token_estimate = token_estimate,
+                                       .fresh_id = !id.has_value()}},
+                          &rate);
+  if (!held && !rate.allowed) {
     Error why(ErrorCode::kResourceExhausted,
               rate.never ? fmt::format("this request needs more than the key's whole limit of {} "
                                        "per minute ({})",
@@ -1138,35 +1156,18 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     }
     co_return r;
   }
-  ledger::UsageEvent draft;
-  draft.id = id.value_or(s.ids.next());
-  draft.tenant_id = who.tenant_id;
-  draft.team_id = who.team_id;
-  (who.kind == identity::OwnerKind::kUser ? draft.user_id : draft.service_account_id) = who.id;
-  draft.key_id = key->id;
-  draft.session_id = session.value_or("");
-  draft.route = route.value_or("");
-  draft.model = model.value_or("");
-  draft.provider = provider.value_or("");
-  const auto chain = s.wallets.chain(scopes, model_name);
-  auto reserved = s.meter.reserve(
-      draft, chain, amount, lease,
-      ledger::ReserveOptions{
-          .external = true, .token_estimate = token_estimate, .fresh_id = !id.has_value()});
-  if (reserved && s.meter.syncsEachRecord() &&
-      !co_await gateway::asyncDurable(s.meter, *reserved, asio::use_awaitable)) {
-    (void)s.meter.release(draft.id);
-    for (const auto& b : buckets) s.limiter.adjust(b, -b.cost);
+  if (!held) {
+    if (held.error().code == ErrorCode::kResourceExhausted) {
+      co_return co_await deny(s, who, held.error(), "budget.deny", "event:" + draft.id);
+    }
+    co_return problem(held.error());
+  }
+  if (s.meter.syncsEachRecord() &&
+      !co_await gateway::asyncDurable(s.meter, held->journalSequence(), asio::use_awaitable)) {
     co_return problem(unavailable("the ledger could not make the reservation durable; try again"));
   }
-  if (!reserved) {
-    // Give back what the rate limits took for a request that will not run.
-    for (const auto& b : buckets) s.limiter.adjust(b, -b.cost);
-    if (reserved.error().code == ErrorCode::kResourceExhausted) {
-      co_return co_await deny(s, who, reserved.error(), "budget.deny", "event:" + draft.id);
-    }
-    co_return problem(reserved.error());
-  }
+  const std::vector<std::string> chain = held->wallets();
+  held->detach();  // settled or released by id, through this API
   reservations().put(draft, token_estimate);
   co_return jsonResponse(201, {{"id", draft.id},
                                {"amount", amount.toString()},
@@ -1267,29 +1268,18 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   event.ttft_ms = ttft.value_or(0);
   event.estimated = estimated.value_or(false);
   event.at = s.clock.now();
-  auto settled = s.meter.settle(event);
+  // The tokens-per-minute limits took the estimate at reservation; the settlement reconciles.
+  ledger::Budget budget(s.wallets, s.meter, s.limiter, s.rate_limits);
+  ledger::Charged charged{
+      event.tenant_id, event.team_id, event.user_id, event.service_account_id, {}};
+  auto settled = budget.settle(identity::payerOf(std::move(charged), event.key_id, s.directory),
+                               event.model.empty() ? event.route : event.model, event, estimate);
   if (!settled) co_return problem(settled.error());
   if (!settled->duplicate && s.meter.syncsEachRecord() &&
       !co_await gateway::asyncDurable(s.meter, settled->journal_sequence, asio::use_awaitable)) {
     co_return problem(
         unavailable("the ledger could not make the usage durable; it will be "
                     "recovered at the next start"));
-  }
-  if (!settled->duplicate) {
-    // The draft stays (bounded) so a retried settlement is answered as a duplicate.
-    const int64_t delta = event.tokens.total() - estimate;
-    const std::vector<identity::ApiKey> keys = s.directory.keyChain(event.key_id);
-    ledger::Charged charged{
-        event.tenant_id, event.team_id, event.user_id, event.service_account_id, {}};
-    for (const auto& k : keys) charged.key_chain.push_back(k.id);
-    std::vector<ledger::BucketRequest> buckets = gateway::keyBuckets(keys, 1);
-    for (auto& b : s.rate_limits.buckets(ledger::scopesOf(charged),
-                                         event.model.empty() ? event.route : event.model, 1)) {
-      buckets.push_back(std::move(b));
-    }
-    for (const auto& b : buckets) {
-      if (b.key.ends_with(":tpm")) s.limiter.adjust(b, delta);
-    }
   }
   json alerts = json::array();
   for (const auto& a : settled->alerts) {
@@ -1433,7 +1423,7 @@ Result<RecordedEvent> readRecordedEvent(const Services& s, const Principal& who,
       static_cast<int>(PURSER_TRY_VALUE(optionalInt(body, "status", 100, 599)).value_or(200));
   e.latency_ms = PURSER_TRY_VALUE(optionalInt(body, "latency_ms", 0, int64_t{1} << 40)).value_or(0);
   e.ttft_ms = PURSER_TRY_VALUE(optionalInt(body, "ttft_ms", 0, int64_t{1} << 40)).value_or(0);
-  out.wallets = s.wallets.chain(ledger::scopesOf(charged), e.model.empty() ? e.route : e.model);
+  out.wallets = s.wallets.chain(charged, e.model.empty() ? e.route : e.model);
   return out;
 }
 

@@ -22,6 +22,8 @@
 #include "gateway/sse.h"
 #include "gateway/translate.h"
 #include "http/metrics.h"
+#include "identity/payer.h"
+#include "ledger/budget.h"
 
 namespace purser::gateway {
 
@@ -30,7 +32,7 @@ using http::Method;
 using http::Request;
 using http::Response;
 using nlohmann::json;
-using SteadyTime = std::chrono::steady_clock::time_point;
+using SteadyTime = MonoTime;
 
 namespace {
 
@@ -306,26 +308,6 @@ int64_t micros(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-ledger::Charged chargedOf(const identity::Principal& who) {
-  ledger::Charged c;
-  c.tenant_id = who.tenant_id;
-  c.team_id = who.team_id;
-  (who.kind == identity::OwnerKind::kUser ? c.user_id : c.service_account_id) = who.id;
-  c.key_chain = who.key_chain;
-  if (c.key_chain.empty() && !who.key_id.empty()) c.key_chain.push_back(who.key_id);
-  return c;
-}
-
-std::vector<ledger::BucketRequest> keyBuckets(const std::vector<identity::ApiKey>& chain,
-                                              int64_t tokens) {
-  std::vector<ledger::BucketRequest> out;
-  for (const auto& k : chain) {
-    if (k.rpm > 0) out.push_back({"key:" + k.id + ":rpm", k.rpm, 1});
-    if (k.tpm > 0 && tokens > 0) out.push_back({"key:" + k.id + ":tpm", k.tpm, tokens});
-  }
-  return out;
-}
-
 // --- The gateway ---------------------------------------------------------------------------
 
 // The gateway's own metrics (names as docs/operations.md lists them).
@@ -412,7 +394,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     bool client_wants_usage = false;  // OpenAI stream_options.include_usage as the client sent it
     int64_t input_estimate = 0;
     int64_t max_output = 0;
-    std::vector<ledger::BucketRequest> buckets;
+    ledger::Hold hold;  // the reservation; released if the call ends without a settlement
     ledger::UsageEvent event;
     Money reserved;
     SteadyTime started;
@@ -569,42 +551,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     return allowsTenant(route, who.tenant_id) && allowsTeam(route, who.team_id);
   }
 
-  std::vector<ledger::Scope> scopes(const Call& c) const {
-    return ledger::scopesOf(chargedOf(c.who));
-  }
-
-  // Rate limits and the reservation. A response when the request stops here.
+  // Rate limits and the reservation (ledger::Budget). A response when the request stops here.
   std::optional<Response> reserve(Call& c) {
-    const int64_t tokens = c.input_estimate + c.max_output;
-    c.buckets = keyBuckets(d_.directory.keyChain(c.key.id), tokens);
-    const auto scope_list = scopes(c);
-    for (auto& b : d_.rate_limits.buckets(scope_list, c.route->alias, tokens)) {
-      c.buckets.push_back(std::move(b));
-    }
-    const ledger::RateDecision rate = d_.limiter.acquire(c.buckets);
-    if (!rate.allowed) {
-      Response r = apiError(
-          c.api, Fault::kRateLimited,
-          rate.never
-              ? fmt::format("This request needs more than the whole limit of {} per minute "
-                            "({}).",
-                            rate.limit, rate.key)
-              : fmt::format("Rate limit reached for {} ({} per minute). Please try again "
-                            "in {}ms.",
-                            rate.key, rate.limit,
-                            std::chrono::ceil<std::chrono::milliseconds>(rate.retry_after).count()),
-          {}, "rate_limit_exceeded");
-      const bool tokens_bucket = rate.key.ends_with(":tpm");
-      const auto secs =
-          std::max<int64_t>(1, std::chrono::ceil<std::chrono::seconds>(rate.retry_after).count());
-      if (!rate.never) r.headers.add("retry-after", std::to_string(secs));
-      const std::string kind = tokens_bucket ? "tokens" : "requests";
-      r.headers.add("x-ratelimit-limit-" + kind, std::to_string(rate.limit));
-      r.headers.add("x-ratelimit-remaining-" + kind,
-                    std::to_string(std::max<int64_t>(0, rate.remaining)));
-      r.headers.add("x-ratelimit-reset-" + kind, fmt::format("{}s", secs));
-      return r;
-    }
     // The worst case over every target the route may fall back to.
     Money worst;
     for (const Target* t : allTargets(*c.route)) {
@@ -622,25 +570,50 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     e.key_id = c.key.id;
     e.route = c.route->alias;
     e.session_id = c.session_id;
-    const auto chain = d_.wallets.chain(scope_list, c.route->alias);
     // The intent is in the journal when this returns; nothing waits for a sync here (the
     // response, which comes later, is what waits when ledger.sync is "always").
-    auto reserved = d_.meter.reserve(e, chain, worst, std::chrono::minutes(15),
-                                     ledger::ReserveOptions{.fresh_id = true});
-    if (!reserved) {
-      giveBackRateLimits(c);
-      if (reserved.error().code == ErrorCode::kResourceExhausted) {
-        return apiError(c.api, Fault::kBudget,
-                        "You exceeded your budget: " + reserved.error().message + ".", {},
-                        "budget_exceeded");
-      }
-      return apiError(c.api, Fault::kUpstream, "The ledger is unavailable; try again.");
+    ledger::RateDecision rate;
+    auto held = budget_.hold({.payer = identity::payerOf(c.who, d_.directory),
+                              .model = c.route->alias,
+                              .draft = e,
+                              .amount = worst,
+                              .tokens = c.input_estimate + c.max_output,
+                              .lease = std::chrono::minutes(15),
+                              .options = {.fresh_id = true}},
+                             &rate);
+    if (held) {
+      c.hold = std::move(*held);
+      return std::nullopt;
     }
-    return std::nullopt;
+    if (!rate.allowed) return rateLimited(c, rate);
+    if (held.error().code == ErrorCode::kResourceExhausted) {
+      return apiError(c.api, Fault::kBudget,
+                      "You exceeded your budget: " + held.error().message + ".", {},
+                      "budget_exceeded");
+    }
+    return apiError(c.api, Fault::kUpstream, "The ledger is unavailable; try again.");
   }
 
-  void giveBackRateLimits(const Call& c) {
-    for (const auto& b : c.buckets) d_.limiter.adjust(b, -b.cost);
+  Response rateLimited(const Call& c, const ledger::RateDecision& rate) const {
+    Response r = apiError(
+        c.api, Fault::kRateLimited,
+        rate.never
+            ? fmt::format("This request needs more than the whole limit of {} per minute ({}).",
+                          rate.limit, rate.key)
+            : fmt::format("Rate limit reached for {} ({} per minute). Please try again in {}ms.",
+                          rate.key, rate.limit,
+                          std::chrono::ceil<std::chrono::milliseconds>(rate.retry_after).count()),
+        {}, "rate_limit_exceeded");
+    const bool tokens_bucket = rate.key.ends_with(":tpm");
+    const auto secs =
+        std::max<int64_t>(1, std::chrono::ceil<std::chrono::seconds>(rate.retry_after).count());
+    if (!rate.never) r.headers.add("retry-after", std::to_string(secs));
+    const std::string kind = tokens_bucket ? "tokens" : "requests";
+    r.headers.add("x-ratelimit-limit-" + kind, std::to_string(rate.limit));
+    r.headers.add("x-ratelimit-remaining-" + kind,
+                  std::to_string(std::max<int64_t>(0, rate.remaining)));
+    r.headers.add("x-ratelimit-reset-" + kind, fmt::format("{}s", secs));
+    return r;
   }
 
   // Settles the event durably; logs (never fails the client) if the ledger cannot.
@@ -653,19 +626,14 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     e.status = status;
     e.provider = target != nullptr ? target->provider->name() : "";
     e.model = target != nullptr ? target->model : "";
-    e.latency_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::steady_clock::now() - c.started)
-                       .count();
+    e.latency_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(d_.clock.monotonic() - c.started)
+            .count();
     e.ttft_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ttft).count();
     e.cost = Money();
     if (target != nullptr && target->price != nullptr) {
       auto cost = ledger::tokenCost(*target->price, tokens, Rounding::kHalfEven);
       if (cost) e.cost = *cost;
-    }
-    // Tokens-per-minute buckets took the estimate; reconcile with what was used.
-    const int64_t delta = tokens.total() - (c.input_estimate + c.max_output);
-    for (const auto& b : c.buckets) {
-      if (b.key.ends_with(":tpm")) d_.limiter.adjust(b, delta);
     }
     countRequest(c, target, status);
     if (metrics_ && target != nullptr) {
@@ -681,13 +649,14 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         }
       }
     }
-    auto settled = d_.meter.settle(e);
+    // Tokens-per-minute limits took the estimate; the hold reconciles them with what was used.
+    auto settled = c.hold.settle(e);
     if (settled && !settled->duplicate && d_.meter.syncsEachRecord()) {
-      const auto asked = std::chrono::steady_clock::now();
+      const auto asked = d_.clock.monotonic();
       if (!co_await asyncDurable(d_.meter, settled->journal_sequence, asio::use_awaitable)) {
         spdlog::error("gateway: the usage of {} may not be on disk", e.id);
       }
-      c.commit_time += std::chrono::steady_clock::now() - asked;
+      c.commit_time += d_.clock.monotonic() - asked;
     }
     if (settled && metrics_ && target != nullptr && !settled->duplicate) {
       metrics_->cost->labels({c.route->alias, target->provider->name()})
@@ -819,7 +788,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
 
   void overhead(Response& r, const Call& c) const {
-    const auto inside = std::chrono::steady_clock::now() - c.started - c.upstream_time;
+    const auto inside = d_.clock.monotonic() - c.started - c.upstream_time;
     r.headers.add("x-purser-overhead-us", std::to_string(std::max<int64_t>(0, micros(inside))));
     // The part of it spent waiting for the ledger's durable commits (the disk's flush time).
     r.headers.add("x-purser-commit-us", std::to_string(micros(c.commit_time)));
@@ -842,13 +811,13 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           last_error = request.error().message;
           break;
         }
-        const auto sent = std::chrono::steady_clock::now();
+        const auto sent = d_.clock.monotonic();
         t->health.in_flight.fetch_add(1, std::memory_order_relaxed);
         c.last_target = t;
         auto res = co_await client.request(std::move(*request));
         t->health.in_flight.fetch_sub(1, std::memory_order_relaxed);
-        c.upstream_time += std::chrono::steady_clock::now() - sent;
-        observeUpstream(c, *t, std::chrono::steady_clock::now() - sent);
+        c.upstream_time += d_.clock.monotonic() - sent;
+        observeUpstream(c, *t, d_.clock.monotonic() - sent);
         if (!res) {
           recordFailure(*t, d_.clock.monotonic());
           upstreamError(*t, errorKind(res.error()));
@@ -856,7 +825,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
             // It ran and answered more than a provider may send: not retried (the work is
             // done), charged as estimated at the worst case that was held for it.
             co_await settle(c, {.input = c.input_estimate, .output = c.max_output}, true, 502, t,
-                            std::chrono::steady_clock::now() - c.started);
+                            d_.clock.monotonic() - c.started);
             Response r =
                 apiError(c.api, Fault::kUpstream,
                          fmt::format("The answer of {} exceeded {} bytes.", t->provider->name(),
@@ -877,7 +846,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           co_await sleepFor(retryAfter(res->headers));
           continue;
         }
-        recordSuccess(*t, std::chrono::steady_clock::now() - sent);
+        recordSuccess(*t, d_.clock.monotonic() - sent);
         json body;
         const std::function<void()> parse_answer = [&] {
           body = parseJsonOrDiscarded(res->body, c.max_nesting);
@@ -888,8 +857,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           // The upstream refused the request itself: nothing ran, nothing is charged. Its
           // answer reaches the client in the client's API's shape; one that is not such a JSON
           // error is put in that shape.
-          (void)d_.meter.release(c.event.id);
-          giveBackRateLimits(c);
+          c.hold.release();
           const bool own_shape = !crosses(c, *t) && body.is_object() && body.contains("error");
           Response r = own_shape ? Response::json(res->status, std::move(res->body))
                                  : translatedError(c.api, res->status, body);
@@ -912,8 +880,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           tokens.input = c.input_estimate;
           tokens.output = ceilDiv(static_cast<int64_t>(res->body.size()), 4);
         }
-        co_await settle(c, tokens, !reported, res->status, t,
-                        std::chrono::steady_clock::now() - c.started);
+        co_await settle(c, tokens, !reported, res->status, t, d_.clock.monotonic() - c.started);
         if (!body.is_object()) {
           // The upstream ran (and is metered, estimated) but its answer is not what its API
           // promises: the client is told so, in its own API's shape.
@@ -951,8 +918,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         co_return r;
       }
     }
-    (void)d_.meter.release(c.event.id);
-    giveBackRateLimits(c);
+    c.hold.release();
     Response r = apiError(c.api, last_fault, failureMessage(c, last_fault, last_error));
     overhead(r, c);
     co_return r;
@@ -1070,10 +1036,10 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
           last_error = request.error().message;
           break;
         }
-        const auto sent = std::chrono::steady_clock::now();
+        const auto sent = d_.clock.monotonic();
         c->last_target = t;
         auto upstream = co_await client.stream(std::move(*request));
-        c->upstream_time += std::chrono::steady_clock::now() - sent;
+        c->upstream_time += d_.clock.monotonic() - sent;
         if (!upstream) {
           recordFailure(*t, d_.clock.monotonic());
           upstreamError(*t, errorKind(upstream.error()));
@@ -1098,8 +1064,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
             co_await sleepFor(retryAfter((*upstream)->headers()));
             continue;
           }
-          (void)d_.meter.release(c->event.id);
-          giveBackRateLimits(*c);
+          c->hold.release();
           const json parsed = parseJsonOrDiscarded(error_body, c->max_nesting);
           const bool own_shape = !crosses(*c, *t) && parsed.is_object() && parsed.contains("error");
           Response r = own_shape ? Response::json(status, std::move(error_body))
@@ -1121,8 +1086,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         co_return r;
       }
     }
-    (void)d_.meter.release(c->event.id);
-    giveBackRateLimits(*c);
+    c->hold.release();
     Response r = apiError(c->api, last_fault, failureMessage(*c, last_fault, last_error));
     overhead(r, *c);
     co_return r;
@@ -1191,7 +1155,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       if (!out.empty()) {
         if (!s.first_byte) {
           s.first_byte = true;
-          s.first_byte_at = std::chrono::steady_clock::now();
+          s.first_byte_at = d_.clock.monotonic();
         }
         if (!co_await w.write(out)) {
           client_gone = true;
@@ -1205,12 +1169,12 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     t.health.in_flight.fetch_sub(1, std::memory_order_relaxed);
     const auto ttft =
         s.first_byte ? s.first_byte_at - c.started : std::chrono::steady_clock::duration(0);
-    observeUpstream(c, t, std::chrono::steady_clock::now() - sent);
+    observeUpstream(c, t, d_.clock.monotonic() - sent);
     if (cut) {
       recordFailure(t, d_.clock.monotonic());
       upstreamError(t, "5xx");
     } else {
-      recordSuccess(t, std::chrono::steady_clock::now() - sent);
+      recordSuccess(t, d_.clock.monotonic() - sent);
     }
     const bool estimated = !s.usage_seen || s.usage_invalid || cut || client_gone;
     co_await settle(c, estimated ? estimate(c, s) : s.tokens, estimated, cut ? 502 : 200, &t, ttft);
@@ -1231,7 +1195,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     auto c = std::make_shared<Call>();
     c->surface = surface;
     c->api = apiOf(surface);
-    c->started = std::chrono::steady_clock::now();
+    c->started = d_.clock.monotonic();
     c->max_nesting = req.max_nesting;
     c->body_bytes = req.body.size();
     Response r = co_await serve(c, req);
@@ -1266,8 +1230,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     } catch (const std::exception& e) {
       spdlog::error("gateway: request {} failed inside Purser: {}", c->event.id, e.what());
     }
-    (void)d_.meter.release(c->event.id);
-    giveBackRateLimits(*c);
+    c->hold.release();
     Response r = apiError(c->api, Fault::kInternal, "The request failed inside the gateway.");
     overhead(r, *c);
     co_return r;
@@ -1276,7 +1239,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   Response models(Request& req) {
     Call c;
     c.api = Api::kOpenAi;
-    c.started = std::chrono::steady_clock::now();
+    c.started = d_.clock.monotonic();
     auto presented = presentedKey(req);
     if (!presented) {
       return apiError(Api::kOpenAi, Fault::kUnauthenticated, "You didn't provide an API key.", {},
@@ -1305,6 +1268,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
 
  private:
   GatewayDeps d_;
+  ledger::Budget budget_{d_.wallets, d_.meter, d_.limiter, d_.rate_limits};
   std::vector<std::unique_ptr<Provider>> providers_;
   std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
   std::unique_ptr<asio::thread_pool> cpu_;  // parses and writes large bodies

@@ -64,14 +64,6 @@ struct GatewayDeps {
   http::MetricsRegistry* metrics = nullptr;
 };
 
-// The budgets and limits a principal's usage counts against (ledger::scopesOf).
-ledger::Charged chargedOf(const identity::Principal& who);
-
-// The rate-limit buckets of a key and the keys it was derived from (nearest first): requests per
-// minute count 1, tokens per minute `tokens` (no tokens bucket when `tokens` is 0).
-std::vector<ledger::BucketRequest> keyBuckets(const std::vector<identity::ApiKey>& chain,
-                                              int64_t tokens);
-
 class Gateway {
  public:
   Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,

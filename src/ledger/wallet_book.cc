@@ -317,8 +317,8 @@ std::vector<std::string> WalletBook::expireLeases() {
   return out;
 }
 
-std::vector<std::string> WalletBook::chain(const std::vector<Scope>& scopes,
-                                           std::string_view model) const {
+std::vector<std::string> WalletBook::chain(const Charged& who, std::string_view model) const {
+  const std::vector<Scope> scopes = scopesOf(who);
   std::vector<std::string> out;
   std::lock_guard lock(mu_);
   for (const Scope& scope : scopes) {

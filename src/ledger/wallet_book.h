@@ -130,9 +130,10 @@ class WalletBook {
   // Whether a reservation with this event id is outstanding.
   bool holds(const std::string& event_id) const;
 
-  // The wallets that apply to usage by these scopes for `model`: those on any of the scopes
-  // with no model, or with exactly this model. Sorted by id.
-  std::vector<std::string> chain(const std::vector<Scope>& scopes, std::string_view model) const;
+  // The wallet chain: the wallets usage by `who` on `model` is charged to — those on any of its
+  // scopes (scopesOf) with no model, or with exactly this model. Sorted by id. The one place a
+  // chain is made; Budget and the fleet's metering both ask here.
+  std::vector<std::string> chain(const Charged& who, std::string_view model) const;
 
  private:
   struct WalletState {

@@ -11,6 +11,7 @@
 
 #include "common/json.h"
 #include "exec/command.h"
+#include "identity/payer.h"
 #include "ledger/price.h"
 
 namespace purser::scheduler {
@@ -421,15 +422,13 @@ Result<FleetService::Built> FleetService::rebuild(fleet::World world) {
 
 int64_t FleetService::nowMs() const { return unixMillis(d_.clock.now()); }
 
-std::vector<ledger::Scope> FleetService::scopesOf(const Record& r) const {
+ledger::Charged FleetService::chargedOf(const Record& r) const {
   ledger::Charged c;
   c.tenant_id = r.tenant_id;
   c.team_id = r.team_id;
   (r.owner_kind == "service_account" ? c.service_account_id : c.user_id) = r.owner_id;
   // A workload submitted with a derived key is charged to the keys above it too.
-  for (const auto& k : d_.directory.keyChain(r.key_id)) c.key_chain.push_back(k.id);
-  if (c.key_chain.empty() && !r.key_id.empty()) c.key_chain.push_back(r.key_id);
-  return ledger::scopesOf(c);
+  return identity::payerOf(std::move(c), r.key_id, d_.directory).charged;
 }
 
 // Why `r` may not start GPU work now (a hard wallet in its chain has nothing left); empty if
@@ -489,7 +488,7 @@ Money FleetService::lookaheadCost(const Record& r) const {
 std::string FleetService::budgetHold(const Record& r) const {
   if (r.tenant_id.empty() || !requestsGpu(r.spec)) return {};
   const Money need = lookaheadCost(r);
-  for (const auto& id : d_.wallets.chain(scopesOf(r), kGpuModel)) {
+  for (const auto& id : d_.wallets.chain(chargedOf(r), kGpuModel)) {
     auto st = d_.wallets.status(id);
     if (!st || !st->spec.hard) continue;
     if (!st->remaining.isZero() && !(st->remaining < need)) continue;
@@ -515,7 +514,7 @@ bool FleetService::holdGpu(Record& r) {
   if (need.isZero()) return true;
   ledger::ReserveRequest q;
   q.event_id = fmt::format("gpu-hold:{}:{}", r.spec.name, ++hold_seq_);
-  q.wallet_ids = d_.wallets.chain(scopesOf(r), kGpuModel);
+  q.wallet_ids = d_.wallets.chain(chargedOf(r), kGpuModel);
   q.amount = need;
   q.lease = lookahead() * 3;
   auto held = d_.wallets.reserve(q);
@@ -601,7 +600,7 @@ std::optional<store::TxFn> FleetService::meter(Record& r, int64_t now_ms) {
   e.cost = cost;
   e.latency_ms = elapsed;
   e.status = 200;
-  auto charged = d_.meter.charge(e, d_.wallets.chain(scopesOf(r), kGpuModel));
+  auto charged = d_.meter.charge(e, d_.wallets.chain(chargedOf(r), kGpuModel));
   if (!charged) {
     spdlog::error("fleet: GPU time of {} not charged: {}", r.spec.name, charged.error().message);
     return std::nullopt;

@@ -267,7 +267,7 @@ class FleetService {
   void refreshInventory();
 
   int64_t nowMs() const;
-  std::vector<ledger::Scope> scopesOf(const Record& r) const;
+  ledger::Charged chargedOf(const Record& r) const;
   std::chrono::milliseconds lookahead() const;
   Money lookaheadCost(const Record& r) const;
   std::string budgetHold(const Record& r) const;

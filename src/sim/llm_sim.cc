@@ -335,6 +335,12 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     }
     const bool cut = roll(options_.cut_rate);
     Generation g = plan(model, prompt, max_tokens, chat ? "chatcmpl-" : "cmpl-");
+    // vLLM's ignore_eos: the answer runs to max_tokens (benchmarks use it for a fixed length).
+    if (max_tokens && *max_tokens > 0 && body.contains("ignore_eos") &&
+        body["ignore_eos"].is_boolean() && body["ignore_eos"].get<bool>()) {
+      g.tokens = std::min<int64_t>(*max_tokens, int64_t{1} << 20);
+      g.truncated = true;
+    }
     const bool stream = body.value("stream", false);
     if (!stream) {
       if (cut) {

@@ -841,7 +841,7 @@ TEST_F(MeteringTest, ApiReservationsOutliveARestartUntilTheirLeaseEnds) {
   ASSERT_EQ(recovered->reservations.size(), 1u);
   EXPECT_EQ(recovered->reservations[0].draft.id, id);
   EXPECT_EQ(recovered->reservations[0].draft.session_id, "lost");
-  const auto chain = after.book.chain({{ledger::ScopeKind::kUser, dana}}, "");
+  const auto chain = after.book.chain({.user_id = dana}, "");
   ASSERT_EQ(chain.size(), 1u);
   EXPECT_EQ(after.book.status(chain[0])->reserved.toString(), "3.25");
   EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "0.00");
@@ -866,7 +866,7 @@ TEST_F(MeteringTest, ApiReservationsWhoseLeaseEndedWhileDownAreDroppedNotCharged
   ASSERT_TRUE(recovered.has_value());
   EXPECT_EQ(recovered->dropped, 1);
   EXPECT_EQ(recovered->charged, 0);
-  const auto chain = after.book.chain({{ledger::ScopeKind::kUser, dana}}, "");
+  const auto chain = after.book.chain({.user_id = dana}, "");
   EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "0.00");
   EXPECT_EQ(after.book.status(chain[0])->reserved.toString(), "0.00");
 }
@@ -1098,7 +1098,7 @@ TEST_F(MeteringTest, UsageThatRanElsewhereIsRecordedOnceAndChargesOnlyTheWindowI
   // What was charged is what a restart finds.
   Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
   ASSERT_TRUE(loadState(after.services).has_value());
-  const auto chain = after.book.chain({{ledger::ScopeKind::kUser, dana}}, "");
+  const auto chain = after.book.chain({.user_id = dana}, "");
   ASSERT_EQ(chain.size(), 1u);
   EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "3.50");
 }

@@ -222,24 +222,28 @@ TEST_F(JournalTest, ACorruptRecordEndsTheReplayThereAndTheStartGoesOn) {
 }
 
 TEST_F(JournalTest, SegmentsRotateAndGoOnceApplied) {
+  failing = true;  // held back: every segment stays until the store has it
   open({.dir = dir.file("journal"), .segment_bytes = 4096});
   for (int i = 0; i < 2000; ++i) ASSERT_TRUE(journal->append(payload(i)).has_value());
-  EXPECT_GT(journal->segments().size(), 1u) << "2000 records do not fit in 4 KiB";
+  const size_t rotated = journal->segments().size();
+  EXPECT_GT(rotated, 5u) << "2000 records do not fit in 4 KiB";
+  failing = false;
   ASSERT_TRUE(journal->catchUp().has_value());
   EXPECT_EQ(stored().size(), 2000u);
-  // An abandoned journal with many segments replays them all, in order.
+  // The next cycle removes the segments wholly in the store; the one taking appends stays.
+  ASSERT_TRUE(journal->append("one more").has_value());
+  ASSERT_TRUE(journal->catchUp().has_value());
+  ASSERT_TRUE(journal->append("and another").has_value());
+  ASSERT_TRUE(journal->catchUp().has_value());
+  EXPECT_LE(journal->segments().size(), 2u);
+  // Killed now: what is left replays in order, adding nothing twice.
   journal->abandon();
   journal.reset();
-  ASSERT_TRUE(store
-                  ->write([](store::Tx& tx) -> Result<void> {
-                    PURSER_TRY(tx.exec("DELETE FROM records WHERE pos >= 1000"));
-                    return {};
-                  })
-                  .has_value());
   open({.dir = dir.file("journal"), .segment_bytes = 4096});
   auto got = stored();
-  ASSERT_EQ(got.size(), 2000u);
-  for (int i = 1000; i < 2000; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], payload(i));
+  ASSERT_EQ(got.size(), 2002u);
+  for (int i = 0; i < 2000; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], payload(i));
+  EXPECT_EQ(got[2001], "and another");
 }
 
 TEST_F(JournalTest, AStoreThatFallsBehindIsWaitedForUpToItsBoundThenRetriedInOrder) {

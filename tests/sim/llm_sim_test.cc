@@ -78,6 +78,21 @@ TEST_F(LlmSimTest, ChatIsDeterministicWithRealUsage) {
   EXPECT_EQ(ja["object"], "chat.completion");
 }
 
+TEST_F(LlmSimTest, IgnoreEosRunsTheAnswerToMaxTokens) {
+  start({});
+  json body = kChat;
+  body["max_tokens"] = 100;  // more than any natural answer (20 to 59 tokens)
+  EXPECT_LT(json::parse(post("/v1/chat/completions", body).body)["usage"]["completion_tokens"],
+            100);
+  body["ignore_eos"] = true;
+  const json full = json::parse(post("/v1/chat/completions", body).body);
+  EXPECT_EQ(full["usage"]["completion_tokens"], 100);
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "length");
+  body["ignore_eos"] = "yes";  // not a boolean: ignored
+  EXPECT_LT(json::parse(post("/v1/chat/completions", body).body)["usage"]["completion_tokens"],
+            100);
+}
+
 TEST_F(LlmSimTest, StreamsChunksWithUsageThenDone) {
   start({});
   json body = kChat;

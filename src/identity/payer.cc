@@ -1,0 +1,26 @@
+#include "identity/payer.h"
+
+namespace purser::identity {
+
+ledger::Payer payerOf(ledger::Charged charged, const std::string& key_id,
+                      const Directory& directory) {
+  ledger::Payer p;
+  p.charged = std::move(charged);
+  p.charged.key_chain.clear();
+  for (const ApiKey& k : directory.keyChain(key_id)) {
+    p.charged.key_chain.push_back(k.id);
+    p.keys.push_back({k.id, k.rpm, k.tpm});
+  }
+  if (p.charged.key_chain.empty() && !key_id.empty()) p.charged.key_chain.push_back(key_id);
+  return p;
+}
+
+ledger::Payer payerOf(const Principal& who, const Directory& directory) {
+  ledger::Charged c;
+  c.tenant_id = who.tenant_id;
+  c.team_id = who.team_id;
+  (who.kind == OwnerKind::kUser ? c.user_id : c.service_account_id) = who.id;
+  return payerOf(std::move(c), who.key_id, directory);
+}
+
+}  // namespace purser::identity

@@ -1,0 +1,91 @@
+#include "ledger/budget.h"
+
+#include <spdlog/spdlog.h>
+
+namespace purser::ledger {
+
+Hold& Hold::operator=(Hold&& other) noexcept {
+  if (this != &other) {
+    release();
+    budget_ = std::exchange(other.budget_, nullptr);
+    id_ = std::move(other.id_);
+    wallets_ = std::move(other.wallets_);
+    buckets_ = std::move(other.buckets_);
+    tokens_ = other.tokens_;
+    sequence_ = other.sequence_;
+  }
+  return *this;
+}
+
+Result<Settlement> Hold::settle(UsageEvent event) {
+  Budget* budget = std::exchange(budget_, nullptr);
+  if (budget == nullptr) {
+    return fail(Error(ErrorCode::kFailedPrecondition, "the hold was settled or released before"));
+  }
+  event.id = id_;
+  budget->reconcileTokens(buckets_, event.tokens.total() - tokens_);
+  return budget->meter_.settle(std::move(event));
+}
+
+void Hold::release() {
+  Budget* budget = std::exchange(budget_, nullptr);
+  if (budget == nullptr) return;
+  for (const auto& b : buckets_) budget->limiter_.adjust(b, -b.cost);
+  if (auto r = budget->meter_.release(id_); !r) {
+    spdlog::warn("ledger: hold {} not released: {}", id_, r.error().message);
+  }
+}
+
+std::vector<BucketRequest> Budget::rateBuckets(const Payer& payer, std::string_view model,
+                                               int64_t tokens) const {
+  std::vector<BucketRequest> out;
+  for (const auto& k : payer.keys) {
+    if (k.rpm > 0) out.push_back({"key:" + k.key_id + ":rpm", k.rpm, 1});
+    if (k.tpm > 0 && tokens > 0) out.push_back({"key:" + k.key_id + ":tpm", k.tpm, tokens});
+  }
+  for (auto& b : limits_.buckets(scopesOf(payer.charged), model, tokens)) {
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+Result<Hold> Budget::hold(const HoldRequest& request, RateDecision* rate) {
+  Hold h;
+  h.buckets_ = rateBuckets(request.payer, request.model, request.tokens);
+  const RateDecision decision = limiter_.acquire(h.buckets_);
+  if (rate != nullptr) *rate = decision;
+  if (!decision.allowed) {
+    return fail(Error(ErrorCode::kResourceExhausted, "rate limit " + decision.key + " reached"));
+  }
+  h.wallets_ = wallets_.chain(request.payer.charged, request.model);
+  auto sequence =
+      meter_.reserve(request.draft, h.wallets_, request.amount, request.lease, request.options);
+  if (!sequence) {
+    // Nothing ran: what the rate limits took goes back.
+    for (const auto& b : h.buckets_) limiter_.adjust(b, -b.cost);
+    return fail(sequence.error());
+  }
+  h.budget_ = this;
+  h.id_ = request.draft.id;
+  h.tokens_ = request.tokens;
+  h.sequence_ = *sequence;
+  return h;
+}
+
+Result<Settlement> Budget::settle(const Payer& payer, std::string_view model, UsageEvent event,
+                                  int64_t estimated_tokens) {
+  auto settled = PURSER_TRY_VALUE(meter_.settle(event));
+  if (!settled.duplicate) {
+    reconcileTokens(rateBuckets(payer, model, 1), event.tokens.total() - estimated_tokens);
+  }
+  return settled;
+}
+
+void Budget::reconcileTokens(const std::vector<BucketRequest>& buckets, int64_t delta) {
+  if (delta == 0) return;
+  for (const auto& b : buckets) {
+    if (b.key.ends_with(":tpm")) limiter_.adjust(b, delta);
+  }
+}
+
+}  // namespace purser::ledger

@@ -1,0 +1,122 @@
+// Budget: the one owner of the money path's decisions. Work that may cost money — a model
+// request, a reservation made through the API — asks it for a hold: it works out, once, the
+// wallet chain and the rate-limit buckets of whoever pays, takes the rate limits, reserves the
+// worst case on every wallet of the chain all or nothing (DESIGN.md rule 2), and appends the
+// intent to the ledger's journal (Meter). The answer is a move-only Hold that settles or releases
+// itself: a hold dropped unsettled gives its budget back, so no early return or exception can
+// leave a phantom hold behind.
+//
+// What a settlement may charge — never more than was held, never past a hard wallet's limit, the
+// rest recorded as overage — is WalletBook's rule; Budget is its only caller on the request path.
+//
+// Thread-safe; cheap to construct (it holds references).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/money.h"
+#include "common/result.h"
+#include "ledger/meter.h"
+#include "ledger/rate_limiter.h"
+#include "ledger/scope.h"
+#include "ledger/wallet_book.h"
+
+namespace purser::ledger {
+
+// A key's own rate limits (0: none).
+struct KeyRate {
+  std::string key_id;
+  int64_t rpm = 0;
+  int64_t tpm = 0;
+};
+
+// Who pays for a piece of work: its scopes (tenant, team, owner, key chain) and the rate limits of
+// the key it came with and of every key that key derives from, nearest first.
+struct Payer {
+  Charged charged;
+  std::vector<KeyRate> keys;
+};
+
+struct HoldRequest {
+  Payer payer;
+  std::string model;   // what budgets and limits are scoped to: a route alias or a model name
+  UsageEvent draft;    // the event's id and who; what it used is settled later
+  Money amount;        // the worst case
+  int64_t tokens = 0;  // the estimate tokens-per-minute limits take now (0: they take nothing)
+  Duration lease = std::chrono::minutes(10);
+  ReserveOptions options;
+};
+
+class Budget;
+
+class Hold {
+ public:
+  Hold() = default;
+  Hold(Hold&& other) noexcept { *this = std::move(other); }
+  Hold& operator=(Hold&& other) noexcept;
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+  ~Hold() { release(); }
+
+  bool active() const { return budget_ != nullptr; }
+  const std::string& id() const { return id_; }
+  const std::vector<std::string>& wallets() const { return wallets_; }
+  // The journal record of the intent (for Meter::whenDurable).
+  uint64_t journalSequence() const { return sequence_; }
+
+  // Charges `event.cost` to the chain (event.id is the hold's) and gives the tokens-per-minute
+  // limits back what the estimate took beyond `event.tokens` (or takes the difference). The hold
+  // is done afterwards, whatever the outcome.
+  Result<Settlement> settle(UsageEvent event);
+  // The work did not run (refused upstream, failed, cut off inside Purser): the budget and what
+  // the rate limits took are given back.
+  void release();
+  // The hold outlives this object (an API reservation is settled or released by id later).
+  void detach() { budget_ = nullptr; }
+
+ private:
+  friend class Budget;
+  Budget* budget_ = nullptr;
+  std::string id_;
+  std::vector<std::string> wallets_;
+  std::vector<BucketRequest> buckets_;
+  int64_t tokens_ = 0;
+  uint64_t sequence_ = 0;
+};
+
+class Budget {
+ public:
+  Budget(WalletBook& wallets, Meter& meter, RateLimiter& limiter, const RateLimitBook& limits)
+      : wallets_(wallets), meter_(meter), limiter_(limiter), limits_(limits) {}
+
+  // The buckets one request by `payer` on `model` draws from: each key's own requests and tokens
+  // per minute, then the limits configured on its scopes. `tokens` 0 leaves tokens buckets out.
+  std::vector<BucketRequest> rateBuckets(const Payer& payer, std::string_view model,
+                                         int64_t tokens) const;
+
+  // Takes the rate limits, then the hold; all or nothing. Refused by a rate limit: the error is
+  // kResourceExhausted and `*rate` (when given) says which bucket, with allowed false. Refused by
+  // a wallet: kResourceExhausted naming it (the rate limits are given back). kAlreadyExists for a
+  // used id, kUnavailable when the ledger cannot record it.
+  Result<Hold> hold(const HoldRequest& request, RateDecision* rate = nullptr);
+
+  // Settles a hold made earlier and detached, by id (an API reservation): `estimated_tokens` is
+  // what its tokens-per-minute limits took.
+  Result<Settlement> settle(const Payer& payer, std::string_view model, UsageEvent event,
+                            int64_t estimated_tokens);
+
+  Meter& meter() { return meter_; }
+
+ private:
+  friend class Hold;
+  void reconcileTokens(const std::vector<BucketRequest>& buckets, int64_t delta);
+
+  WalletBook& wallets_;
+  Meter& meter_;
+  RateLimiter& limiter_;
+  const RateLimitBook& limits_;
+};
+
+}  // namespace purser::ledger

@@ -1,0 +1,152 @@
+// The one owner of the money path: holds take the rate limits and the budget together or not at
+// all, settle or give themselves back, and never leave a phantom hold.
+#include "ledger/budget.h"
+
+#include <gtest/gtest.h>
+
+#include "fakes/temp_dir.h"
+#include "ledger/ledger_store.h"
+#include "store/sqlite_store.h"
+
+namespace purser::ledger {
+namespace {
+
+class BudgetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::SqliteStore::open({.path = dir.file("b.db")}, clock);
+    ASSERT_TRUE(s.has_value());
+    store = std::move(*s);
+    auto m = Meter::open(*store, book, clock, nullptr, {.dir = dir.file("journal")});
+    ASSERT_TRUE(m.has_value());
+    meter = std::move(*m);
+    for (auto [id, scope, limit] : {std::tuple{"w-tenant", Scope{ScopeKind::kTenant, "t"}, 10},
+                                    {"w-team", Scope{ScopeKind::kTeam, "team"}, 10},
+                                    {"w-user", Scope{ScopeKind::kUser, "u"}, 2}}) {
+      WalletSpec w;
+      w.id = id;
+      w.tenant_id = "t";
+      w.scope = scope;
+      w.limit = *Money::fromUnits(limit);
+      ASSERT_TRUE(book.put(w).has_value());
+    }
+    payer.charged = {"t", "team", "u", "", {"k"}};
+    payer.keys = {{"k", 100, 1000}};
+  }
+  void TearDown() override {
+    meter->close();
+    store->close();
+  }
+
+  HoldRequest request(const std::string& id, int64_t units, int64_t tokens = 100) {
+    HoldRequest r;
+    r.payer = payer;
+    r.model = "chat";
+    r.draft.id = id;
+    r.draft.tenant_id = "t";
+    r.amount = *Money::fromUnits(units);
+    r.tokens = tokens;
+    return r;
+  }
+  Money reserved(const std::string& wallet) { return book.status(wallet)->reserved; }
+  Money spent(const std::string& wallet) { return book.status(wallet)->spent; }
+
+  testing::TempDir dir;
+  ManualClock clock;
+  std::unique_ptr<store::SqliteStore> store;
+  WalletBook book{clock};
+  std::unique_ptr<Meter> meter;
+  RateLimiter limiter{clock};
+  RateLimitBook limits;
+  Payer payer;
+};
+
+TEST_F(BudgetTest, AHoldReservesOnTheWholeChainAndSettlesOnce) {
+  Budget b(book, *meter, limiter, limits);
+  auto h = b.hold(request("e1", 1));
+  ASSERT_TRUE(h.has_value()) << h.error().toString();
+  EXPECT_EQ(h->wallets(), (std::vector<std::string>{"w-team", "w-tenant", "w-user"}));
+  for (const char* w : {"w-tenant", "w-team", "w-user"})
+    EXPECT_EQ(reserved(w), *Money::fromUnits(1));
+  UsageEvent e;
+  e.cost = Money::parse("0.40").value();
+  e.tokens.output = 50;
+  auto s = h->settle(e);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->charged, Money::parse("0.40").value());
+  EXPECT_FALSE(h->active());
+  EXPECT_FALSE(h->settle(e).has_value()) << "a hold settles once";
+  for (const char* w : {"w-tenant", "w-team", "w-user"}) {
+    EXPECT_EQ(reserved(w), Money::zero());
+    EXPECT_EQ(spent(w), Money::parse("0.40").value());
+  }
+}
+
+TEST_F(BudgetTest, ARefusalByAWalletGivesTheRateLimitsBackAndHoldsNothing) {
+  Budget b(book, *meter, limiter, limits);
+  payer.keys = {{"k", 1, 0}};  // one request per minute
+  RateDecision rate;
+  auto refused = b.hold(request("e1", 3), &rate);  // the user wallet has 2
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(rate.allowed);
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("w-user"), std::string::npos);
+  EXPECT_EQ(reserved("w-tenant"), Money::zero());
+  // The request that did not run did not use the key's one request.
+  auto ok = b.hold(request("e2", 1), &rate);
+  ASSERT_TRUE(ok.has_value()) << ok.error().toString();
+  auto limited = b.hold(request("e3", 1), &rate);
+  ASSERT_FALSE(limited.has_value());
+  EXPECT_FALSE(rate.allowed);
+  EXPECT_EQ(rate.key, "key:k:rpm");
+  EXPECT_FALSE(book.holds("e3")) << "refused by the rate limit before any budget was held";
+}
+
+TEST_F(BudgetTest, AHoldDroppedUnsettledGivesEverythingBack) {
+  Budget b(book, *meter, limiter, limits);
+  payer.keys = {{"k", 1, 0}};
+  {
+    auto h = b.hold(request("e1", 2));
+    ASSERT_TRUE(h.has_value());
+    EXPECT_EQ(reserved("w-user"), *Money::fromUnits(2));
+    Hold moved = std::move(*h);
+    EXPECT_FALSE(h->active());
+    EXPECT_TRUE(moved.active());
+  }  // dropped: an early return, an exception
+  EXPECT_EQ(reserved("w-user"), Money::zero());
+  EXPECT_EQ(book.outstanding(), 0u);
+  EXPECT_TRUE(b.hold(request("e2", 2)).has_value()) << "the rate limit was given back too";
+}
+
+TEST_F(BudgetTest, SettlingReconcilesTheTokensPerMinuteWithWhatWasUsed) {
+  Budget b(book, *meter, limiter, limits);
+  payer.keys = {{"k", 0, 1000}};
+  auto h = b.hold(request("e1", 1, /*tokens=*/900));
+  ASSERT_TRUE(h.has_value());
+  UsageEvent e;
+  e.tokens.output = 100;  // 800 fewer than estimated
+  ASSERT_TRUE(h->settle(e).has_value());
+  auto second = b.hold(request("e2", 1, 800));  // kept: a dropped hold gives its limits back
+  EXPECT_TRUE(second.has_value()) << "the unused estimate came back";
+  RateDecision rate;
+  EXPECT_FALSE(b.hold(request("e3", 1, 200), &rate).has_value());
+  EXPECT_EQ(rate.key, "key:k:tpm");
+}
+
+TEST_F(BudgetTest, ConfiguredLimitsOnTheScopesCountToo) {
+  Budget b(book, *meter, limiter, limits);
+  limits.put({"l1", "t", {ScopeKind::kTeam, "team"}, "chat", 1, 0});
+  auto buckets = b.rateBuckets(payer, "chat", 10);
+  ASSERT_EQ(buckets.size(), 3u);  // the key's rpm and tpm, the team's rpm on chat
+  EXPECT_EQ(buckets[0].key, "key:k:rpm");
+  EXPECT_EQ(buckets[1].key, "key:k:tpm");
+  EXPECT_TRUE(b.rateBuckets(payer, "other", 10).size() == 2u) << "the team's limit is on chat";
+  auto first = b.hold(request("e1", 1));
+  ASSERT_TRUE(first.has_value());
+  RateDecision rate;
+  EXPECT_FALSE(b.hold(request("e2", 1), &rate).has_value());
+  EXPECT_EQ(rate.key, "limit:l1:rpm");
+}
+
+}  // namespace
+}  // namespace purser::ledger
