@@ -133,8 +133,8 @@ Result<void> Journal::replay() {
   auto flush = [&]() -> Result<void> {
     if (batch.empty()) return {};
     auto r = store_.write([&](store::Tx& tx) -> Result<void> {
-      for (const auto& rec : batch) PURSER_TRY(apply_(tx, rec));
-      return {};
+      const std::vector<std::string_view> records(batch.begin(), batch.end());
+      return apply_(tx, records, /*replaying=*/true);
     });
     if (!r) {
       return fail(Error(r.error().code,
@@ -262,8 +262,12 @@ Result<uint64_t> Journal::append(std::string_view record) {
   seg->last = sequence;
   ++next_;
   unapplied_.push_back({sequence, std::string(record)});
+  // The sync thread is woken only when it sleeps with nothing to do, or when every record is
+  // waited for (kAlways): in kBatch a wake-up per record would cost a context switch each, for a
+  // thread that is going to wait out its interval anyway.
+  const bool wake = idle_ || options_.sync == SyncMode::kAlways;
   lock.unlock();
-  wake_.notify_one();
+  if (wake) wake_.notify_one();
   return sequence;
 }
 
@@ -308,9 +312,11 @@ void Journal::run() {
     auto materialisable = [&] {
       return !in_flight_ && !unapplied_.empty() && unapplied_.front().sequence <= synced_;
     };
+    idle_ = true;
     wake_.wait(lock, [&] {
       return stopping_ || urgent_ || (!failed_ && next_ - 1 > synced_) || materialisable();
     });
+    idle_ = false;
     if (abandoned_) break;
     if (options_.sync == SyncMode::kBatch && !stopping_ && !urgent_ && !failed_ &&
         next_ - 1 > synced_) {
@@ -402,8 +408,10 @@ void Journal::run() {
     if (batch) {
       store_.writeAsync(
           [this, batch](store::Tx& tx) -> Result<void> {
-            for (const auto& p : *batch) PURSER_TRY(apply_(tx, p.record));
-            return {};
+            std::vector<std::string_view> records;
+            records.reserve(batch->size());
+            for (const auto& p : *batch) records.emplace_back(p.record);
+            return apply_(tx, records, /*replaying=*/false);
           },
           [this, batch](Result<void> r) {
             const uint64_t through = batch->back().sequence;

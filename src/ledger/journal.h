@@ -68,8 +68,12 @@ class Journal {
   static constexpr size_t kHeaderBytes = 16;
   static constexpr size_t kMaxRecordBytes = size_t{1} << 20;
 
-  // Applies one record inside the materialiser's transaction. Must be idempotent.
-  using Apply = std::function<Result<void>(store::Tx& tx, std::string_view record)>;
+  // Applies records, in order, inside one of the materialiser's transactions (a batch may then
+  // skip work that a later record in it undoes). Must be idempotent. `replaying`: the records
+  // come from the files at open, and some of them may have been applied before, in other
+  // batches.
+  using Apply = std::function<Result<void>(
+      store::Tx& tx, const std::vector<std::string_view>& records, bool replaying)>;
   // Told, on the store's writer thread, of the last sequence a committed batch applied.
   using Applied = std::function<void(uint64_t through)>;
 
@@ -154,6 +158,7 @@ class Journal {
   std::multimap<uint64_t, Waiter> waiters_;        // mu_
   bool in_flight_ = false;                         // a batch is being applied; mu_
   bool urgent_ = false;                            // someone waits: sync now; mu_
+  bool idle_ = false;                              // the sync thread waits for work; mu_
   bool stopping_ = false;                          // mu_
   bool failed_ = false;                            // an fdatasync failed; mu_
   bool closed_ = false;                            // mu_

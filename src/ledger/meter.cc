@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <unordered_set>
 
 namespace purser::ledger {
 
@@ -82,7 +83,7 @@ constexpr const char* kInsertIntent =
 // Records the event and its charges unless its id is already recorded (a replayed record), and
 // removes its intent. Returns whether it was recorded now.
 Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
-                         const std::vector<std::string>& wallets) {
+                         const std::vector<std::string>& wallets, bool had_intent) {
   const int64_t inserted = PURSER_TRY_VALUE(tx.exec(kInsertEvent, {e.id,
                                                                    unixMillis(e.at),
                                                                    e.tenant_id,
@@ -111,7 +112,7 @@ Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
       PURSER_TRY(tx.exec(kInsertCharge, {e.id, w, unixMillis(e.at), e.cost.nanos()}));
     }
   }
-  PURSER_TRY(tx.exec(kDeleteIntent, {e.id}));
+  if (had_intent) PURSER_TRY(tx.exec(kDeleteIntent, {e.id}));
   return inserted > 0;
 }
 
@@ -212,7 +213,9 @@ Result<std::unique_ptr<Meter>> Meter::open(store::Store& store, WalletBook& book
   Meter* raw = m.get();
   m->journal_ = PURSER_TRY_VALUE(Journal::open(
       std::move(journal), store,
-      [raw](store::Tx& tx, std::string_view bytes) { return raw->apply(tx, bytes); },
+      [raw](store::Tx& tx, const std::vector<std::string_view>& records, bool replaying) {
+        return raw->apply(tx, records, replaying);
+      },
       [raw](uint64_t through) { raw->applied(through); }));
   return m;
 }
@@ -227,32 +230,56 @@ void Meter::abandon() {
   if (journal_) journal_->abandon();
 }
 
-Result<void> Meter::apply(store::Tx& tx, std::string_view bytes) const {
-  auto decoded = decodeRecord(bytes);
-  if (!decoded) {
-    // Its checksum held, so these are the bytes written: a format this binary does not know.
-    // Kept, never silently dropped, and never allowed to stop the journal.
-    spdlog::error("ledger: a journal record cannot be read ({}); set aside in ledger_quarantine",
-                  decoded.error().message);
-    PURSER_TRY(tx.exec(
-        "INSERT INTO ledger_quarantine (event_id, at_ms, reason, intent) VALUES ($1, $2, $3, $4)",
-        {std::string("journal"), unixMillis(clock_.now()), decoded.error().message, hexOf(bytes)}));
-    return {};
+Result<void> Meter::apply(store::Tx& tx, const std::vector<std::string_view>& records,
+                          bool replaying) const {
+  std::vector<Result<LedgerRecord>> decoded;
+  decoded.reserve(records.size());
+  // Intents whose settlement or release comes later in the same batch are never written: the
+  // row would be inserted and deleted in one transaction. Their deletes are skipped too, except
+  // in a replay, where an earlier batch may have written the intent.
+  std::unordered_set<std::string_view> ended;
+  std::unordered_set<std::string_view> unwritten;
+  for (std::string_view bytes : records) {
+    decoded.push_back(decodeRecord(bytes));
+    if (!decoded.back()) continue;
+    if (const auto* us = std::get_if<UsageRecord>(&*decoded.back())) {
+      ended.insert(us->event.id);
+    } else if (const auto* rel = std::get_if<ReleaseRecord>(&*decoded.back())) {
+      for (const auto& id : rel->ids) ended.insert(id);
+    }
   }
-  if (const auto* in = std::get_if<IntentRecord>(&*decoded)) {
-    // A replayed intent whose event is already recorded was settled since.
-    if (!PURSER_TRY_VALUE(tx.query(kEventExists, {in->draft.id})).empty()) return {};
-    PURSER_TRY(tx.exec(kInsertIntent,
-                       {in->draft.id, in->at_ms, in->amount.nanos(), writeJson(json(in->wallets)),
-                        writeJson(intentJson(in->draft, in->external, in->token_estimate)),
-                        in->expires_ms, int64_t{in->external ? 1 : 0}}));
-    return {};
-  }
-  if (const auto* us = std::get_if<UsageRecord>(&*decoded)) {
-    return recordWrite(us->event, us->wallets)(tx);
-  }
-  for (const auto& id : std::get<ReleaseRecord>(*decoded).ids) {
-    PURSER_TRY(tx.exec(kDeleteIntent, {id}));
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (!decoded[i]) {
+      // Its checksum held, so these are the bytes written: a format this binary does not know.
+      // Kept, never silently dropped, and never allowed to stop the journal.
+      spdlog::error("ledger: a journal record cannot be read ({}); set aside in ledger_quarantine",
+                    decoded[i].error().message);
+      PURSER_TRY(
+          tx.exec("INSERT INTO ledger_quarantine (event_id, at_ms, reason, intent) VALUES "
+                  "($1, $2, $3, $4)",
+                  {std::string("journal"), unixMillis(clock_.now()), decoded[i].error().message,
+                   hexOf(records[i])}));
+      continue;
+    }
+    const LedgerRecord& record = *decoded[i];
+    if (const auto* in = std::get_if<IntentRecord>(&record)) {
+      if (ended.contains(in->draft.id)) {
+        if (!replaying) unwritten.insert(in->draft.id);
+        continue;
+      }
+      // A replayed intent whose event is already recorded was settled since.
+      if (!PURSER_TRY_VALUE(tx.query(kEventExists, {in->draft.id})).empty()) continue;
+      PURSER_TRY(tx.exec(kInsertIntent,
+                         {in->draft.id, in->at_ms, in->amount.nanos(), writeJson(json(in->wallets)),
+                          writeJson(intentJson(in->draft, in->external, in->token_estimate)),
+                          in->expires_ms, int64_t{in->external ? 1 : 0}}));
+    } else if (const auto* us = std::get_if<UsageRecord>(&record)) {
+      PURSER_TRY(recordIn(tx, us->event, us->wallets, !unwritten.contains(us->event.id)));
+    } else {
+      for (const auto& id : std::get<ReleaseRecord>(record).ids) {
+        if (!unwritten.contains(id)) PURSER_TRY(tx.exec(kDeleteIntent, {id}));
+      }
+    }
   }
   return {};
 }
@@ -352,24 +379,28 @@ Result<Settlement> Meter::settle(UsageEvent event) {
 }
 
 store::TxFn Meter::recordWrite(UsageEvent event, std::vector<std::string> wallets) const {
-  return [event = std::move(event), wallets = std::move(wallets),
-          audit = audit_](store::Tx& tx) -> Result<void> {
-    const bool recorded = PURSER_TRY_VALUE(insertEvent(tx, event, wallets));
-    if (recorded && audit != nullptr && event.overage.isPositive()) {
-      AuditEntry e;
-      e.tenant_id = event.tenant_id;
-      e.actor = "ledger";
-      e.actor_role = "system";
-      e.action = "usage.overage";
-      e.target = "event:" + event.id;
-      e.after = writeJson(json{{"charged", event.cost.toString()},
-                               {"overage", event.overage.toString()},
-                               {"recovered", event.recovered},
-                               {"wallets", wallets}});
-      PURSER_TRY(audit->append(tx, e));
-    }
-    return {};
+  return [this, event = std::move(event), wallets = std::move(wallets)](store::Tx& tx) {
+    return recordIn(tx, event, wallets);
   };
+}
+
+Result<void> Meter::recordIn(store::Tx& tx, const UsageEvent& event,
+                             const std::vector<std::string>& wallets, bool had_intent) const {
+  const bool recorded = PURSER_TRY_VALUE(insertEvent(tx, event, wallets, had_intent));
+  if (recorded && audit_ != nullptr && event.overage.isPositive()) {
+    AuditEntry e;
+    e.tenant_id = event.tenant_id;
+    e.actor = "ledger";
+    e.actor_role = "system";
+    e.action = "usage.overage";
+    e.target = "event:" + event.id;
+    e.after = writeJson(json{{"charged", event.cost.toString()},
+                             {"overage", event.overage.toString()},
+                             {"recovered", event.recovered},
+                             {"wallets", wallets}});
+    PURSER_TRY(audit_->append(tx, e));
+  }
+  return {};
 }
 
 Result<Meter::Charge> Meter::charge(UsageEvent event, std::vector<std::string> wallet_ids) {

@@ -168,14 +168,19 @@ class Meter {
   Meter(store::Store& store, WalletBook& book, const Clock& clock, const AuditLog* audit)
       : store_(store), book_(book), clock_(clock), audit_(audit) {}
 
-  // Applies one journal record to the store (idempotent; see journal.h).
-  Result<void> apply(store::Tx& tx, std::string_view bytes) const;
+  // Applies journal records to the store, in order (idempotent; see journal.h).
+  Result<void> apply(store::Tx& tx, const std::vector<std::string_view>& records,
+                     bool replaying) const;
   Result<uint64_t> append(const LedgerRecord& record);
   // Whether a settlement of `id` is in the journal and not yet in the store.
   bool pendingSettlement(const std::string& id) const;
   void applied(uint64_t through);
   // The write that records `event` (and its overage's audit entry) and removes its intent.
   store::TxFn recordWrite(UsageEvent event, std::vector<std::string> wallets) const;
+  // The same, run now inside `tx`; `had_intent` false when no intent of the event can be in the
+  // store (its intent was never written).
+  Result<void> recordIn(store::Tx& tx, const UsageEvent& event,
+                        const std::vector<std::string>& wallets, bool had_intent = true) const;
   Result<void> quarantine(const std::string& event_id, const std::string& intent,
                           const std::string& reason);
 

@@ -40,12 +40,15 @@ class JournalTest : public ::testing::Test {
 
   // Idempotent, as the journal requires: a replayed record is inserted once.
   Journal::Apply apply() {
-    return [this](store::Tx& tx, std::string_view rec) -> Result<void> {
+    return [this](store::Tx& tx, const std::vector<std::string_view>& records,
+                  bool /*replaying*/) -> Result<void> {
       if (failing) return fail(unavailable("the store is down"));
-      PURSER_TRY(
-          tx.exec("INSERT INTO records (payload, pos) VALUES ($1, (SELECT COUNT(*) FROM "
-                  "records)) ON CONFLICT (payload) DO NOTHING",
-                  {std::string(rec)}));
+      for (std::string_view rec : records) {
+        PURSER_TRY(tx.exec(
+            "INSERT INTO records (payload, pos) VALUES ($1, (SELECT COUNT(*) FROM records)) ON "
+            "CONFLICT (payload) DO NOTHING",
+            {std::string(rec)}));
+      }
       return {};
     };
   }
