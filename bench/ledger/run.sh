@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/ledger: reserve+settle operations per second (1 and 2 threads) beside a mutex baseline,
-# and durable usage events per second with group commit beside one-commit-per-write.
+# and durable usage events per second through the journal (batch and always) beside the two
+# SQLite commits per event it replaced.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/bench}
@@ -17,4 +18,4 @@ for (const t of [1, 2]) {
   const a = rate(`BM_ReserveSettle/real_time/threads:${t}`), b = rate(`BM_BaselineMutexArithmetic/real_time/threads:${t}`);
   console.log(`  ${t} thread(s): ${Math.round(a).toLocaleString("en")} /s   baseline (mutex arithmetic) ${Math.round(b).toLocaleString("en")} /s   ratio ${(a / b).toFixed(2)}`);
 }'
-"$build/bench/durable_bench" "$tmp" 20000 256 | tee bench/results/ledger_durable.json
+"$build/bench/durable_bench" "$tmp" 20000 64 2>/dev/null | tee bench/results/ledger_durable.json

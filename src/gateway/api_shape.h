@@ -1,0 +1,69 @@
+// The two model APIs as the gateway speaks them: which API a path belongs to, errors in each
+// API's own shape, usage as each reports it, upstream paths, and which upstream answers are worth
+// another try.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "gateway/routing.h"
+#include "http/router.h"
+#include "ledger/price.h"
+
+namespace purser::gateway {
+
+enum class Api { kOpenAi, kAnthropic };
+enum class Surface { kChat, kCompletions, kEmbeddings, kMessages };
+
+inline Api apiOf(Surface s) { return s == Surface::kMessages ? Api::kAnthropic : Api::kOpenAi; }
+
+// What went wrong, independent of the API that reports it.
+enum class Fault {
+  kBadRequest,
+  kUnauthenticated,
+  kForbidden,
+  kNotFound,
+  kTooLarge,
+  kRateLimited,
+  kBudget,
+  kUpstream,
+  kTimeout,
+  kInternal,
+};
+
+// The longest session id kept with a request's usage.
+constexpr size_t kMaxSessionBytes = 256;
+// Bodies at least this large are parsed and written on the CPU pool, not on an I/O worker.
+constexpr size_t kOffloadBytes = 64 * 1024;
+// The most of an upstream's error answer read before it is relayed.
+constexpr size_t kMaxErrorBody = 64 * 1024;
+
+int statusOf(Fault f);
+// An error in `api`'s own shape (OpenAI's error object, Anthropic's error event).
+http::Response apiError(Api api, Fault fault, std::string_view message, std::string_view param = {},
+                        std::string_view code = {});
+ProviderKind kindOf(Api api);
+// An upstream's error answer, put in the client's API's shape.
+http::Response translatedError(Api api, int status, const nlohmann::json& parsed);
+
+// Usage as each API reports it; nothing when a count is missing or not believable.
+std::optional<ledger::TokenCounts> openAiUsage(const nlohmann::json& usage);
+std::optional<ledger::TokenCounts> anthropicUsage(const nlohmann::json& usage);
+
+int64_t ceilDiv(int64_t a, int64_t b);
+// Puts the alias where an answer names the upstream model (see api_shape.cc).
+void hideUpstreamModel(std::string& text, const std::string& upstream, const std::string& alias);
+
+std::string upstreamPath(Surface s);
+// Worth another try elsewhere (see api_shape.cc).
+bool retryable(int status);
+// The Retry-After of an upstream answer, capped; zero when absent.
+std::chrono::milliseconds retryAfter(const http::Headers& h);
+
+}  // namespace purser::gateway

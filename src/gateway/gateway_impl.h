@@ -1,0 +1,413 @@
+// The gateway's insides, shared by the files its stages live in (private to src/gateway):
+//   gateway.cc           parse and admit a request; the routes; the model list
+//   gateway_upstream.cc  the upstream request, and a whole (non-streamed) answer with its retries
+//   gateway_stream.cc    a streamed answer, relayed event by event
+// Identification, the hold (ledger::Budget) and the settlement are small members here.
+#pragma once
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+
+#include "common/json.h"
+#include "gateway/api_shape.h"
+#include "gateway/async_meter.h"
+#include "gateway/gateway.h"
+#include "gateway/sse.h"
+#include "gateway/translate.h"
+#include "http/metrics.h"
+#include "identity/payer.h"
+#include "ledger/budget.h"
+
+namespace purser::gateway {
+
+namespace asio = boost::asio;
+using http::Method;
+using http::Request;
+using http::Response;
+using nlohmann::json;
+using SteadyTime = MonoTime;
+
+// Runs `work` on `pool`; completes on the caller's executor, with the exception `work` threw.
+// A plain initiating function, not a coroutine (see async_meter.h).
+template <typename Token>
+auto runOn(asio::thread_pool& pool, const std::function<void()>& work, Token&& token) {
+  return asio::async_initiate<Token, void(std::exception_ptr)>(
+      [&pool](auto handler, const std::function<void()>* work) {
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        asio::post(pool, [shared, work] {
+          std::exception_ptr error;
+          try {
+            (*work)();
+          } catch (...) {
+            error = std::current_exception();
+          }
+          auto executor = asio::get_associated_executor(*shared);
+          asio::post(executor, [shared, error]() mutable { (*shared)(error); });
+        });
+      },
+      token, &work);
+}
+
+inline asio::awaitable<void> sleepFor(std::chrono::milliseconds d) {
+  if (d.count() <= 0) co_return;
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+inline int64_t micros(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+// The gateway's own metrics (names as docs/operations.md lists them).
+struct GatewayMetrics {
+  explicit GatewayMetrics(http::MetricsRegistry& m)
+      : requests(&m.counterFamily("purser_gateway_requests_total",
+                                  "Model API requests by route, the target that served them (\"\" "
+                                  "when none did) and status code.",
+                                  {"route", "target", "code"})),
+        upstream_errors(&m.counterFamily(
+            "purser_gateway_upstream_errors_total",
+            "Failed tries of an upstream, by target and kind: 5xx, 4xx, 429, connect, timeout.",
+            {"target", "kind"})),
+        ttft(&m.histogramFamily("purser_gateway_ttft_seconds",
+                                "Time to the first byte of an answer (the whole answer when not "
+                                "streamed), by route and target.",
+                                {"route", "target"}, http::latencyBuckets())),
+        upstream_latency(&m.histogramFamily(
+            "purser_gateway_upstream_latency_seconds",
+            "Time an upstream took for one try, to its last byte, by route and target.",
+            {"route", "target"}, http::latencyBuckets())),
+        tokens(&m.counterFamily("purser_gateway_tokens_total",
+                                "Tokens metered, by route, target and kind (input, output, "
+                                "cached_input, cache_write, reasoning).",
+                                {"route", "target", "kind"})),
+        cost(&m.counterFamily("purser_gateway_cost_nanos_total",
+                              "Cost charged, in nano-units (1e-9) of the currency, by route and "
+                              "target.",
+                              {"route", "target"})) {}
+  http::Family<http::Counter>* requests;
+  http::Family<http::Counter>* upstream_errors;
+  http::Family<http::Histogram>* ttft;
+  http::Family<http::Histogram>* upstream_latency;
+  http::Family<http::Counter>* tokens;
+  http::Family<http::Counter>* cost;
+};
+
+class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
+ public:
+  Impl(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
+       std::vector<std::unique_ptr<Route>> routes)
+      : d_(deps),
+        providers_(std::move(providers)),
+        cpu_(std::make_unique<asio::thread_pool>(std::max<size_t>(1, deps.cpu_threads))) {
+    if (deps.metrics != nullptr) metrics_.emplace(*deps.metrics);
+    for (auto& r : routes) {
+      const std::string alias = r->alias;
+      routes_.emplace(alias, std::move(r));
+    }
+  }
+
+  Provider* provider(const std::string& name) {
+    for (auto& p : providers_) {
+      if (p->name() == name) return p.get();
+    }
+    return nullptr;
+  }
+  std::vector<Provider*> providers() {
+    std::vector<Provider*> out;
+    for (auto& p : providers_) out.push_back(p.get());
+    return out;
+  }
+  const Route* route(const std::string& alias) const {
+    auto it = routes_.find(alias);
+    return it == routes_.end() ? nullptr : it->second.get();
+  }
+  std::vector<const Route*> routes() const {
+    std::vector<const Route*> out;
+    for (const auto& [alias, r] : routes_) out.push_back(r.get());
+    std::sort(out.begin(), out.end(),
+              [](const Route* a, const Route* b) { return a->alias < b->alias; });
+    return out;
+  }
+
+  // Everything decided before a request goes upstream.
+  struct Call {
+    Surface surface;
+    Api api;
+    identity::Principal who;
+    identity::ApiKey key;
+    Route* route = nullptr;
+    json body;
+    bool stream = false;
+    bool client_wants_usage = false;  // OpenAI stream_options.include_usage as the client sent it
+    int64_t input_estimate = 0;
+    int64_t max_output = 0;
+    ledger::Hold hold;  // the reservation; released if the call ends without a settlement
+    ledger::UsageEvent event;
+    Money reserved;
+    SteadyTime started;
+    std::chrono::steady_clock::duration upstream_time{0};
+    std::chrono::steady_clock::duration commit_time{0};  // waiting for durable ledger commits
+    std::string anthropic_version;
+    std::string anthropic_beta;
+    std::string session_id;
+    size_t max_nesting = kDefaultMaxNesting;
+    size_t body_bytes = 0;                // of the client's request
+    const Target* last_target = nullptr;  // the upstream tried last
+    bool counted = false;                 // in purser_gateway_requests_total
+  };
+
+  std::optional<std::string> presentedKey(const Request& req) const {
+    if (auto auth = req.headers.get("authorization")) {
+      std::string_view v = *auth;
+      if (v.size() > 7 && http::equalsIgnoreCase(v.substr(0, 7), "bearer ")) {
+        return std::string(v.substr(7));
+      }
+    }
+    if (auto key = req.headers.get("x-api-key")) return std::string(*key);
+    return std::nullopt;
+  }
+
+  // Who is asking. A response when the request stops here.
+  std::optional<Response> identify(Call& c, Request& req);
+
+  // Parsing, routing and permission. A response when the request stops here.
+  std::optional<Response> admit(Call& c, Request& req, Result<json> parsed);
+
+  static bool allowed(const identity::ApiKey& key, const identity::Principal& who,
+                      const Route& route) {
+    if (!key.models.empty() &&
+        std::find(key.models.begin(), key.models.end(), route.alias) == key.models.end()) {
+      return false;
+    }
+    return allowsTenant(route, who.tenant_id) && allowsTeam(route, who.team_id);
+  }
+
+  // Rate limits and the reservation (ledger::Budget). A response when the request stops here.
+  std::optional<Response> reserve(Call& c);
+
+  Response rateLimited(const Call& c, const ledger::RateDecision& rate) const;
+
+  // Settles the event durably; logs (never fails the client) if the ledger cannot.
+  asio::awaitable<void> settle(Call& c, ledger::TokenCounts tokens, bool estimated, int status,
+                               const Target* target, std::chrono::steady_clock::duration ttft);
+
+  void countRequest(Call& c, const Target* t, int status) {
+    c.counted = true;
+    if (!metrics_) return;
+    metrics_->requests
+        ->labels({c.route != nullptr ? c.route->alias : std::string(),
+                  t != nullptr ? t->provider->name() : std::string(), std::to_string(status)})
+        .inc();
+  }
+
+  // An upstream that failed a try: `kind` is 5xx, 4xx, 429, connect or timeout.
+  void upstreamError(const Target& t, std::string_view kind) {
+    if (metrics_) metrics_->upstream_errors->labels({t.provider->name(), std::string(kind)}).inc();
+  }
+  static const char* errorKind(int status) {
+    return status == 429 ? "429" : status >= 500 ? "5xx" : "4xx";
+  }
+  static const char* errorKind(const Error& e) {
+    return e.code == ErrorCode::kDeadlineExceeded    ? "timeout"
+           : e.code == ErrorCode::kResourceExhausted ? "5xx"
+                                                     : "connect";
+  }
+  void observeUpstream(const Call& c, const Target& t, std::chrono::steady_clock::duration d) {
+    if (metrics_) {
+      metrics_->upstream_latency->labels({c.route->alias, t.provider->name()})
+          .observe(std::chrono::duration<double>(d).count());
+    }
+  }
+
+  // Runs `work` here when `bytes` is small, else on the gateway's CPU pool, resuming on this
+  // worker once it is done: one client's megabytes (parsing, re-writing) never hold up the I/O
+  // worker other clients' requests share. Exceptions from `work` are rethrown here.
+  asio::awaitable<void> offload(size_t bytes, const std::function<void()>& work) {
+    if (bytes < kOffloadBytes || !cpu_) {
+      work();
+      co_return;
+    }
+    co_await runOn(*cpu_, work, asio::use_awaitable);
+  }
+
+  // The upstream request for `t` (see upstreamRequest), built off the worker for large bodies.
+  asio::awaitable<Result<http::ClientRequest>> buildUpstream(const Call& c, const Target& t) {
+    Result<http::ClientRequest> out = fail(internalError("not built"));
+    const std::function<void()> build = [&] { out = upstreamRequest(c, t); };
+    co_await offload(c.body_bytes, build);
+    co_return out;
+  }
+
+  // Whether the target speaks the other API than the client (chat <-> messages translation).
+  static bool crosses(const Call& c, const Target& t) {
+    return t.provider->kind() != kindOf(c.api);
+  }
+
+  // The request as the target's provider expects it, translated when the target speaks the
+  // other API.
+  Result<http::ClientRequest> upstreamRequest(const Call& c, const Target& t) const;
+
+  // Targets that can serve this surface: any kind for chat and messages (translated), the
+  // client's own kind for completions and embeddings.
+  std::vector<Target*> candidates(const Call& c) {
+    std::vector<Target*> out;
+    const bool translatable = c.surface == Surface::kChat || c.surface == Surface::kMessages;
+    for (Target* t : orderTargets(*c.route, d_.clock.monotonic(), d_.random)) {
+      if (translatable || t->provider->kind() == kindOf(c.api)) out.push_back(t);
+    }
+    return out;
+  }
+
+  static std::string failureMessage(const Call& c, Fault fault, const std::string& last_error) {
+    if (fault == Fault::kBadRequest) return last_error;
+    return fmt::format("The upstream models for `{}` failed: {}.", c.route->alias, last_error);
+  }
+
+  void overhead(Response& r, const Call& c) const {
+    const auto inside = d_.clock.monotonic() - c.started - c.upstream_time;
+    r.headers.add("x-purser-overhead-us", std::to_string(std::max<int64_t>(0, micros(inside))));
+    // The part of it spent waiting for the ledger's durable commits (the disk's flush time).
+    r.headers.add("x-purser-commit-us", std::to_string(micros(c.commit_time)));
+  }
+
+  // --- Non-streamed ---------------------------------------------------------------------------
+
+  asio::awaitable<Response> whole(Call& c);
+
+  // --- Streamed -------------------------------------------------------------------------------
+
+  // Reads what an answer carries about usage; decides whether to forward an event.
+  struct StreamState {
+    ledger::TokenCounts tokens;
+    bool usage_seen = false;
+    bool usage_invalid = false;  // a usage report that was not believable: estimate instead
+    int64_t output_chars = 0;
+    bool first_byte = false;
+    SteadyTime first_byte_at;
+  };
+
+  // Returns false to drop the event (the usage-only chunk the client did not ask for), and
+  // whether it is the stream's final marker, held until the usage is settled.
+  std::pair<bool, bool> inspect(const Call& c, ProviderKind upstream, const SseEvent& e,
+                                StreamState& s) const {
+    if (upstream == ProviderKind::kOpenAi) {
+      if (e.data == "[DONE]") return {true, true};
+      json chunk = parseJsonOrDiscarded(e.data, c.max_nesting);
+      if (!chunk.is_object()) return {true, false};
+      if (chunk.contains("usage") && chunk["usage"].is_object()) {
+        if (auto u = openAiUsage(chunk["usage"])) {
+          s.tokens = *u;
+          s.usage_seen = true;
+        } else {
+          s.usage_invalid = true;
+        }
+        const bool usage_only = !chunk.contains("choices") || chunk["choices"].empty();
+        if (usage_only && !c.client_wants_usage) return {false, false};
+      }
+      if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
+        const json& ch = chunk["choices"][0];
+        if (ch.contains("delta") && ch["delta"].is_object() && ch["delta"].contains("content") &&
+            ch["delta"]["content"].is_string()) {
+          s.output_chars += static_cast<int64_t>(ch["delta"]["content"].get<std::string>().size());
+        } else if (ch.contains("text") && ch["text"].is_string()) {
+          s.output_chars += static_cast<int64_t>(ch["text"].get<std::string>().size());
+        }
+      }
+      return {true, false};
+    }
+    if (e.event == "message_stop") return {true, true};
+    if (e.event == "message_start" || e.event == "message_delta") {
+      json ev = parseJsonOrDiscarded(e.data, c.max_nesting);
+      const json* usage = nullptr;
+      if (ev.is_object() && e.event == "message_start" && ev.contains("message") &&
+          ev["message"].is_object() && ev["message"].contains("usage")) {
+        usage = &ev["message"]["usage"];
+      } else if (ev.is_object() && e.event == "message_delta" && ev.contains("usage")) {
+        usage = &ev["usage"];
+      }
+      if (usage != nullptr && usage->is_object() && !anthropicUsage(*usage)) {
+        s.usage_invalid = true;
+      } else if (usage != nullptr && usage->is_object()) {
+        const ledger::TokenCounts u = *anthropicUsage(*usage);
+        if (e.event == "message_start") {
+          s.tokens.input = u.input;
+          s.tokens.cached_input = u.cached_input;
+          s.tokens.cache_write = u.cache_write;
+          s.tokens.output = u.output;
+        } else {
+          s.tokens.output = u.output;  // cumulative
+          s.usage_seen = true;
+        }
+      }
+    } else if (e.event == "content_block_delta") {
+      json ev = parseJsonOrDiscarded(e.data, c.max_nesting);
+      if (ev.is_object() && ev.contains("delta") && ev["delta"].is_object() &&
+          ev["delta"].contains("text") && ev["delta"]["text"].is_string()) {
+        s.output_chars += static_cast<int64_t>(ev["delta"]["text"].get<std::string>().size());
+      }
+    }
+    return {true, false};
+  }
+
+  ledger::TokenCounts estimate(const Call& c, const StreamState& s) const {
+    ledger::TokenCounts t = s.tokens;
+    if (t.input == 0 && t.cached_input == 0) t.input = c.input_estimate;
+    t.output = std::max(t.output, ceilDiv(s.output_chars, 4));
+    return t;
+  }
+
+  std::string errorEvent(Api api, std::string_view message) const {
+    if (api == Api::kOpenAi) {
+      return "data: " +
+             writeJson(json{{"error",
+                             {{"message", message},
+                              {"type", "server_error"},
+                              {"param", nullptr},
+                              {"code", "upstream_disconnected"}}}}) +
+             "\n\n";
+    }
+    return "event: error\ndata: " +
+           writeJson(
+               json{{"type", "error"}, {"error", {{"type", "api_error"}, {"message", message}}}}) +
+           "\n\n";
+  }
+
+  asio::awaitable<Response> streamed(const std::shared_ptr<Call>& c);
+
+  // Relays an upstream stream event by event; settles before the final marker goes out.
+  asio::awaitable<void> relay(Call& c, Target& t, http::ClientStream& upstream, http::BodyWriter& w,
+                              SteadyTime sent);
+
+  // --- Entry points ---------------------------------------------------------------------------
+
+  asio::awaitable<Response> handle(Surface surface, Request& req);
+
+  asio::awaitable<Response> serve(const std::shared_ptr<Call>& c, Request& req);
+
+  Response models(Request& req);
+
+ private:
+  GatewayDeps d_;
+  ledger::Budget budget_{d_.wallets, d_.meter, d_.limiter, d_.rate_limits};
+  std::vector<std::unique_ptr<Provider>> providers_;
+  std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
+  std::unique_ptr<asio::thread_pool> cpu_;  // parses and writes large bodies
+  std::optional<GatewayMetrics> metrics_;
+};
+
+}  // namespace purser::gateway
