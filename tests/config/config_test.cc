@@ -94,10 +94,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"listen: 127.0.0.1:80\nhttp:\n  max_bdy_bytes: 10\n",
                 "purser.yaml:3:3: http.max_bdy_bytes: unknown field; did you mean "
                 "\"max_body_bytes\"?"},
-        BadCase{"listen: 127.0.0.1:80\nflavours: []\n",
-                "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
-                "data_dir, fleet, gpu_prices, http, ledger, listen, log, prices, providers, routes, "
-                "store, threads"},
+        BadCase{
+            "listen: 127.0.0.1:80\nflavours: []\n",
+            "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
+            "data_dir, fleet, gpu_prices, http, ledger, listen, log, prices, providers, routes, "
+            "store, threads"},
         // The ledger's durability.
         BadCase{"listen: 127.0.0.1:80\nledger: {sync: never}\n",
                 "purser.yaml:2:16: ledger.sync: expected one of batch, always, got \"never\""},
