@@ -8,7 +8,7 @@ namespace purser {
 
 namespace {
 
-// The length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
+// See utf8SequenceAt().
 size_t sequenceAt(std::string_view s, size_t i) {
   const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = byte(i);
@@ -39,6 +39,8 @@ size_t sequenceAt(std::string_view s, size_t i) {
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 
 }  // namespace
+
+size_t utf8SequenceAt(std::string_view s, size_t i) { return sequenceAt(s, i); }
 
 size_t invalidUtf8At(std::string_view s) {
   size_t i = 0;

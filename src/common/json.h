@@ -33,6 +33,9 @@ using Json = nlohmann::json;
 inline constexpr size_t kDefaultMaxNesting = 128;
 
 bool isValidUtf8(std::string_view s);
+// The length of the valid UTF-8 sequence starting at s[i] (i < s.size()), or 0 when the bytes
+// there are not one.
+size_t utf8SequenceAt(std::string_view s, size_t i);
 // `s` with each invalid byte sequence replaced by U+FFFD.
 std::string toValidUtf8(std::string_view s);
 // The byte offset of the first invalid sequence, or npos.

@@ -126,23 +126,18 @@ constexpr int64_t kMaxTokenCount = int64_t{1} << 40;
 
 // A token count at `path`: 0 when absent (or null), nullopt when present but not a whole number
 // from 0 to kMaxTokenCount (negative, fractional, a string, an overflowing number).
-static std::optional<int64_t> countAt(const json& obj, std::initializer_list<const char*> path) {
-  const json* v = &obj;
+static std::optional<int64_t> countAt(const JsonView& obj,
+                                      std::initializer_list<const char*> path) {
+  JsonView v = obj;
   for (const char* key : path) {
-    if (!v->is_object()) return 0;
-    auto it = v->find(key);
-    if (it == v->end()) return 0;
-    v = &*it;
+    if (!v.isObject()) return 0;
+    auto next = v.get(key);
+    if (!next) return 0;
+    v = *next;
   }
-  if (v->is_null()) return 0;
-  if (v->is_number_unsigned()) {
-    const uint64_t n = v->get<uint64_t>();
-    if (n > static_cast<uint64_t>(kMaxTokenCount)) return std::nullopt;
-    return static_cast<int64_t>(n);
-  }
-  if (!v->is_number_integer()) return std::nullopt;
-  const int64_t n = v->get<int64_t>();
-  if (n < 0 || n > kMaxTokenCount) return std::nullopt;
+  if (v.isNull()) return 0;
+  const std::optional<int64_t> n = v.integer();
+  if (!n || *n < 0 || *n > kMaxTokenCount) return std::nullopt;
   return n;
 }
 
@@ -150,7 +145,7 @@ static std::optional<int64_t> countAt(const json& obj, std::initializer_list<con
 // which is treated as missing usage (estimated and flagged, never recorded as zero).
 // OpenAI counts cached input inside prompt_tokens and reasoning inside completion_tokens;
 // Purser's kinds are disjoint.
-std::optional<ledger::TokenCounts> openAiUsage(const json& usage) {
+std::optional<ledger::TokenCounts> openAiUsage(const JsonView& usage) {
   const auto cached = countAt(usage, {"prompt_tokens_details", "cached_tokens"});
   const auto reasoning = countAt(usage, {"completion_tokens_details", "reasoning_tokens"});
   const auto prompt = countAt(usage, {"prompt_tokens"});
@@ -164,7 +159,7 @@ std::optional<ledger::TokenCounts> openAiUsage(const json& usage) {
   return t;
 }
 
-std::optional<ledger::TokenCounts> anthropicUsage(const json& usage) {
+std::optional<ledger::TokenCounts> anthropicUsage(const JsonView& usage) {
   const auto input = countAt(usage, {"input_tokens"});
   const auto cached = countAt(usage, {"cache_read_input_tokens"});
   const auto write = countAt(usage, {"cache_creation_input_tokens"});

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_scan.h"
 #include "gateway/routing.h"
 #include "http/router.h"
 #include "ledger/price.h"
@@ -53,8 +54,8 @@ ProviderKind kindOf(Api api);
 http::Response translatedError(Api api, int status, const nlohmann::json& parsed);
 
 // Usage as each API reports it; nothing when a count is missing or not believable.
-std::optional<ledger::TokenCounts> openAiUsage(const nlohmann::json& usage);
-std::optional<ledger::TokenCounts> anthropicUsage(const nlohmann::json& usage);
+std::optional<ledger::TokenCounts> openAiUsage(const JsonView& usage);
+std::optional<ledger::TokenCounts> anthropicUsage(const JsonView& usage);
 
 int64_t ceilDiv(int64_t a, int64_t b);
 // Puts the alias where an answer names the upstream model (see api_shape.cc).

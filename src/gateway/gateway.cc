@@ -164,12 +164,14 @@ asio::awaitable<Response> Gateway::Impl::serve(const std::shared_ptr<Call>& c, R
     overhead(*stop, *c);
     co_return std::move(*stop);
   }
-  // A large body is parsed off the I/O worker, so one client's megabytes never hold up
-  // another client's small request.
-  Result<json> parsed = fail(internalError("not parsed"));
-  const std::function<void()> parse = [&] { parsed = parseJson(req.body, req.max_nesting); };
-  co_await offload(req.body.size(), parse);
-  if (auto stop = admit(*c, req, std::move(parsed))) {
+  // The body is read in place (nothing is built from it); a large one off the I/O worker, so one
+  // client's megabytes never hold up another client's small request. The call keeps the bytes:
+  // a stream outlives the request.
+  c->raw = std::move(req.body);
+  Result<JsonView> scanned = fail(internalError("not read"));
+  const std::function<void()> scan = [&] { scanned = scanJson(c->raw, req.max_nesting); };
+  co_await offload(c->raw.size(), scan);
+  if (auto stop = admit(*c, req, std::move(scanned))) {
     overhead(*stop, *c);
     co_return std::move(*stop);
   }
@@ -221,25 +223,53 @@ Response Gateway::Impl::models(Request& req) {
 }
 
 // Parsing, routing and permission. A response when the request stops here.
-std::optional<Response> Gateway::Impl::admit(Call& c, Request& req, Result<json> parsed) {
+std::optional<Response> Gateway::Impl::admit(Call& c, Request& req, Result<JsonView> scanned) {
   const Api api = c.api;
-  if (!parsed) {
+  if (!scanned) {
     return apiError(api, Fault::kBadRequest,
                     fmt::format("We could not parse the JSON body of your request: {}.",
-                                parsed.error().message));
+                                scanned.error().message));
   }
-  c.body = std::move(*parsed);
-  if (!c.body.is_object()) {
+  c.doc = *scanned;
+  if (!c.doc.isObject()) {
     return apiError(api, Fault::kBadRequest, "The request body must be a JSON object.");
   }
+  // One pass over the members. The fields Purser governs must say one thing: with a key given
+  // twice, Purser and the upstream could read different values.
+  const char* required = c.surface == Surface::kCompletions  ? "prompt"
+                         : c.surface == Surface::kEmbeddings ? "input"
+                                                             : "messages";
+  constexpr std::array<std::string_view, 5> kGoverned = {"model", "stream", "stream_options",
+                                                         "max_tokens", "max_completion_tokens"};
+  std::array<std::optional<JsonView>, kGoverned.size()> governed;
+  std::optional<JsonView> metadata, content;
+  for (const auto& [raw_key, value] : c.doc.members()) {
+    // Keys written with escapes are decoded to be compared; plain ones (all real ones) are not.
+    std::string decoded;
+    std::string_view key = raw_key;
+    if (raw_key.find('\\') != std::string_view::npos) {
+      decoded = decodeJsonKey(raw_key);
+      key = decoded;
+    }
+    if (key == required) content = value;
+    if (key == "metadata") metadata = value;
+    for (size_t i = 0; i < kGoverned.size(); ++i) {
+      if (key != kGoverned[i]) continue;
+      if (governed[i]) {
+        return apiError(api, Fault::kBadRequest,
+                        fmt::format("'{}' is given more than once", kGoverned[i]),
+                        std::string(kGoverned[i]));
+      }
+      governed[i] = value;
+    }
+  }
+  const auto& [model, stream, stream_options, max_tokens, max_completion_tokens] = governed;
   // The session a request belongs to (agents' runs, conversations): from the header, else the
   // body's metadata. It is stored with the usage and shown back, so it must be text.
   if (auto v = req.headers.get("x-purser-session")) {
     c.session_id = std::string(*v);
-  } else if (c.body.contains("metadata") && c.body["metadata"].is_object() &&
-             c.body["metadata"].contains("session_id") &&
-             c.body["metadata"]["session_id"].is_string()) {
-    c.session_id = c.body["metadata"]["session_id"].get<std::string>();
+  } else if (metadata && metadata->isObject()) {
+    if (auto id = metadata->get("session_id"); id && id->isString()) c.session_id = *id->string();
   }
   if (c.session_id.size() > kMaxSessionBytes || !isValidUtf8(c.session_id) ||
       std::any_of(c.session_id.begin(), c.session_id.end(),
@@ -250,51 +280,46 @@ std::optional<Response> Gateway::Impl::admit(Call& c, Request& req, Result<json>
                                 kMaxSessionBytes),
                     "session_id");
   }
-  if (!c.body.contains("model") || !c.body["model"].is_string() ||
-      c.body["model"].get<std::string>().empty()) {
+  const std::optional<std::string> name = model ? model->string() : std::nullopt;
+  if (!name || name->empty()) {
     return apiError(api, Fault::kBadRequest, "you must provide a model parameter", "model");
   }
-  const std::string model = c.body["model"].get<std::string>();
-  const char* required = c.surface == Surface::kCompletions  ? "prompt"
-                         : c.surface == Surface::kEmbeddings ? "input"
-                                                             : "messages";
-  if (!c.body.contains(required) ||
-      (std::string_view(required) == "messages" && !c.body[required].is_array())) {
+  c.model = *model;
+  if (!content || (std::string_view(required) == "messages" && !content->isArray())) {
     return apiError(api, Fault::kBadRequest, fmt::format("'{}' is a required property", required),
                     required);
   }
-  auto it = routes_.find(model);
+  auto it = routes_.find(*name);
   if (it == routes_.end()) {
     return apiError(
         api, Fault::kNotFound,
-        fmt::format("The model `{}` does not exist or you do not have access to it.", model),
+        fmt::format("The model `{}` does not exist or you do not have access to it.", *name),
         "model", "model_not_found");
   }
   c.route = it->second.get();
   if (!allowed(c.key, c.who, *c.route)) {
     return apiError(api, Fault::kForbidden,
-                    fmt::format("This key may not use the model `{}`.", model), "model",
+                    fmt::format("This key may not use the model `{}`.", *name), "model",
                     "model_not_allowed");
   }
-  if (c.body.contains("stream") && !c.body["stream"].is_boolean()) {
+  if (stream && !stream->isBool()) {
     return apiError(api, Fault::kBadRequest, "'stream' must be a boolean", "stream");
   }
-  for (const char* f : {"max_completion_tokens", "max_tokens"}) {
-    if (c.body.contains(f) && !c.body[f].is_null() && !(jsonInt(c.body[f]).value_or(0) >= 1)) {
+  for (const auto& [f, v] : {std::pair{"max_completion_tokens", max_completion_tokens},
+                             std::pair{"max_tokens", max_tokens}}) {
+    if (v && !v->isNull() && !(v->integer().value_or(0) >= 1)) {
       return apiError(api, Fault::kBadRequest, fmt::format("'{}' must be an integer >= 1", f), f);
     }
   }
-  c.stream = c.body.value("stream", false) && c.surface != Surface::kEmbeddings;
-  if (c.stream && api == Api::kOpenAi && c.body.contains("stream_options") &&
-      c.body["stream_options"].is_object()) {
-    const json& options = c.body["stream_options"];
-    c.client_wants_usage = options.contains("include_usage") &&
-                           options["include_usage"].is_boolean() &&
-                           options["include_usage"].get<bool>();
+  c.stream = stream && *stream->boolean() && c.surface != Surface::kEmbeddings;
+  c.stream_options = stream_options;
+  if (c.stream && api == Api::kOpenAi && stream_options && stream_options->isObject()) {
+    auto include = stream_options->get("include_usage");
+    c.client_wants_usage = include && include->boolean().value_or(false);
   }
   // The worst case: the input (an upper bound from the size of the whole body, which also
   // counts tools and system prompts, without writing it out again) plus the output cap.
-  c.input_estimate = ceilDiv(static_cast<int64_t>(req.body.size()), 3);
+  c.input_estimate = ceilDiv(static_cast<int64_t>(c.raw.size()), 3);
   if (c.surface == Surface::kEmbeddings) {
     c.max_output = 0;
   } else {
@@ -303,15 +328,17 @@ std::optional<Response> Gateway::Impl::admit(Call& c, Request& req, Result<json>
     c.max_output = c.route->max_tokens;
     // When the request sets none: chat's current name (OpenAI's reasoning models refuse
     // max_tokens); completions and messages know only max_tokens.
-    const char* field = c.surface == Surface::kChat ? "max_completion_tokens" : "max_tokens";
-    for (const char* f : {"max_completion_tokens", "max_tokens"}) {
-      if (c.body.contains(f) && jsonInt(c.body[f])) {
-        field = f;
-        c.max_output = std::clamp<int64_t>(*jsonInt(c.body[f]), int64_t{0}, c.route->max_tokens);
+    c.max_field = c.surface == Surface::kChat ? "max_completion_tokens" : "max_tokens";
+    c.max_value = c.surface == Surface::kChat ? max_completion_tokens : max_tokens;
+    for (const auto& [f, v] : {std::pair{"max_completion_tokens", max_completion_tokens},
+                               std::pair{"max_tokens", max_tokens}}) {
+      if (v && v->integer()) {
+        c.max_field = f;
+        c.max_value = v;
+        c.max_output = std::clamp<int64_t>(*v->integer(), int64_t{0}, c.route->max_tokens);
         break;
       }
     }
-    c.body[field] = c.max_output;
   }
   if (auto v = req.headers.get("anthropic-version")) c.anthropic_version = std::string(*v);
   if (auto v = req.headers.get("anthropic-beta")) c.anthropic_beta = std::string(*v);

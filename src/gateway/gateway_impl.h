@@ -19,10 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <optional>
 
 #include "common/json.h"
+#include "common/json_scan.h"
 #include "gateway/api_shape.h"
 #include "gateway/async_meter.h"
 #include "gateway/gateway.h"
@@ -151,7 +153,16 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     identity::Principal who;
     identity::ApiKey key;
     Route* route = nullptr;
-    json body;
+    // The client's body, read in place: forwarded as these bytes with only the model, the output
+    // cap and (streams) the usage option spliced in, unless the target speaks the other API.
+    std::string raw;
+    JsonView doc;                            // the body's top-level object
+    JsonView model;                          // its "model" value
+    std::optional<JsonView> max_value;       // the value of max_field when the body has one
+    std::optional<JsonView> stream_options;  // "stream_options" when the body has it
+    const char* max_field = nullptr;         // the output cap's field; null for embeddings
+    // The body as a document, built only to translate it for the other API (see document()).
+    std::optional<json> body;
     bool stream = false;
     bool client_wants_usage = false;  // OpenAI stream_options.include_usage as the client sent it
     int64_t input_estimate = 0;
@@ -186,7 +197,16 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   std::optional<Response> identify(Call& c, Request& req);
 
   // Parsing, routing and permission. A response when the request stops here.
-  std::optional<Response> admit(Call& c, Request& req, Result<json> parsed);
+  std::optional<Response> admit(Call& c, Request& req, Result<JsonView> scanned);
+
+  // The client's body as a document with the output cap set (for translation), parsed once.
+  static const json& document(Call& c) {
+    if (!c.body) {
+      c.body = parseJsonOrDiscarded(c.raw, c.max_nesting);
+      if (c.max_field != nullptr && c.body->is_object()) (*c.body)[c.max_field] = c.max_output;
+    }
+    return *c.body;
+  }
 
   static bool allowed(const identity::ApiKey& key, const identity::Principal& who,
                       const Route& route) {
@@ -246,7 +266,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
 
   // The upstream request for `t` (see upstreamRequest), built off the worker for large bodies.
-  asio::awaitable<Result<http::ClientRequest>> buildUpstream(const Call& c, const Target& t) {
+  asio::awaitable<Result<http::ClientRequest>> buildUpstream(Call& c, const Target& t) {
     Result<http::ClientRequest> out = fail(internalError("not built"));
     const std::function<void()> build = [&] { out = upstreamRequest(c, t); };
     co_await offload(c.body_bytes, build);
@@ -260,7 +280,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
 
   // The request as the target's provider expects it, translated when the target speaks the
   // other API.
-  Result<http::ClientRequest> upstreamRequest(const Call& c, const Target& t) const;
+  Result<http::ClientRequest> upstreamRequest(Call& c, const Target& t) const;
 
   // Targets that can serve this surface: any kind for chat and messages (translated), the
   // client's own kind for completions and embeddings.
@@ -305,60 +325,68 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   // whether it is the stream's final marker, held until the usage is settled.
   std::pair<bool, bool> inspect(const Call& c, ProviderKind upstream, const SseEvent& e,
                                 StreamState& s) const {
+    const auto textLength = [](const std::optional<JsonView>& v) -> int64_t {
+      if (!v || !v->isString()) return 0;
+      return static_cast<int64_t>(v->string()->size());
+    };
     if (upstream == ProviderKind::kOpenAi) {
       if (e.data == "[DONE]") return {true, true};
-      json chunk = parseJsonOrDiscarded(e.data, c.max_nesting);
-      if (!chunk.is_object()) return {true, false};
-      if (chunk.contains("usage") && chunk["usage"].is_object()) {
-        if (auto u = openAiUsage(chunk["usage"])) {
+      auto chunk = scanJson(e.data, c.max_nesting);
+      if (!chunk || !chunk->isObject()) return {true, false};
+      const std::optional<JsonView> choices = chunk->get("choices");
+      if (auto usage = chunk->get("usage"); usage && usage->isObject()) {
+        if (auto u = openAiUsage(*usage)) {
           s.tokens = *u;
           s.usage_seen = true;
         } else {
           s.usage_invalid = true;
         }
-        const bool usage_only = !chunk.contains("choices") || chunk["choices"].empty();
+        const bool usage_only = !choices || choices->isNull() || choices->empty();
         if (usage_only && !c.client_wants_usage) return {false, false};
       }
-      if (chunk.contains("choices") && chunk["choices"].is_array() && !chunk["choices"].empty()) {
-        const json& ch = chunk["choices"][0];
-        if (ch.contains("delta") && ch["delta"].is_object() && ch["delta"].contains("content") &&
-            ch["delta"]["content"].is_string()) {
-          s.output_chars += static_cast<int64_t>(ch["delta"]["content"].get<std::string>().size());
-        } else if (ch.contains("text") && ch["text"].is_string()) {
-          s.output_chars += static_cast<int64_t>(ch["text"].get<std::string>().size());
+      if (choices && choices->isArray()) {
+        if (auto first = choices->at(0); first && first->isObject()) {
+          auto delta = first->get("delta");
+          if (delta && delta->isObject() && delta->get("content") &&
+              delta->get("content")->isString()) {
+            s.output_chars += textLength(delta->get("content"));
+          } else {
+            s.output_chars += textLength(first->get("text"));
+          }
         }
       }
       return {true, false};
     }
     if (e.event == "message_stop") return {true, true};
     if (e.event == "message_start" || e.event == "message_delta") {
-      json ev = parseJsonOrDiscarded(e.data, c.max_nesting);
-      const json* usage = nullptr;
-      if (ev.is_object() && e.event == "message_start" && ev.contains("message") &&
-          ev["message"].is_object() && ev["message"].contains("usage")) {
-        usage = &ev["message"]["usage"];
-      } else if (ev.is_object() && e.event == "message_delta" && ev.contains("usage")) {
-        usage = &ev["usage"];
+      auto ev = scanJson(e.data, c.max_nesting);
+      std::optional<JsonView> usage;
+      if (ev && ev->isObject() && e.event == "message_start") {
+        if (auto message = ev->get("message"); message && message->isObject()) {
+          usage = message->get("usage");
+        }
+      } else if (ev && ev->isObject()) {
+        usage = ev->get("usage");
       }
-      if (usage != nullptr && usage->is_object() && !anthropicUsage(*usage)) {
-        s.usage_invalid = true;
-      } else if (usage != nullptr && usage->is_object()) {
-        const ledger::TokenCounts u = *anthropicUsage(*usage);
-        if (e.event == "message_start") {
-          s.tokens.input = u.input;
-          s.tokens.cached_input = u.cached_input;
-          s.tokens.cache_write = u.cache_write;
-          s.tokens.output = u.output;
+      if (usage && usage->isObject()) {
+        if (auto u = anthropicUsage(*usage); !u) {
+          s.usage_invalid = true;
+        } else if (e.event == "message_start") {
+          s.tokens.input = u->input;
+          s.tokens.cached_input = u->cached_input;
+          s.tokens.cache_write = u->cache_write;
+          s.tokens.output = u->output;
         } else {
-          s.tokens.output = u.output;  // cumulative
+          s.tokens.output = u->output;  // cumulative
           s.usage_seen = true;
         }
       }
     } else if (e.event == "content_block_delta") {
-      json ev = parseJsonOrDiscarded(e.data, c.max_nesting);
-      if (ev.is_object() && ev.contains("delta") && ev["delta"].is_object() &&
-          ev["delta"].contains("text") && ev["delta"]["text"].is_string()) {
-        s.output_chars += static_cast<int64_t>(ev["delta"]["text"].get<std::string>().size());
+      auto ev = scanJson(e.data, c.max_nesting);
+      if (ev && ev->isObject()) {
+        if (auto delta = ev->get("delta"); delta && delta->isObject()) {
+          s.output_chars += textLength(delta->get("text"));
+        }
       }
     }
     return {true, false};

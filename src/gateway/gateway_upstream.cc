@@ -4,33 +4,63 @@ namespace purser::gateway {
 
 // The request as the target's provider expects it, translated when the target speaks the
 // other API.
-Result<http::ClientRequest> Gateway::Impl::upstreamRequest(const Call& c, const Target& t) const {
-  json body;
+Result<http::ClientRequest> Gateway::Impl::upstreamRequest(Call& c, const Target& t) const {
+  const bool usage_option = c.stream && t.provider->kind() == ProviderKind::kOpenAi;
+  std::string text;
   Surface path = c.surface;
   if (!crosses(c, t)) {
-    body = c.body;
-    body["model"] = t.model;
+    // The client's bytes with three values spliced in: the upstream's model name, the output
+    // cap, and (OpenAI streams) the option that makes the upstream report usage.
+    JsonSplicer splice(c.raw);
+    splice.replace(c.model, writeJson(json(t.model)));
+    if (c.max_field != nullptr) {
+      if (c.max_value) {
+        splice.replace(*c.max_value, std::to_string(c.max_output));
+      } else {
+        splice.prepend(c.doc, c.max_field, std::to_string(c.max_output));
+      }
+    }
+    if (usage_option) {
+      constexpr std::string_view kIncludeUsage = R"({"include_usage":true})";
+      if (!c.stream_options) {
+        splice.prepend(c.doc, "stream_options", std::string(kIncludeUsage));
+      } else if (!c.stream_options->isObject()) {
+        splice.replace(*c.stream_options, std::string(kIncludeUsage));
+      } else {
+        bool set = false;
+        for (const auto& [key, value] : c.stream_options->members()) {
+          if (jsonKeyIs(key, "include_usage")) {
+            splice.replace(value, "true");
+            set = true;
+          }
+        }
+        if (!set) splice.prepend(*c.stream_options, "include_usage", "true");
+      }
+    }
+    text = splice.build();
   } else {
+    json body;
     // A field of an unexpected type surfaces as a JSON type error: the client's request is
     // at fault, not the upstream.
     try {
       if (c.surface == Surface::kChat) {
-        body = PURSER_TRY_VALUE(chatToMessagesRequest(c.body, t.model, c.max_output));
+        body = PURSER_TRY_VALUE(chatToMessagesRequest(document(c), t.model, c.max_output));
         path = Surface::kMessages;
       } else {
-        body = PURSER_TRY_VALUE(messagesToChatRequest(c.body, t.model));
+        body = PURSER_TRY_VALUE(messagesToChatRequest(document(c), t.model));
         path = Surface::kChat;
       }
     } catch (const json::exception& e) {
       return fail(invalidArgument(
           fmt::format("The request cannot be translated for this model's API: {}", e.what())));
     }
-  }
-  if (c.stream && t.provider->kind() == ProviderKind::kOpenAi) {
-    if (!body.contains("stream_options") || !body["stream_options"].is_object()) {
-      body["stream_options"] = json::object();
+    if (usage_option) {
+      if (!body.contains("stream_options") || !body["stream_options"].is_object()) {
+        body["stream_options"] = json::object();
+      }
+      body["stream_options"]["include_usage"] = true;
     }
-    body["stream_options"]["include_usage"] = true;
+    text = writeJson(body);
   }
   http::ClientRequest r;
   r.method = Method::kPost;
@@ -46,7 +76,7 @@ Result<http::ClientRequest> Gateway::Impl::upstreamRequest(const Call& c, const 
     r.headers.add("Authorization", "Bearer " + key);
   }
   if (c.stream) r.headers.add("Accept", "text/event-stream");
-  r.body = writeJson(body);
+  r.body = std::move(text);
   r.timeout = t.provider->timeout();
   r.max_response_bytes = t.provider->limits().max_response_bytes;
   return r;
@@ -103,27 +133,32 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
         continue;
       }
       recordSuccess(*t, d_.clock.monotonic() - sent);
-      json body;
-      const std::function<void()> parse_answer = [&] {
-        body = parseJsonOrDiscarded(res->body, c.max_nesting);
+      // The answer is read in place: its usage and shape, nothing built. Only a translated
+      // answer (the other API) or a refusal put in the client's shape becomes a document.
+      Result<JsonView> answer = fail(internalError("not read"));
+      const std::function<void()> read_answer = [&] {
+        answer = scanJson(res->body, c.max_nesting);
       };
-      co_await offload(res->body.size(), parse_answer);
+      co_await offload(res->body.size(), read_answer);
+      const bool is_object = answer && answer->isObject();
       if (res->status >= 400) {
         upstreamError(*t, errorKind(res->status));
         // The upstream refused the request itself: nothing ran, nothing is charged. Its
         // answer reaches the client in the client's API's shape; one that is not such a JSON
         // error is put in that shape.
         c.hold.release();
-        const bool own_shape = !crosses(c, *t) && body.is_object() && body.contains("error");
+        const bool own_shape = !crosses(c, *t) && is_object && answer->get("error");
         Response r = own_shape ? Response::json(res->status, std::move(res->body))
-                               : translatedError(c.api, res->status, body);
+                               : translatedError(c.api, res->status,
+                                                 parseJsonOrDiscarded(res->body, c.max_nesting));
         overhead(r, c);
         co_return r;
       }
       std::optional<ledger::TokenCounts> reported;
-      if (body.is_object() && body.contains("usage") && body["usage"].is_object()) {
-        reported = t->provider->kind() == ProviderKind::kAnthropic ? anthropicUsage(body["usage"])
-                                                                   : openAiUsage(body["usage"]);
+      if (auto usage = is_object ? answer->get("usage") : std::nullopt;
+          usage && usage->isObject()) {
+        reported = t->provider->kind() == ProviderKind::kAnthropic ? anthropicUsage(*usage)
+                                                                   : openAiUsage(*usage);
         if (!reported) {
           spdlog::warn("gateway: {} reported usage that is not believable; estimated instead",
                        t->provider->name());
@@ -137,7 +172,7 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
         tokens.output = ceilDiv(static_cast<int64_t>(res->body.size()), 4);
       }
       co_await settle(c, tokens, !reported, res->status, t, d_.clock.monotonic() - c.started);
-      if (!body.is_object()) {
+      if (!is_object) {
         // The upstream ran (and is metered, estimated) but its answer is not what its API
         // promises: the client is told so, in its own API's shape.
         Response r =
@@ -149,10 +184,10 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
       if (crosses(c, *t)) {
         std::optional<std::string> translated;
         try {
+          const json body = parseJsonOrDiscarded(res->body, c.max_nesting);
           if (body.is_object()) {
-            const json answer =
-                c.api == Api::kOpenAi ? messagesToChatResponse(body) : chatToMessagesResponse(body);
-            translated = writeJson(answer);
+            translated = writeJson(c.api == Api::kOpenAi ? messagesToChatResponse(body)
+                                                         : chatToMessagesResponse(body));
           }
         } catch (const json::exception& e) {
           spdlog::warn("gateway: the answer of {} could not be translated: {}", t->provider->name(),

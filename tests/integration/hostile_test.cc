@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <thread>
@@ -666,6 +667,76 @@ TEST_F(HostileUpstreamTest, AStreamThatStallsIsCutOffAtTheProvidersTimeout) {
   const auto events = usage();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_TRUE(events[0]["estimated"].get<bool>());
+}
+
+TEST_F(HostileUpstreamTest, TheUpstreamGetsTheClientsBytesWithOnlyTheGovernedValuesChanged) {
+  // The body is forwarded as the client wrote it (key order, spacing, escapes, fields Purser does
+  // not know); only the model, the output cap and a stream's usage option are spliced in.
+  std::mutex mu;
+  std::vector<std::string> bodies;
+  upstream([&](const std::string& req) {
+    {
+      std::lock_guard lock(mu);
+      bodies.push_back(req.substr(req.find("\r\n\r\n") + 4));
+    }
+    if (req.find("\"stream\": true") != std::string::npos) {
+      return std::string(
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+          "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"
+          "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n"
+          "data: [DONE]\n\n");
+    }
+    return ok(
+        R"({"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}})");
+  });
+  const std::string plain =
+      "{ \"zeta\" : [1, 2.50, {\"k\":\"\\u00e9\\n\"}],\n  \"messages\":[{\"role\":\"user\","
+      "\"content\":\"caf\xC3\xA9 \\ud83d\\ude00\"}], \"model\" :\t\"chat\", \"max_tokens\": 500 }";
+  Reply r = call("POST", "/v1/chat/completions", key, plain);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.parsed()["model"], "chat") << "the upstream's name stays hidden";
+  // No cap given: the route's (100) is added in chat's current field.
+  const std::string uncapped = R"({"model":"chat","messages":[{"role":"user","content":"hi"}]})";
+  ASSERT_EQ(call("POST", "/v1/chat/completions", key, uncapped).status, 200);
+  const std::string streamed =
+      R"({"stream": true, "model":"chat","messages":[],"stream_options":{"include_usage":false}})";
+  Reply s = call("POST", "/v1/chat/completions", key, streamed);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(s.body.find("usage"), std::string::npos) << "the client did not ask for usage";
+  std::lock_guard lock(mu);
+  ASSERT_EQ(bodies.size(), 3u);
+  EXPECT_EQ(bodies[0],
+            "{ \"zeta\" : [1, 2.50, {\"k\":\"\\u00e9\\n\"}],\n  \"messages\":[{\"role\":\"user\","
+            "\"content\":\"caf\xC3\xA9 \\ud83d\\ude00\"}], \"model\" :\t\"m\", \"max_tokens\": 100 "
+            "}");
+  EXPECT_EQ(
+      bodies[1],
+      R"({"max_completion_tokens":100,"model":"m","messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(bodies[2], R"({"max_completion_tokens":100,"stream": true, "model":"m","messages":[],)"
+                       R"("stream_options":{"include_usage":true}})");
+  const auto events = usage();
+  ASSERT_EQ(events.size(), 3u);
+  for (const auto& e : events) EXPECT_FALSE(e["estimated"].get<bool>()) << e.dump();
+}
+
+TEST_F(HostileUpstreamTest, AGovernedFieldGivenTwiceIsRefusedAndNothingIsCharged) {
+  // With a key given twice, Purser and the upstream could read different values (one parser
+  // keeps the first, another the last): the model routed and charged might not be the one run.
+  upstream([](const std::string&) { return ok(R"({"choices":[]})"); });
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"model":"chat","messages":[],"model":"other"})", "model"},
+           {R"({"model":"chat","messages":[],"mo\u0064el":"other"})", "model"},
+           {R"({"model":"chat","messages":[],"max_tokens":1,"max_tokens":100000})", "max_tokens"},
+           {R"({"model":"chat","messages":[],"stream":false,"stream":true})", "stream"}}) {
+    Reply r = call("POST", "/v1/chat/completions", key, body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    EXPECT_EQ(r.parsed()["error"]["param"], param) << r.body;
+    EXPECT_NE(r.parsed()["error"]["message"].get<std::string>().find("more than once"),
+              std::string::npos)
+        << r.body;
+  }
+  EXPECT_EQ(fake->connections(), 0);
+  EXPECT_TRUE(usage().empty());
 }
 
 }  // namespace
