@@ -112,17 +112,14 @@ asio::awaitable<void> Gateway::Impl::settle(Call& c, ledger::TokenCounts tokens,
     if (cost) e.cost = *cost;
   }
   countRequest(c, target, status);
-  if (metrics_ && target != nullptr) {
-    const std::vector<std::string> where = {c.route->alias, target->provider->name()};
-    metrics_->ttft->labels(where).observe(std::chrono::duration<double>(ttft).count());
-    for (const auto& [kind, n] : {std::pair{"input", tokens.input},
-                                  {"output", tokens.output},
-                                  {"cached_input", tokens.cached_input},
-                                  {"cache_write", tokens.cache_write},
-                                  {"reasoning", tokens.reasoning}}) {
-      if (n > 0) {
-        metrics_->tokens->labels({where[0], where[1], kind}).inc(static_cast<uint64_t>(n));
-      }
+  const TargetMetrics* m =
+      metrics_ && target != nullptr ? &targetMetrics(*c.route, *target) : nullptr;
+  if (m != nullptr) {
+    m->ttft->observe(std::chrono::duration<double>(ttft).count());
+    const int64_t counts[] = {tokens.input, tokens.output, tokens.cached_input, tokens.cache_write,
+                              tokens.reasoning};
+    for (size_t i = 0; i < m->tokens.size(); ++i) {
+      if (counts[i] > 0) m->tokens[i]->inc(static_cast<uint64_t>(counts[i]));
     }
   }
   // Tokens-per-minute limits took the estimate; the hold reconciles them with what was used.
@@ -134,9 +131,8 @@ asio::awaitable<void> Gateway::Impl::settle(Call& c, ledger::TokenCounts tokens,
     }
     c.commit_time += d_.clock.monotonic() - asked;
   }
-  if (settled && metrics_ && target != nullptr && !settled->duplicate) {
-    metrics_->cost->labels({c.route->alias, target->provider->name()})
-        .inc(static_cast<uint64_t>(std::max<int64_t>(0, settled->charged.nanos())));
+  if (settled && m != nullptr && !settled->duplicate) {
+    m->cost->inc(static_cast<uint64_t>(std::max<int64_t>(0, settled->charged.nanos())));
   }
   if (!settled) {
     spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);

@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "common/json.h"
@@ -107,6 +109,16 @@ struct GatewayMetrics {
   http::Family<http::Histogram>* upstream_latency;
   http::Family<http::Counter>* tokens;
   http::Family<http::Counter>* cost;
+};
+
+// The children of the gateway's metrics for one route and target, looked up once: a lookup
+// builds label vectors and takes the family's lock, which every request would pay otherwise.
+struct TargetMetrics {
+  http::Counter* ok = nullptr;  // requests answered 200
+  http::Histogram* ttft = nullptr;
+  http::Histogram* upstream_latency = nullptr;
+  std::array<http::Counter*, 5> tokens{};  // input, output, cached_input, cache_write, reasoning
+  http::Counter* cost = nullptr;
 };
 
 class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
@@ -226,9 +238,33 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   asio::awaitable<void> settle(Call& c, ledger::TokenCounts tokens, bool estimated, int status,
                                const Target* target, std::chrono::steady_clock::duration ttft);
 
+  // The metrics of `t` serving `route` (metrics_ is set).
+  const TargetMetrics& targetMetrics(const Route& route, const Target& t) {
+    std::lock_guard lock(target_metrics_mu_);
+    auto [it, added] = target_metrics_.try_emplace({&route, &t});
+    if (added) {
+      TargetMetrics& m = it->second;
+      const std::string& alias = route.alias;
+      const std::string& provider = t.provider->name();
+      m.ok = &metrics_->requests->labels({alias, provider, "200"});
+      m.ttft = &metrics_->ttft->labels({alias, provider});
+      m.upstream_latency = &metrics_->upstream_latency->labels({alias, provider});
+      const char* kinds[] = {"input", "output", "cached_input", "cache_write", "reasoning"};
+      for (size_t i = 0; i < m.tokens.size(); ++i) {
+        m.tokens[i] = &metrics_->tokens->labels({alias, provider, kinds[i]});
+      }
+      m.cost = &metrics_->cost->labels({alias, provider});
+    }
+    return it->second;
+  }
+
   void countRequest(Call& c, const Target* t, int status) {
     c.counted = true;
     if (!metrics_) return;
+    if (status == 200 && t != nullptr && c.route != nullptr) {
+      targetMetrics(*c.route, *t).ok->inc();
+      return;
+    }
     metrics_->requests
         ->labels({c.route != nullptr ? c.route->alias : std::string(),
                   t != nullptr ? t->provider->name() : std::string(), std::to_string(status)})
@@ -249,8 +285,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
   void observeUpstream(const Call& c, const Target& t, std::chrono::steady_clock::duration d) {
     if (metrics_) {
-      metrics_->upstream_latency->labels({c.route->alias, t.provider->name()})
-          .observe(std::chrono::duration<double>(d).count());
+      targetMetrics(*c.route, t)
+          .upstream_latency->observe(std::chrono::duration<double>(d).count());
     }
   }
 
@@ -436,6 +472,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
   std::unique_ptr<asio::thread_pool> cpu_;  // parses and writes large bodies
   std::optional<GatewayMetrics> metrics_;
+  std::mutex target_metrics_mu_;
+  std::map<std::pair<const Route*, const Target*>, TargetMetrics> target_metrics_;  // guarded
 };
 
 }  // namespace purser::gateway
