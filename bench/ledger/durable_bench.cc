@@ -169,9 +169,9 @@ double twoCommits(const std::string& dir, int events, int in_flight) {
                     " 16, 0, 0, 0, 700, 0, 0, 200, 0, 0)",
                     {e.id}));
                 PURSER_TRY(
-                    tx.exec("INSERT INTO usage_charges (event_id, wallet_id, at_ms,"
-                            " cost_nanos) VALUES ($1, 'w', 0, 700)",
-                            {e.id}));
+                    tx.exec("INSERT INTO wallet_spend (wallet_id, minute, cost_nanos) VALUES"
+                            " ('w', 0, 700) ON CONFLICT (wallet_id, minute) DO UPDATE SET"
+                            " cost_nanos = cost_nanos + excluded.cost_nanos"));
                 PURSER_TRY(tx.exec("DELETE FROM usage_intents WHERE event_id = $1", {e.id}));
                 return {};
               },

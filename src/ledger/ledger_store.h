@@ -1,7 +1,9 @@
 // LedgerStore: the SQL for wallets and usage. Writes take the caller's transaction.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -19,8 +21,23 @@ Result<std::vector<WalletSpec>> loadWallets(store::Store& store);
 Result<void> insertRateLimit(store::Tx& tx, const RateLimitSpec& l, const std::string& created_at);
 Result<std::vector<RateLimitSpec>> loadRateLimits(store::Store& store);
 
-// What each wallet has been charged since `window_start` of its own current window, summed from
-// the stored charges (used to rebuild WalletBook at start).
+// What a wallet has been charged since `since` (the start of its current window), summed from
+// wallet_spend (used to rebuild WalletBook at start). Spend is kept per wallet and UTC minute, so
+// the minute `since` falls in counts whole: exact for every window that starts on a minute (those
+// of every time zone in use), and never less than the truth otherwise — a budget may refuse a
+// little early after a restart, never overspend.
 Result<Money> spentSince(store::Tx& tx, const std::string& wallet_id, SystemTime since);
+
+// What events charged each wallet, summed per wallet and minute until write() adds it to
+// wallet_spend: one upsert per wallet and minute however many events a journal batch holds.
+class SpendBatch {
+ public:
+  void add(const std::string& wallet_id, int64_t at_ms, int64_t cost_nanos);
+  // Adds everything to wallet_spend in `tx` and starts empty again.
+  Result<void> write(store::Tx& tx);
+
+ private:
+  std::map<std::pair<std::string, int64_t>, int64_t> sums_;
+};
 
 }  // namespace purser::ledger

@@ -72,18 +72,17 @@ constexpr const char* kInsertEvent =
     " cache_write_tokens, reasoning_tokens, cost_nanos, latency_ms, ttft_ms, status, estimated,"
     " recovered, overage_nanos) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
     " $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (id) DO NOTHING";
-constexpr const char* kInsertCharge =
-    "INSERT INTO usage_charges (event_id, wallet_id, at_ms, cost_nanos) VALUES ($1, $2, $3, $4)";
 constexpr const char* kDeleteIntent = "DELETE FROM usage_intents WHERE event_id = $1";
 constexpr const char* kEventExists = "SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1";
 constexpr const char* kInsertIntent =
     "INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, event, expires_at_ms,"
     " external) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (event_id) DO NOTHING";
 
-// Records the event and its charges unless its id is already recorded (a replayed record), and
-// removes its intent. Returns whether it was recorded now.
+// Records the event unless its id is already recorded (a replayed record), adds its charges to
+// `spend`, and removes its intent. Returns whether it was recorded now.
 Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
-                         const std::vector<std::string>& wallets, bool had_intent) {
+                         const std::vector<std::string>& wallets, bool had_intent,
+                         SpendBatch& spend) {
   const int64_t inserted = PURSER_TRY_VALUE(tx.exec(kInsertEvent, {e.id,
                                                                    unixMillis(e.at),
                                                                    e.tenant_id,
@@ -108,9 +107,7 @@ Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
                                                                    int64_t{e.recovered ? 1 : 0},
                                                                    e.overage.nanos()}));
   if (inserted > 0) {
-    for (const auto& w : wallets) {
-      PURSER_TRY(tx.exec(kInsertCharge, {e.id, w, unixMillis(e.at), e.cost.nanos()}));
-    }
+    for (const auto& w : wallets) spend.add(w, unixMillis(e.at), e.cost.nanos());
   }
   if (had_intent) PURSER_TRY(tx.exec(kDeleteIntent, {e.id}));
   return inserted > 0;
@@ -239,6 +236,7 @@ Result<void> Meter::apply(store::Tx& tx, const std::vector<std::string_view>& re
   // in a replay, where an earlier batch may have written the intent.
   std::unordered_set<std::string_view> ended;
   std::unordered_set<std::string_view> unwritten;
+  SpendBatch spend;  // the batch's charges, one upsert per wallet and minute
   for (std::string_view bytes : records) {
     decoded.push_back(decodeRecord(bytes));
     if (!decoded.back()) continue;
@@ -274,14 +272,14 @@ Result<void> Meter::apply(store::Tx& tx, const std::vector<std::string_view>& re
                           writeJson(intentJson(in->draft, in->external, in->token_estimate)),
                           in->expires_ms, int64_t{in->external ? 1 : 0}}));
     } else if (const auto* us = std::get_if<UsageRecord>(&record)) {
-      PURSER_TRY(recordIn(tx, us->event, us->wallets, !unwritten.contains(us->event.id)));
+      PURSER_TRY(recordIn(tx, us->event, us->wallets, !unwritten.contains(us->event.id), &spend));
     } else {
       for (const auto& id : std::get<ReleaseRecord>(record).ids) {
         if (!unwritten.contains(id)) PURSER_TRY(tx.exec(kDeleteIntent, {id}));
       }
     }
   }
-  return {};
+  return spend.write(tx);
 }
 
 Result<uint64_t> Meter::append(const LedgerRecord& record) {
@@ -385,8 +383,12 @@ store::TxFn Meter::recordWrite(UsageEvent event, std::vector<std::string> wallet
 }
 
 Result<void> Meter::recordIn(store::Tx& tx, const UsageEvent& event,
-                             const std::vector<std::string>& wallets, bool had_intent) const {
-  const bool recorded = PURSER_TRY_VALUE(insertEvent(tx, event, wallets, had_intent));
+                             const std::vector<std::string>& wallets, bool had_intent,
+                             SpendBatch* spend) const {
+  SpendBatch own;
+  const bool recorded =
+      PURSER_TRY_VALUE(insertEvent(tx, event, wallets, had_intent, spend ? *spend : own));
+  PURSER_TRY(own.write(tx));
   if (recorded && audit_ != nullptr && event.overage.isPositive()) {
     AuditEntry e;
     e.tenant_id = event.tenant_id;

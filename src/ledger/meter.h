@@ -53,6 +53,8 @@
 
 namespace purser::ledger {
 
+class SpendBatch;  // ledger_store.h
+
 struct UsageQuery {
   ScopeKind scope_kind = ScopeKind::kTenant;
   std::string scope_id;
@@ -178,9 +180,11 @@ class Meter {
   // The write that records `event` (and its overage's audit entry) and removes its intent.
   store::TxFn recordWrite(UsageEvent event, std::vector<std::string> wallets) const;
   // The same, run now inside `tx`; `had_intent` false when no intent of the event can be in the
-  // store (its intent was never written).
+  // store (its intent was never written). The charges go to `spend` when given (the caller writes
+  // it before the transaction ends), else to wallet_spend at once.
   Result<void> recordIn(store::Tx& tx, const UsageEvent& event,
-                        const std::vector<std::string>& wallets, bool had_intent = true) const;
+                        const std::vector<std::string>& wallets, bool had_intent = true,
+                        SpendBatch* spend = nullptr) const;
   Result<void> quarantine(const std::string& event_id, const std::string& intent,
                           const std::string& reason);
 
