@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -62,12 +64,18 @@ class DirectoryTest : public ::testing::Test {
     return {{tenant}, {team}, {dana, admin}, {bot}, {dana_key.key, bot_key.key, admin_key.key}};
   }
 
-  // The message of a refusal; "" when the key was accepted.
-  std::string refusal(std::string_view presented) const {
+  // Why a key is refused; nullopt when it is accepted. authenticate() must say the same.
+  std::optional<KeyRefusal> refusal(std::string_view presented) const {
+    auto checked = directory.verify(presented);
     auto who = directory.authenticate(presented);
-    if (who) return "";
-    EXPECT_EQ(who.error().code, ErrorCode::kUnauthenticated);
-    return who.error().message;
+    EXPECT_EQ(checked.has_value(), who.has_value());
+    if (checked) return std::nullopt;
+    EXPECT_EQ(checked.error().message, keyRefusalMessage(checked.error().reason));
+    if (!who) {
+      EXPECT_EQ(who.error().code, ErrorCode::kUnauthenticated);
+      EXPECT_EQ(who.error().message, checked.error().message);
+    }
+    return checked.error().reason;
   }
 
   ManualClock clock;
@@ -116,10 +124,24 @@ TEST_F(DirectoryTest, AKeyInAnyOtherFormatIsFoundByItsHash) {
   auto who = directory.authenticate("a-bootstrap-key-of-the-operators-choosing");
   ASSERT_TRUE(who.has_value()) << who.error().toString();
   EXPECT_EQ(who->key_id, k.id);
-  EXPECT_EQ(refusal("a-bootstrap-key-of-the-operators-choosinG"), "invalid API key");
+  EXPECT_EQ(refusal("a-bootstrap-key-of-the-operators-choosinG"), KeyRefusal::kUnknown);
 }
 
-TEST_F(DirectoryTest, NoKeyIsRefusedAsMissing) { EXPECT_EQ(refusal(""), "no API key was given"); }
+// The words people see: the admin API answers them as they are and the gateway quotes all but
+// kUnknown's, so they change only on purpose.
+TEST(KeyRefusalTest, EachRefusalHasItsMessage) {
+  const std::vector<std::pair<KeyRefusal, std::string_view>> table = {
+      {KeyRefusal::kMissing, "no API key was given"},
+      {KeyRefusal::kUnknown, "invalid API key"},
+      {KeyRefusal::kRevoked, "this API key was revoked"},
+      {KeyRefusal::kExpired, "this API key has expired"},
+      {KeyRefusal::kParentRevoked, "this API key was revoked (with the key it was made with)"},
+      {KeyRefusal::kParentExpired, "this API key has expired (with the key it was made with)"},
+  };
+  for (const auto& [reason, message] : table) EXPECT_EQ(keyRefusalMessage(reason), message);
+}
+
+TEST_F(DirectoryTest, NoKeyIsRefusedAsMissing) { EXPECT_EQ(refusal(""), KeyRefusal::kMissing); }
 
 TEST_F(DirectoryTest, UnknownKeysAndWrongSecretsAreRefusedAlike) {
   // Unknown id, a known id with the wrong secret, and text that is no key at all.
@@ -127,7 +149,7 @@ TEST_F(DirectoryTest, UnknownKeysAndWrongSecretsAreRefusedAlike) {
   std::string wrong_secret = dana_key.secret;
   wrong_secret.back() = wrong_secret.back() == 'a' ? 'b' : 'a';
   for (const std::string& presented : {stranger.secret, wrong_secret, std::string("hello")}) {
-    EXPECT_EQ(refusal(presented), "invalid API key") << presented;
+    EXPECT_EQ(refusal(presented), KeyRefusal::kUnknown) << presented;
   }
 }
 
@@ -135,9 +157,9 @@ TEST_F(DirectoryTest, ARevokedKeyIsRefused) {
   ApiKey k = dana_key.key;
   k.revoked_at = now();
   directory.put(k);
-  EXPECT_EQ(refusal(dana_key.secret), "this API key was revoked");
+  EXPECT_EQ(refusal(dana_key.secret), KeyRefusal::kRevoked);
   // A wrong secret for a revoked key says nothing of the revocation.
-  EXPECT_EQ(refusal(dana_key.secret + "x"), "invalid API key");
+  EXPECT_EQ(refusal(dana_key.secret + "x"), KeyRefusal::kUnknown);
 }
 
 TEST_F(DirectoryTest, AKeyExpiresAtItsExpiryTime) {
@@ -145,9 +167,9 @@ TEST_F(DirectoryTest, AKeyExpiresAtItsExpiryTime) {
   k.expires_at = formatRfc3339(clock.now() + std::chrono::hours(1));
   directory.put(k);
   clock.advance(std::chrono::hours(1) - std::chrono::milliseconds(1));
-  EXPECT_EQ(refusal(dana_key.secret), "");
+  EXPECT_EQ(refusal(dana_key.secret), std::nullopt);
   clock.advance(std::chrono::milliseconds(1));
-  EXPECT_EQ(refusal(dana_key.secret), "this API key has expired");
+  EXPECT_EQ(refusal(dana_key.secret), KeyRefusal::kExpired);
 }
 
 TEST_F(DirectoryTest, ARotatedKeysPreviousSecretWorksUntilItsGraceEnds) {
@@ -157,11 +179,11 @@ TEST_F(DirectoryTest, ARotatedKeysPreviousSecretWorksUntilItsGraceEnds) {
   k.previous_valid_until = formatRfc3339(clock.now() + std::chrono::minutes(10));
   k.secret_hash = fresh.secret_hash;
   directory.put(k);
-  EXPECT_EQ(refusal(fresh.secret), "");
-  EXPECT_EQ(refusal(dana_key.secret), "");
+  EXPECT_EQ(refusal(fresh.secret), std::nullopt);
+  EXPECT_EQ(refusal(dana_key.secret), std::nullopt);
   clock.advance(std::chrono::minutes(10));
-  EXPECT_EQ(refusal(dana_key.secret), "invalid API key");
-  EXPECT_EQ(refusal(fresh.secret), "");
+  EXPECT_EQ(refusal(dana_key.secret), KeyRefusal::kUnknown);
+  EXPECT_EQ(refusal(fresh.secret), std::nullopt);
 }
 
 TEST_F(DirectoryTest, AKeyWhoseOwnerIsGoneIsRefused) {
@@ -169,9 +191,9 @@ TEST_F(DirectoryTest, AKeyWhoseOwnerIsGoneIsRefused) {
   s.users = {admin};           // dana is gone
   s.service_accounts.clear();  // and so is bot
   directory.load(s);
-  EXPECT_EQ(refusal(dana_key.secret), "invalid API key");
-  EXPECT_EQ(refusal(bot_key.secret), "invalid API key");
-  EXPECT_EQ(refusal(admin_key.secret), "");
+  EXPECT_EQ(refusal(dana_key.secret), KeyRefusal::kUnknown);
+  EXPECT_EQ(refusal(bot_key.secret), KeyRefusal::kUnknown);
+  EXPECT_EQ(refusal(admin_key.secret), std::nullopt);
 }
 
 // dana's key, a key derived from it, and one derived from that.
@@ -199,27 +221,27 @@ TEST_F(DerivedKeyTest, ADerivedKeyFallsWithAnyKeyAboveIt) {
   ApiKey root = dana_key.key;
   root.revoked_at = now();
   directory.put(root);
-  EXPECT_EQ(refusal(grandchild.secret), "this API key was revoked (with the key it was made with)");
-  EXPECT_EQ(refusal(child.secret), "this API key was revoked (with the key it was made with)");
+  EXPECT_EQ(refusal(grandchild.secret), KeyRefusal::kParentRevoked);
+  EXPECT_EQ(refusal(child.secret), KeyRefusal::kParentRevoked);
 
   root.revoked_at.clear();
   directory.put(root);
   ApiKey middle = child.key;
   middle.expires_at = formatRfc3339(clock.now() + std::chrono::minutes(1));
   directory.put(middle);
-  EXPECT_EQ(refusal(grandchild.secret), "");
+  EXPECT_EQ(refusal(grandchild.secret), std::nullopt);
   clock.advance(std::chrono::minutes(1));
-  EXPECT_EQ(refusal(grandchild.secret), "this API key has expired (with the key it was made with)");
-  EXPECT_EQ(refusal(child.secret), "this API key has expired");
-  EXPECT_EQ(refusal(dana_key.secret), "");
+  EXPECT_EQ(refusal(grandchild.secret), KeyRefusal::kParentExpired);
+  EXPECT_EQ(refusal(child.secret), KeyRefusal::kExpired);
+  EXPECT_EQ(refusal(dana_key.secret), std::nullopt);
 }
 
 TEST_F(DerivedKeyTest, ADerivedKeyWhoseParentIsGoneIsRefused) {
   Snapshot s = snapshot();
   s.keys = {grandchild.key, dana_key.key};  // the key it was made with is gone
   directory.load(s);
-  EXPECT_EQ(refusal(grandchild.secret), "invalid API key");
-  EXPECT_EQ(refusal(dana_key.secret), "");
+  EXPECT_EQ(refusal(grandchild.secret), KeyRefusal::kUnknown);
+  EXPECT_EQ(refusal(dana_key.secret), std::nullopt);
 }
 
 TEST_F(DerivedKeyTest, KeyChainIsNearestFirstAndEmptyForAnUnknownKey) {
@@ -257,11 +279,11 @@ TEST_F(DerivedKeyTest, DerivedKeysAreFoundTransitively) {
 }
 
 TEST_F(DirectoryTest, PutUpdatesWhatLookupsAndAuthenticationSee) {
-  ASSERT_EQ(refusal(dana_key.secret), "");
+  ASSERT_EQ(refusal(dana_key.secret), std::nullopt);
   ApiKey revoked = dana_key.key;
   revoked.revoked_at = now();
   directory.put(revoked);
-  EXPECT_EQ(refusal(dana_key.secret), "this API key was revoked");
+  EXPECT_EQ(refusal(dana_key.secret), KeyRefusal::kRevoked);
   EXPECT_EQ(directory.key(dana_key.key.id)->revoked_at, revoked.revoked_at);
 
   User renamed = dana;
@@ -271,7 +293,7 @@ TEST_F(DirectoryTest, PutUpdatesWhatLookupsAndAuthenticationSee) {
   EXPECT_EQ(directory.authenticate(bot_key.secret)->name, "bot");
 
   const Issued added = issue(OwnerKind::kUser, dana.id);
-  EXPECT_EQ(refusal(added.secret), "invalid API key");
+  EXPECT_EQ(refusal(added.secret), KeyRefusal::kUnknown);
   directory.put(added.key);
   EXPECT_EQ(directory.authenticate(added.secret)->name, "dana2");
   EXPECT_EQ(directory.keyCount(), 4u);
@@ -282,7 +304,7 @@ TEST_F(DirectoryTest, LoadReplacesEverything) {
   EXPECT_EQ(directory.keyCount(), 0u);
   EXPECT_FALSE(directory.tenant(tenant.id));
   EXPECT_TRUE(directory.users().empty());
-  EXPECT_EQ(refusal(dana_key.secret), "invalid API key");
+  EXPECT_EQ(refusal(dana_key.secret), KeyRefusal::kUnknown);
 }
 
 TEST_F(DirectoryTest, LookupsByIdAndByName) {
@@ -352,20 +374,20 @@ TEST_F(DirectoryTest, ConcurrentAuthenticationSeesEachPutWhole) {
       for (int round = 0; !done.load() || round < 2; ++round) {
         auto stable = directory.authenticate(bot_key.secret);
         if (!stable || stable->id != bot.id || stable->key_id != bot_key.key.id) ++wrong;
-        auto d = directory.authenticate(dana_key.secret);
+        auto d = directory.verify(dana_key.secret);
         if (d) {
           if (seen_revoked || d->id != dana.id) ++wrong;
-        } else if (d.error().message == "this API key was revoked") {
+        } else if (d.error().reason == KeyRefusal::kRevoked) {
           seen_revoked = true;
         } else {
           ++wrong;
         }
         for (int i = r; i < kAdded; i += kReaders) {
-          auto a = directory.authenticate(added[static_cast<size_t>(i)].secret);
+          auto a = directory.verify(added[static_cast<size_t>(i)].secret);
           if (a) {
             if (a->id != bot.id || a->key_id != added[static_cast<size_t>(i)].key.id) ++wrong;
             seen[static_cast<size_t>(i)] = true;
-          } else if (seen[static_cast<size_t>(i)] || a.error().message != "invalid API key") {
+          } else if (seen[static_cast<size_t>(i)] || a.error().reason != KeyRefusal::kUnknown) {
             ++wrong;
           }
         }
@@ -379,8 +401,8 @@ TEST_F(DirectoryTest, ConcurrentAuthenticationSeesEachPutWhole) {
   for (auto& t : readers) t.join();
 
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(refusal(dana_key.secret), "this API key was revoked");
-  for (const auto& k : added) EXPECT_EQ(refusal(k.secret), "");
+  EXPECT_EQ(refusal(dana_key.secret), KeyRefusal::kRevoked);
+  for (const auto& k : added) EXPECT_EQ(refusal(k.secret), std::nullopt);
   EXPECT_EQ(directory.keyCount(), 3u + kAdded);
 }
 
