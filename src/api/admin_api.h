@@ -11,11 +11,13 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "api/denial_log.h"
+#include "api/reservations.h"
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
@@ -55,6 +57,9 @@ struct Services {
   gateway::ProviderKeyStore* provider_keys = nullptr;
   // Bounds the audit entries denials write per principal; without it every denial is written.
   DenialLog* denials = nullptr;
+  // The outstanding reservations made through this API. Each Services made is a table of its own;
+  // its copies (the route tables keep one each) share it.
+  std::shared_ptr<Reservations> reservations = std::make_shared<Reservations>();
 };
 
 // Applies the identity and ledger migrations, then loads the directory and the wallets (with
@@ -70,8 +75,10 @@ std::vector<ledger::AuditEntry> denialEntries(const Services& s, const identity:
 // Writes the summaries of denial windows that are over (the server calls it every second).
 void auditClosedDenials(const Services& s);
 
-// Makes reservations the ledger held again at start (Meter::recover) settleable through the API.
-void restoreReservations(const std::vector<ledger::RestoredReservation>& restored);
+// Makes reservations the ledger held again at start (Meter::recover) settleable through the API
+// of `s`.
+void restoreReservations(const Services& s,
+                         const std::vector<ledger::RestoredReservation>& restored);
 
 // On first start (no keys at all): creates the platform admin "admin" and its key — the value
 // of `admin_key` (PURSER_ADMIN_KEY, at least 16 characters) or a generated one. Returns the key
@@ -86,10 +93,15 @@ Result<identity::Principal> authenticate(const Services& s, const http::Request&
 Result<void> addAdminRoutes(http::Router& router, const Services& s);
 
 // The metering API: reservations before work runs, settlement after, usage and spend queries.
-//   POST   /api/v1/reservations              {amount, model?, route?, session_id?, tokens?, lease?,
-//   id?} POST   /api/v1/reservations/{id}/settle  {cost, tokens?, status?, latency_ms?, ttft_ms?,
-//   provider?} DELETE /api/v1/reservations/{id} GET    /api/v1/usage?scope=KIND:ID&from=&to=&limit=
+//   POST   /api/v1/reservations              {amount, model?, route?, session_id?, tokens?,
+//                                             lease?, id?}
+//   POST   /api/v1/reservations/{id}/settle  {cost, tokens?, status?, latency_ms?, ttft_ms?,
+//                                             provider?}
+//   DELETE /api/v1/reservations/{id}
+//   POST   /api/v1/usage                     {events: [...]}: usage that ran elsewhere
+//   GET    /api/v1/usage?scope=KIND:ID&from=&to=&limit=
 //   GET    /api/v1/spend?scope=KIND:ID&group_by=user|team|key|model|route|session|day&from=&to=
+//   POST   /api/v1/rate-limits, GET /api/v1/rate-limits?scope=KIND:ID
 Result<void> addMeteringRoutes(http::Router& router, const Services& s);
 
 // Budget alerts: POSTed to the alert webhook (best effort, from `executor`, which must be the

@@ -11,10 +11,10 @@ std::optional<Response> Gateway::Impl::identify(Call& c, Request& req) {
                     "You didn't provide an API key. Send it as \"Authorization: Bearer KEY\".", {},
                     "missing_api_key");
   }
-  auto who = d_.directory.authenticate(*presented);
+  auto who = d_.directory.verify(*presented);
   if (!who) {
     return apiError(api, Fault::kUnauthenticated,
-                    who.error().message == "invalid API key"
+                    who.error().reason == identity::KeyRefusal::kUnknown
                         ? "Incorrect API key provided."
                         : "Your API key is not valid: " + who.error().message + ".",
                     {}, "invalid_api_key");

@@ -27,6 +27,24 @@ std::optional<T> find(const std::unordered_map<std::string, T>& map, const std::
 
 }  // namespace
 
+std::string_view keyRefusalMessage(KeyRefusal reason) {
+  switch (reason) {
+    case KeyRefusal::kMissing:
+      return "no API key was given";
+    case KeyRefusal::kUnknown:
+      return "invalid API key";
+    case KeyRefusal::kRevoked:
+      return "this API key was revoked";
+    case KeyRefusal::kExpired:
+      return "this API key has expired";
+    case KeyRefusal::kParentRevoked:
+      return "this API key was revoked (with the key it was made with)";
+    case KeyRefusal::kParentExpired:
+      return "this API key has expired (with the key it was made with)";
+  }
+  return "invalid API key";
+}
+
 void Directory::load(Snapshot s) {
   std::unique_lock lock(mu_);
   tenants_.clear();
@@ -182,61 +200,61 @@ size_t Directory::keyCount() const {
   return keys_.size();
 }
 
-Result<Principal> Directory::authenticate(std::string_view presented) const {
-  const Error invalid(ErrorCode::kUnauthenticated, "invalid API key");
-  if (presented.empty()) return fail(Error(ErrorCode::kUnauthenticated, "no API key was given"));
+std::expected<Principal, KeyRefused> Directory::verify(std::string_view presented) const {
+  const auto refuse = [](KeyRefusal reason) {
+    return std::unexpected(KeyRefused{reason, std::string(keyRefusalMessage(reason))});
+  };
+  if (presented.empty()) return refuse(KeyRefusal::kMissing);
   const PresentedKey p = presentedKey(presented);
   const std::string now = formatRfc3339(clock_.now());
   std::shared_lock lock(mu_);
   auto id = by_lookup_.find(p.lookup);
-  if (id == by_lookup_.end()) return fail(invalid);
+  if (id == by_lookup_.end()) return refuse(KeyRefusal::kUnknown);
   const ApiKey& k = keys_.at(id->second);
   const bool current = constantTimeEquals(p.hash, k.secret_hash);
   const bool previous = !current && !k.previous_hash.empty() &&
                         constantTimeEquals(p.hash, k.previous_hash) && now < k.previous_valid_until;
-  if (!current && !previous) return fail(invalid);
-  if (!k.revoked_at.empty()) {
-    return fail(Error(ErrorCode::kUnauthenticated, "this API key was revoked"));
-  }
-  if (!k.expires_at.empty() && now >= k.expires_at) {
-    return fail(Error(ErrorCode::kUnauthenticated, "this API key has expired"));
-  }
+  if (!current && !previous) return refuse(KeyRefusal::kUnknown);
+  if (!k.revoked_at.empty()) return refuse(KeyRefusal::kRevoked);
+  if (!k.expires_at.empty() && now >= k.expires_at) return refuse(KeyRefusal::kExpired);
   Principal out;
   // A derived key stands only while every key above it does.
   for (const ApiKey* above : chainLocked(k)) {
-    if (above != &k && !above->revoked_at.empty()) {
-      return fail(Error(ErrorCode::kUnauthenticated,
-                        "this API key was revoked (with the key it was made with)"));
-    }
+    if (above != &k && !above->revoked_at.empty()) return refuse(KeyRefusal::kParentRevoked);
     if (above != &k && !above->expires_at.empty() && now >= above->expires_at) {
-      return fail(Error(ErrorCode::kUnauthenticated,
-                        "this API key has expired (with the key it was made with)"));
+      return refuse(KeyRefusal::kParentExpired);
     }
     out.key_chain.push_back(above->id);
   }
   if (!k.parent_key_id.empty() &&
       (out.key_chain.size() < 2 || out.key_chain[1] != k.parent_key_id)) {
-    return fail(invalid);  // the key it was made with is gone
+    return refuse(KeyRefusal::kUnknown);  // the key it was made with is gone
   }
   out.kind = k.owner_kind;
   out.id = k.owner_id;
   out.key_id = k.id;
   if (k.owner_kind == OwnerKind::kUser) {
     auto u = users_.find(k.owner_id);
-    if (u == users_.end()) return fail(invalid);
+    if (u == users_.end()) return refuse(KeyRefusal::kUnknown);
     out.name = u->second.name;
     out.tenant_id = u->second.tenant_id;
     out.team_id = u->second.team_id;
     out.role = u->second.role;
   } else {
     auto a = accounts_.find(k.owner_id);
-    if (a == accounts_.end()) return fail(invalid);
+    if (a == accounts_.end()) return refuse(KeyRefusal::kUnknown);
     out.name = a->second.name;
     out.tenant_id = a->second.tenant_id;
     out.team_id = a->second.team_id;
     out.role = Role::kServiceAccount;
   }
   return out;
+}
+
+Result<Principal> Directory::authenticate(std::string_view presented) const {
+  auto who = verify(presented);
+  if (!who) return fail(Error(ErrorCode::kUnauthenticated, std::move(who.error().message)));
+  return std::move(*who);
 }
 
 }  // namespace purser::identity

@@ -7,6 +7,7 @@
 // exclusive one. Lookups return copies.
 #pragma once
 
+#include <expected>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -18,6 +19,26 @@
 #include "identity/identity.h"
 
 namespace purser::identity {
+
+// Why a presented key was refused. Callers decide on this, never on the message.
+enum class KeyRefusal {
+  kMissing,  // no key was given
+  // Not a key of this directory: unknown, a wrong secret, a previous secret past its grace, or
+  // a key whose owner or parent key is gone. Alike on purpose, so a guess learns nothing.
+  kUnknown,
+  kRevoked,
+  kExpired,
+  kParentRevoked,  // a key above it (ApiKey::parent_key_id) was revoked
+  kParentExpired,  // a key above it has expired
+};
+
+// What a refusal says to people: "invalid API key", "this API key was revoked", ...
+std::string_view keyRefusalMessage(KeyRefusal reason);
+
+struct KeyRefused {
+  KeyRefusal reason = KeyRefusal::kUnknown;
+  std::string message;  // keyRefusalMessage(reason)
+};
 
 struct Snapshot {
   std::vector<Tenant> tenants;
@@ -59,9 +80,11 @@ class Directory {
   std::vector<ApiKey> keys() const;
   size_t keyCount() const;
 
-  // The principal behind a presented key. kUnauthenticated for an unknown key or a wrong secret
-  // (the same message either way), a revoked or expired key, or a deleted owner; a derived key
+  // The principal behind a presented key, or why it is refused: an unknown key or a wrong secret
+  // (the same refusal either way), a revoked or expired key, or a deleted owner; a derived key
   // also when a key above it is revoked, expired or gone.
+  std::expected<Principal, KeyRefused> verify(std::string_view presented) const;
+  // The same, a refusal as kUnauthenticated with its message.
   Result<Principal> authenticate(std::string_view presented) const;
 
  private:

@@ -174,7 +174,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(audit.open(*store));
   {
     const ledger::Recovery recovery = PURSER_TRY_VALUE(meter.recover());
-    api::restoreReservations(recovery.reservations);
+    api::restoreReservations(services, recovery.reservations);
     if (recovery.charged > 0) {
       spdlog::warn("ledger: {} request(s) cut off by the last shutdown were recovered and charged",
                    recovery.charged);

@@ -57,7 +57,12 @@ class AdminApiTest : public ::testing::Test {
 
   Reply call(const std::string& method, const std::string& path, const std::string& key,
              const json& body = nullptr) {
-    RawClient c(server.port());
+    return callAt(server.port(), method, path, key, body);
+  }
+
+  Reply callAt(uint16_t port, const std::string& method, const std::string& path,
+               const std::string& key, const json& body = nullptr) {
+    RawClient c(port);
     std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
     if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
     const std::string text = body.is_null() ? "" : body.dump();
@@ -848,6 +853,34 @@ TEST_F(MeteringTest, ApiReservationsOutliveARestartUntilTheirLeaseEnds) {
   // Settled after the restart: charged once, the intent gone.
   auto settled = after.book.settle(id, Money::parse("1.00").value());
   ASSERT_TRUE(settled.has_value());
+  EXPECT_EQ(after.book.status(chain[0])->reserved.toString(), "0.00");
+}
+
+TEST_F(MeteringTest, EachApiKeepsItsOwnReservationsUntilTheyAreRestored) {
+  wallet({{"kind", "user"}, {"id", dana}}, "10.00");
+  Reply r = reserve(dana_key, "2.00", {{"lease", "10m"}});
+  ASSERT_EQ(r.status, 201);
+  const std::string id = r.body["id"];
+  Restarted after(clock, random, ids, *store, audit, prices, *meter, dir.file("journal"));
+  ASSERT_TRUE(loadState(after.services).has_value());
+  auto recovered = after.meter.recover();
+  ASSERT_TRUE(recovered.has_value()) << recovered.error().toString();
+  ASSERT_EQ(recovered->reservations.size(), 1u);
+  testing::TestServer second;
+  ASSERT_TRUE(addMeteringRoutes(second.router, after.services).has_value());
+  second.start();
+  const json cost = {{"cost", "1.50"}};
+  const std::string path = "/api/v1/reservations/" + id + "/settle";
+  // A second API in the same process knows nothing of the first one's reservations...
+  EXPECT_EQ(callAt(second.port(), "POST", path, dana_key, cost).status, 404);
+  // ...until the ledger's recovered ones are handed to it.
+  restoreReservations(after.services, recovered->reservations);
+  Reply settled = callAt(second.port(), "POST", path, dana_key, cost);
+  EXPECT_EQ(settled.status, 200) << settled.body.dump();
+  EXPECT_EQ(settled.body["charged"], "1.50");
+  const auto chain = after.book.chain({.user_id = dana}, "");
+  ASSERT_EQ(chain.size(), 1u);
+  EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "1.50");
   EXPECT_EQ(after.book.status(chain[0])->reserved.toString(), "0.00");
 }
 

@@ -420,6 +420,36 @@ TEST_F(GatewayTest, ErrorsHaveTheShapesTheSdksExpect) {
   EXPECT_EQ(unset.json_body()["usage"]["completion_tokens"], 3);
 }
 
+// What a client reads when its key is refused: an unknown key says no more than that; a key that
+// was valid says why it no longer is.
+TEST_F(GatewayTest, RefusedKeysAreExplainedOnlyWhenTheyWereValid) {
+  const std::string up = sim({"--ttft-ms", "0"});
+  serve(
+      fmt::format("providers:\n  - {{name: p, kind: openai, base_url: {}/v1}}\n"
+                  "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n",
+                  up));
+  const auto refused = [&](const std::string& path, const std::vector<std::string>& headers) {
+    const bool models = path == "/v1/models";
+    Reply r = call(port, models ? "GET" : "POST", path, headers, models ? "" : kHello.dump());
+    EXPECT_EQ(r.status, 401) << path << ": " << r.body;
+    return r.json_body()["error"]["message"];
+  };
+  EXPECT_EQ(refused("/v1/chat/completions", {}),
+            "You didn't provide an API key. Send it as \"Authorization: Bearer KEY\".");
+  EXPECT_EQ(refused("/v1/models", {}), "You didn't provide an API key.");
+  for (const char* path : {"/v1/chat/completions", "/v1/models"}) {
+    EXPECT_EQ(refused(path, {"Authorization: Bearer nope-nope-nope"}),
+              "Incorrect API key provided.");
+  }
+  const std::string key_id = key.substr(3, 26);  // pk-<id>-<secret>
+  Reply revoked = call(port, "DELETE", "/api/v1/keys/" + key_id,
+                       {std::string("Authorization: Bearer ") + kAdminKey});
+  ASSERT_EQ(revoked.status, 200) << revoked.body;
+  EXPECT_EQ(refused("/v1/chat/completions", {"Authorization: Bearer " + key}),
+            "Your API key is not valid: this API key was revoked.");
+  EXPECT_EQ(refused("/v1/models", {"Authorization: Bearer " + key}), "Incorrect API key provided.");
+}
+
 TEST_F(GatewayTest, KeysRotateAndProviderKeysAreReplacedWithoutRestartOrFailure) {
   const std::string up = sim({"--ttft-ms", "0", "--api-keys", "sk-old,sk-new"});
   const std::string config = fmt::format(

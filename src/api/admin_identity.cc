@@ -1,0 +1,214 @@
+// The directory through the admin API: tenants, teams, users and service accounts (created and
+// listed), and whoami, the console's sign-in.
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "api/admin_common.h"
+#include "api/admin_handlers.h"
+#include "common/json.h"
+#include "identity/identity_store.h"
+
+namespace purser::api {
+
+namespace asio = boost::asio;
+using http::Request;
+using http::Response;
+using identity::Action;
+using identity::Principal;
+using identity::Role;
+using identity::Target;
+
+namespace admin {
+
+namespace {
+
+// GET on a collection: what the caller may see.
+template <typename T, typename TargetOf>
+Response listVisible(const Principal& who, Action read, const std::vector<T>& items,
+                     TargetOf target_of) {
+  json out = json::array();
+  for (const auto& item : items) {
+    if (identity::canSee(who, read, target_of(item))) out.push_back(toJson(item));
+  }
+  return jsonResponse(200, listOf(std::move(out)));
+}
+
+}  // namespace
+
+asio::awaitable<Response> createTenant(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  if (auto denied = identity::authorize(who, Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "tenant.create", "tenant:" + name);
+  }
+  if (s.directory.tenantByName(name)) {
+    co_return problem(409, fmt::format("a tenant named \"{}\" already exists", name), "name");
+  }
+  const identity::Tenant t{s.ids.next(), name, now(s)};
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertTenant(tx, t); },
+      auditEntry(who, "tenant.create", "tenant:" + t.id, "", writeJson(toJson(t)), t.id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(t);
+  co_return jsonResponse(201, toJson(t));
+}
+
+asio::awaitable<Response> createTeam(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  API_TRY(tenant, tenantFor(s, who, body));
+  if (auto denied = identity::authorize(who, Action::kCreateTeam, {tenant.id, "", ""}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "team.create", "tenant:" + tenant.id);
+  }
+  if (s.directory.teamByName(tenant.id, name)) {
+    co_return problem(
+        409, fmt::format("tenant {} already has a team named \"{}\"", tenant.name, name), "name");
+  }
+  const identity::Team t{s.ids.next(), tenant.id, name, now(s)};
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertTeam(tx, t); },
+      auditEntry(who, "team.create", "team:" + t.id, "", writeJson(toJson(t)), t.tenant_id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(t);
+  co_return jsonResponse(201, toJson(t));
+}
+
+asio::awaitable<Response> createUser(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  API_TRY(email, optionalString(body, "email"));
+  API_TRY(role_text, optionalString(body, "role"));
+  Role role = Role::kMember;
+  if (role_text) {
+    auto r = identity::parseRole(*role_text);
+    if (!r || *r == Role::kServiceAccount) {
+      co_return problem(400,
+                        fmt::format("unknown role \"{}\"; expected platform-admin, tenant-admin, "
+                                    "team-lead or member",
+                                    *role_text),
+                        "role");
+    }
+    role = *r;
+  }
+  if (email && !email->empty() && (email->find('@') == std::string::npos || email->size() > 254)) {
+    co_return problem(400, fmt::format("\"{}\" is not an e-mail address", *email), "email");
+  }
+  identity::User u;
+  u.id = s.ids.next();
+  u.name = name;
+  u.email = email ? *email : "";
+  u.role = role;
+  u.created_at = now(s);
+  Target target;
+  Action action = Action::kCreateUser;
+  if (role == Role::kPlatformAdmin) {
+    action = Action::kCreateTenant;  // platform-wide: only a platform admin
+  } else {
+    API_TRY(tenant, tenantFor(s, who, body));
+    API_TRY(team_ref, optionalString(body, "team"));
+    u.tenant_id = tenant.id;
+    if (team_ref) {
+      API_TRY(team, findTeam(s, tenant.id, *team_ref));
+      u.team_id = team.id;
+    } else if (role != Role::kTenantAdmin) {
+      co_return problem(400, "\"team\" is required for team leads and members", "team");
+    }
+    if (role == Role::kTenantAdmin || role == Role::kTeamLead) action = Action::kCreateTenantAdmin;
+    target = Target{u.tenant_id, u.team_id, ""};
+  }
+  if (auto denied = identity::authorize(who, action, target); !denied) {
+    co_return co_await deny(s, who, denied.error(), "user.create", "user:" + name);
+  }
+  if (s.directory.nameTaken(identity::OwnerKind::kUser, u.tenant_id, u.name)) {
+    co_return problem(409, fmt::format("a user named \"{}\" already exists here", u.name), "name");
+  }
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertUser(tx, u); },
+      auditEntry(who, "user.create", "user:" + u.id, "", writeJson(toJson(u)), u.tenant_id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(u);
+  co_return jsonResponse(201, toJson(u));
+}
+
+asio::awaitable<Response> createServiceAccount(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  API_TRY(name, requiredName(body, "name"));
+  API_TRY(tenant, tenantFor(s, who, body));
+  API_TRY(team_ref, requiredString(body, "team"));
+  API_TRY(team, findTeam(s, tenant.id, team_ref));
+  if (auto denied =
+          identity::authorize(who, Action::kCreateServiceAccount, {tenant.id, team.id, ""});
+      !denied) {
+    co_return co_await deny(s, who, denied.error(), "service_account.create", "team:" + team.id);
+  }
+  if (s.directory.nameTaken(identity::OwnerKind::kServiceAccount, tenant.id, name)) {
+    co_return problem(409, fmt::format("a service account named \"{}\" already exists", name),
+                      "name");
+  }
+  const identity::ServiceAccount a{s.ids.next(), tenant.id, team.id, name, now(s)};
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::insertServiceAccount(tx, a); },
+      auditEntry(who, "service_account.create", "service_account:" + a.id, "", writeJson(toJson(a)),
+                 a.tenant_id));
+  if (!done) co_return problem(done.error().withField("name"));
+  s.directory.put(a);
+  co_return jsonResponse(201, toJson(a));
+}
+
+asio::awaitable<Response> listTenants(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  co_return listVisible(who, Action::kReadTenant, s.directory.tenants(),
+                        [](const identity::Tenant& t) {
+                          return Target{t.id, "", ""};
+                        });
+}
+
+asio::awaitable<Response> listTeams(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  co_return listVisible(who, Action::kReadTeam, s.directory.teams(), [](const identity::Team& t) {
+    return Target{t.tenant_id, t.id, ""};
+  });
+}
+
+asio::awaitable<Response> listUsers(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  co_return listVisible(who, Action::kReadUser, s.directory.users(), [](const identity::User& u) {
+    return Target{u.tenant_id, u.team_id, u.id};
+  });
+}
+
+asio::awaitable<Response> listServiceAccounts(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  co_return listVisible(who, Action::kReadServiceAccount, s.directory.serviceAccounts(),
+                        [](const identity::ServiceAccount& a) {
+                          return Target{a.tenant_id, a.team_id, a.id};
+                        });
+}
+
+// Who the caller's key stands for: the console's sign-in.
+asio::awaitable<Response> whoami(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  json out = {{"kind", std::string(identity::ownerKindName(who.kind))},
+              {"id", who.id},
+              {"name", who.name},
+              {"role", std::string(identity::roleName(who.role))},
+              {"key_id", who.key_id.empty() ? json(nullptr) : json(who.key_id)},
+              {"tenant", nullptr},
+              {"team", nullptr}};
+  if (auto t = s.directory.tenant(who.tenant_id)) {
+    out["tenant"] = {{"id", t->id}, {"name", t->name}};
+  }
+  if (auto t = s.directory.team(who.team_id)) out["team"] = {{"id", t->id}, {"name", t->name}};
+  co_return jsonResponse(200, out);
+}
+
+}  // namespace admin
+
+}  // namespace purser::api
