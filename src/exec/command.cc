@@ -34,7 +34,8 @@ std::string shellQuote(const std::string& text) {
   return out + "'";
 }
 
-bool httpOk(const std::string& host, int port, const std::string& path, Duration timeout) {
+bool httpOk(const std::string& host, int port, const std::string& path, Duration timeout,
+            const Clock& clock) {
   // An address (IPv4 or IPv6) or a host name (a Slurm node's).
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -51,10 +52,10 @@ bool httpOk(const std::string& host, int port, const std::string& path, Duration
   ::freeaddrinfo(found);
   const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const MonoTime deadline = clock.monotonic() + timeout;
   const auto wait = [&](short events) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock.monotonic());
     if (left.count() <= 0) return false;
     pollfd p{fd, events, 0};
     return ::poll(&p, 1, static_cast<int>(left.count())) == 1 && (p.revents & events) != 0;
@@ -99,7 +100,7 @@ std::string fileTail(const std::string& path, size_t max_bytes) {
 
 Result<CommandResult> runCommand(const std::vector<std::string>& argv,
                                  const std::map<std::string, std::string>& env, Duration timeout,
-                                 size_t max_bytes) {
+                                 size_t max_bytes, const Clock& clock) {
   if (argv.empty()) return fail(invalidArgument("no program to run"));
   std::vector<std::string> env_text;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -146,15 +147,15 @@ Result<CommandResult> runCommand(const std::vector<std::string>& argv,
     return fail(unavailable(fmt::format("cannot run {}: {}", argv[0], strerror(spawned))));
   }
   CommandResult r;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const MonoTime deadline = clock.monotonic() + timeout;
   bool timed_out = false;
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   int open = 2;
   char buf[16384];
   while (open > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock.monotonic());
     if (left.count() <= 0) {
       timed_out = true;
       ::kill(pid, SIGKILL);

@@ -178,8 +178,8 @@ Result<std::vector<Pod>> parsePodsCsv(const std::string& text, const std::string
 }
 
 Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Pod>& pods,
-                            const ReplayOptions& options) {
-  const auto started = std::chrono::steady_clock::now();
+                            const ReplayOptions& options, const Clock& clock) {
+  const MonoTime started = clock.monotonic();
   if (nodes.empty()) return fail(invalidArgument("the cluster has no nodes"));
   std::mt19937_64 rng(options.seed);
   int64_t gpus = 0;
@@ -317,7 +317,7 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
   std::tie(r.allocation_ratio_130, r.fragmentation_130) =
       at(static_cast<int>(std::lround(options.tune * 100.0)));
   r.unallocated_gpus_130 = static_cast<double>(gpus) * (1.0 - r.allocation_ratio_130 / 100.0);
-  r.runtime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  r.runtime_s = std::chrono::duration<double>(clock.monotonic() - started).count();
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "fleet/placement.h"
 
@@ -40,7 +41,9 @@ struct ReplayResult {
   double runtime_s = 0;
 };
 
+// `clock` measures ReplayResult::runtime_s.
 Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Pod>& pods,
-                            const ReplayOptions& options);
+                            const ReplayOptions& options,
+                            const Clock& clock = SystemClock::instance());
 
 }  // namespace purser::fleet::placement

@@ -34,7 +34,7 @@ struct Connection {
   std::unique_ptr<beast::tcp_stream> plain;
   std::unique_ptr<ssl::stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;
-  std::chrono::steady_clock::time_point idle_since;
+  MonoTime idle_since;
   bool reused = false;
 
   beast::tcp_stream& lowest() { return tls ? beast::get_lowest_layer(*tls) : *plain; }
@@ -69,8 +69,11 @@ void copyHeaders(const bhttp::fields& from, Headers& to) {
 
 class HttpClient::Impl {
  public:
-  Impl(net::io_context& context, ClientOptions options)
-      : context_(context), options_(std::move(options)), tls_(ssl::context::tls_client) {
+  Impl(net::io_context& context, ClientOptions options, const Clock& clock)
+      : context_(context),
+        clock_(clock),
+        options_(std::move(options)),
+        tls_(ssl::context::tls_client) {
     tls_.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
                      ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
     if (options_.verify_tls) {
@@ -122,7 +125,7 @@ class HttpClient::Impl {
   void release(std::unique_ptr<Connection> conn) {
     auto& q = idle_[conn->key];
     if (q.size() >= options_.max_idle_per_host) return;  // closed by its destructor
-    conn->idle_since = std::chrono::steady_clock::now();
+    conn->idle_since = clock_.monotonic();
     conn->lowest().expires_never();
     q.push_back(std::move(conn));
   }
@@ -130,7 +133,7 @@ class HttpClient::Impl {
   net::awaitable<Result<std::unique_ptr<Connection>>> acquire(const Url& url) {
     const std::string key = fmt::format("{}://{}", url.tls ? "https" : "http", url.authority());
     auto it = idle_.find(key);
-    const auto now = std::chrono::steady_clock::now();
+    const MonoTime now = clock_.monotonic();
     while (it != idle_.end() && !it->second.empty()) {
       // Most recently used first: it is the least likely to have been closed by the peer.
       std::unique_ptr<Connection> conn = std::move(it->second.back());
@@ -270,6 +273,7 @@ class HttpClient::Impl {
   }
 
   net::io_context& context_;
+  const Clock& clock_;
   ClientOptions options_;
   ssl::context tls_;
   std::unordered_map<std::string, std::deque<std::unique_ptr<Connection>>> idle_;
@@ -394,8 +398,8 @@ net::awaitable<Result<std::unique_ptr<ClientStream>>> HttpClient::Impl::stream(C
   }
 }
 
-HttpClient::HttpClient(net::io_context& context, ClientOptions options)
-    : impl_(std::make_unique<Impl>(context, std::move(options))) {}
+HttpClient::HttpClient(net::io_context& context, ClientOptions options, const Clock& clock)
+    : impl_(std::make_unique<Impl>(context, std::move(options), clock)) {}
 HttpClient::~HttpClient() = default;
 
 net::awaitable<Result<ClientResponse>> HttpClient::request(ClientRequest request) {

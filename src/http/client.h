@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "http/message.h"
 
@@ -70,7 +71,9 @@ class ClientStream {
 
 class HttpClient {
  public:
-  HttpClient(asio::io_context& context, ClientOptions options);
+  // `clock` dates the pooled connections (idle_ttl); the socket deadlines are Asio's timers.
+  HttpClient(asio::io_context& context, ClientOptions options,
+             const Clock& clock = SystemClock::instance());
   ~HttpClient();
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;

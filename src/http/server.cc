@@ -134,8 +134,10 @@ void appendHead(std::string& out, int status, const Headers& headers, int versio
 
 class Server::Impl {
  public:
-  Impl(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics)
+  Impl(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics,
+       const Clock& clock)
       : options_(std::move(options)),
+        clock_(clock),
         router_(router),
         workers_(workers),
         acceptor_(workers.context(0)),
@@ -504,7 +506,7 @@ class Server::Impl {
       const bool client_keep_alive = parser.keep_alive();
       ++served;
 
-      const auto started = std::chrono::steady_clock::now();
+      const MonoTime started = clock_.monotonic();
       auto [response, metrics] = co_await dispatch(request);
       const bool close = !client_keep_alive || response.close || draining_.load() ||
                          conn.close_after_response ||
@@ -514,7 +516,7 @@ class Server::Impl {
       const int cls = std::clamp(response.status / 100, 1, 5) - 1;
       metrics->by_class[static_cast<size_t>(cls)]->inc();
       metrics->latency->observe(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+          std::chrono::duration<double>(clock_.monotonic() - started).count());
       if (!ok || close) break;
     }
     // Tell the client we are done sending, so it sees a clean end rather than a reset.
@@ -663,6 +665,7 @@ class Server::Impl {
   }
 
   ServerOptions options_;
+  const Clock& clock_;
   Router& router_;
   Workers& workers_;
   tcp::acceptor acceptor_;
@@ -685,8 +688,9 @@ class Server::Impl {
   std::shared_ptr<RouteMetrics> unmatched_;
 };
 
-Server::Server(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics)
-    : impl_(std::make_unique<Impl>(std::move(options), router, workers, metrics)) {}
+Server::Server(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics,
+               const Clock& clock)
+    : impl_(std::make_unique<Impl>(std::move(options), router, workers, metrics, clock)) {}
 Server::~Server() = default;
 Result<void> Server::listen() { return impl_->listen(); }
 uint16_t Server::port() const { return impl_->port(); }

@@ -58,7 +58,9 @@ struct ServerOptions {
 
 class Server {
  public:
-  Server(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics);
+  // `clock` times each request for the latency histogram; the socket deadlines are Asio's timers.
+  Server(ServerOptions options, Router& router, Workers& workers, MetricsRegistry& metrics,
+         const Clock& clock = SystemClock::instance());
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

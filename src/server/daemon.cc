@@ -158,8 +158,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   for (const auto& g : config.gpu_prices) gpu_prices.push_back({g.flavor, g.per_gpu_hour});
   const ledger::PriceBook prices(std::move(model_prices), std::move(gpu_prices));
   http::Workers workers(config.threads);
-  http::WorkerLocal<http::HttpClient> http_clients(workers, [](boost::asio::io_context& ctx) {
-    return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{});
+  http::WorkerLocal<http::HttpClient> http_clients(workers, [&clock](boost::asio::io_context& ctx) {
+    return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{}, clock);
   });
   api::Services services{clock,        SystemRandom::instance(),
                          ids,          *store,
@@ -469,7 +469,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_api->addMetrics(metrics);
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
 
-  server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics);
+  server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics, clock);
   PURSER_TRY(server->listen());
   server->start();
 

@@ -71,8 +71,9 @@ int64_t naturalLength(std::string_view prompt) {
 
 class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
  public:
-  Impl(LlmSimOptions options, http::MetricsRegistry& metrics)
+  Impl(LlmSimOptions options, http::MetricsRegistry& metrics, const Clock& clock)
       : options_(std::move(options)),
+        clock_(clock),
         random_(options_.seed),
         running_(metrics.gaugeFamily("vllm:num_requests_running", "Requests decoding now.",
                                      {"model_name"})),
@@ -225,22 +226,22 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
 
   // Runs a whole generation for a non-streamed answer: queue, TTFT, decoding time.
   asio::awaitable<bool> runWhole(const Generation& g) {
-    const auto arrived = std::chrono::steady_clock::now();
+    const MonoTime arrived = clock_.monotonic();
     const int64_t blocks = ceilDiv(g.prompt_tokens + g.tokens, kBlockTokens);
     if (!co_await admit(g.model, blocks)) co_return false;
     co_await sleepFor(options_.ttft);
-    ttft_.labels({g.model}).observe(seconds(std::chrono::steady_clock::now() - arrived));
+    ttft_.labels({g.model}).observe(seconds(clock_.monotonic() - arrived));
     co_await sleepFor(perToken() * g.tokens);
     release(g.model, blocks);
     finish(g, arrived);
     co_return true;
   }
 
-  void finish(const Generation& g, std::chrono::steady_clock::time_point arrived) {
+  void finish(const Generation& g, MonoTime arrived) {
     prompt_tokens_.labels({g.model}).inc(static_cast<uint64_t>(g.prompt_tokens));
     generation_tokens_.labels({g.model}).inc(static_cast<uint64_t>(g.tokens));
     success_.labels({g.model}).inc();
-    e2e_.labels({g.model}).observe(seconds(std::chrono::steady_clock::now() - arrived));
+    e2e_.labels({g.model}).observe(seconds(clock_.monotonic() - arrived));
   }
 
   static double seconds(std::chrono::steady_clock::duration d) {
@@ -257,7 +258,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     r.headers.add("Cache-Control", "no-cache");
     r.stream = [self, g = std::move(g), cut, start, emit,
                 end](http::BodyWriter& w) -> asio::awaitable<void> {
-      const auto arrived = std::chrono::steady_clock::now();
+      const MonoTime arrived = self->clock_.monotonic();
       const int64_t blocks = ceilDiv(g.prompt_tokens + g.tokens, kBlockTokens);
       if (!co_await self->admit(g.model, blocks)) throw http::AbortStream();
       struct Release {
@@ -268,14 +269,14 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
       } release{self, g, blocks};
       co_await sleepFor(self->options_.ttft);
       if (!co_await w.write(start(g))) co_return;
-      self->ttft_.labels({g.model}).observe(seconds(std::chrono::steady_clock::now() - arrived));
-      auto last = std::chrono::steady_clock::now();
+      self->ttft_.labels({g.model}).observe(seconds(self->clock_.monotonic() - arrived));
+      MonoTime last = self->clock_.monotonic();
       for (int64_t i = 0; i < g.tokens; ++i) {
         if (cut && i == g.tokens / 2) throw http::AbortStream();
         if (i > 0) co_await sleepFor(self->perToken());
         const std::string word = (i > 0 ? " " : "") + completionWord(g.prompt, i);
         if (!co_await w.write(emit(g, word))) co_return;
-        const auto now = std::chrono::steady_clock::now();
+        const MonoTime now = self->clock_.monotonic();
         if (i > 0) self->itl_.labels({g.model}).observe(seconds(now - last));
         last = now;
       }
@@ -293,11 +294,8 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
             {"total_tokens", g.prompt_tokens + g.tokens}};
   }
 
-  static int64_t now() {
-    return std::chrono::duration_cast<std::chrono::seconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  }
+  // Unix seconds, as OpenAI's "created".
+  int64_t now() const { return unixMillis(clock_.now()) / 1000; }
 
   asio::awaitable<Response> openAi(Request& req, bool chat) {
     json body = parseJsonOrDiscarded(req.body);
@@ -372,7 +370,8 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
                                body["stream_options"].is_object() &&
                                body["stream_options"].value("include_usage", false);
     const std::string object = chat ? "chat.completion.chunk" : "text_completion";
-    const auto chunk = [object, chat](const Generation& gen, json delta_or_text, json finish) {
+    const auto chunk = [this, object, chat](const Generation& gen, json delta_or_text,
+                                            json finish) {
       json choice = chat ? json{{"index", 0},
                                 {"delta", std::move(delta_or_text)},
                                 {"logprobs", nullptr},
@@ -401,7 +400,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
                  writeJson(chunk(gen, chat ? json{{"content", word}} : json(word), nullptr)) +
                  "\n\n";
         },
-        [chunk, chat, include_usage, object](const Generation& gen) {
+        [this, chunk, chat, include_usage, object](const Generation& gen) {
           std::string out = "data: " +
                             writeJson(chunk(gen, chat ? json::object() : json(""),
                                             gen.truncated ? "length" : "stop")) +
@@ -565,6 +564,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
 
  private:
   LlmSimOptions options_;
+  const Clock& clock_;
   SeededRandom random_;
   std::mutex mu_;
   int64_t running_count_ = 0;  // guarded by mu_
@@ -581,8 +581,8 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
   http::Family<http::Counter>& success_;
 };
 
-LlmSim::LlmSim(LlmSimOptions options, http::MetricsRegistry& metrics)
-    : impl_(std::make_shared<Impl>(std::move(options), metrics)) {}
+LlmSim::LlmSim(LlmSimOptions options, http::MetricsRegistry& metrics, const Clock& clock)
+    : impl_(std::make_shared<Impl>(std::move(options), metrics, clock)) {}
 LlmSim::~LlmSim() = default;
 
 Result<void> LlmSim::addRoutes(http::Router& router) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "http/metrics.h"
 #include "http/router.h"
@@ -45,7 +46,10 @@ int64_t naturalLength(std::string_view prompt);
 
 class LlmSim {
  public:
-  LlmSim(LlmSimOptions options, http::MetricsRegistry& metrics);
+  // `clock` stamps the answers ("created") and times the vLLM latency metrics; the simulated
+  // waits themselves are Asio's timers.
+  LlmSim(LlmSimOptions options, http::MetricsRegistry& metrics,
+         const Clock& clock = SystemClock::instance());
   ~LlmSim();
   Result<void> addRoutes(http::Router& router);
 

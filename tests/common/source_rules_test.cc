@@ -3,7 +3,9 @@
 //     (parseJson bounds nesting; writeJson never throws on invalid UTF-8), and YAML is loaded
 //     only through config/yaml_reader (UTF-8, nesting and alias expansion checked);
 //   - the fleet's engines (src/fleet) are pure: they include nothing of Purser's outside
-//     src/common, and neither files, YAML nor a clock (DESIGN.md §2).
+//     src/common, and neither files, YAML nor a clock (DESIGN.md §2);
+//   - time is read only through the Clock of common/clock.h, so that tests can drive it with a
+//     ManualClock: no std::chrono clock's now() anywhere else.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,19 +24,8 @@ struct Rule {
   std::string why;
 };
 
-TEST(SourceRulesTest, OutsideBytesBecomeJsonAndYamlOnlyThroughTheirCheckedDoors) {
-  const std::vector<Rule> rules = {
-      {std::regex(R"((\.|->)dump\s*\()"),
-       {"common/json.cc"},
-       "write JSON with writeJson() (common/json.h): dump() throws on invalid UTF-8"},
-      {std::regex(R"(\b(json|Json|nlohmann::json)::parse\s*\()"),
-       {"common/json.cc"},
-       "parse JSON with parseJson() (common/json.h): it bounds the nesting first"},
-      {std::regex(R"(YAML::Load(All|File)?\s*\()"),
-       {"config/yaml_reader.cc"},
-       "load YAML with config::parseYaml() or parseYamlStream(): they check UTF-8, nesting and "
-       "alias expansion"},
-  };
+// Checks every line of code (comments left out) under src/ against `rules`.
+void checkSourceRules(const std::vector<Rule>& rules) {
   const fs::path src = fs::path(PURSER_SOURCE_DIR) / "src";
   int files = 0;
   for (const auto& entry : fs::recursive_directory_iterator(src)) {
@@ -61,6 +52,33 @@ TEST(SourceRulesTest, OutsideBytesBecomeJsonAndYamlOnlyThroughTheirCheckedDoors)
     }
   }
   EXPECT_GT(files, 50) << "the source tree was not found";
+}
+
+TEST(SourceRulesTest, OutsideBytesBecomeJsonAndYamlOnlyThroughTheirCheckedDoors) {
+  const std::vector<Rule> rules = {
+      {std::regex(R"((\.|->)dump\s*\()"),
+       {"common/json.cc"},
+       "write JSON with writeJson() (common/json.h): dump() throws on invalid UTF-8"},
+      {std::regex(R"(\b(json|Json|nlohmann::json)::parse\s*\()"),
+       {"common/json.cc"},
+       "parse JSON with parseJson() (common/json.h): it bounds the nesting first"},
+      {std::regex(R"(YAML::Load(All|File)?\s*\()"),
+       {"config/yaml_reader.cc"},
+       "load YAML with config::parseYaml() or parseYamlStream(): they check UTF-8, nesting and "
+       "alias expansion"},
+  };
+  checkSourceRules(rules);
+}
+
+TEST(SourceRulesTest, TimeIsReadOnlyThroughTheClock) {
+  checkSourceRules({
+      {std::regex(R"(\b(steady_clock|system_clock|high_resolution_clock)\s*::\s*now\s*\()"),
+       {"common/clock.h", "common/clock.cc",
+        // unixNow(), OpenAI's "created" in translated answers: still to take the gateway's Clock.
+        "gateway/translate.cc"},
+       "read time from a Clock (common/clock.h: now(), monotonic()), injected, or "
+       "SystemClock::instance() where nothing can pass one in"},
+  });
 }
 
 TEST(SourceRulesTest, TheFleetEnginesArePure) {

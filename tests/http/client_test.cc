@@ -79,6 +79,29 @@ TEST_F(ClientTest, ReusesKeepAliveConnections) {
   EXPECT_EQ(client.stats().idle, 1u);
 }
 
+TEST_F(ClientTest, APooledConnectionIdleLongerThanItsTtlIsNotReused) {
+  upstream.start();
+  ManualClock clock;
+  HttpClient client(ctx, {.idle_ttl = std::chrono::seconds(60)}, clock);
+  const auto ping = [&] {
+    ClientRequest req;
+    req.method = Method::kPost;
+    req.url = upstream.url("/v1/echo");
+    req.body = "ping";
+    auto res = runCoroutine(ctx, client.request(std::move(req)));
+    ASSERT_TRUE(res.has_value()) << res.error().toString();
+    EXPECT_EQ(res->status, 200);
+  };
+  ping();
+  clock.advance(std::chrono::seconds(60));
+  ping();  // idle exactly its ttl: still reused
+  EXPECT_EQ(client.stats().connections_opened, 1u);
+  clock.advance(std::chrono::seconds(61));
+  ping();
+  EXPECT_EQ(client.stats().connections_opened, 2u);
+  EXPECT_EQ(client.stats().connections_reused, 1u);
+}
+
 TEST_F(ClientTest, StreamsTheBodyAsItArrives) {
   upstream.start();
   HttpClient client(ctx, {});
