@@ -79,7 +79,8 @@ asio::awaitable<void> Gateway::Impl::relay(Call& c, Target& t, http::ClientStrea
   StreamState s;
   std::function<std::vector<TranslatedEvent>(const SseEvent&)> translator;
   if (crosses(c, t) && c.api == Api::kOpenAi) {
-    translator = [tr = std::make_shared<MessagesToChatStream>(c.client_wants_usage)](
+    translator = [tr =
+                      std::make_shared<MessagesToChatStream>(c.client_wants_usage, d_.clock.now())](
                      const SseEvent& e) { return tr->translate(e); };
   } else if (crosses(c, t)) {
     translator = [tr = std::make_shared<ChatToMessagesStream>()](const SseEvent& e) {

@@ -186,8 +186,9 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
         try {
           const json body = parseJsonOrDiscarded(res->body, c.max_nesting);
           if (body.is_object()) {
-            translated = writeJson(c.api == Api::kOpenAi ? messagesToChatResponse(body)
-                                                         : chatToMessagesResponse(body));
+            translated =
+                writeJson(c.api == Api::kOpenAi ? messagesToChatResponse(body, d_.clock.now())
+                                                : chatToMessagesResponse(body));
           }
         } catch (const json::exception& e) {
           spdlog::warn("gateway: the answer of {} could not be translated: {}", t->provider->name(),

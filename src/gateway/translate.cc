@@ -38,10 +38,8 @@ json schema(const json& o, const char* key) {
   return json{{"type", "object"}};
 }
 
-int64_t unixNow() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+int64_t unixSeconds(SystemTime t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
 
 std::string textOf(const json& content) {
@@ -218,7 +216,7 @@ Result<json> chatToMessagesRequest(const json& chat, const std::string& model,
   return out;
 }
 
-json messagesToChatResponse(const json& message) {
+json messagesToChatResponse(const json& message, SystemTime now) {
   std::string text;
   json tool_calls = json::array();
   for (const auto& block : arr(message, "content")) {
@@ -242,7 +240,7 @@ json messagesToChatResponse(const json& message) {
   const int64_t completion = num(usage, "output_tokens");
   return {{"id", "chatcmpl-" + str(message, "id", "purser")},
           {"object", "chat.completion"},
-          {"created", unixNow()},
+          {"created", unixSeconds(now)},
           {"model", str(message, "model")},
           {"choices",
            json::array(
@@ -402,7 +400,7 @@ std::vector<TranslatedEvent> MessagesToChatStream::translate(const SseEvent& eve
     const json msg = obj(data, "message");
     id_ = "chatcmpl-" + str(msg, "id", "purser");
     model_ = str(msg, "model");
-    created_ = unixNow();
+    created_ = unixSeconds(now_);
     const json usage = obj(msg, "usage");
     input_tokens_ = num(usage, "input_tokens") + num(usage, "cache_creation_input_tokens");
     cached_tokens_ = num(usage, "cache_read_input_tokens");

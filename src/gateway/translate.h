@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "gateway/sse.h"
 
@@ -19,8 +20,8 @@ namespace purser::gateway {
 // Anthropic's required max_tokens when the request sets none.
 Result<nlohmann::json> chatToMessagesRequest(const nlohmann::json& chat, const std::string& model,
                                              int64_t default_max_tokens);
-// Anthropic messages answer -> OpenAI chat completion.
-nlohmann::json messagesToChatResponse(const nlohmann::json& message);
+// Anthropic messages answer -> OpenAI chat completion, `created` at `now`.
+nlohmann::json messagesToChatResponse(const nlohmann::json& message, SystemTime now);
 
 // Anthropic messages request -> OpenAI chat request for `model`.
 Result<nlohmann::json> messagesToChatRequest(const nlohmann::json& messages,
@@ -38,13 +39,16 @@ struct TranslatedEvent {
 // Anthropic stream events -> OpenAI chat.completion.chunk events (and "[DONE]").
 class MessagesToChatStream {
  public:
-  // `include_usage`: the client asked for the usage chunk (stream_options.include_usage).
-  explicit MessagesToChatStream(bool include_usage) : include_usage_(include_usage) {}
+  // `include_usage`: the client asked for the usage chunk (stream_options.include_usage); the
+  // chunks say they were `created` at `now`.
+  MessagesToChatStream(bool include_usage, SystemTime now)
+      : include_usage_(include_usage), now_(now) {}
   std::vector<TranslatedEvent> translate(const SseEvent& event);
 
  private:
   std::string chunk(nlohmann::json delta, nlohmann::json finish_reason) const;
   bool include_usage_;
+  SystemTime now_;
   std::string id_ = "chatcmpl-purser";
   std::string model_;
   int64_t created_ = 0;

@@ -73,9 +73,7 @@ TEST(SourceRulesTest, OutsideBytesBecomeJsonAndYamlOnlyThroughTheirCheckedDoors)
 TEST(SourceRulesTest, TimeIsReadOnlyThroughTheClock) {
   checkSourceRules({
       {std::regex(R"(\b(steady_clock|system_clock|high_resolution_clock)\s*::\s*now\s*\()"),
-       {"common/clock.h", "common/clock.cc",
-        // unixNow(), OpenAI's "created" in translated answers: still to take the gateway's Clock.
-        "gateway/translate.cc"},
+       {"common/clock.h", "common/clock.cc"},
        "read time from a Clock (common/clock.h: now(), monotonic()), injected, or "
        "SystemClock::instance() where nothing can pass one in"},
   });

@@ -7,6 +7,9 @@ namespace {
 
 using nlohmann::json;
 
+// When translated answers say they were created: 2026-01-01T00:00:00Z.
+const SystemTime kNow = SystemTime(std::chrono::seconds(1767225600));
+
 TEST(TranslateTest, ChatRequestBecomesAMessagesRequest) {
   const json chat = json::parse(R"({
     "model": "chat", "max_tokens": 99, "temperature": 1.5, "stop": "END", "stream": true,
@@ -60,8 +63,9 @@ TEST(TranslateTest, MessagesAnswerBecomesAChatCompletion) {
     "stop_reason": "tool_use",
     "usage": {"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 7}
   })");
-  const json c = messagesToChatResponse(answer);
+  const json c = messagesToChatResponse(answer, kNow);
   EXPECT_EQ(c["object"], "chat.completion");
+  EXPECT_EQ(c["created"], 1767225600) << "the time the gateway was given";
   EXPECT_EQ(c["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(c["choices"][0]["message"]["content"], "Checking.");
   EXPECT_EQ(c["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
@@ -136,7 +140,7 @@ TEST(TranslateTest, AnAnthropicStreamBecomesOpenAiChunks) {
       "\"usage\":{\"output_tokens\":2}}\n\n"
       "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
   for (bool include_usage : {false, true}) {
-    MessagesToChatStream t(include_usage);
+    MessagesToChatStream t(include_usage, kNow);
     std::string text, finish;
     json usage;
     bool done_final = false;
@@ -246,14 +250,14 @@ TEST(TranslateTest, NullCountsAndNullFieldsAreTolerated) {
     "content": [{"type": "text", "text": "ok"}],
     "usage": {"input_tokens": 3, "output_tokens": 2, "cache_read_input_tokens": null,
               "cache_creation_input_tokens": null}})");
-  const json chat = messagesToChatResponse(message);
+  const json chat = messagesToChatResponse(message, kNow);
   EXPECT_EQ(chat["usage"]["prompt_tokens"], 3);
   EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop");
   const json completion = json::parse(R"({"id": "x", "model": "g",
     "choices": [{"message": {"content": "ok"}, "finish_reason": null}],
     "usage": {"prompt_tokens": 4, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": null}}})");
   EXPECT_EQ(chatToMessagesResponse(completion)["usage"]["input_tokens"], 4);
-  MessagesToChatStream t(true);
+  MessagesToChatStream t(true, kNow);
   const auto start = t.translate(
       {"message_start",
        R"({"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":5,"cache_read_input_tokens":null}}})",
@@ -262,7 +266,7 @@ TEST(TranslateTest, NullCountsAndNullFieldsAreTolerated) {
 }
 
 TEST(TranslateTest, ServerToolInputIsNotSentAsAClientToolCall) {
-  MessagesToChatStream t(false);
+  MessagesToChatStream t(false, kNow);
   std::vector<TranslatedEvent> out;
   const auto feed = [&](const char* name, const char* data) {
     for (auto& e : t.translate({name, data, ""})) out.push_back(e);
