@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           (void)gw::messagesToChatRequest(*body, "m");
           break;
         case 2:
-          (void)purser::writeJson(gw::messagesToChatResponse(*body));
+          (void)purser::writeJson(gw::messagesToChatResponse(*body, purser::SystemTime()));
           break;
         case 3:
           (void)purser::writeJson(gw::chatToMessagesResponse(*body));
@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     // An upstream stream, in pieces of 7 bytes, through the parser and a translator.
     gw::SseParser parser(4096);
-    gw::MessagesToChatStream to_chat(/*include_usage=*/true);
+    gw::MessagesToChatStream to_chat(/*include_usage=*/true, purser::SystemTime());
     gw::ChatToMessagesStream to_messages;
     for (size_t i = 0; i < rest.size(); i += 7) {
       auto events = parser.feed(rest.substr(i, 7));
