@@ -118,6 +118,12 @@ Result<Json> parseJson(std::string_view text, size_t max_nesting) {
     return fail(invalidArgument(
         fmt::format("the JSON is nested deeper than the limit of {} levels", max_nesting)));
   }
+  // JSON has no place for a raw NUL byte (inside a string it must be escaped), and the parser
+  // would stop reading at one and ignore what follows.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return fail(invalidArgument(
+        fmt::format("not valid JSON at byte {}: a NUL byte is not allowed", nul + 1)));
+  }
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
+#include <cstdlib>
 
 namespace purser {
 
@@ -218,6 +220,24 @@ class Scanner {
   }
 
   Result<void> number() {
+    const size_t begin = pos_;
+    PURSER_TRY(numberGrammar());
+    // A number that is not a whole one within 64 bits is read as a double by parsers, and one
+    // past a double's range is refused (as parseJson() refuses it), not read as infinity.
+    const std::string_view token = text_.substr(begin, pos_ - begin);
+    const size_t digits = token.size() - (token[0] == '-' ? 1 : 0);
+    if (token.find_first_of(".eE") != std::string_view::npos || digits > 19) {
+      const std::string copy(token);
+      if (std::isinf(std::strtod(copy.c_str(), nullptr))) {
+        return fail(invalidArgument(
+            fmt::format("not valid JSON at byte {}: the number {} is too large", begin + 1,
+                        copy.size() > 40 ? copy.substr(0, 40) + "..." : copy)));
+      }
+    }
+    return {};
+  }
+
+  Result<void> numberGrammar() {
     if (text_[pos_] == '-') ++pos_;
     if (pos_ >= text_.size() || !isDigit(text_[pos_])) return fail(error("a number needs digits"));
     if (text_[pos_] == '0') {

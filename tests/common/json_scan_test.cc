@@ -84,6 +84,9 @@ TEST(JsonScanTest, RefusesWhatParseJsonRefuses) {
                                 "\"\xED\xA0\x80\"",
                                 "\"\xF4\x90\x80\x80\"",
                                 "[1] 2",
+                                "-21e999",
+                                "1e400",
+                                "[1.5e309]",
                                 "{\"a\":1}}",
                                 "[1 2]",
                                 "NaN",
@@ -95,6 +98,23 @@ TEST(JsonScanTest, RefusesWhatParseJsonRefuses) {
       EXPECT_EQ(scanned.error().code, ErrorCode::kInvalidArgument);
     }
   }
+}
+
+TEST(JsonScanTest, ANulByteEndsNothingAndIsRefused) {
+  // Nothing may hide behind a NUL: both readers refuse the whole text.
+  const std::string text("{\"model\":\"a\"}\0{\"model\":\"b\"}", 27);
+  EXPECT_FALSE(scanJson(text).has_value());
+  EXPECT_FALSE(parseJson(text).has_value());
+}
+
+TEST(JsonScanTest, NumbersPastADoubleAreRefusedTinyOnesAreNot) {
+  EXPECT_TRUE(scanJson("1e-999").has_value());
+  EXPECT_TRUE(parseJson("1e-999").has_value());
+  EXPECT_TRUE(scanJson("1.7e308").has_value());
+  const std::string huge(400, '9');
+  EXPECT_FALSE(scanJson(huge).has_value());
+  EXPECT_FALSE(parseJson(huge).has_value());
+  EXPECT_TRUE(scanJson(std::string(20, '9')).has_value()) << "past 64 bits, within a double";
 }
 
 TEST(JsonScanTest, NestingIsLimitedBeforeAnythingDeepIsRead) {
