@@ -161,24 +161,25 @@ Result<RecordedEvent> readRecordedEvent(const Services& s, const Principal& who,
   return out;
 }
 
-// The scope and time range of a usage or spend query, authorized for the caller.
-asio::awaitable<Result<ledger::UsageQuery>> usageQuery(const Services& s, const Principal& who,
-                                                       Request& req, bool& denied_audited,
-                                                       Response& denial) {
+// The scope and time range a usage or spend read asks for, authorized for the caller; else the
+// answer that refuses it (not authenticated, a bad parameter, or a denial, audited).
+asio::awaitable<std::expected<ledger::UsageQuery, Response>> usageQuery(const Services& s,
+                                                                        Request& req) {
+  auto authenticated = authenticate(s, req);
+  if (!authenticated) co_return std::unexpected(problem(authenticated.error()));
+  const Principal& who = *authenticated;
   auto scope_text = req.queryParam("scope");
   if (!scope_text) {
-    co_return fail(
-        invalidArgument("\"scope\" is required, e.g. scope=team:01jb...").withField("scope"));
+    co_return std::unexpected(problem(
+        invalidArgument("\"scope\" is required, e.g. scope=team:01jb...").withField("scope")));
   }
   auto named = parseScopeParam(*scope_text);
-  if (!named) co_return fail(named.error());
+  if (!named) co_return std::unexpected(problem(named.error()));
   const std::optional<ledger::Scope> scope = resolveScope(s, who, *named);
   auto target = scopeTarget(s, who, *scope, /*for_write=*/false);
-  if (!target) co_return fail(target.error());
+  if (!target) co_return std::unexpected(problem(target.error()));
   if (auto allowed = identity::authorize(who, Action::kReadSpend, *target); !allowed) {
-    denial = co_await deny(s, who, allowed.error(), "spend.read", *scope_text);
-    denied_audited = true;
-    co_return fail(allowed.error());
+    co_return std::unexpected(co_await deny(s, who, allowed.error(), "spend.read", *scope_text));
   }
   ledger::UsageQuery q;
   q.scope_kind = scope->kind;
@@ -186,7 +187,7 @@ asio::awaitable<Result<ledger::UsageQuery>> usageQuery(const Services& s, const 
   for (const char* bound : {"from", "to"}) {
     if (auto v = req.queryParam(bound)) {
       auto t = parseRfc3339(*v);
-      if (!t) co_return fail(t.error().withField(bound));
+      if (!t) co_return std::unexpected(problem(t.error().withField(bound)));
       (std::string_view(bound) == "from" ? q.from : q.to) = *t;
     }
   }
@@ -194,8 +195,8 @@ asio::awaitable<Result<ledger::UsageQuery>> usageQuery(const Services& s, const 
     char* end = nullptr;
     const long long n = std::strtoll(limit->c_str(), &end, 10);
     if (limit->empty() || *end != '\0' || n < 1 || n > 10'000) {
-      co_return fail(
-          invalidArgument("\"limit\" must be a whole number from 1 to 10000").withField("limit"));
+      co_return std::unexpected(problem(
+          invalidArgument("\"limit\" must be a whole number from 1 to 10000").withField("limit")));
     }
     q.limit = n;
   }
@@ -334,12 +335,8 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
 }
 
 asio::awaitable<Response> listUsage(const Services& s, Request& req) {
-  API_TRY(who, authenticate(s, req));
-  bool denied = false;
-  Response denial;
-  auto q = co_await usageQuery(s, who, req, denied, denial);
-  if (denied) co_return denial;
-  if (!q) co_return problem(q.error());
+  auto q = co_await usageQuery(s, req);
+  if (!q) co_return std::move(q.error());
   API_TRY(events, s.meter.events(*q));
   json items = json::array();
   for (const auto& e : events) items.push_back(toJson(e));
@@ -347,12 +344,8 @@ asio::awaitable<Response> listUsage(const Services& s, Request& req) {
 }
 
 asio::awaitable<Response> spend(const Services& s, Request& req) {
-  API_TRY(who, authenticate(s, req));
-  bool denied = false;
-  Response denial;
-  auto q = co_await usageQuery(s, who, req, denied, denial);
-  if (denied) co_return denial;
-  if (!q) co_return problem(q.error());
+  auto q = co_await usageQuery(s, req);
+  if (!q) co_return std::move(q.error());
   const std::string group_by = req.queryParam("group_by").value_or("day");
   auto rows = s.meter.spend(*q, group_by);
   if (!rows) co_return problem(rows.error().withField("group_by"));
