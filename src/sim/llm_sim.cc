@@ -3,6 +3,12 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -11,11 +17,16 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 
 #include "common/hash.h"
 #include "common/json.h"
 #include "common/random.h"
+#include "sim/engine_model.h"
 
 namespace purser::sim {
 
@@ -38,6 +49,20 @@ constexpr std::array<std::string_view, 48> kWords = {
 constexpr int64_t kBlockTokens = 16;
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// vLLM's histogram buckets, so that dashboards and quantiles read the same as a real server's.
+std::vector<double> ttftBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+}
+std::vector<double> itlBuckets() {
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> requestBuckets() {
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+}
 
 // The text of OpenAI/Anthropic content: a string, or a list of parts with "text".
 std::string contentText(const json& content) {
@@ -74,29 +99,65 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
   Impl(LlmSimOptions options, http::MetricsRegistry& metrics, const Clock& clock)
       : options_(std::move(options)),
         clock_(clock),
-        random_(options_.seed),
-        running_(metrics.gaugeFamily("vllm:num_requests_running", "Requests decoding now.",
+        served_(options_.models.empty() ? "sim-model" : options_.models.front()),
+        engine_(engineOptions(options_)),
+        running_(metrics.gaugeFamily("vllm:num_requests_running",
+                                     "Number of requests in model execution batches.",
                                      {"model_name"})),
         waiting_(metrics.gaugeFamily("vllm:num_requests_waiting",
-                                     "Requests waiting for a decoding slot.", {"model_name"})),
+                                     "Number of requests waiting to be processed.",
+                                     {"model_name"})),
         kv_usage_(metrics.gaugeFamily("vllm:kv_cache_usage_perc",
-                                      "Fraction of KV-cache blocks in use (0 to 1).",
+                                      "KV-cache usage: 1 means 100 percent usage.",
                                       {"model_name"})),
+        preemptions_(metrics.counterFamily("vllm:num_preemptions_total",
+                                           "Cumulative number of preemptions from the engine.",
+                                           {"model_name"})),
+        prefix_queries_(metrics.counterFamily(
+            "vllm:prefix_cache_queries_total",
+            "Prefix-cache queries, in terms of number of queried tokens.", {"model_name"})),
+        prefix_hits_(metrics.counterFamily(
+            "vllm:prefix_cache_hits_total",
+            "Prefix-cache hits, in terms of number of cached tokens.", {"model_name"})),
         ttft_(metrics.histogramFamily("vllm:time_to_first_token_seconds",
-                                      "Time to the first generated token.", {"model_name"},
-                                      http::latencyBuckets())),
+                                      "Histogram of time to first token in seconds.",
+                                      {"model_name"}, ttftBuckets())),
         e2e_(metrics.histogramFamily("vllm:e2e_request_latency_seconds",
-                                     "Time from arrival to the last token.", {"model_name"},
-                                     http::latencyBuckets())),
+                                     "Histogram of end to end request latency in seconds.",
+                                     {"model_name"}, requestBuckets())),
+        queue_time_(metrics.histogramFamily("vllm:request_queue_time_seconds",
+                                            "Histogram of time spent in WAITING phase for request.",
+                                            {"model_name"}, requestBuckets())),
         itl_(metrics.histogramFamily("vllm:inter_token_latency_seconds",
-                                     "Time between generated tokens.", {"model_name"},
-                                     http::latencyBuckets())),
-        prompt_tokens_(metrics.counterFamily("vllm:prompt_tokens_total", "Prompt tokens processed.",
-                                             {"model_name"})),
+                                     "Histogram of inter-token latency in seconds.", {"model_name"},
+                                     itlBuckets())),
+        prompt_tokens_(metrics.counterFamily(
+            "vllm:prompt_tokens_total", "Number of prefill tokens processed.", {"model_name"})),
         generation_tokens_(metrics.counterFamily("vllm:generation_tokens_total",
-                                                 "Tokens generated.", {"model_name"})),
-        success_(metrics.counterFamily("vllm:request_success_total", "Requests that finished.",
-                                       {"model_name"})) {}
+                                                 "Number of generation tokens processed.",
+                                                 {"model_name"})),
+        success_(metrics.counterFamily("vllm:request_success_total",
+                                       "Count of successfully processed requests.",
+                                       {"model_name"})) {
+    std::lock_guard lock(mu_);
+    fail_rate_ = options_.fail_rate;
+    cut_rate_ = options_.cut_rate;
+    publish();  // every series present from the start, at 0
+  }
+
+  static EngineOptions engineOptions(const LlmSimOptions& o) {
+    return {.kv_cache_tokens = o.kv_cache_tokens,
+            .block_tokens = kBlockTokens,
+            .max_num_seqs = o.max_num_seqs,
+            .max_batched_tokens = o.max_batched_tokens,
+            .prefix_caching = o.prefix_caching,
+            .decode_step = o.tokens_per_s > 0
+                               ? Duration(std::chrono::nanoseconds(1'000'000'000 / o.tokens_per_s))
+                               : Duration(0),
+            .prefill_step = o.ttft,
+            .prefill_tokens_per_s = o.prefill_tokens_per_s,
+            .batch_slowdown = o.batch_slowdown};
+  }
 
   // --- request handling ---------------------------------------------------------------------
 
@@ -138,58 +199,85 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     return std::nullopt;
   }
 
+  // --- faults ---------------------------------------------------------------------------------
+
+  struct Faults {
+    double fail_rate = 0;
+    double cut_rate = 0;
+    double slow_factor = 1;
+    bool down = false;
+  };
+
+  Faults faults() {
+    std::lock_guard lock(mu_);
+    return {fail_rate_, cut_rate_, engine_.options().slow_factor, down_};
+  }
+
+  static json faultsJson(const Faults& f) {
+    return {{"fail_rate", f.fail_rate},
+            {"cut_rate", f.cut_rate},
+            {"slow_factor", f.slow_factor},
+            {"down", f.down}};
+  }
+
+  Response getFaults() { return Response::json(200, writeJson(faultsJson(faults()))); }
+
+  // POST /sim/faults: sets the fields given, leaves the others; all or nothing.
+  Response setFaults(const Request& req) {
+    json body = parseJsonOrDiscarded(req.body);
+    auto bad = [](std::string message) {
+      return Response::json(
+          400,
+          writeJson(json{{"error", {{"message", message}, {"type", "invalid_request_error"}}}}));
+    };
+    if (!body.is_object()) return bad("the body must be a JSON object");
+    Faults f = faults();
+    for (const auto& [name, value] : body.items()) {
+      if (name == "fail_rate" || name == "cut_rate") {
+        if (!value.is_number() || value.get<double>() < 0 || value.get<double>() > 1) {
+          return bad(fmt::format("'{}' must be a number from 0 to 1", name));
+        }
+        (name == "fail_rate" ? f.fail_rate : f.cut_rate) = value.get<double>();
+      } else if (name == "slow_factor") {
+        if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1000) {
+          return bad("'slow_factor' must be a number above 0 and at most 1000");
+        }
+        f.slow_factor = value.get<double>();
+      } else if (name == "down") {
+        if (!value.is_boolean()) return bad("'down' must be true or false");
+        f.down = value.get<bool>();
+      } else {
+        return bad(fmt::format(
+            "unknown fault '{}'; the faults are fail_rate, cut_rate, slow_factor and down", name));
+      }
+    }
+    {
+      std::lock_guard lock(mu_);
+      fail_rate_ = f.fail_rate;
+      cut_rate_ = f.cut_rate;
+      EngineOptions timing = engine_.options();
+      timing.slow_factor = f.slow_factor;
+      engine_.setTiming(timing);
+    }
+    setDown(f.down);
+    return Response::json(200, writeJson(faultsJson(f)));
+  }
+
+  // GET /health, as vLLM answers it: 200 while the engine runs.
+  Response health() {
+    if (down()) {
+      return Response::json(503, writeJson(json{{"error", {{"message", "the engine is dead"}}}}));
+    }
+    Response r;
+    r.status = 200;
+    return r;
+  }
+
   bool roll(double rate) {
     if (rate <= 0) return false;
     if (rate >= 1) return true;
-    return static_cast<double>(random_.uniform(1'000'000)) < rate * 1'000'000;
-  }
-
-  // Waits for a decoding slot and KV blocks; false if the request can never fit.
-  asio::awaitable<bool> admit(const std::string& model, int64_t blocks) {
-    if (blocks > options_.kv_blocks) co_return false;
-    bool queued = false;
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    for (;;) {
-      {
-        std::lock_guard lock(mu_);
-        if (running_count_ < options_.max_running && kv_used_ + blocks <= options_.kv_blocks) {
-          ++running_count_;
-          kv_used_ += blocks;
-          if (queued) waiting_.labels({model}).sub(1);
-          running_.labels({model}).add(1);
-          kv_usage_.labels({model}).set(static_cast<double>(kv_used_) /
-                                        static_cast<double>(options_.kv_blocks));
-          co_return true;
-        }
-        if (!queued) {
-          queued = true;
-          waiting_.labels({model}).add(1);
-        }
-      }
-      timer.expires_after(std::chrono::milliseconds(2));
-      co_await timer.async_wait(asio::use_awaitable);
-    }
-  }
-
-  void release(const std::string& model, int64_t blocks) {
     std::lock_guard lock(mu_);
-    --running_count_;
-    kv_used_ -= blocks;
-    running_.labels({model}).sub(1);
-    kv_usage_.labels({model}).set(static_cast<double>(kv_used_) /
-                                  static_cast<double>(options_.kv_blocks));
-  }
-
-  static asio::awaitable<void> sleepFor(std::chrono::nanoseconds d) {
-    if (d.count() <= 0) co_return;
-    asio::steady_timer timer(co_await asio::this_coro::executor, d);
-    co_await timer.async_wait(asio::use_awaitable);
-  }
-
-  std::chrono::nanoseconds perToken() const {
-    return options_.tokens_per_s > 0
-               ? std::chrono::nanoseconds(1'000'000'000 / options_.tokens_per_s)
-               : std::chrono::nanoseconds(0);
+    return static_cast<double>(random_.uniform(1'000'000)) < rate * 1'000'000;
   }
 
   // One generation: what to say and how it ends.
@@ -208,7 +296,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     g.model = std::move(model);
     g.prompt_tokens = countTokens(prompt);
     const int64_t natural = naturalLength(prompt);
-    g.tokens = max_tokens ? std::min(*max_tokens, natural) : natural;
+    g.tokens = max_tokens ? std::min(std::max<int64_t>(*max_tokens, 0), natural) : natural;
     g.truncated = max_tokens && *max_tokens < natural;
     g.prompt = std::move(prompt);
     g.id = fmt::format("{}{:08x}", id_prefix, next_id_.fetch_add(1));
@@ -224,24 +312,265 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     return out;
   }
 
-  // Runs a whole generation for a non-streamed answer: queue, TTFT, decoding time.
-  asio::awaitable<bool> runWhole(const Generation& g) {
+  // --- the engine ------------------------------------------------------------------------------
+
+  // One request's view of its sequence: the events the engine loop hands it, in order.
+  struct Channel {
+    std::mutex mu;
+    std::deque<StepEvent> events;  // guarded by mu
+    bool closed = false;           // guarded by mu: the engine stopped
+    std::function<void()> wake;    // guarded by mu: set while its coroutine waits
+    bool tokens = true;            // every token, or only the first and the end
+  };
+
+  // The next event of `ch`, or nothing once the engine stopped. A plain initiating function:
+  // completes on the waiting coroutine's own executor.
+  template <typename Token>
+  static auto nextEvent(std::shared_ptr<Channel> ch, Token&& token) {
+    return asio::async_initiate<Token, void(std::optional<StepEvent>)>(
+        [](auto handler, std::shared_ptr<Channel> ch) {
+          auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+          auto executor = asio::get_associated_executor(*shared);
+          std::unique_lock lock(ch->mu);
+          auto deliver = [shared, executor](std::optional<StepEvent> e) {
+            asio::post(executor, [shared, e]() mutable { (*shared)(e); });
+          };
+          if (!ch->events.empty()) {
+            const StepEvent e = ch->events.front();
+            ch->events.pop_front();
+            lock.unlock();
+            deliver(e);
+          } else if (ch->closed) {
+            lock.unlock();
+            deliver(std::nullopt);
+          } else {
+            ch->wake = [ch, deliver] {
+              // Called with ch->mu held, once something arrived.
+              if (!ch->events.empty()) {
+                const StepEvent e = ch->events.front();
+                ch->events.pop_front();
+                deliver(e);
+              } else {
+                deliver(std::nullopt);
+              }
+            };
+          }
+        },
+        token, std::move(ch));
+  }
+
+  static void push(Channel& ch, std::optional<StepEvent> e) {
+    std::function<void()> wake;
+    {
+      std::lock_guard lock(ch.mu);
+      if (e) {
+        ch.events.push_back(*e);
+      } else {
+        ch.closed = true;
+      }
+      if (ch.wake) {
+        wake = std::move(ch.wake);
+        ch.wake = nullptr;
+        wake();
+      }
+    }
+  }
+
+  bool instant() const {
+    return options_.tokens_per_s == 0 && options_.ttft.count() == 0 &&
+           options_.prefill_tokens_per_s <= 0;
+  }
+
+  // Publishes the engine's state on /metrics. Called with mu_ held.
+  void publish() {
+    const EngineStats s = engine_.stats();
+    running_.labels({served_}).set(static_cast<double>(s.running));
+    waiting_.labels({served_}).set(static_cast<double>(s.waiting));
+    kv_usage_.labels({served_}).set(s.kvUsage());
+    preemptions_.labels({served_}).inc(s.preemptions - published_.preemptions);
+    prefix_queries_.labels({served_}).inc(s.prefix_queries - published_.prefix_queries);
+    prefix_hits_.labels({served_}).inc(s.prefix_hits - published_.prefix_hits);
+    published_ = s;
+  }
+
+  // A sequence in the engine for the life of one request; leaving early aborts it.
+  struct Sequence {
+    std::shared_ptr<Impl> self;
+    SeqId id = 0;
+    std::shared_ptr<Channel> channel;
+    bool done = false;
+    Sequence() = default;
+    Sequence(const Sequence&) = delete;
+    Sequence& operator=(const Sequence&) = delete;
+    ~Sequence() {
+      if (self == nullptr || done) return;
+      std::lock_guard lock(self->mu_);
+      self->engine_.abort(id);
+      self->channels_.erase(id);
+      self->publish();
+    }
+  };
+
+  enum class Admission { kQueued, kTooLong, kDown };
+
+  // Queues `g` in the engine. In instant mode the whole generation runs here and then.
+  Admission submit(const Generation& g, bool tokens, Sequence& seq,
+                   const asio::any_io_executor& executor) {
+    SeqSpec spec{.prompt_tokens = g.prompt_tokens,
+                 .block_hashes = promptBlockHashes(g.prompt, kBlockTokens * 4),
+                 .output_tokens = std::max<int64_t>(1, g.tokens)};
+    std::lock_guard lock(mu_);
+    if (down_) return Admission::kDown;
+    auto id = engine_.add(std::move(spec));
+    if (!id) return Admission::kTooLong;
+    if (instant()) {
+      // Nothing takes time, so every sequence in the engine is run to its end at once.
+      while (engine_.hasWork()) engine_.step();
+      publish();
+      seq.done = true;
+      return Admission::kQueued;
+    }
+    seq.self = shared_from_this();
+    seq.id = *id;
+    seq.channel = std::make_shared<Channel>();
+    seq.channel->tokens = tokens;
+    channels_.emplace(*id, seq.channel);
+    publish();
+    if (!loop_running_) {
+      loop_running_ = true;
+      asio::co_spawn(executor, runEngine(shared_from_this()), asio::detached);
+    }
+    return Admission::kQueued;
+  }
+
+  // The engine loop: a step, its time, then its events to their requests; ends when idle.
+  static asio::awaitable<void> runEngine(std::shared_ptr<Impl> self) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+      StepResult r;
+      {
+        std::lock_guard lock(self->mu_);
+        if (self->down_ || !self->engine_.hasWork()) {
+          self->loop_running_ = false;
+          co_return;
+        }
+        r = self->engine_.step();
+        self->publish();
+      }
+      if (r.duration.count() > 0) {
+        timer.expires_after(r.duration);
+        boost::system::error_code ec;
+        co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      } else {
+        co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+      }
+      std::vector<std::pair<std::shared_ptr<Channel>, StepEvent>> out;
+      {
+        std::lock_guard lock(self->mu_);
+        for (const StepEvent& e : r.events) {
+          auto it = self->channels_.find(e.seq);
+          if (it == self->channels_.end()) continue;
+          if (e.kind == EventKind::kFinished) {
+            out.emplace_back(it->second, e);
+            self->channels_.erase(it);
+          } else if (it->second->tokens || e.kind == EventKind::kScheduled || e.index == 0) {
+            out.emplace_back(it->second, e);
+          }
+        }
+      }
+      for (auto& [ch, e] : out) push(*ch, e);
+    }
+  }
+
+  // Every request still waiting is told the engine stopped (at shutdown: a waiting request's
+  // coroutine would otherwise be kept alive by the channel that the engine keeps).
+  void closeAll() {
+    std::vector<std::shared_ptr<Channel>> cut;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [id, ch] : channels_) {
+        engine_.abort(id);
+        cut.push_back(ch);
+      }
+      channels_.clear();
+      publish();
+    }
+    for (auto& ch : cut) push(*ch, std::nullopt);
+  }
+
+  // Stops or restarts the engine (the `down` fault): requests in flight are cut.
+  void setDown(bool down) {
+    {
+      std::lock_guard lock(mu_);
+      if (down_ == down) return;
+      down_ = down;
+    }
+    if (down) closeAll();
+  }
+
+  bool fits(const Generation& g) const {
+    return engine_.canEverFit(g.prompt_tokens + std::max<int64_t>(1, g.tokens));
+  }
+
+  bool down() {
+    std::lock_guard lock(mu_);
+    return down_;
+  }
+
+  Response tooLong(Api api, const Generation& g) const {
+    return error(api, 400, "invalid_request_error",
+                 fmt::format("This model's maximum context length is {} tokens. However, you "
+                             "requested {} tokens ({} in the messages, {} in the completion).",
+                             options_.kv_cache_tokens, g.prompt_tokens + g.tokens, g.prompt_tokens,
+                             g.tokens));
+  }
+
+  Response engineDead(Api api) const {
+    return error(api, 500, api == Api::kOpenAi ? "server_error" : "api_error",
+                 "the engine is dead (simulated GPU failure); the server must be restarted");
+  }
+
+  // What became of a whole (non-streamed) generation.
+  enum class Outcome { kDone, kTooLong, kDown };
+
+  // Runs a whole generation for a non-streamed answer: queue, prompt, decoding.
+  asio::awaitable<Outcome> runWhole(const Generation& g) {
     const MonoTime arrived = clock_.monotonic();
-    const int64_t blocks = ceilDiv(g.prompt_tokens + g.tokens, kBlockTokens);
-    if (!co_await admit(g.model, blocks)) co_return false;
-    co_await sleepFor(options_.ttft);
-    ttft_.labels({g.model}).observe(seconds(clock_.monotonic() - arrived));
-    co_await sleepFor(perToken() * g.tokens);
-    release(g.model, blocks);
+    Sequence seq;
+    switch (submit(g, /*tokens=*/false, seq, co_await asio::this_coro::executor)) {
+      case Admission::kTooLong:
+        co_return Outcome::kTooLong;
+      case Admission::kDown:
+        co_return Outcome::kDown;
+      case Admission::kQueued:
+        break;
+    }
+    if (!seq.done) {
+      for (;;) {
+        auto e = co_await nextEvent(seq.channel, asio::use_awaitable);
+        if (!e) co_return Outcome::kDown;
+        if (e->kind == EventKind::kScheduled) {
+          queue_time_.labels({served_}).observe(seconds(clock_.monotonic() - arrived));
+        } else if (e->kind == EventKind::kToken) {
+          ttft_.labels({served_}).observe(seconds(clock_.monotonic() - arrived));
+        } else {
+          seq.done = true;
+          break;
+        }
+      }
+    } else {
+      queue_time_.labels({served_}).observe(0);
+      ttft_.labels({served_}).observe(0);
+    }
     finish(g, arrived);
-    co_return true;
+    co_return Outcome::kDone;
   }
 
   void finish(const Generation& g, MonoTime arrived) {
-    prompt_tokens_.labels({g.model}).inc(static_cast<uint64_t>(g.prompt_tokens));
-    generation_tokens_.labels({g.model}).inc(static_cast<uint64_t>(g.tokens));
-    success_.labels({g.model}).inc();
-    e2e_.labels({g.model}).observe(seconds(clock_.monotonic() - arrived));
+    prompt_tokens_.labels({served_}).inc(static_cast<uint64_t>(g.prompt_tokens));
+    generation_tokens_.labels({served_}).inc(static_cast<uint64_t>(g.tokens));
+    success_.labels({served_}).inc();
+    e2e_.labels({served_}).observe(seconds(clock_.monotonic() - arrived));
   }
 
   static double seconds(std::chrono::steady_clock::duration d) {
@@ -249,9 +578,11 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
   }
 
   // Streams a generation: `emit(i, word)` writes token i; `start`/`end` frame it. A cut drops
-  // the connection after about half the tokens.
+  // the connection after about half the tokens; so does the engine going down.
   template <typename Start, typename Emit, typename End>
-  Response streamed(Generation g, bool cut, Start start, Emit emit, End end) {
+  Response streamed(Api api, Generation g, bool cut, Start start, Emit emit, End end) {
+    if (!fits(g)) return tooLong(api, g);
+    if (down()) return engineDead(api);
     auto self = shared_from_this();
     Response r;
     r.headers.add("Content-Type", "text/event-stream");
@@ -259,26 +590,44 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     r.stream = [self, g = std::move(g), cut, start, emit,
                 end](http::BodyWriter& w) -> asio::awaitable<void> {
       const MonoTime arrived = self->clock_.monotonic();
-      const int64_t blocks = ceilDiv(g.prompt_tokens + g.tokens, kBlockTokens);
-      if (!co_await self->admit(g.model, blocks)) throw http::AbortStream();
-      struct Release {
-        std::shared_ptr<Impl> self;
-        const Generation& g;
-        int64_t blocks;
-        ~Release() { self->release(g.model, blocks); }
-      } release{self, g, blocks};
-      co_await sleepFor(self->options_.ttft);
-      if (!co_await w.write(start(g))) co_return;
-      self->ttft_.labels({g.model}).observe(seconds(self->clock_.monotonic() - arrived));
-      MonoTime last = self->clock_.monotonic();
-      for (int64_t i = 0; i < g.tokens; ++i) {
+      Sequence seq;
+      if (self->submit(g, /*tokens=*/true, seq, co_await asio::this_coro::executor) !=
+          Admission::kQueued) {
+        throw http::AbortStream();
+      }
+      MonoTime last = arrived;
+      // The engine's tokens as they come (or, in instant mode, all at once).
+      for (int64_t i = 0; i < g.tokens;) {
+        if (!seq.done) {
+          auto e = co_await nextEvent(seq.channel, asio::use_awaitable);
+          if (!e) throw http::AbortStream();
+          if (e->kind == EventKind::kScheduled) {
+            self->queue_time_.labels({self->served_})
+                .observe(seconds(self->clock_.monotonic() - arrived));
+            continue;
+          }
+          if (e->kind == EventKind::kFinished) seq.done = true;
+          if (e->kind != EventKind::kToken) continue;
+        }
         if (cut && i == g.tokens / 2) throw http::AbortStream();
-        if (i > 0) co_await sleepFor(self->perToken());
+        const MonoTime now = self->clock_.monotonic();
+        if (i == 0) {
+          if (!co_await w.write(start(g))) co_return;
+          self->ttft_.labels({self->served_}).observe(seconds(now - arrived));
+        } else {
+          self->itl_.labels({self->served_}).observe(seconds(now - last));
+        }
+        last = now;
         const std::string word = (i > 0 ? " " : "") + completionWord(g.prompt, i);
         if (!co_await w.write(emit(g, word))) co_return;
-        const MonoTime now = self->clock_.monotonic();
-        if (i > 0) self->itl_.labels({g.model}).observe(seconds(now - last));
-        last = now;
+        ++i;
+      }
+      if (g.tokens == 0 && !co_await w.write(start(g))) co_return;
+      // The engine ran one token for an empty answer; its end is the end here too.
+      while (!seq.done) {
+        auto e = co_await nextEvent(seq.channel, asio::use_awaitable);
+        if (!e) throw http::AbortStream();
+        if (e->kind == EventKind::kFinished) seq.done = true;
       }
       if (!co_await w.write(end(g))) co_return;
       self->finish(g, arrived);
@@ -304,6 +653,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     }
     const std::string model = body.value("model", "");
     if (auto bad = check(Api::kOpenAi, req, model)) co_return std::move(*bad);
+    if (down()) co_return engineDead(Api::kOpenAi);
     std::string prompt;
     if (chat) {
       if (!body.contains("messages") || !body["messages"].is_array()) {
@@ -328,10 +678,10 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
         break;
       }
     }
-    if (roll(options_.fail_rate)) {
+    if (roll(faults().fail_rate)) {
       co_return error(Api::kOpenAi, 500, "server_error", "simulated upstream failure");
     }
-    const bool cut = roll(options_.cut_rate);
+    const bool cut = roll(faults().cut_rate);
     Generation g = plan(model, prompt, max_tokens, chat ? "chatcmpl-" : "cmpl-");
     // vLLM's ignore_eos: the answer runs to max_tokens (benchmarks use it for a fixed length).
     if (max_tokens && *max_tokens > 0 && body.contains("ignore_eos") &&
@@ -346,8 +696,13 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
         r.abort = true;
         co_return r;
       }
-      if (!co_await runWhole(g)) {
-        co_return error(Api::kOpenAi, 400, "invalid_request_error", "the request is too long");
+      switch (co_await runWhole(g)) {
+        case Outcome::kTooLong:
+          co_return tooLong(Api::kOpenAi, g);
+        case Outcome::kDown:
+          co_return engineDead(Api::kOpenAi);
+        case Outcome::kDone:
+          break;
       }
       const std::string finish = g.truncated ? "length" : "stop";
       json choice = chat ? json{{"index", 0},
@@ -387,7 +742,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
                   {"choices", json::array({choice})}};
     };
     co_return streamed(
-        std::move(g), cut,
+        Api::kOpenAi, std::move(g), cut,
         [chunk, chat](const Generation& gen) {
           return "data: " +
                  writeJson(chunk(gen,
@@ -436,7 +791,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
       for (const auto& i : body["input"])
         inputs.push_back(i.is_string() ? i.get<std::string>() : writeJson(i));
     }
-    if (roll(options_.fail_rate)) {
+    if (roll(faults().fail_rate)) {
       return error(Api::kOpenAi, 500, "server_error", "simulated upstream failure");
     }
     json data = json::array();
@@ -450,8 +805,8 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
       }
       data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", vector}});
     }
-    prompt_tokens_.labels({model}).inc(static_cast<uint64_t>(tokens));
-    success_.labels({model}).inc();
+    prompt_tokens_.labels({served_}).inc(static_cast<uint64_t>(tokens));
+    success_.labels({served_}).inc();
     return Response::json(
         200, writeJson(json{{"object", "list"},
                             {"data", data},
@@ -484,6 +839,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     }
     const std::string model = body.value("model", "");
     if (auto bad = check(Api::kAnthropic, req, model)) co_return std::move(*bad);
+    if (down()) co_return engineDead(Api::kAnthropic);
     if (!body.contains("max_tokens") || !body["max_tokens"].is_number_integer()) {
       co_return error(Api::kAnthropic, 400, "invalid_request_error", "max_tokens: Field required");
     }
@@ -498,10 +854,10 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     for (const auto& m : body["messages"]) {
       if (m.is_object() && m.contains("content")) prompt += contentText(m["content"]) + "\n";
     }
-    if (roll(options_.fail_rate)) {
+    if (roll(faults().fail_rate)) {
       co_return error(Api::kAnthropic, 500, "api_error", "simulated upstream failure");
     }
-    const bool cut = roll(options_.cut_rate);
+    const bool cut = roll(faults().cut_rate);
     Generation g = plan(model, prompt, body["max_tokens"].get<int64_t>(), "msg_");
     if (!body.value("stream", false)) {
       if (cut) {
@@ -509,8 +865,13 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
         r.abort = true;
         co_return r;
       }
-      if (!co_await runWhole(g)) {
-        co_return error(Api::kAnthropic, 400, "invalid_request_error", "the request is too long");
+      switch (co_await runWhole(g)) {
+        case Outcome::kTooLong:
+          co_return tooLong(Api::kAnthropic, g);
+        case Outcome::kDown:
+          co_return engineDead(Api::kAnthropic);
+        case Outcome::kDone:
+          break;
       }
       co_return Response::json(
           200, writeJson(json{
@@ -524,7 +885,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
                    {"usage", {{"input_tokens", g.prompt_tokens}, {"output_tokens", g.tokens}}}}));
     }
     co_return streamed(
-        std::move(g), cut,
+        Api::kAnthropic, std::move(g), cut,
         [](const Generation& gen) {
           return event(
                      "message_start",
@@ -565,16 +926,26 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
  private:
   LlmSimOptions options_;
   const Clock& clock_;
-  SeededRandom random_;
+  const std::string served_;  // the model_name label
   std::mutex mu_;
-  int64_t running_count_ = 0;  // guarded by mu_
-  int64_t kv_used_ = 0;        // guarded by mu_
+  SeededRandom random_{options_.seed};                            // guarded by mu_
+  EngineModel engine_;                                            // guarded by mu_
+  std::unordered_map<SeqId, std::shared_ptr<Channel>> channels_;  // guarded by mu_
+  EngineStats published_;                                         // guarded by mu_
+  bool loop_running_ = false;                                     // guarded by mu_
+  double fail_rate_ = 0;                                          // guarded by mu_
+  double cut_rate_ = 0;                                           // guarded by mu_
+  bool down_ = false;                                             // guarded by mu_
   std::atomic<uint64_t> next_id_{1};
   http::Family<http::Gauge>& running_;
   http::Family<http::Gauge>& waiting_;
   http::Family<http::Gauge>& kv_usage_;
+  http::Family<http::Counter>& preemptions_;
+  http::Family<http::Counter>& prefix_queries_;
+  http::Family<http::Counter>& prefix_hits_;
   http::Family<http::Histogram>& ttft_;
   http::Family<http::Histogram>& e2e_;
+  http::Family<http::Histogram>& queue_time_;
   http::Family<http::Histogram>& itl_;
   http::Family<http::Counter>& prompt_tokens_;
   http::Family<http::Counter>& generation_tokens_;
@@ -583,7 +954,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
 
 LlmSim::LlmSim(LlmSimOptions options, http::MetricsRegistry& metrics, const Clock& clock)
     : impl_(std::make_shared<Impl>(std::move(options), metrics, clock)) {}
-LlmSim::~LlmSim() = default;
+LlmSim::~LlmSim() { impl_->closeAll(); }
 
 Result<void> LlmSim::addRoutes(http::Router& router) {
   auto impl = impl_;
@@ -596,6 +967,11 @@ Result<void> LlmSim::addRoutes(http::Router& router) {
   PURSER_TRY(router.add(Method::kGet, "/v1/models", [impl](Request&) { return impl->models(); }));
   PURSER_TRY(router.addAsync(Method::kPost, "/v1/messages",
                              [impl](Request& r) { return impl->messages(r); }));
+  PURSER_TRY(router.add(Method::kGet, "/health", [impl](Request&) { return impl->health(); }));
+  PURSER_TRY(
+      router.add(Method::kGet, "/sim/faults", [impl](Request&) { return impl->getFaults(); }));
+  PURSER_TRY(
+      router.add(Method::kPost, "/sim/faults", [impl](Request& r) { return impl->setFaults(r); }));
   return {};
 }
 

@@ -36,8 +36,12 @@ struct LlmFlags {
   int64_t tokens_per_s = 200;
   double fail_rate = 0;
   double cut_rate = 0;
-  int64_t kv_blocks = 4096;
-  int64_t max_running = 64;
+  double prefill_tokens_per_s = 0;
+  double batch_slowdown = 0.01;
+  int64_t kv_cache_tokens = 65536;
+  int64_t max_num_seqs = 64;
+  int64_t max_batched_tokens = 8192;
+  bool no_prefix_caching = false;
   uint64_t seed = 1;
   size_t threads = 1;
   std::string log_level = "warn";
@@ -74,8 +78,12 @@ int runLlm(const LlmFlags& f) {
   options.tokens_per_s = f.tokens_per_s;
   options.fail_rate = f.fail_rate;
   options.cut_rate = f.cut_rate;
-  options.kv_blocks = f.kv_blocks;
-  options.max_running = f.max_running;
+  options.prefill_tokens_per_s = f.prefill_tokens_per_s;
+  options.batch_slowdown = f.batch_slowdown;
+  options.kv_cache_tokens = f.kv_cache_tokens;
+  options.max_num_seqs = f.max_num_seqs;
+  options.max_batched_tokens = f.max_batched_tokens;
+  options.prefix_caching = !f.no_prefix_caching;
   options.seed = f.seed;
   LlmSim sim(options, metrics);
   std::unique_ptr<http::Server> server;
@@ -198,16 +206,41 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
   llm->add_option("--cut-rate", f->cut_rate, "Fraction of requests cut off midway")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  llm->add_option("--kv-blocks", f->kv_blocks, "KV-cache capacity in blocks of 16 tokens")
-      ->check(CLI::PositiveNumber)
+  llm->add_option("--prefill-tokens-per-s", f->prefill_tokens_per_s,
+                  "Prompt tokens computed per second (0: prompts cost only --ttft-ms)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  llm->add_option("--max-running", f->max_running, "Requests decoding at once; more wait")
-      ->check(CLI::PositiveNumber)
+  llm->add_option("--batch-slowdown", f->batch_slowdown,
+                  "How much longer a step takes per further sequence in the batch (a fraction)")
+      ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
-  llm->add_option("--seed", f->seed, "Seed for the fault injection")->capture_default_str();
+  llm->add_option("--kv-cache-tokens", f->kv_cache_tokens,
+                  "KV-cache capacity in tokens (blocks of 16); a request that can never fit is "
+                  "refused")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 28))
+      ->capture_default_str();
+  llm->add_option("--max-num-seqs", f->max_num_seqs, "Sequences in a batch at most; more wait")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  llm->add_option("--max-batched-tokens", f->max_batched_tokens,
+                  "Tokens one engine step computes at most (long prompts are chunked)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  llm->add_flag("--no-prefix-caching", f->no_prefix_caching,
+                "Compute every prompt whole, even when its start is cached");
+  llm->add_option("--seed", f->seed, "Seed of the fault injection")->capture_default_str();
   llm->add_option("--threads", f->threads, "I/O threads")->capture_default_str();
   llm->add_option("--log-level", f->log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  llm->footer(
+      "The engine batches up to --max-num-seqs sequences in a paged KV cache of "
+      "--kv-cache-tokens, preempts (and later recomputes) the newest when the cache is full, and "
+      "reuses cached prompt prefixes. A step takes 1/--tokens-per-s, plus --batch-slowdown of "
+      "it per further sequence, plus --ttft-ms and the prompt tokens at --prefill-tokens-per-s "
+      "when it computes prompts. With --tokens-per-s 0 and --ttft-ms 0 answers are immediate.\n"
+      "Faults at run time: POST /sim/faults {\"fail_rate\": 0.5, \"cut_rate\": 0, "
+      "\"slow_factor\": 4, \"down\": true}; GET /sim/faults reads them; GET /health answers 503 "
+      "while down.");
   llm->callback([f, &exit_code] { exit_code = runLlm(*f); });
 
   auto scenario = std::make_shared<std::string>();

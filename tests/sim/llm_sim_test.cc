@@ -1,8 +1,11 @@
 #include "sim/llm_sim.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include "fakes/test_server.h"
@@ -19,6 +22,11 @@ class LlmSimTest : public ::testing::Test {
   void start(LlmSimOptions o) {
     o.ttft = std::chrono::milliseconds(0);
     o.tokens_per_s = 0;
+    startTimed(o);
+  }
+
+  // With the engine's steps taking time (the options as given).
+  void startTimed(LlmSimOptions o) {
     sim = std::make_unique<LlmSim>(o, server.metrics);
     ASSERT_TRUE(sim->addRoutes(server.router).has_value());
     server.start();
@@ -53,6 +61,44 @@ class LlmSimTest : public ::testing::Test {
         all += **piece;
       }
     }());
+  }
+
+  // The value of a sample on /metrics ("name{labels}"), or -1 when absent.
+  double metric(const std::string& series) {
+    const std::string text = server.metrics.render();
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+
+  // Runs `n` streamed chats at once; each one's body and whether it ended cleanly.
+  std::vector<std::pair<std::string, bool>> streamAll(const std::vector<json>& bodies) {
+    std::vector<std::pair<std::string, bool>> out(bodies.size());
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      boost::asio::co_spawn(
+          ctx,
+          [&, i]() -> boost::asio::awaitable<void> {
+            http::ClientRequest req;
+            req.method = http::Method::kPost;
+            req.url = server.url("/v1/chat/completions");
+            req.body = bodies[i].dump();
+            auto s = co_await client.stream(std::move(req));
+            if (!s) co_return;
+            for (;;) {
+              auto piece = co_await (*s)->next();
+              if (!piece) co_return;
+              if (!*piece) {
+                out[i].second = true;
+                co_return;
+              }
+              out[i].first += **piece;
+            }
+          },
+          boost::asio::detached);
+    }
+    ctx.restart();
+    ctx.run();
+    return out;
   }
 
   testing::TestServer server;
@@ -197,11 +243,125 @@ TEST_F(LlmSimTest, ModelsKeysAndEmbeddings) {
 }
 
 TEST_F(LlmSimTest, ARequestThatCanNeverFitTheKvCacheIsRefused) {
-  start({.kv_blocks = 1});
+  start({.kv_cache_tokens = 16});
   json body = kChat;
   body["messages"][0]["content"] = std::string(400, 'x');  // 100 prompt tokens: 7 blocks
   EXPECT_EQ(post("/v1/chat/completions", body).status, 400);
   EXPECT_NE(server.metrics.render().find("vllm:num_requests_running"), std::string::npos);
+}
+
+json chat(const std::string& content, int max_tokens) {
+  return {{"model", "m"},
+          {"messages", {{{"role", "user"}, {"content", content}}}},
+          {"max_tokens", max_tokens},
+          {"ignore_eos", true},
+          {"stream", true},
+          {"stream_options", {{"include_usage", true}}}};
+}
+
+// The engine under load: a small KV cache and two sequences at a time make requests wait, and
+// push one another out; every stream still ends whole, with its own words.
+TEST_F(LlmSimTest, LoadShowsAsQueueingAndPreemptionAndEveryStreamStillEndsWhole) {
+  startTimed({.models = {"m"},
+              .ttft = std::chrono::milliseconds(0),
+              .tokens_per_s = 5000,
+              .kv_cache_tokens = 144,  // 9 blocks
+              .max_num_seqs = 2});
+  std::vector<json> bodies;
+  for (int i = 0; i < 6; ++i) {
+    // 40 prompt tokens growing by 30 to 70 (5 blocks): two cannot both reach their end.
+    bodies.push_back(chat(fmt::format("request {} {}", i, std::string(150, 'a' + i)), 30));
+  }
+  const auto results = streamAll(bodies);
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i].second) << "stream " << i << " did not end cleanly";
+    EXPECT_NE(results[i].first.find("[DONE]"), std::string::npos);
+    EXPECT_NE(results[i].first.find("\"completion_tokens\":30"), std::string::npos);
+  }
+  EXPECT_GE(metric("vllm:num_preemptions_total{model_name=\"m\"}"), 1);
+  EXPECT_EQ(metric("vllm:request_success_total{model_name=\"m\"}"), 6);
+  EXPECT_EQ(metric("vllm:generation_tokens_total{model_name=\"m\"}"), 180);
+  EXPECT_EQ(metric("vllm:num_requests_running{model_name=\"m\"}"), 0);
+  EXPECT_EQ(metric("vllm:num_requests_waiting{model_name=\"m\"}"), 0);
+  EXPECT_EQ(metric("vllm:kv_cache_usage_perc{model_name=\"m\"}"), 0);
+  // Four of the six waited in the queue.
+  EXPECT_EQ(metric("vllm:request_queue_time_seconds_count{model_name=\"m\"}"), 6);
+  EXPECT_EQ(metric("vllm:time_to_first_token_seconds_count{model_name=\"m\"}"), 6);
+}
+
+TEST_F(LlmSimTest, ARepeatedPromptIsServedFromThePrefixCache) {
+  startTimed({.models = {"m"}, .ttft = std::chrono::milliseconds(0), .tokens_per_s = 5000});
+  const std::string prompt(640, 'p');  // 160 tokens: 10 blocks
+  for (int i = 0; i < 2; ++i) {
+    json body = chat(prompt, 3);
+    body["stream"] = false;
+    body.erase("stream_options");
+    EXPECT_EQ(post("/v1/chat/completions", body).status, 200);
+  }
+  const double queries = metric("vllm:prefix_cache_queries_total{model_name=\"m\"}");
+  const double hits = metric("vllm:prefix_cache_hits_total{model_name=\"m\"}");
+  EXPECT_GE(queries, 2 * 160);
+  EXPECT_GE(hits, 128);  // the second prompt's full blocks, but for the last
+  EXPECT_LT(hits, queries / 2);
+}
+
+TEST_F(LlmSimTest, FaultsAreSetAtRunTimeAndTheEngineCanGoDownAndComeBack) {
+  startTimed({.models = {"m"}, .ttft = std::chrono::milliseconds(0), .tokens_per_s = 2000});
+  auto get = [&](const std::string& path) {
+    http::ClientRequest req;
+    req.url = server.url(path);
+    auto r = runCoroutine(ctx, client.request(std::move(req)));
+    return r ? *r : http::ClientResponse{};
+  };
+  EXPECT_EQ(get("/health").status, 200);
+  EXPECT_EQ(json::parse(get("/sim/faults").body)["down"], false);
+
+  auto refused = post("/sim/faults", {{"fail_rate", 2}});
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.body.find("from 0 to 1"), std::string::npos);
+  EXPECT_EQ(post("/sim/faults", {{"gpu_on_fire", true}}).status, 400);
+  EXPECT_EQ(post("/sim/faults", json::array()).status, 400);
+  EXPECT_EQ(json::parse(get("/sim/faults").body)["fail_rate"], 0)
+      << "a refused change changes nothing";
+
+  // Down while a stream runs: the stream is cut; new requests get 500; health says 503.
+  bool cut = false;
+  runCoroutine(ctx, [&]() -> boost::asio::awaitable<void> {
+    http::ClientRequest req;
+    req.method = http::Method::kPost;
+    req.url = server.url("/v1/chat/completions");
+    req.body = chat("a long answer please", 1000).dump();
+    auto s = co_await client.stream(std::move(req));
+    if (!s) co_return;
+    auto first = co_await (*s)->next();
+    EXPECT_TRUE(first && *first);
+    http::ClientRequest down;
+    down.method = http::Method::kPost;
+    down.url = server.url("/sim/faults");
+    down.body = R"({"down": true, "slow_factor": 2})";
+    auto set = co_await client.request(std::move(down));
+    EXPECT_TRUE(set && set->status == 200);
+    for (;;) {
+      auto piece = co_await (*s)->next();
+      if (!piece) {
+        cut = true;
+        co_return;
+      }
+      if (!*piece) co_return;
+    }
+  }());
+  EXPECT_TRUE(cut) << "a stream in flight is cut when the engine goes down";
+  EXPECT_EQ(get("/health").status, 503);
+  json whole = chat("hello", 3);
+  whole["stream"] = false;
+  auto dead = post("/v1/chat/completions", whole);
+  EXPECT_EQ(dead.status, 500);
+  EXPECT_NE(dead.body.find("engine is dead"), std::string::npos);
+  EXPECT_EQ(json::parse(get("/sim/faults").body)["slow_factor"], 2);
+
+  EXPECT_EQ(post("/sim/faults", {{"down", false}, {"slow_factor", 1}}).status, 200);
+  EXPECT_EQ(get("/health").status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", whole).status, 200);
 }
 
 }  // namespace
