@@ -69,7 +69,7 @@ bench:
 fuzz:
 	@scripts/setup fuzz
 	@[ -f build/fuzz/CMakeCache.txt ] || CXX=afl-g++ AFL_QUIET=1 cmake -S . -B build/fuzz $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPURSER_TESTS=OFF -DPURSER_FUZZ=ON -DPURSER_CCACHE=OFF "-DCMAKE_CXX_FLAGS=-fsanitize=undefined -fno-sanitize-recover=undefined"
-	AFL_QUIET=1 cmake --build build/fuzz --parallel $(JOBS) --target http_request_fuzz config_fuzz numbers_fuzz url_fuzz json_fuzz model_api_fuzz sse_fuzz manifest_fuzz openb_fuzz
+	AFL_QUIET=1 cmake --build build/fuzz --parallel $(JOBS) --target http_request_fuzz config_fuzz numbers_fuzz url_fuzz json_fuzz model_api_fuzz sse_fuzz manifest_fuzz openb_fuzz prom_text_fuzz
 	@fuzz/run build/fuzz
 
 format:

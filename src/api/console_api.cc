@@ -71,6 +71,30 @@ bool routeVisible(const gateway::Route& r, const Principal& who) {
          (who.role == Role::kTenantAdmin || gateway::allowsTeam(r, who.team_id));
 }
 
+json optionalNumber(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+// The target's state as its metrics judge it when it is scraped; from Purser's own view of its
+// traffic otherwise.
+std::pair<std::string, std::string> stateOf(const gateway::Target& t,
+                                            const gateway::TargetObserved::Facts& facts,
+                                            MonoTime now, int64_t requests) {
+  const gateway::Condition c = t.observed.condition.load(std::memory_order_relaxed);
+  if (c != gateway::Condition::kUnknown || !facts.reason.empty()) {
+    return {std::string(gateway::conditionName(c)), facts.reason};
+  }
+  const int failures = t.health.consecutive_failures.load(std::memory_order_relaxed);
+  if (gateway::coolingDown(t, now)) {
+    return {"down", fmt::format("{} requests failed in a row; cooling down", failures)};
+  }
+  if (failures > 0) {
+    return {"degraded", fmt::format("the last {} request(s) to it failed", failures)};
+  }
+  if (requests == 0 && t.health.ewma_latency_us.load(std::memory_order_relaxed) == 0) {
+    return {"unknown", "no traffic and no metrics"};
+  }
+  return {"healthy", "its requests succeed"};
+}
+
 std::string health(const gateway::Target& t, MonoTime now, int64_t requests) {
   if (gateway::coolingDown(t, now)) return "cooling_down";
   if (t.health.consecutive_failures.load(std::memory_order_relaxed) > 0) return "degraded";
@@ -151,6 +175,20 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
              t->health.consecutive_failures.load(std::memory_order_relaxed)},
             {"priced", t->price != nullptr},
             {"served", i >= configured}};  // a replica the fleet serves
+        const gateway::TargetObserved::Facts facts = t->observed.facts();
+        auto [state, reason] = stateOf(*t, facts, now, st.requests);
+        target["state"] = state;
+        target["reason"] = reason;
+        target["queue"] = optionalNumber(facts.queue);
+        target["running"] = optionalNumber(facts.running);
+        target["kv_cache_usage"] = optionalNumber(facts.kv_cache_usage);
+        target["ttft_p95_ms"] = optionalNumber(facts.ttft_p95_ms);
+        target["itl_p95_ms"] = optionalNumber(facts.itl_p95_ms);
+        target["prefix_cache_hit_rate"] = optionalNumber(facts.prefix_cache_hit_rate);
+        target["observed_at"] =
+            facts.observed_at_ms > 0
+                ? json(formatRfc3339(SystemTime(std::chrono::milliseconds(facts.observed_at_ms))))
+                : json(nullptr);
         target["stats"] = st.toJson();
         targets.push_back(std::move(target));
       }

@@ -240,11 +240,14 @@ void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     m.optional("connect_timeout", p.connect_timeout, std::chrono::milliseconds(1));
     m.optionalBytes("max_response_bytes", p.max_response_bytes, 1024, 1ULL << 30);
     m.optionalBytes("max_event_bytes", p.max_event_bytes, 1024, 64ULL << 20);
+    m.optional("metrics_url", p.metrics_url);
+    m.optionalChoice("engine", p.engine, {"vllm", "sglang", "tgi"});
     m.finish();
-    if (!p.base_url.empty() && !p.base_url.starts_with("http://") &&
-        !p.base_url.starts_with("https://")) {
-      reader.addError(list[i]["base_url"], path + ".base_url",
-                      "expected an http:// or https:// URL");
+    for (const auto& [field, url] :
+         {std::pair{"base_url", p.base_url}, {"metrics_url", p.metrics_url}}) {
+      if (!url.empty() && !url.starts_with("http://") && !url.starts_with("https://")) {
+        reader.addError(list[i][field], path + "." + field, "expected an http:// or https:// URL");
+      }
     }
     for (const auto& other : cfg.providers) {
       if (other.name == p.name) {
@@ -254,6 +257,54 @@ void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     }
     cfg.providers.push_back(std::move(p));
   }
+}
+
+void readObserve(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
+  ObserveConfig& o = cfg.observe;
+  YamlReader::Map m = top.map("observe");
+  m.optional("interval", o.interval, std::chrono::milliseconds(50));
+  m.optional("gpu_interval", o.gpu_interval, std::chrono::milliseconds(50));
+  m.optional("window", o.window, std::chrono::seconds(1));
+  m.optional("max_series", o.max_series, 1, 10'000'000);
+  if (m.present("retention")) {
+    YamlReader::Map r = m.map("retention");
+    r.optional("raw", o.raw_retention, std::chrono::seconds(1));
+    r.optional("rollup", o.rollup_retention, std::chrono::seconds(0));
+    r.optional("rollup_every", o.rollup, std::chrono::seconds(1));
+    r.finish();
+  }
+  if (m.present("exporters")) {
+    const YAML::Node list = m.get("exporters");
+    if (!list.IsSequence()) {
+      reader.addError(list, "observe.exporters", "expected a list of {name, url}");
+    } else {
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string path = fmt::format("observe.exporters[{}]", i);
+        YamlReader::Map e = reader.map(list[i], path);
+        ExporterConfig x;
+        x.interval = o.gpu_interval;
+        e.required("name", x.name);
+        e.required("url", x.url);
+        e.optionalChoice("engine", x.engine, {"dcgm", "vllm", "sglang", "tgi"});
+        e.optional("interval", x.interval, std::chrono::milliseconds(50));
+        e.finish();
+        if (!x.url.empty() && !x.url.starts_with("http://") && !x.url.starts_with("https://")) {
+          reader.addError(list[i]["url"], path + ".url", "expected an http:// or https:// URL");
+        }
+        const bool taken =
+            std::any_of(o.exporters.begin(), o.exporters.end(),
+                        [&](const ExporterConfig& other) { return other.name == x.name; }) ||
+            std::any_of(cfg.providers.begin(), cfg.providers.end(),
+                        [&](const ProviderConfig& p) { return p.name == x.name; });
+        if (taken) {
+          reader.addError(list[i]["name"], path + ".name",
+                          fmt::format("\"{}\" already names a provider or an exporter", x.name));
+        }
+        o.exporters.push_back(std::move(x));
+      }
+    }
+  }
+  m.finish();
 }
 
 void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
@@ -272,6 +323,18 @@ void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
                      {"fallback", "weighted", "least_latency", "least_cost", "least_loaded"});
     m.optional("max_tokens", r.max_tokens, 1, int64_t{1} << 30);
     m.optional("retries", r.retries, 0, 10);
+    if (m.present("slo")) {
+      YamlReader::Map slo = m.map("slo");
+      slo.optional("ttft_p95", r.slo_ttft_p95);
+      slo.optional("itl_p95", r.slo_itl_p95);
+      slo.finish();
+    }
+    if (m.present("saturation")) {
+      YamlReader::Map sat = m.map("saturation");
+      sat.optional("queue", r.saturation_queue, 1, 1e6);
+      sat.optional("kv_cache", r.saturation_kv_cache, 0.01, 1);
+      sat.finish();
+    }
     if (m.present("allow")) {
       YamlReader::Map allow = m.map("allow");
       allow.optionalStrings("tenants", r.allow_tenants);
@@ -537,6 +600,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   }
   readProviders(reader, top, cfg);
   readRoutes(reader, top, cfg);
+  if (top.present("observe")) readObserve(reader, top, cfg);
   top.finish();
   if (!reader.ok()) return fail(reader.error());
   return cfg;

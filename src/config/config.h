@@ -77,6 +77,10 @@ struct ProviderConfig {
   Duration connect_timeout = std::chrono::seconds(5);
   size_t max_response_bytes = 16 * 1024 * 1024;  // a whole non-streamed answer
   size_t max_event_bytes = 1024 * 1024;          // one server-sent event of a stream
+  // Where the server's Prometheus metrics are (scraped every observe.interval; empty: not
+  // scraped), and which serving engine's names they use: vllm, sglang or tgi.
+  std::string metrics_url;
+  std::string engine = "vllm";
 };
 
 struct TargetConfig {
@@ -93,6 +97,32 @@ struct RouteConfig {
   std::vector<std::string> allow_teams;    // empty: every team
   int64_t max_tokens = 4096;               // the output cap reserved for when a request sets none
   int64_t retries = 1;                     // retries per target before falling back
+  // Service-level objectives its targets are judged by (0: none), and when a target counts as
+  // saturated (requests waiting, KV-cache usage 0..1).
+  Duration slo_ttft_p95{0};
+  Duration slo_itl_p95{0};
+  double saturation_queue = 5;
+  double saturation_kv_cache = 0.8;
+};
+
+// A Prometheus endpoint scraped beside the providers' own: a GPU node's DCGM exporter.
+struct ExporterConfig {
+  std::string name;
+  std::string url;
+  std::string engine = "dcgm";
+  Duration interval = std::chrono::seconds(10);
+};
+
+// Scraping and the in-memory series it fills (observe/).
+struct ObserveConfig {
+  Duration interval = std::chrono::seconds(1);       // model servers
+  Duration gpu_interval = std::chrono::seconds(10);  // exporters' default
+  Duration window = std::chrono::seconds(60);        // percentiles and rates are over this
+  Duration raw_retention = std::chrono::minutes(15);
+  Duration rollup = std::chrono::minutes(1);
+  Duration rollup_retention = std::chrono::hours(6);
+  size_t max_series = 20000;
+  std::vector<ExporterConfig> exporters;
 };
 
 struct AlertsConfig {
@@ -196,6 +226,7 @@ struct Config {
   AlertsConfig alerts;
   std::vector<ProviderConfig> providers;
   std::vector<RouteConfig> routes;
+  ObserveConfig observe;
   FleetConfig fleet;
 };
 

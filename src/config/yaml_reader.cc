@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "common/duration.h"
 #include "common/json.h"
@@ -294,6 +295,25 @@ std::optional<int64_t> YamlReader::asInt(const YAML::Node& n, const std::string&
   return std::nullopt;
 }
 
+std::optional<double> YamlReader::asNumber(const YAML::Node& n, const std::string& path, double min,
+                                           double max) {
+  if (n.IsScalar()) {
+    const std::string& s = n.Scalar();
+    double v = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc() && p == s.data() + s.size() && std::isfinite(v)) {
+      if (v < min || v > max) {
+        addError(n, path,
+                 fmt::format("expected a number from {:g} to {:g}, got {:g}", min, max, v));
+        return std::nullopt;
+      }
+      return v;
+    }
+  }
+  addError(n, path, fmt::format("expected a number, got {}", describe(n)));
+  return std::nullopt;
+}
+
 std::optional<Duration> YamlReader::asDuration(const YAML::Node& n, const std::string& path) {
   if (n.IsScalar()) {
     auto d = parseDuration(n.Scalar());
@@ -371,6 +391,11 @@ void YamlReader::Map::optional(const std::string& key, bool& out) {
 void YamlReader::Map::optional(const std::string& key, int64_t& out, int64_t min, int64_t max) {
   if (!present(key)) return;
   if (auto v = reader_->asInt(get(key), child(key), min, max)) out = *v;
+}
+
+void YamlReader::Map::optional(const std::string& key, double& out, double min, double max) {
+  if (!present(key)) return;
+  if (auto v = reader_->asNumber(get(key), child(key), min, max)) out = *v;
 }
 
 void YamlReader::Map::optional(const std::string& key, size_t& out, int64_t min, int64_t max) {

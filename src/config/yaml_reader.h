@@ -49,6 +49,8 @@ class YamlReader {
   std::optional<bool> asBool(const YAML::Node& n, const std::string& path);
   std::optional<int64_t> asInt(const YAML::Node& n, const std::string& path, int64_t min,
                                int64_t max);
+  std::optional<double> asNumber(const YAML::Node& n, const std::string& path, double min,
+                                 double max);
   std::optional<Duration> asDuration(const YAML::Node& n, const std::string& path);
   // Money as a decimal string ("2.50"); a YAML number is refused (it would pass through binary
   // floating point in many tools).
@@ -75,6 +77,7 @@ class YamlReader {
     void optional(const std::string& key, bool& out);
     void optional(const std::string& key, int64_t& out, int64_t min, int64_t max);
     void optional(const std::string& key, size_t& out, int64_t min, int64_t max);
+    void optional(const std::string& key, double& out, double min, double max);
     void optional(const std::string& key, Duration& out, Duration min = Duration::zero());
     void optionalBytes(const std::string& key, size_t& out, uint64_t min, uint64_t max);
     void requiredMoney(const std::string& key, Money& out);

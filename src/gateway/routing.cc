@@ -242,10 +242,51 @@ std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& rand
       });
       break;
   }
-  // Cooling-down targets go last, still in strategy order: tried only when all else failed.
-  std::stable_partition(order.begin(), order.end(),
-                        [&](const Target* t) { return !coolingDown(*t, now); });
+  // Saturated targets after the rest, then those down or cooling down, each still in strategy
+  // order: tried only when all else is busy or has failed.
+  const auto rank = [&](const Target* t) {
+    if (coolingDown(*t, now)) return 2;
+    switch (t->observed.condition.load(std::memory_order_relaxed)) {
+      case Condition::kDown:
+        return 2;
+      case Condition::kSaturated:
+        return 1;
+      default:
+        return 0;
+    }
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const Target* a, const Target* b) { return rank(a) < rank(b); });
   return order;
+}
+
+std::string_view conditionName(Condition c) {
+  switch (c) {
+    case Condition::kUnknown:
+      return "unknown";
+    case Condition::kHealthy:
+      return "healthy";
+    case Condition::kDegraded:
+      return "degraded";
+    case Condition::kSaturated:
+      return "saturated";
+    case Condition::kDown:
+      return "down";
+  }
+  return "unknown";
+}
+
+void TargetObserved::set(Condition c, Facts facts) {
+  {
+    std::lock_guard lock(mu_);
+    facts_ = std::move(facts);
+  }
+  condition.store(c, std::memory_order_relaxed);
+}
+
+TargetObserved::Facts TargetObserved::facts() const {
+  std::lock_guard lock(mu_);
+  return facts_;
 }
 
 }  // namespace purser::gateway

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -87,12 +88,39 @@ struct TargetHealth {
   std::atomic<int64_t> cooldown_ns{0};        // the length of the current/last cooldown
 };
 
+// What the server's metrics say of a target (set from observe/'s judgement by the composition
+// root, about once a scrape interval). Routing reads `condition` on every request.
+enum class Condition : uint8_t { kUnknown, kHealthy, kDegraded, kSaturated, kDown };
+std::string_view conditionName(Condition c);
+
+struct TargetObserved {
+  std::atomic<Condition> condition{Condition::kUnknown};
+  // The latest facts behind it, for the API and the console (nullopt: not reported).
+  struct Facts {
+    std::string reason;
+    std::optional<double> queue;
+    std::optional<double> running;
+    std::optional<double> kv_cache_usage;
+    std::optional<double> ttft_p95_ms;
+    std::optional<double> itl_p95_ms;
+    std::optional<double> prefix_cache_hit_rate;
+    int64_t observed_at_ms = 0;  // 0: never
+  };
+  void set(Condition c, Facts facts);
+  Facts facts() const;
+
+ private:
+  mutable std::mutex mu_;
+  Facts facts_;  // guarded by mu_
+};
+
 struct Target {
   Provider* provider = nullptr;
   std::string model;  // upstream model name
   int64_t weight = 1;
   const ledger::TokenPrice* price = nullptr;  // null when unpriced
   TargetHealth health;
+  TargetObserved observed;
 };
 
 // Targets that join a route and leave it while Purser runs: the replicas of models the fleet
@@ -132,6 +160,11 @@ struct Route {
   std::vector<std::string> allow_teams;
   int64_t max_tokens = 4096;
   int64_t retries = 1;
+  // The objectives its targets are judged by (0: none) and when one counts as saturated.
+  Duration slo_ttft_p95{0};
+  Duration slo_itl_p95{0};
+  double saturation_queue = 5;
+  double saturation_kv_cache = 0.8;
   // Replicas of models the fleet serves (after the configured targets in every order's start).
   std::shared_ptr<ServedTargets> served = std::make_shared<ServedTargets>();
 };
@@ -143,7 +176,8 @@ std::vector<Target*> allTargets(const Route& route);
 bool allowsTenant(const Route& route, const std::string& tenant_id);
 bool allowsTeam(const Route& route, const std::string& team_id);
 
-// The order to try `route`'s targets in at `now`.
+// The order to try `route`'s targets in at `now`: the strategy's order, then saturated targets,
+// then those down or cooling down (tried only when nothing else is left).
 std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random);
 
 bool coolingDown(const Target& t, MonoTime now);

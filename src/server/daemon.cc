@@ -36,6 +36,7 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "http/workers.h"
+#include "server/observer.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
 #include "ledger/meter.h"
@@ -247,6 +248,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     route->allow_teams = r.allow_teams;
     route->max_tokens = r.max_tokens;
     route->retries = r.retries;
+    route->slo_ttft_p95 = r.slo_ttft_p95;
+    route->slo_itl_p95 = r.slo_itl_p95;
+    route->saturation_queue = r.saturation_queue;
+    route->saturation_kv_cache = r.saturation_kv_cache;
     for (const auto& t : r.targets) {
       auto target = std::make_unique<gateway::Target>();
       for (auto& p : providers) {
@@ -323,6 +328,11 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     if (auto* p = gateway.provider(name)) p->replaceKeys(std::move(keys));
   }
   services.gateway = &gateway;
+  // Observation: the providers' metrics and the exporters, judged into the targets' conditions.
+  auto observer = PURSER_TRY_VALUE(Observer::create(config.observe, config.providers,
+                                                    workers.context(0), metrics,
+                                                    SystemClock::instance(),
+                                                    [&gateway] { return gateway.routes(); }));
   services.provider_keys = &provider_keys;
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
@@ -580,6 +590,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_timer.expires_after(std::chrono::seconds(1));
   fleet_timer.async_wait(fleet_tick);
 
+  observer->start();
   workers.start();
   spdlog::info("{} serving on {} with {} worker(s); data in {}", cli::versionLine(), server->url(),
                workers.size(), data_dir->path());

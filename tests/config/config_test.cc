@@ -97,8 +97,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "listen: 127.0.0.1:80\nflavours: []\n",
             "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
-            "data_dir, fleet, gpu_prices, http, ledger, listen, log, prices, providers, routes, "
-            "store, threads"},
+            "data_dir, fleet, gpu_prices, http, ledger, listen, log, observe, prices, providers, "
+            "routes, store, threads"},
         // The ledger's durability.
         BadCase{"listen: 127.0.0.1:80\nledger: {sync: never}\n",
                 "purser.yaml:2:16: ledger.sync: expected one of batch, always, got \"never\""},
@@ -225,6 +225,75 @@ routes:
   EXPECT_NE(text.find("routes[0].strategy: expected one of fallback, weighted"), std::string::npos);
   EXPECT_NE(text.find("routes[0].targets[0].provider: no provider named \"nobody\""),
             std::string::npos);
+}
+
+TEST(ConfigTest, ReadsWhatIsScrapedAndHowTargetsAreJudged) {
+  auto c = parseConfig(R"(
+listen: 127.0.0.1:8080
+providers:
+  - {name: a, kind: openai, base_url: http://10.0.0.5:8000/v1,
+     metrics_url: http://10.0.0.5:8000/metrics, engine: sglang}
+  - {name: b, kind: openai, base_url: http://10.0.0.6:8000/v1}
+routes:
+  - model: chat
+    targets: [{provider: a, model: m}]
+    slo: {ttft_p95: 2s, itl_p95: 100ms}
+    saturation: {queue: 8, kv_cache: 0.9}
+observe:
+  interval: 500ms
+  window: 30s
+  max_series: 5000
+  retention: {raw: 5m, rollup: 1h, rollup_every: 30s}
+  exporters: [{name: node-1, url: http://10.0.0.5:9400/metrics}, {name: n2, url: http://x/m, interval: 5s}]
+)",
+                       "o.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  EXPECT_EQ(c->providers[0].metrics_url, "http://10.0.0.5:8000/metrics");
+  EXPECT_EQ(c->providers[0].engine, "sglang");
+  EXPECT_EQ(c->providers[1].metrics_url, "");
+  EXPECT_EQ(c->providers[1].engine, "vllm");
+  EXPECT_EQ(c->routes[0].slo_ttft_p95, std::chrono::seconds(2));
+  EXPECT_EQ(c->routes[0].slo_itl_p95, std::chrono::milliseconds(100));
+  EXPECT_EQ(c->routes[0].saturation_queue, 8);
+  EXPECT_DOUBLE_EQ(c->routes[0].saturation_kv_cache, 0.9);
+  EXPECT_EQ(c->observe.interval, std::chrono::milliseconds(500));
+  EXPECT_EQ(c->observe.window, std::chrono::seconds(30));
+  EXPECT_EQ(c->observe.max_series, 5000u);
+  EXPECT_EQ(c->observe.raw_retention, std::chrono::minutes(5));
+  EXPECT_EQ(c->observe.rollup_retention, std::chrono::hours(1));
+  EXPECT_EQ(c->observe.rollup, std::chrono::seconds(30));
+  ASSERT_EQ(c->observe.exporters.size(), 2u);
+  EXPECT_EQ(c->observe.exporters[0].engine, "dcgm");
+  EXPECT_EQ(c->observe.exporters[0].interval, std::chrono::seconds(10));
+  EXPECT_EQ(c->observe.exporters[1].interval, std::chrono::seconds(5));
+
+  // Defaults when nothing is said.
+  auto plain = parseConfig("listen: 127.0.0.1:1\n", "p.yaml");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->observe.interval, std::chrono::seconds(1));
+  EXPECT_EQ(plain->observe.max_series, 20000u);
+
+  auto bad = parseConfig(R"(
+listen: 127.0.0.1:8080
+providers:
+  - {name: a, kind: openai, base_url: http://x/v1, engine: triton}
+routes:
+  - {model: chat, targets: [{provider: a, model: m}], saturation: {kv_cache: 2, queue: nope}}
+observe: {window: 1ms, exporters: [{name: a, url: x}], frequency: 1s}
+)",
+                         "o.yaml");
+  ASSERT_FALSE(bad);
+  const std::string text = bad.error().toString();
+  for (const char* expected :
+       {"providers[0].engine: expected one of vllm, sglang, tgi",
+        "routes[0].saturation.kv_cache: "
+        "expected a number from 0.01 to 1, got 2",
+        "routes[0].saturation.queue: expected a number, got", "observe.window",
+        "observe.exporters[0].url: expected an http:// or https:// URL",
+        "observe.exporters[0].name: \"a\" already names a provider or an exporter",
+        "observe.frequency: unknown field"}) {
+    EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
+  }
 }
 
 TEST(ConfigTest, SeveralErrorsAreReportedTogether) {

@@ -129,11 +129,18 @@ test("routes carry their targets' health and traffic, scoped to the caller", asy
   assert.ok(Number(chat.stats.cost_per_1k_requests) > 0);
   assert.equal(chat.targets[0].provider, "sim");
   assert.equal(chat.targets[0].health, "healthy");
+  // Not scraped (no metrics_url): its state is its traffic's, and no server facts are claimed.
+  assert.equal(chat.targets[0].state, "healthy");
+  assert.equal(chat.targets[0].reason, "its requests succeed");
+  assert.equal(chat.targets[0].queue, null);
+  assert.equal(chat.targets[0].kv_cache_usage, null);
+  assert.equal(chat.targets[0].observed_at, null);
   assert.equal(chat.targets[0].stats.requests, 6);
   const spare = all.data.find((r) => r.alias === "spare");
   assert.equal(spare.stats.requests, 0);
   assert.equal(spare.stats.latency_ms.p50, null);
   assert.equal(spare.targets[0].health, "unknown");
+  assert.equal(spare.targets[0].state, "unknown");
 
   const team = (await get("/api/v1/routes", keys.dana)).body;
   assert.equal(team.scope, "team");

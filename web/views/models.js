@@ -1,9 +1,12 @@
-// Models: the routes this key may use, their targets with provider and health, and their traffic
-// over the last 24 hours: latency p50/p95, error rate, tokens and cost per 1,000 requests.
+// Models: the routes this key may use, their targets with provider and state (from the model
+// servers' own metrics when they are scraped: queue, KV cache, time to first token p95), and
+// their traffic over the last 24 hours: latency p50/p95, error rate, tokens and cost per 1,000
+// requests.
 import { ErrorNote, Table, api, count, html, money, usePoll } from "../lib.js";
 
 const ms = (v) => (v === null || v === undefined ? "—" : `${count(v)} ms`);
 const pct = (v) => `${(Number(v) * 100).toFixed(1)}%`;
+const maybe = (v, f) => (v === null || v === undefined ? "—" : f(v));
 const tok = (s) => count(Number(s.tokens.input) + Number(s.tokens.output));
 
 export function Models() {
@@ -18,8 +21,14 @@ export function Models() {
     { key: "route", title: "Route / target", render: (r) => (r.header
       ? html`<strong>${r.route}</strong> <span class="muted">${r.strategy}</span>`
       : html`<span class="indent">${r.target.provider} · ${r.target.model}</span>`) },
-    { key: "health", title: "Health", render: (r) => (r.header ? "" :
-      html`<span class=${`pill health-${r.target.health}`}>${r.target.health.replace("_", " ")}</span>`) },
+    { key: "state", title: "State", render: (r) => (r.header ? "" :
+      html`<span class=${`pill state-${r.target.state}`} title=${r.target.reason}>${r.target.state}</span>`) },
+    { key: "queue", title: "Queue", num: true,
+      render: (r) => (r.header ? "" : maybe(r.target.queue, count)) },
+    { key: "kv", title: "KV cache", num: true,
+      render: (r) => (r.header ? "" : maybe(r.target.kv_cache_usage, pct)) },
+    { key: "ttft", title: "TTFT p95", num: true,
+      render: (r) => (r.header ? "" : ms(r.target.ttft_p95_ms === null ? null : Math.round(r.target.ttft_p95_ms))) },
     { key: "requests", title: "Requests", num: true, render: (r) => count(r.stats.requests) },
     { key: "p50", title: "p50", num: true, render: (r) => ms(r.stats.latency_ms.p50) },
     { key: "p95", title: "p95", num: true, render: (r) => ms(r.stats.latency_ms.p95) },

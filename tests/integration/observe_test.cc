@@ -1,0 +1,322 @@
+// Observation end to end: `purser serve` scraping `purser sim llm` processes' /metrics, judging
+// each route target from them, and routing around a saturated or dead replica.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "fakes/process.h"
+#include "fakes/raw_client.h"
+#include "fakes/temp_dir.h"
+
+namespace purser {
+namespace {
+
+using nlohmann::json;
+using testing::Process;
+using testing::RawClient;
+
+constexpr const char* kAdminKey = "observe-test-admin-key-0123456789";
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  json json_body() const { return json::parse(body, nullptr, false); }
+};
+
+std::string request(const std::string& method, const std::string& path,
+                    const std::vector<std::string>& headers, const std::string& body) {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
+  for (const auto& h : headers) req += h + "\r\n";
+  return req + "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+Reply call(uint16_t port, const std::string& method, const std::string& path,
+           const std::vector<std::string>& headers, const std::string& body = "") {
+  RawClient c(port);
+  if (!c.connected() || !c.send(request(method, path, headers, body))) return {};
+  auto r = c.readResponse();
+  if (!r) return {};
+  return {r->status, r->body};
+}
+
+class ObserveTest : public ::testing::Test {
+ protected:
+  // A simulated model server; its port.
+  uint16_t sim(std::vector<std::string> flags) {
+    std::vector<std::string> argv = {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    sims.push_back(std::make_unique<Process>(argv));
+    auto line = sims.back()->waitForStdout("listening on ");
+    EXPECT_TRUE(line.has_value()) << sims.back()->err();
+    return line ? testing::portFromListeningLine(*line) : 0;
+  }
+
+  void serve(const std::string& config) {
+    testing::writeFile(dir.file("purser.yaml"), "listen: 127.0.0.1:0\nthreads: 2\n" + config);
+    server = std::make_unique<Process>(
+        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
+                                 "--data", dir.file("var")},
+        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
+    auto line = server->waitForStdout("purser: listening on ");
+    ASSERT_TRUE(line.has_value()) << server->err();
+    port = testing::portFromListeningLine(*line);
+    const auto admin = [&](const std::string& path, const json& body) {
+      Reply r = call(port, "POST", path, {std::string("Authorization: Bearer ") + kAdminKey},
+                     body.dump());
+      EXPECT_EQ(r.status, 201) << path << ": " << r.body;
+      return r.json_body();
+    };
+    const std::string tenant = admin("/api/v1/tenants", {{"name", "acme"}})["id"];
+    const std::string team = admin("/api/v1/teams", {{"tenant", tenant}, {"name", "ml"}})["id"];
+    const std::string user =
+        admin("/api/v1/users", {{"tenant", tenant}, {"team", team}, {"name", "dana"}})["id"];
+    key =
+        admin("/api/v1/keys", {{"owner", {{"kind", "user"}, {"id", user}}}, {"name", "k"}})["key"];
+  }
+
+  void TearDown() override {
+    if (server) {
+      server->signal(SIGTERM);
+      EXPECT_EQ(server->wait(), 0) << server->err();
+    }
+  }
+
+  // The route's targets by provider, as GET /api/v1/routes shows them.
+  std::map<std::string, json> targets() {
+    Reply r =
+        call(port, "GET", "/api/v1/routes", {std::string("Authorization: Bearer ") + kAdminKey});
+    std::map<std::string, json> out;
+    const json body = r.json_body();
+    if (!body.is_object()) return out;
+    for (const auto& route : body["data"]) {
+      for (const auto& t : route["targets"]) out[t["provider"]] = t;
+    }
+    return out;
+  }
+
+  // Waits (polling, with a generous bound) until `provider`'s target is in `state`; the target.
+  json waitForState(const std::string& provider, const std::string& state) {
+    json last;
+    for (int i = 0; i < 600; ++i) {
+      last = targets()[provider];
+      if (last.is_object() && last["state"] == state) return last;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << provider << " never became " << state << "; last: " << last.dump();
+    return last;
+  }
+
+  Reply chat() {
+    const json body = {{"model", "chat"},
+                       {"messages", {{{"role", "user"}, {"content", "hello there"}}}},
+                       {"max_tokens", 5}};
+    return call(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + key},
+                body.dump());
+  }
+
+  int64_t servedBy(const std::string& provider) {
+    const json t = targets()[provider];
+    return t.is_object() ? t["stats"]["requests"].get<int64_t>() : -1;
+  }
+
+  testing::TempDir dir;
+  std::vector<std::unique_ptr<Process>> sims;
+  std::unique_ptr<Process> server;
+  uint16_t port = 0;
+  std::string key;
+};
+
+TEST_F(ObserveTest, ASaturatedOrDeadReplicaLeavesTheRotationAndReturnsWhenHealthy) {
+  // `first` decodes slowly, one sequence at a time: a few requests make a queue there.
+  const uint16_t first =
+      sim({"--models", "m", "--ttft-ms", "0", "--tokens-per-s", "20", "--max-num-seqs", "1"});
+  const uint16_t second = sim({"--models", "m", "--ttft-ms", "0", "--tokens-per-s", "0"});
+  serve(
+      fmt::format("providers:\n"
+                  "  - {{name: first, kind: openai, base_url: http://127.0.0.1:{0}/v1,"
+                  " metrics_url: http://127.0.0.1:{0}/metrics, engine: vllm}}\n"
+                  "  - {{name: second, kind: openai, base_url: http://127.0.0.1:{1}/v1,"
+                  " metrics_url: http://127.0.0.1:{1}/metrics}}\n"
+                  "routes:\n"
+                  "  - model: chat\n"
+                  "    targets: [{{provider: first, model: m}}, {{provider: second, model: m}}]\n"
+                  "    saturation: {{queue: 4}}\n"
+                  "observe: {{interval: 100ms}}\n",
+                  first, second));
+
+  json healthy = waitForState("first", "healthy");
+  EXPECT_EQ(healthy["queue"], 0);
+  EXPECT_EQ(healthy["kv_cache_usage"], 0);
+  EXPECT_FALSE(healthy["observed_at"].is_null());
+  waitForState("second", "healthy");
+  // Fallback order: the first target serves while it is healthy.
+  ASSERT_EQ(chat().status, 200);
+  EXPECT_EQ(servedBy("first"), 1);
+
+  // Five long streams straight at `first`: one runs, four wait.
+  std::vector<std::unique_ptr<RawClient>> load;
+  const json longer = {{"model", "m"},
+                       {"messages", {{{"role", "user"}, {"content", "a long one"}}}},
+                       {"max_tokens", 2000},
+                       {"ignore_eos", true},
+                       {"stream", true}};
+  for (int i = 0; i < 5; ++i) {
+    load.push_back(std::make_unique<RawClient>(first));
+    ASSERT_TRUE(load.back()->send(request("POST", "/v1/chat/completions", {}, longer.dump())));
+  }
+  json saturated = waitForState("first", "saturated");
+  EXPECT_EQ(saturated["reason"], "4 requests waiting (saturated at 4)");
+  EXPECT_EQ(saturated["queue"], 4);
+  EXPECT_EQ(saturated["running"], 1);
+  // Out of the rotation: the others serve every request, and none fails.
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(chat().status, 200);
+  EXPECT_EQ(servedBy("first"), 1);
+  EXPECT_EQ(servedBy("second"), 5);
+
+  // Its queue cleared (the engine restarted), it returns to the rotation.
+  Reply down = call(first, "POST", "/sim/faults", {}, R"({"down": true})");
+  ASSERT_EQ(down.status, 200) << down.body;
+  ASSERT_EQ(call(first, "POST", "/sim/faults", {}, R"({"down": false})").status, 200);
+  waitForState("first", "healthy");
+  ASSERT_EQ(chat().status, 200);
+  EXPECT_EQ(servedBy("first"), 2);
+
+  // Dead: its metrics stop answering; it is down, and requests still succeed elsewhere.
+  load.clear();
+  sims[0]->signal(SIGKILL);
+  sims[0]->wait();
+  json dead = waitForState("first", "down");
+  EXPECT_EQ(dead["reason"], "its metrics did not answer the last 2 scrapes");
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(chat().status, 200);
+  EXPECT_EQ(servedBy("second"), 8);
+
+  // Purser's own view, for a real Prometheus.
+  Reply metrics = call(port, "GET", "/metrics", {});
+  EXPECT_NE(metrics.body.find("purser_scrape_up{target=\"first\"} 0"), std::string::npos);
+  EXPECT_NE(metrics.body.find("purser_scrape_up{target=\"second\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.body.find("purser_observe_memory_bytes "), std::string::npos);
+}
+
+// A port nothing listens on now: bound to port 0, then released for the process given it (the
+// window in which another could take it is the price of a tool that cannot report its port).
+uint16_t unusedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A real Prometheus scrapes Purser's /metrics and evaluates recording rules over what Purser
+// judged of its targets.
+TEST_F(ObserveTest, ARealPrometheusScrapesPurserAndRecordsRulesOverItsServiceLevels) {
+  if (!std::filesystem::exists("/usr/bin/prometheus")) {
+    GTEST_SKIP() << "prometheus is not installed (scripts/setup installs Debian's package)";
+  }
+  const uint16_t model = sim({"--models", "m", "--ttft-ms", "0", "--tokens-per-s", "0"});
+  serve(fmt::format(
+      "providers:\n"
+      "  - {{name: gpu-a, kind: openai, base_url: http://127.0.0.1:{0}/v1,"
+      " metrics_url: http://127.0.0.1:{0}/metrics}}\n"
+      "routes:\n"
+      "  - {{model: chat, targets: [{{provider: gpu-a, model: m}}], slo: {{ttft_p95: 2s}}}}\n"
+      "observe: {{interval: 100ms}}\n",
+      model));
+  waitForState("gpu-a", "healthy");
+  ASSERT_EQ(chat().status, 200);
+
+  testing::writeFile(dir.file("rules.yml"),
+                     "groups:\n"
+                     "  - name: purser\n"
+                     "    interval: 1s\n"
+                     "    rules:\n"
+                     "      - record: purser:targets_healthy:count\n"
+                     "        expr: count(purser_target_state == 1) or vector(0)\n"
+                     "      - record: purser:target_ttft_p95_seconds:max\n"
+                     "        expr: max by (route) (purser_target_ttft_p95_seconds)\n");
+  testing::writeFile(dir.file("prometheus.yml"),
+                     fmt::format("global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n"
+                                 "rule_files: [{}]\n"
+                                 "scrape_configs:\n"
+                                 "  - job_name: purser\n"
+                                 "    static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
+                                 dir.file("rules.yml"), port));
+  Process check({"/usr/bin/promtool", "check", "config", dir.file("prometheus.yml")});
+  ASSERT_EQ(check.wait(), 0) << check.out() << check.err();
+  const uint16_t web = unusedPort();
+  ASSERT_NE(web, 0);
+  Process prometheus({"/usr/bin/prometheus", "--config.file=" + dir.file("prometheus.yml"),
+                      "--storage.tsdb.path=" + dir.file("tsdb"),
+                      fmt::format("--web.listen-address=127.0.0.1:{}", web)});
+  // The recorded series, once Prometheus has scraped and evaluated (polled, bounded).
+  auto query = [&](const std::string& expr) -> json {
+    Reply r = call(web, "GET", "/api/v1/query?query=" + expr, {});
+    const json body = r.json_body();
+    if (!body.is_object() || body["status"] != "success") return nullptr;
+    const json& result = body["data"]["result"];
+    return result.empty() ? json(nullptr) : result[0];
+  };
+  json healthy;
+  for (int i = 0; i < 600 && healthy.is_null(); ++i) {
+    healthy = query("purser:targets_healthy:count");
+    if (healthy.is_null() || healthy["value"][1] != "1") {
+      healthy = nullptr;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_FALSE(healthy.is_null()) << "Prometheus never recorded a healthy target\n"
+                                  << prometheus.err();
+  json up = query("up%7Bjob%3D%22purser%22%7D");
+  ASSERT_FALSE(up.is_null());
+  EXPECT_EQ(up["value"][1], "1");
+  json ttft = query("purser:target_ttft_p95_seconds:max");
+  ASSERT_FALSE(ttft.is_null());
+  EXPECT_EQ(ttft["metric"]["route"], "chat");
+  prometheus.signal(SIGTERM);
+  prometheus.wait();
+}
+
+TEST_F(ObserveTest, ConfigurationMistakesAreRefusedWithTheirPlace) {
+  testing::writeFile(
+      dir.file("bad.yaml"),
+      "listen: 127.0.0.1:0\n"
+      "providers:\n"
+      "  - {name: a, kind: openai, base_url: http://127.0.0.1:1/v1,"
+      " metrics_url: ftp://x, engine: triton}\n"
+      "routes:\n"
+      "  - {model: chat, targets: [{provider: a, model: m}],"
+      " saturation: {kv_cache: 1.5}, slo: {ttft_p95: fast}}\n"
+      "observe: {interval: 1ms, exporters: [{name: a, url: http://x:9400/metrics}]}\n");
+  Process check(
+      {PURSER_BINARY, "serve", "--config", dir.file("bad.yaml"), "--data", dir.file("var")});
+  EXPECT_NE(check.wait(), 0);
+  const std::string err = check.err();
+  for (const char* expected :
+       {"providers[0].metrics_url", "providers[0].engine", "routes[0].saturation.kv_cache",
+        "routes[0].slo.ttft_p95", "observe.interval", "observe.exporters[0].name"}) {
+    EXPECT_NE(err.find(expected), std::string::npos) << expected << "\n" << err;
+  }
+}
+
+}  // namespace
+}  // namespace purser
