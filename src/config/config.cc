@@ -320,7 +320,8 @@ void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     RouteConfig r;
     m.required("model", r.model);
     m.optionalChoice("strategy", r.strategy,
-                     {"fallback", "weighted", "least_latency", "least_cost", "least_loaded"});
+                     {"fallback", "weighted", "least_latency", "least_cost", "least_loaded",
+                      "slo"});
     m.optional("max_tokens", r.max_tokens, 1, int64_t{1} << 30);
     m.optional("retries", r.retries, 0, 10);
     if (m.present("slo")) {

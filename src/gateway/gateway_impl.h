@@ -323,9 +323,23 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   std::vector<Target*> candidates(const Call& c) {
     std::vector<Target*> out;
     const bool translatable = c.surface == Surface::kChat || c.surface == Surface::kMessages;
-    for (Target* t : orderTargets(*c.route, d_.clock.monotonic(), d_.random)) {
+    // The slo strategy scores the replicas by how much of this prompt each has seen; the
+    // prompt is the messages (or prompt) as sent, the part that repeats across requests.
+    std::vector<uint64_t> blocks;
+    if (c.route->strategy == Strategy::kSlo) {
+      for (const char* field : {"messages", "prompt", "input"}) {
+        if (auto v = c.doc.get(field)) {
+          const std::string_view system = c.doc.get("system") ? c.doc.get("system")->text() : "";
+          blocks = prefixBlocks(std::string(system) + std::string(v->text()));
+          break;
+        }
+      }
+    }
+    for (Target* t : orderTargets(*c.route, d_.clock.monotonic(), d_.random, blocks)) {
       if (translatable || t->provider->kind() == kindOf(c.api)) out.push_back(t);
     }
+    // Where it goes first is where its prefix will be cached.
+    if (!blocks.empty() && !out.empty()) out.front()->prefixes.insert(blocks);
     return out;
   }
 

@@ -27,9 +27,10 @@ Result<Strategy> parseStrategy(std::string_view name) {
   if (name == "least_latency") return Strategy::kLeastLatency;
   if (name == "least_cost") return Strategy::kLeastCost;
   if (name == "least_loaded") return Strategy::kLeastLoaded;
+  if (name == "slo") return Strategy::kSlo;
   return fail(invalidArgument(fmt::format(
-      "unknown strategy \"{}\"; expected fallback, weighted, least_latency, least_cost or "
-      "least_loaded",
+      "unknown strategy \"{}\"; expected fallback, weighted, least_latency, least_cost, "
+      "least_loaded or slo",
       name)));
 }
 
@@ -45,6 +46,8 @@ std::string_view strategyName(Strategy s) {
       return "least_cost";
     case Strategy::kLeastLoaded:
       return "least_loaded";
+    case Strategy::kSlo:
+      return "slo";
   }
   return "fallback";
 }
@@ -192,7 +195,8 @@ std::vector<Target*> allTargets(const Route& route) {
   return out;
 }
 
-std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random) {
+std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random,
+                                  std::span<const uint64_t> prompt_blocks) {
   std::vector<Target*> order = allTargets(route);
   switch (route.strategy) {
     case Strategy::kFallback:
@@ -241,6 +245,33 @@ std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& rand
                b->health.in_flight.load(std::memory_order_relaxed);
       });
       break;
+    case Strategy::kSlo: {
+      std::vector<Candidate> candidates(order.size());
+      for (size_t i = 0; i < order.size(); ++i) {
+        const Target& t = *order[i];
+        const double queue = t.observed.queue.load(std::memory_order_relaxed);
+        const double kv = t.observed.kv_cache_usage.load(std::memory_order_relaxed);
+        candidates[i] = {
+            .in_flight = static_cast<double>(t.health.in_flight.load(std::memory_order_relaxed)),
+            .queue = queue >= 0 ? std::optional<double>(queue) : std::nullopt,
+            .kv_cache = kv >= 0 ? std::optional<double>(kv) : std::nullopt,
+            .prefix_matched = prompt_blocks.empty() ? 0 : t.prefixes.match(prompt_blocks)};
+      }
+      const std::vector<double> scores = affinityScores(candidates, prompt_blocks.size());
+      // Equal scores (an idle fleet, a cold prompt) are broken by a random rotation, so that
+      // they spread; one draw per decision.
+      const size_t n = order.size();
+      const size_t offset = n > 1 ? static_cast<size_t>(random.uniform(n)) : 0;
+      std::vector<size_t> index(n);
+      for (size_t i = 0; i < n; ++i) index[i] = (i + offset) % n;
+      std::stable_sort(index.begin(), index.end(),
+                       [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+      std::vector<Target*> sorted;
+      sorted.reserve(n);
+      for (size_t i : index) sorted.push_back(order[i]);
+      order = std::move(sorted);
+      break;
+    }
   }
   // Saturated targets after the rest, then those down or cooling down, each still in strategy
   // order: tried only when all else is busy or has failed.
@@ -277,6 +308,8 @@ std::string_view conditionName(Condition c) {
 }
 
 void TargetObserved::set(Condition c, Facts facts) {
+  queue.store(facts.queue.value_or(-1), std::memory_order_relaxed);
+  kv_cache_usage.store(facts.kv_cache_usage.value_or(-1), std::memory_order_relaxed);
   {
     std::lock_guard lock(mu_);
     facts_ = std::move(facts);

@@ -2,7 +2,8 @@
 //
 // A Route maps a client-facing model name to targets (provider + upstream model + weight) and a
 // strategy: fallback (in order), weighted (random by weight), least_latency (moving average of
-// observed latency), least_cost (cheapest listed price), least_loaded (fewest requests in flight).
+// observed latency), least_cost (cheapest listed price), least_loaded (fewest requests in flight),
+// slo (the servers' queues and KV caches and the prompt's prefix affinity; see affinity.h).
 // Every strategy yields a full order, so the rest are fallbacks. A target that fails 3 times in a
 // row is cooled down (30 s, doubling up to 5 min while it keeps failing): it goes to the back of
 // every order until the cooldown ends, then real traffic probes it again.
@@ -17,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,12 +26,13 @@
 #include "common/clock.h"
 #include "common/random.h"
 #include "common/result.h"
+#include "gateway/affinity.h"
 #include "ledger/price.h"
 
 namespace purser::gateway {
 
 enum class ProviderKind { kOpenAi, kAnthropic };
-enum class Strategy { kFallback, kWeighted, kLeastLatency, kLeastCost, kLeastLoaded };
+enum class Strategy { kFallback, kWeighted, kLeastLatency, kLeastCost, kLeastLoaded, kSlo };
 
 Result<Strategy> parseStrategy(std::string_view name);
 std::string_view strategyName(Strategy s);
@@ -108,6 +111,9 @@ struct TargetObserved {
   };
   void set(Condition c, Facts facts);
   Facts facts() const;
+  // The two facts routing scores by, readable without the lock (negative: not reported).
+  std::atomic<double> queue{-1};
+  std::atomic<double> kv_cache_usage{-1};
 
  private:
   mutable std::mutex mu_;
@@ -121,6 +127,7 @@ struct Target {
   const ledger::TokenPrice* price = nullptr;  // null when unpriced
   TargetHealth health;
   TargetObserved observed;
+  PrefixIndex prefixes{4096};  // the prompt blocks routed here (the slo strategy)
 };
 
 // Targets that join a route and leave it while Purser runs: the replicas of models the fleet
@@ -178,7 +185,9 @@ bool allowsTeam(const Route& route, const std::string& team_id);
 
 // The order to try `route`'s targets in at `now`: the strategy's order, then saturated targets,
 // then those down or cooling down (tried only when nothing else is left).
-std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random);
+// `prompt_blocks` (prefixBlocks() of the prompt) are read by the slo strategy only.
+std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random,
+                                  std::span<const uint64_t> prompt_blocks = {});
 
 bool coolingDown(const Target& t, MonoTime now);
 void recordSuccess(Target& t, Duration latency);
