@@ -242,6 +242,7 @@ void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     m.optionalBytes("max_event_bytes", p.max_event_bytes, 1024, 64ULL << 20);
     m.optional("metrics_url", p.metrics_url);
     m.optionalChoice("engine", p.engine, {"vllm", "sglang", "tgi"});
+    m.optionalStrings("gpus", p.gpus);
     m.finish();
     for (const auto& [field, url] :
          {std::pair{"base_url", p.base_url}, {"metrics_url", p.metrics_url}}) {
@@ -305,6 +306,23 @@ void readObserve(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     }
   }
   m.finish();
+  // Every provider's GPUs name a listed exporter.
+  const YAML::Node providers = top.get("providers");
+  for (size_t i = 0; i < cfg.providers.size(); ++i) {
+    const auto& gpus = cfg.providers[i].gpus;
+    for (size_t j = 0; j < gpus.size(); ++j) {
+      const size_t slash = gpus[j].find('/');
+      const std::string exporter = gpus[j].substr(0, slash);
+      const bool known = std::any_of(o.exporters.begin(), o.exporters.end(),
+                                     [&](const ExporterConfig& e) { return e.name == exporter; });
+      if (slash == std::string::npos || slash + 1 == gpus[j].size() || !known) {
+        reader.addError(providers[i]["gpus"][j], fmt::format("providers[{}].gpus[{}]", i, j),
+                        fmt::format("expected EXPORTER/GPU naming one of observe.exporters, got "
+                                    "\"{}\"",
+                                    gpus[j]));
+      }
+    }
+  }
 }
 
 void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
@@ -319,9 +337,9 @@ void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     YamlReader::Map m = reader.map(list[i], path);
     RouteConfig r;
     m.required("model", r.model);
-    m.optionalChoice("strategy", r.strategy,
-                     {"fallback", "weighted", "least_latency", "least_cost", "least_loaded",
-                      "slo"});
+    m.optionalChoice(
+        "strategy", r.strategy,
+        {"fallback", "weighted", "least_latency", "least_cost", "least_loaded", "slo"});
     m.optional("max_tokens", r.max_tokens, 1, int64_t{1} << 30);
     m.optional("retries", r.retries, 0, 10);
     if (m.present("slo")) {
@@ -601,7 +619,16 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   }
   readProviders(reader, top, cfg);
   readRoutes(reader, top, cfg);
-  if (top.present("observe")) readObserve(reader, top, cfg);
+  if (top.present("observe")) {
+    readObserve(reader, top, cfg);
+  } else {
+    for (size_t i = 0; i < cfg.providers.size(); ++i) {
+      if (!cfg.providers[i].gpus.empty()) {
+        reader.addError(top.get("providers")[i]["gpus"], fmt::format("providers[{}].gpus", i),
+                        "names GPUs of observe.exporters, but no exporters are configured");
+      }
+    }
+  }
   top.finish();
   if (!reader.ok()) return fail(reader.error());
   return cfg;

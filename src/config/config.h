@@ -81,6 +81,9 @@ struct ProviderConfig {
   // scraped), and which serving engine's names they use: vllm, sglang or tgi.
   std::string metrics_url;
   std::string engine = "vllm";
+  // The GPUs it runs on, as "EXPORTER/GPU" (an observe.exporters name and the GPU's index):
+  // an XID error reported on one makes its targets down.
+  std::vector<std::string> gpus;
 };
 
 struct TargetConfig {

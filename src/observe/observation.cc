@@ -193,6 +193,7 @@ TargetHealthJudgement judgeTarget(const TargetEvidence& e, const ServiceObjectiv
     return {TargetState::kDown,
             fmt::format("{} requests failed in a row; cooling down", e.consecutive_failures)};
   }
+  if (!e.gpu_fault.empty()) return {TargetState::kDown, e.gpu_fault};
   if (e.scraped && e.scrape_failures >= kScrapeFailuresForDown) {
     return {TargetState::kDown,
             fmt::format("its metrics did not answer the last {} scrapes", e.scrape_failures)};

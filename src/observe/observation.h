@@ -17,8 +17,8 @@
 // healthy / degraded / saturated / down / unknown with the reason, by the rules of the Gateway
 // API Inference Extension's endpoint picker: a server is saturated when its queue reaches 5
 // or its KV cache 80 % (both configurable), degraded when it misses the route's objectives for
-// time to first token or between tokens, and down when its metrics stop answering or its
-// requests keep failing.
+// time to first token or between tokens, and down when its metrics stop answering, its
+// requests keep failing or a GPU it runs on reports an XID error.
 //
 // Pure: no I/O, time passed in. Thread-compatible.
 #pragma once
@@ -94,6 +94,8 @@ struct TargetEvidence {
   Observation observation;
   // Purser's own view of the target's traffic.
   bool cooling_down = false;
+  // A GPU it runs on reported a fatal error (an XID), in words; empty when none.
+  std::string gpu_fault;
   int consecutive_failures = 0;
   bool any_traffic = false;
 };

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace purser::server {
 
 namespace {
@@ -55,6 +57,9 @@ Result<std::unique_ptr<Observer>> Observer::create(
   limits.stale_after_ms = std::max<int64_t>(600'000, 10 * millis(config.gpu_interval));
   o->store_ = PURSER_TRY_VALUE(observe::SeriesStore::create(limits));
 
+  for (const auto& p : providers) {
+    if (!p.gpus.empty()) o->gpus_[p.name] = p.gpus;
+  }
   std::vector<observe::ScrapeTarget> targets;
   const auto timeoutFor = [](Duration interval) {
     return std::clamp<Duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(10));
@@ -100,24 +105,74 @@ Result<std::unique_ptr<Observer>> Observer::create(
 void Observer::start() { scraper_->start(); }
 void Observer::stop() { scraper_->stop(); }
 
-void Observer::judge(const std::string& name) {
-  auto status = scraper_->status(name);
-  if (!status) return;
-  const observe::ScrapeTarget* target = nullptr;
+const observe::ScrapeTarget* Observer::scrapeTarget(const std::string& name) const {
   for (const auto& t : scraper_->targets()) {
-    if (t.name == name) target = &t;
+    if (t.name == name) return &t;
   }
-  if (target == nullptr || target->engine == observe::EngineKind::kDcgm) return;
+  return nullptr;
+}
+
+void Observer::judge(const std::string& name) {
+  const observe::ScrapeTarget* target = scrapeTarget(name);
+  if (target != nullptr && target->engine == observe::EngineKind::kDcgm) {
+    for (const auto& [provider, gpus] : gpus_) {
+      const bool on_it = std::any_of(gpus.begin(), gpus.end(), [&](const std::string& g) {
+        return g.starts_with(name + "/");
+      });
+      if (on_it) judgeProvider(provider);
+    }
+    return;
+  }
+  judgeProvider(name);
+}
+
+std::string Observer::gpuFault(const std::string& provider, int64_t now_ms) const {
+  auto it = gpus_.find(provider);
+  if (it == gpus_.end()) return "";
+  for (const std::string& ref : it->second) {
+    const size_t slash = ref.find('/');
+    const std::string exporter = ref.substr(0, slash);
+    const std::string gpu = ref.substr(slash + 1);
+    const observe::ScrapeTarget* t = scrapeTarget(exporter);
+    if (t == nullptr) continue;
+    auto p = store_->latest(
+        observe::SeriesKey("DCGM_FI_DEV_XID_ERRORS", {{"gpu", gpu}, {"target", exporter}}));
+    if (!p) {
+      // dcgm-exporter writes more labels (UUID, Hostname, ...): find the GPU's series by label.
+      for (const auto& key :
+           store_->select("DCGM_FI_DEV_XID_ERRORS", {{"gpu", gpu}, {"target", exporter}})) {
+        p = store_->latest(key);
+        if (p) break;
+      }
+    }
+    const int64_t max_age_ms = 2 * millis(t->interval) + 500;
+    if (p && p->value > 0 && now_ms - p->t_ms <= max_age_ms) {
+      return fmt::format("GPU {} on {} reported XID {}", gpu, exporter,
+                         static_cast<int64_t>(p->value));
+    }
+  }
+  return "";
+}
+
+void Observer::judgeProvider(const std::string& name) {
   const int64_t now_ms = unixMillis(clock_.now());
-  const int64_t interval_ms = std::max<int64_t>(1, millis(target->interval));
-  // A scrape older than two intervals is not believed: the server may have changed since.
-  const int64_t max_age_ms = 2 * interval_ms + 500;
   observe::TargetEvidence evidence;
-  evidence.scraped = true;
-  evidence.scrape_failures = status->consecutive_failures;
-  evidence.fresh = status->last_success_ms > 0 && now_ms - status->last_success_ms <= max_age_ms;
-  evidence.observation = observe::observeTarget(*store_, name, observe::profileOf(target->engine),
-                                                now_ms, millis(config_.window), max_age_ms);
+  evidence.gpu_fault = gpuFault(name, now_ms);
+  const observe::ScrapeTarget* target = scrapeTarget(name);
+  std::optional<observe::ScrapeStatus> status;
+  if (target != nullptr) {
+    status = scraper_->status(name);
+    const int64_t interval_ms = std::max<int64_t>(1, millis(target->interval));
+    // A scrape older than two intervals is not believed: the server may have changed since.
+    const int64_t max_age_ms = 2 * interval_ms + 500;
+    evidence.scraped = true;
+    evidence.scrape_failures = status->consecutive_failures;
+    evidence.fresh = status->last_success_ms > 0 && now_ms - status->last_success_ms <= max_age_ms;
+    evidence.observation = observe::observeTarget(*store_, name, observe::profileOf(target->engine),
+                                                  now_ms, millis(config_.window), max_age_ms);
+  } else if (!gpus_.contains(name)) {
+    return;  // neither scraped nor on observed GPUs: judged by its traffic alone
+  }
   const MonoTime mono = clock_.monotonic();
   for (const gateway::Route* route : routes_()) {
     for (gateway::Target* t : gateway::allTargets(*route)) {

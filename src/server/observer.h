@@ -13,7 +13,9 @@
 #include <boost/asio/io_context.hpp>
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/clock.h"
@@ -38,7 +40,8 @@ class Observer {
 
   void start();
   void stop();
-  // Judges the targets of provider `name` from what is known now.
+  // After a scrape of `name`: judges the targets of that provider, or of the providers on that
+  // exporter's GPUs, from what is known now.
   void judge(const std::string& name);
 
   const observe::SeriesStore& series() const { return *store_; }
@@ -46,6 +49,10 @@ class Observer {
 
  private:
   Observer(const config::ObserveConfig& config, const Clock& clock, RouteList routes);
+  void judgeProvider(const std::string& name);
+  // "GPU 0 on node-1 reported XID 79" when a GPU the provider runs on reports one now.
+  std::string gpuFault(const std::string& provider, int64_t now_ms) const;
+  const observe::ScrapeTarget* scrapeTarget(const std::string& name) const;
 
   const config::ObserveConfig config_;
   const Clock& clock_;
@@ -54,6 +61,7 @@ class Observer {
   http::Family<http::Gauge>* kv_ = nullptr;
   http::Family<http::Gauge>* ttft_ = nullptr;
   RouteList routes_;
+  std::map<std::string, std::vector<std::string>> gpus_;  // provider -> "EXPORTER/GPU"
   std::unique_ptr<observe::SeriesStore> store_;
   std::unique_ptr<observe::Scraper> scraper_;
 };

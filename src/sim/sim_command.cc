@@ -22,6 +22,7 @@
 #include "http/builtin.h"
 #include "http/server.h"
 #include "http/workers.h"
+#include "sim/dcgm_sim.h"
 #include "sim/llm_sim.h"
 
 namespace purser::sim {
@@ -113,6 +114,58 @@ int runLlm(const LlmFlags& f) {
   });
   workers.start();
   std::cout << "purser sim llm: listening on " << server->url() << std::endl;
+  workers.join();
+  return 0;
+}
+
+struct DcgmFlags {
+  std::string listen = "127.0.0.1:9400";
+  std::string hostname = "node-1";
+  int gpus = 8;
+  std::string model = "NVIDIA H100 80GB HBM3";
+  int64_t memory_mib = 81559;
+  uint64_t seed = 1;
+};
+
+int runDcgm(const DcgmFlags& f) {
+  auto address = config::parseListenAddress(f.listen);
+  if (!address) {
+    std::cerr << "purser sim dcgm: --listen: " << address.error().message << "\n";
+    return 2;
+  }
+  http::Workers workers(1);
+  http::Router router;
+  http::MetricsRegistry own;  // the server's own; /metrics is the exporter's
+  DcgmSim sim({.hostname = f.hostname,
+               .gpus = f.gpus,
+               .model = f.model,
+               .memory_mib = f.memory_mib,
+               .seed = f.seed});
+  if (auto r = sim.addRoutes(router); !r) {
+    std::cerr << "purser sim dcgm: " << r.error().message << "\n";
+    return 1;
+  }
+  if (auto r = router.add(http::Method::kGet, "/healthz",
+                          [](http::Request&) { return http::Response::json(200, "{}"); });
+      !r) {
+    std::cerr << "purser sim dcgm: " << r.error().message << "\n";
+    return 1;
+  }
+  http::ServerOptions so;
+  std::tie(so.host, so.port) = *address;
+  so.drain_timeout = std::chrono::seconds(1);
+  auto server = std::make_unique<http::Server>(so, router, workers, own);
+  if (auto r = server->listen(); !r) {
+    std::cerr << "purser sim dcgm: " << r.error().message << "\n";
+    return 1;
+  }
+  server->start();
+  boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) server->shutdown([&workers] { workers.stop(); });
+  });
+  workers.start();
+  std::cout << "purser sim dcgm: listening on " << server->url() << std::endl;
   workers.join();
   return 0;
 }
@@ -242,6 +295,27 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
       "\"slow_factor\": 4, \"down\": true}; GET /sim/faults reads them; GET /health answers 503 "
       "while down.");
   llm->callback([f, &exit_code] { exit_code = runLlm(*f); });
+
+  auto d = std::make_shared<DcgmFlags>();
+  CLI::App* dcgm = sim->add_subcommand(
+      "dcgm",
+      "A simulated NVIDIA DCGM exporter: one node's GPUs on /metrics, readings set at run time");
+  dcgm->add_option("--listen", d->listen, "Address to listen on, host:port")->capture_default_str();
+  dcgm->add_option("--hostname", d->hostname, "The node's name (the Hostname label)")
+      ->capture_default_str();
+  dcgm->add_option("--gpus", d->gpus, "GPUs on the node")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  dcgm->add_option("--model", d->model, "The GPUs' model name")->capture_default_str();
+  dcgm->add_option("--memory-mib", d->memory_mib, "Each GPU's memory in MiB")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  dcgm->add_option("--seed", d->seed, "Seed of the GPUs' UUIDs")->capture_default_str();
+  dcgm->footer(
+      "Readings at run time: POST /sim/gpus {\"gpu\": 0, \"util\": 95, \"memory_used_mib\": "
+      "70000, \"temp\": 83, \"power_w\": 650, \"xid\": 79} (without \"gpu\": every GPU); "
+      "GET /sim/gpus reads them.");
+  dcgm->callback([d, &exit_code] { exit_code = runDcgm(*d); });
 
   auto scenario = std::make_shared<std::string>();
   CLI::App* admission = sim->add_subcommand(

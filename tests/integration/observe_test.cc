@@ -296,13 +296,54 @@ TEST_F(ObserveTest, ARealPrometheusScrapesPurserAndRecordsRulesOverItsServiceLev
   prometheus.wait();
 }
 
+// A GPU's XID error, as its DCGM exporter reports it, takes the replicas on it out of the
+// rotation until it is cleared.
+TEST_F(ObserveTest, AReplicaWhoseGpuReportsAnXidLeavesTheRotation) {
+  const uint16_t first = sim({"--models", "m", "--ttft-ms", "0", "--tokens-per-s", "0"});
+  const uint16_t second = sim({"--models", "m", "--ttft-ms", "0", "--tokens-per-s", "0"});
+  sims.push_back(std::make_unique<Process>(
+      std::vector<std::string>{PURSER_BINARY, "sim", "dcgm", "--listen", "127.0.0.1:0",
+                               "--hostname", "node-1", "--gpus", "2"}));
+  auto line = sims.back()->waitForStdout("listening on ");
+  ASSERT_TRUE(line.has_value()) << sims.back()->err();
+  const uint16_t dcgm = testing::portFromListeningLine(*line);
+  serve(fmt::format(
+      "providers:\n"
+      "  - {{name: first, kind: openai, base_url: http://127.0.0.1:{0}/v1, gpus: [node-1/1]}}\n"
+      "  - {{name: second, kind: openai, base_url: http://127.0.0.1:{1}/v1,"
+      " metrics_url: http://127.0.0.1:{1}/metrics, gpus: [node-1/0]}}\n"
+      "routes:\n"
+      "  - {{model: chat, targets: [{{provider: first, model: m}}, {{provider: second, model: "
+      "m}}]}}\n"
+      "observe:\n"
+      "  interval: 100ms\n"
+      "  exporters: [{{name: node-1, url: 'http://127.0.0.1:{2}/metrics', interval: 100ms}}]\n",
+      first, second, dcgm));
+  ASSERT_EQ(chat().status, 200);
+  EXPECT_EQ(servedBy("first"), 1);
+  waitForState("second", "healthy");
+
+  ASSERT_EQ(call(dcgm, "POST", "/sim/gpus", {}, R"({"gpu": 1, "xid": 79})").status, 200);
+  json down = waitForState("first", "down");
+  EXPECT_EQ(down["reason"], "GPU 1 on node-1 reported XID 79");
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(chat().status, 200);
+  EXPECT_EQ(servedBy("first"), 1);
+  EXPECT_EQ(servedBy("second"), 3);
+  EXPECT_EQ(targets()["second"]["state"], "healthy") << "its GPU is another";
+
+  ASSERT_EQ(call(dcgm, "POST", "/sim/gpus", {}, R"({"gpu": 1, "xid": 0})").status, 200);
+  waitForState("first", "healthy");
+  ASSERT_EQ(chat().status, 200);
+  EXPECT_EQ(servedBy("first"), 2);
+}
+
 TEST_F(ObserveTest, ConfigurationMistakesAreRefusedWithTheirPlace) {
   testing::writeFile(
       dir.file("bad.yaml"),
       "listen: 127.0.0.1:0\n"
       "providers:\n"
       "  - {name: a, kind: openai, base_url: http://127.0.0.1:1/v1,"
-      " metrics_url: ftp://x, engine: triton}\n"
+      " metrics_url: ftp://x, engine: triton, gpus: [node-9/0, plain]}\n"
       "routes:\n"
       "  - {model: chat, targets: [{provider: a, model: m}],"
       " saturation: {kv_cache: 1.5}, slo: {ttft_p95: fast}}\n"
@@ -313,7 +354,9 @@ TEST_F(ObserveTest, ConfigurationMistakesAreRefusedWithTheirPlace) {
   const std::string err = check.err();
   for (const char* expected :
        {"providers[0].metrics_url", "providers[0].engine", "routes[0].saturation.kv_cache",
-        "routes[0].slo.ttft_p95", "observe.interval", "observe.exporters[0].name"}) {
+        "routes[0].slo.ttft_p95", "observe.interval", "observe.exporters[0].name",
+        "providers[0].gpus[0]: expected EXPORTER/GPU naming one of observe.exporters",
+        "providers[0].gpus[1]"}) {
     EXPECT_NE(err.find(expected), std::string::npos) << expected << "\n" << err;
   }
 }

@@ -156,6 +156,14 @@ TEST(JudgeTargetTest, EachStateWithItsReason) {
   EXPECT_EQ(j.state, TargetState::kDown);
   EXPECT_EQ(j.reason, "3 requests failed in a row; cooling down");
 
+  TargetEvidence xid = fresh;
+  xid.gpu_fault = "GPU 0 on node-1 reported XID 79";
+  j = judgeTarget(xid, slo);
+  EXPECT_EQ(j.state, TargetState::kDown);
+  EXPECT_EQ(j.reason, "GPU 0 on node-1 reported XID 79");
+  EXPECT_EQ(judgeTarget({.gpu_fault = "GPU 1 on n reported XID 48"}, slo).state, TargetState::kDown)
+      << "a GPU's fault is enough, scraped or not";
+
   TargetEvidence failing = fresh;
   failing.consecutive_failures = 1;
   EXPECT_EQ(judgeTarget(failing, slo).state, TargetState::kDegraded);
