@@ -62,7 +62,9 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
     http::ClientOptions c;
     c.connect_timeout = std::chrono::seconds(2);
     c.max_response_bytes = o.max_body_bytes;
-    c.max_idle_per_host = 2;
+    // Many targets may share a host (replicas behind one address, exporters per node): keep
+    // their connections rather than open one per scrape.
+    c.max_idle_per_host = 64;
     c.user_agent = "purser-scraper";
     return c;
   }
@@ -164,13 +166,41 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
     if (on_scrape_) on_scrape_(t.name);
   }
 
+  // The lines of `body` a profile may keep: metadata and the samples of its families. Parsing
+  // only these costs a fraction of parsing a server's whole exposition (a vLLM server writes
+  // hundreds of families, Python's runtime among them); the lines dropped are not validated, and
+  // are left empty so that an error's line number is still the server's.
+  static std::string keptLines(std::string_view body, const EngineProfile& profile) {
+    std::string out;
+    out.reserve(body.size() / 2);
+    size_t at = 0;
+    while (at < body.size()) {
+      size_t end = body.find('\n', at);
+      if (end == std::string_view::npos) end = body.size();
+      const std::string_view line = body.substr(at, end - at);
+      const size_t name_end = line.find_first_of("{ \t");
+      if (line.starts_with('#') || line.find_first_not_of(" \t\r") == std::string_view::npos ||
+          profile.keeps(line.substr(0, name_end))) {
+        out.append(line);
+      }
+      out.push_back('\n');
+      at = end + 1;
+    }
+    return out;
+  }
+
   // Parses a scrape and appends what the target's profile keeps; the samples kept.
   Result<size_t> write(const ScrapeTarget& t, std::string_view body, int64_t now_ms) {
+    const EngineProfile& profile = profileOf(t.engine);
     ParseLimits limits;
     limits.max_bytes = options_.max_body_bytes;
-    auto parsed = parsePrometheusText(body, limits);
+    if (body.size() > limits.max_bytes) {
+      return fail(
+          invalidArgument(fmt::format("the metrics text is {} bytes, more than the {} allowed",
+                                      body.size(), limits.max_bytes)));
+    }
+    auto parsed = parsePrometheusText(keptLines(body, profile), limits);
     if (!parsed) return fail(parsed.error());
-    const EngineProfile& profile = profileOf(t.engine);
     size_t kept = 0;
     for (Sample& s : parsed->samples) {
       if (!profile.keeps(s.name)) continue;

@@ -12,6 +12,15 @@ namespace purser::observe {
 
 namespace {
 
+std::string targetIndexKey(std::string_view name, std::string_view target) {
+  std::string key;
+  key.reserve(name.size() + 1 + target.size());
+  key.append(name);
+  key.push_back('\x1f');
+  key.append(target);
+  return key;
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kMinTime = std::numeric_limits<int64_t>::min();
@@ -426,6 +435,9 @@ Result<SeriesRef> SeriesStore::getOrCreateLocked(const SeriesKey& key) {
   auto named = by_name_.find(key.name());
   if (named == by_name_.end()) named = by_name_.emplace(key.name(), std::vector<uint32_t>()).first;
   named->second.push_back(index);
+  if (auto target = key.label("target")) {
+    by_target_[targetIndexKey(key.name(), *target)].push_back(index);
+  }
   ++live_series_;
   return SeriesRef{index, slot.generation};
 }
@@ -512,6 +524,13 @@ void SeriesStore::removeLocked(uint32_t index) {
     std::erase(named->second, index);
     if (named->second.empty()) by_name_.erase(named);
   }
+  if (auto target = key.label("target")) {
+    auto it = by_target_.find(targetIndexKey(key.name(), *target));
+    if (it != by_target_.end()) {
+      std::erase(it->second, index);
+      if (it->second.empty()) by_target_.erase(it);
+    }
+  }
   slot.series.reset();
   // A ref to the old series must not write into the next one that takes the slot.
   if (++slot.generation == 0) slot.generation = 1;
@@ -524,13 +543,24 @@ std::optional<SeriesRef> SeriesStore::find(const SeriesKey& key) const {
   return findRefLocked(key);
 }
 
+const std::vector<uint32_t>* SeriesStore::candidatesLocked(std::string_view name,
+                                                           const Labels& matchers) const {
+  for (const auto& [k, v] : matchers) {
+    if (k != "target" || v.empty()) continue;
+    auto it = by_target_.find(targetIndexKey(name, v));
+    return it == by_target_.end() ? nullptr : &it->second;
+  }
+  auto named = by_name_.find(name);
+  return named == by_name_.end() ? nullptr : &named->second;
+}
+
 std::vector<SeriesKey> SeriesStore::select(std::string_view name, const Labels& matchers) const {
   std::vector<SeriesKey> keys;
   {
     std::shared_lock lock(mu_);
-    auto named = by_name_.find(name);
-    if (named == by_name_.end()) return keys;
-    for (uint32_t index : named->second) {
+    const std::vector<uint32_t>* candidates = candidatesLocked(name, matchers);
+    if (candidates == nullptr) return keys;
+    for (uint32_t index : *candidates) {
       const SeriesKey& key = slots_[index].series->key;
       if (key.matches(matchers)) keys.push_back(key);
     }
@@ -614,9 +644,9 @@ double SeriesStore::histogramQuantileOver(std::string_view bucket_name, const La
   std::vector<LeBucket> buckets;
   {
     std::shared_lock lock(mu_);
-    auto named = by_name_.find(bucket_name);
-    if (named == by_name_.end()) return kNaN;
-    for (uint32_t index : named->second) {
+    const std::vector<uint32_t>* candidates = candidatesLocked(bucket_name, matchers);
+    if (candidates == nullptr) return kNaN;
+    for (uint32_t index : *candidates) {
       const Series& s = *slots_[index].series;
       std::optional<std::string_view> le = s.key.label("le");
       if (!le) continue;
@@ -672,10 +702,12 @@ size_t SeriesStore::memoryBytes() const {
   constexpr size_t kNodeExtra = 2 * sizeof(void*) + kAllocOverhead;
   bytes += by_hash_.bucket_count() * sizeof(void*) +
            by_hash_.size() * (sizeof(decltype(by_hash_)::value_type) + kNodeExtra);
-  bytes += by_name_.bucket_count() * sizeof(void*);
-  for (const auto& [name, indexes] : by_name_) {
-    bytes += sizeof(decltype(by_name_)::value_type) + kNodeExtra + stringHeapBytes(name) +
-             indexes.capacity() * sizeof(uint32_t) + kAllocOverhead;
+  for (const auto* index : {&by_name_, &by_target_}) {
+    bytes += index->bucket_count() * sizeof(void*);
+    for (const auto& [name, indexes] : *index) {
+      bytes += sizeof(decltype(by_name_)::value_type) + kNodeExtra + stringHeapBytes(name) +
+               indexes.capacity() * sizeof(uint32_t) + kAllocOverhead;
+    }
   }
   return bytes;
 }

@@ -273,7 +273,14 @@ class SeriesStore {
   size_t live_series_ = 0;                                             // guarded by mu_
   std::unordered_multimap<uint64_t, uint32_t, IdentityHash> by_hash_;  // guarded by mu_
   std::unordered_map<std::string, std::vector<uint32_t>, NameHash, std::equal_to<>>
-      by_name_;                  // guarded by mu_
+      by_name_;  // guarded by mu_
+  // The same per name and value of the `target` label (the scraper's), so that a query for one
+  // target reads its own series, not every target's: name + '\x1f' + target.
+  std::unordered_map<std::string, std::vector<uint32_t>, NameHash, std::equal_to<>>
+      by_target_;  // guarded by mu_
+  // The series a query for `name` under `matchers` must look at.
+  const std::vector<uint32_t>* candidatesLocked(std::string_view name,
+                                                const Labels& matchers) const;
   uint64_t dropped_series_ = 0;  // guarded by mu_
   uint64_t out_of_order_ = 0;    // guarded by mu_
 };

@@ -1,5 +1,6 @@
 #include "observe/series.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -639,6 +640,37 @@ TEST(SeriesStoreTest, ConcurrentWriterAndReadersSeeConsistentState) {
   // Of the ephemeral series, written once every 50 s, the last sweep (at 2000 s, stale after
   // 50 s) kept those of 1950 s and 2000 s.
   EXPECT_EQ(store->select("ephemeral", {}).size(), 2u);
+}
+
+TEST(SeriesTargetIndexTest, AQueryForOneTargetReadsOnlyItsSeriesAndFollowsRemovals) {
+  SeriesLimits limits;
+  limits.stale_after_ms = 1000;
+  auto store = *SeriesStore::create(limits);
+  for (int t = 0; t < 50; ++t) {
+    for (const char* le : {"0.1", "1", "+Inf"}) {
+      ASSERT_EQ(
+          store->append(SeriesKey("h_bucket", {{"le", le}, {"target", fmt::format("t{}", t)}}),
+                        1000, 0),
+          AppendStatus::kAppended);
+      ASSERT_EQ(
+          store->append(SeriesKey("h_bucket", {{"le", le}, {"target", fmt::format("t{}", t)}}),
+                        2000, t == 7 ? 10 : 0),
+          AppendStatus::kAppended);
+    }
+  }
+  EXPECT_EQ(store->select("h_bucket", {{"target", "t7"}}).size(), 3u);
+  EXPECT_EQ(store->select("h_bucket", {}).size(), 150u);
+  EXPECT_TRUE(store->select("h_bucket", {{"target", "nobody"}}).empty());
+  EXPECT_NEAR(store->histogramQuantileOver("h_bucket", {{"target", "t7"}}, 0.5, 0, 3000), 0.05,
+              1e-9);
+  EXPECT_TRUE(
+      std::isnan(store->histogramQuantileOver("h_bucket", {{"target", "t8"}}, 0.5, 0, 3000)));
+  // Swept series leave the index too.
+  ASSERT_EQ(store->append(SeriesKey("h_bucket", {{"le", "1"}, {"target", "late"}}), 5000, 1),
+            AppendStatus::kAppended);
+  store->sweep(5500);
+  EXPECT_TRUE(store->select("h_bucket", {{"target", "t7"}}).empty());
+  EXPECT_EQ(store->select("h_bucket", {{"target", "late"}}).size(), 1u);
 }
 
 }  // namespace
