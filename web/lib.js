@@ -141,8 +141,11 @@ export function Table({ columns, rows, empty = "Nothing here yet.", onRow, sorta
   </table>`;
 }
 
-// A time series with uPlot (loaded as a global by index.html): x in seconds, one y series.
-export function Chart({ points, label, height = 180 }) {
+// A time series with uPlot (loaded as a global by index.html): x in seconds, one y series;
+// `format` writes a value (money by default), `range` fixes the y axis ([min, max]), `empty` is
+// said when there are no points.
+export function Chart({ points, label, height = 180, format = money, range = null,
+                        empty = "No spend in this period yet." }) {
   const box = useRef(null);
   useEffect(() => {
     if (!box.current || typeof uPlot === "undefined") return undefined;
@@ -153,13 +156,14 @@ export function Chart({ points, label, height = 180 }) {
       {
         width, height,
         series: [{}, { label, stroke: "#2f5fb3", fill: "rgba(47, 95, 179, 0.12)",
-                       value: (u, v) => (v == null ? "—" : money(v)) }],
-        axes: [{}, { values: (u, vals) => vals.map((v) => money(v)) , size: 70 }],
+                       value: (u, v) => (v == null ? "—" : format(v)) }],
+        axes: [{}, { values: (u, vals) => vals.map((v) => format(v)) , size: 70 }],
         legend: { show: true },
+        ...(range ? { scales: { y: { range } } } : {}),
       },
       [xs, ys], box.current);
     return () => plot.destroy();
   }, [JSON.stringify(points)]);
-  if (points.length === 0) return html`<p class="muted">No spend in this period yet.</p>`;
+  if (points.length === 0) return html`<p class="muted">${empty}</p>`;
   return html`<div class="chart" ref=${box} aria-label=${label}></div>`;
 }

@@ -32,6 +32,7 @@
 #include "ledger/price.h"
 #include "ledger/rate_limiter.h"
 #include "ledger/wallet_book.h"
+#include "observe/series.h"
 #include "store/store.h"
 
 namespace purser::api {
@@ -57,6 +58,8 @@ struct Services {
   gateway::ProviderKeyStore* provider_keys = nullptr;
   // Bounds the audit entries denials write per principal; without it every denial is written.
   DenialLog* denials = nullptr;
+  // What scraping keeps of the model servers' metrics, for the targets' history.
+  const observe::SeriesStore* series = nullptr;
   // The outstanding reservations made through this API. Each Services made is a table of its own;
   // its copies (the route tables keep one each) share it.
   std::shared_ptr<Reservations> reservations = std::make_shared<Reservations>();

@@ -6,11 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
 #include "api/problem.h"
 #include "common/clock.h"
+#include "common/duration.h"
 #include "gateway/gateway.h"
 #include "gateway/routing.h"
 
@@ -207,12 +209,79 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
                                                                       : "team"}});
 }
 
+// GET /api/v1/targets/{provider}/series[?since=DURATION]: what the provider's server reported
+// (queue, running, KV-cache usage) over the window (default 15m, within what is kept in full),
+// at most 300 points a series, for the console's charts. Visible to whoever may use a route the
+// provider serves.
+asio::awaitable<Response> targetSeries(const Services& s, Request& req) {
+  auto who = authenticate(s, req);
+  if (!who) co_return problem(who.error());
+  const std::string provider(req.param("provider").value_or(""));
+  bool visible = false;
+  if (s.gateway != nullptr) {
+    for (const gateway::Route* r : s.gateway->routes()) {
+      if (!routeVisible(*r, *who)) continue;
+      for (const gateway::Target* t : gateway::allTargets(*r)) {
+        visible = visible || (t->provider != nullptr && t->provider->name() == provider);
+      }
+    }
+  }
+  if (!visible) {
+    co_return problem(Error(ErrorCode::kNotFound,
+                            fmt::format("no target of yours is served by \"{}\"", provider)));
+  }
+  Duration since = std::chrono::minutes(15);
+  if (auto text = req.queryParam("since")) {
+    auto d = parseDuration(*text);
+    if (!d || *d <= Duration(0) || *d > std::chrono::hours(24)) {
+      co_return problem(
+          invalidArgument("'since' must be a duration up to 24h, such as 15m").withField("since"));
+    }
+    since = *d;
+  }
+  const int64_t now_ms = unixMillis(s.clock.now());
+  const int64_t from_ms =
+      now_ms - std::chrono::duration_cast<std::chrono::milliseconds>(since).count();
+  json out = {{"provider", provider},
+              {"from", formatRfc3339(SystemTime(std::chrono::milliseconds(from_ms)))}};
+  const std::vector<std::pair<const char*, std::vector<std::string>>> facts = {
+      {"queue", {"vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"}},
+      {"running",
+       {"vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"}},
+      {"kv_cache_usage",
+       {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}}};
+  for (const auto& [field, names] : facts) {
+    // Summed per scrape over the server's series (one per model name, say).
+    std::map<int64_t, double> sum;
+    if (s.series != nullptr) {
+      for (const std::string& name : names) {
+        for (const auto& key : s.series->select(name, {{"target", provider}})) {
+          for (const auto& p : s.series->range(key, from_ms, now_ms).points) {
+            if (!std::isnan(p.value)) sum[p.t_ms] += p.value;
+          }
+        }
+        if (!sum.empty()) break;
+      }
+    }
+    const size_t step = std::max<size_t>(1, (sum.size() + 299) / 300);
+    json points = json::array();
+    size_t i = 0;
+    for (const auto& [t, v] : sum) {
+      if (i++ % step == 0) points.push_back(json::array({t / 1000.0, v}));
+    }
+    out[field] = std::move(points);
+  }
+  co_return jsonResponse(200, out);
+}
+
 }  // namespace
 
 Result<void> addConsoleApiRoutes(http::Router& router, const Services& services) {
   auto s = std::make_shared<const Services>(services);
   PURSER_TRY(router.addAsync(Method::kGet, "/api/v1/routes",
                              [s](Request& req) { return listRoutes(*s, req); }));
+  PURSER_TRY(router.addAsync(Method::kGet, "/api/v1/targets/{provider}/series",
+                             [s](Request& req) { return targetSeries(*s, req); }));
   return {};
 }
 

@@ -36,7 +36,6 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "http/workers.h"
-#include "server/observer.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
 #include "ledger/meter.h"
@@ -44,6 +43,7 @@
 #include "ledger/wallet_book.h"
 #include "server/console.h"
 #include "server/data_dir.h"
+#include "server/observer.h"
 #include "store/sqlite_store.h"
 
 namespace purser::server {
@@ -329,10 +329,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   }
   services.gateway = &gateway;
   // Observation: the providers' metrics and the exporters, judged into the targets' conditions.
-  auto observer = PURSER_TRY_VALUE(Observer::create(config.observe, config.providers,
-                                                    workers.context(0), metrics,
-                                                    SystemClock::instance(),
-                                                    [&gateway] { return gateway.routes(); }));
+  auto observer = PURSER_TRY_VALUE(
+      Observer::create(config.observe, config.providers, workers.context(0), metrics,
+                       SystemClock::instance(), [&gateway] { return gateway.routes(); }));
+  services.series = &observer->series();
   services.provider_keys = &provider_keys;
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));

@@ -2,18 +2,39 @@
 // servers' own metrics when they are scraped: queue, KV cache, time to first token p95), and
 // their traffic over the last 24 hours: latency p50/p95, error rate, tokens and cost per 1,000
 // requests.
-import { ErrorNote, Table, api, count, html, money, usePoll } from "../lib.js";
+import { Chart, ErrorNote, Table, api, count, html, money, usePoll } from "../lib.js";
 
 const ms = (v) => (v === null || v === undefined ? "—" : `${count(v)} ms`);
 const pct = (v) => `${(Number(v) * 100).toFixed(1)}%`;
 const maybe = (v, f) => (v === null || v === undefined ? "—" : f(v));
 const tok = (s) => count(Number(s.tokens.input) + Number(s.tokens.output));
 
+// What a scraped target's server reported over the last 15 minutes.
+function TargetCharts({ target }) {
+  const { data, error } = usePoll(() => api(`/api/v1/targets/${encodeURIComponent(target.provider)}/series`));
+  const title = `${target.provider} · ${target.model}`;
+  return html`<div class="card target-charts" data-provider=${target.provider}>
+    <h3>${title} <span class=${`pill state-${target.state}`}>${target.state}</span>
+      <span class="muted">${target.reason}</span></h3>
+    <${ErrorNote} error=${error} />
+    ${data && html`<div class="grid-2">
+      <${Chart} points=${data.queue} label=${`${title} requests waiting`} height=${120}
+        format=${(v) => count(Math.round(v))} empty="No queue reported yet." />
+      <${Chart} points=${data.kv_cache_usage} label=${`${title} KV cache`} height=${120}
+        format=${(v) => pct(v)} range=${[0, 1]} empty="No KV cache usage reported yet." />
+    </div>`}
+  </div>`;
+}
+
 export function Models() {
   const { data, error } = usePoll(() => api("/api/v1/routes"));
   if (!data) return html`<${ErrorNote} error=${error} /><p class="loading">Loading…</p>`;
   const rows = [];
+  const scraped = [];  // one chart card per scraped server, however many routes it serves
   for (const r of data.data) {
+    for (const t of r.targets) {
+      if (t.observed_at && !scraped.some((s) => s.provider === t.provider)) scraped.push(t);
+    }
     rows.push({ route: r.alias, strategy: r.strategy, stats: r.stats, header: true });
     for (const t of r.targets) rows.push({ route: r.alias, target: t, stats: t.stats });
   }
@@ -42,5 +63,6 @@ export function Models() {
     <p class="muted">Traffic since ${new Date(data.from).toLocaleString()}, ${data.scope === "platform"
       ? "all tenants" : data.scope === "tenant" ? "your tenant" : "your team"}.</p>
     <div class="card"><${Table} label="Routes" columns=${columns} rows=${rows} sortable=${false}
-      empty="No model routes are configured." /></div>`;
+      empty="No model routes are configured." /></div>
+    ${scraped.map((t) => html`<${TargetCharts} key=${t.provider} target=${t} />`)}`;
 }
