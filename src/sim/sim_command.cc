@@ -58,6 +58,27 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// Serves `router` at `so`'s address until SIGINT or SIGTERM, then drains; prints the URL it
+// listens on as "purser sim NAME: listening on URL" (tests and scripts wait for that line).
+int serveUntilStopped(const char* name, http::ServerOptions so, http::Router& router,
+                      http::Workers& workers, http::MetricsRegistry& metrics,
+                      std::unique_ptr<http::Server>& server) {
+  server = std::make_unique<http::Server>(so, router, workers, metrics);
+  if (auto r = server->listen(); !r) {
+    std::cerr << "purser sim " << name << ": " << r.error().message << "\n";
+    return 1;
+  }
+  server->start();
+  boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (!ec) server->shutdown([&workers] { workers.stop(); });
+  });
+  workers.start();
+  std::cout << "purser sim " << name << ": listening on " << server->url() << std::endl;
+  workers.join();
+  return 0;
+}
+
 int runLlm(const LlmFlags& f) {
   if (auto logged = setupLogging({.level = f.log_level}); !logged) {
     std::cerr << "purser sim llm: " << logged.error().message << "\n";
@@ -102,20 +123,7 @@ int runLlm(const LlmFlags& f) {
   std::tie(so.host, so.port) = *address;
   so.max_requests_per_connection = 0;
   so.drain_timeout = std::chrono::seconds(2);
-  server = std::make_unique<http::Server>(so, router, workers, metrics);
-  if (auto r = server->listen(); !r) {
-    std::cerr << "purser sim llm: " << r.error().message << "\n";
-    return 1;
-  }
-  server->start();
-  boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec) server->shutdown([&workers] { workers.stop(); });
-  });
-  workers.start();
-  std::cout << "purser sim llm: listening on " << server->url() << std::endl;
-  workers.join();
-  return 0;
+  return serveUntilStopped("llm", so, router, workers, metrics, server);
 }
 
 struct DcgmFlags {
@@ -154,20 +162,8 @@ int runDcgm(const DcgmFlags& f) {
   http::ServerOptions so;
   std::tie(so.host, so.port) = *address;
   so.drain_timeout = std::chrono::seconds(1);
-  auto server = std::make_unique<http::Server>(so, router, workers, own);
-  if (auto r = server->listen(); !r) {
-    std::cerr << "purser sim dcgm: " << r.error().message << "\n";
-    return 1;
-  }
-  server->start();
-  boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int) {
-    if (!ec) server->shutdown([&workers] { workers.stop(); });
-  });
-  workers.start();
-  std::cout << "purser sim dcgm: listening on " << server->url() << std::endl;
-  workers.join();
-  return 0;
+  std::unique_ptr<http::Server> server;
+  return serveUntilStopped("dcgm", so, router, workers, own, server);
 }
 
 }  // namespace

@@ -154,4 +154,20 @@ std::optional<std::string> RawClient::readUntilClose() {
   }
 }
 
+std::string jsonRequest(const std::string& method, const std::string& path,
+                        const std::vector<std::string>& headers, const std::string& body) {
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
+  for (const auto& h : headers) req += h + "\r\n";
+  return req + "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+RawResponse callJson(uint16_t port, const std::string& method, const std::string& path,
+                     const std::vector<std::string>& headers, const std::string& body) {
+  RawClient c(port);
+  if (!c.connected() || !c.send(jsonRequest(method, path, headers, body))) return {};
+  auto r = c.readResponse();
+  return r ? *r : RawResponse{};
+}
+
 }  // namespace purser::testing

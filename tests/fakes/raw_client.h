@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace purser::testing {
 
@@ -16,6 +17,14 @@ struct RawResponse {
   std::string body;
   std::string header(const std::string& name) const;
 };
+
+// "METHOD PATH HTTP/1.1" with `headers` ("Name: value") and a JSON `body`, ready to send.
+std::string jsonRequest(const std::string& method, const std::string& path,
+                        const std::vector<std::string>& headers, const std::string& body);
+// Sends jsonRequest(...) on a fresh connection to 127.0.0.1:`port` and reads the answer;
+// status 0 when it could not be sent or no answer came.
+RawResponse callJson(uint16_t port, const std::string& method, const std::string& path,
+                     const std::vector<std::string>& headers = {}, const std::string& body = "");
 
 class RawClient {
  public:

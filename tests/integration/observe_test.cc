@@ -35,21 +35,10 @@ struct Reply {
   json json_body() const { return json::parse(body, nullptr, false); }
 };
 
-std::string request(const std::string& method, const std::string& path,
-                    const std::vector<std::string>& headers, const std::string& body) {
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
-  for (const auto& h : headers) req += h + "\r\n";
-  return req + "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-         "\r\n\r\n" + body;
-}
-
 Reply call(uint16_t port, const std::string& method, const std::string& path,
            const std::vector<std::string>& headers, const std::string& body = "") {
-  RawClient c(port);
-  if (!c.connected() || !c.send(request(method, path, headers, body))) return {};
-  auto r = c.readResponse();
-  if (!r) return {};
-  return {r->status, r->body};
+  const testing::RawResponse r = testing::callJson(port, method, path, headers, body);
+  return {r.status, r.body};
 }
 
 class ObserveTest : public ::testing::Test {
@@ -175,7 +164,8 @@ TEST_F(ObserveTest, ASaturatedOrDeadReplicaLeavesTheRotationAndReturnsWhenHealth
                        {"stream", true}};
   for (int i = 0; i < 5; ++i) {
     load.push_back(std::make_unique<RawClient>(first));
-    ASSERT_TRUE(load.back()->send(request("POST", "/v1/chat/completions", {}, longer.dump())));
+    ASSERT_TRUE(
+        load.back()->send(testing::jsonRequest("POST", "/v1/chat/completions", {}, longer.dump())));
   }
   json saturated = waitForState("first", "saturated");
   EXPECT_EQ(saturated["reason"], "4 requests waiting (saturated at 4)");
