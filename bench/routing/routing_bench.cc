@@ -123,8 +123,8 @@ double percentile(std::vector<double> v, double q) {
 
 // Runs `reqs` arriving as a Poisson process of `rate` per second (0: all at once) over
 // `replicas` engines routed by `strategy` ("round_robin" is the bench's own baseline).
-RunResult run(const std::vector<Req>& reqs, double rate, size_t replicas, const std::string& strategy,
-           uint64_t seed) {
+RunResult run(const std::vector<Req>& reqs, double rate, size_t replicas,
+              const std::string& strategy, uint64_t seed) {
   std::vector<sim::EngineModel> engines;
   for (size_t i = 0; i < replicas; ++i) engines.emplace_back(engine());
   gateway::Route route;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fakes/mutate.h"
+
 #include <functional>
 #include <random>
 #include <string>
@@ -159,23 +161,7 @@ TEST(JsonScanTest, AgreesWithParseJsonOnMutatedDocuments) {
   std::mt19937 rng(20261202);
   size_t accepted = 0, refused = 0;
   for (int round = 0; round < 20000; ++round) {
-    std::string text = seeds[rng() % seeds.size()];
-    const int edits = 1 + static_cast<int>(rng() % 3);
-    for (int e = 0; e < edits && !text.empty(); ++e) {
-      const size_t at = rng() % text.size();
-      const char c = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          text[at] = c;
-          break;
-        case 1:
-          text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c);
-          break;
-        default:
-          text.erase(at, 1);
-          break;
-      }
-    }
+    const std::string text = testing::mutated(seeds[rng() % seeds.size()], alphabet, rng);
     auto scanned = scanJson(text, 8);
     auto parsed = parseJson(text, 8);
     ASSERT_EQ(scanned.has_value(), parsed.has_value())

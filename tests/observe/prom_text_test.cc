@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fakes/mutate.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -701,23 +703,7 @@ TEST(PromTextTest, MutatedTextsParseOrNameTheLine) {
   std::mt19937 rng(20261120);
   size_t accepted = 0, refused = 0;
   for (int round = 0; round < 5000; ++round) {
-    std::string text = seeds[rng() % seeds.size()];
-    const int edits = 1 + static_cast<int>(rng() % 3);
-    for (int k = 0; k < edits && !text.empty(); ++k) {
-      const size_t at = rng() % text.size();
-      const char c = alphabet[rng() % alphabet.size()];
-      switch (rng() % 3) {
-        case 0:
-          text[at] = c;
-          break;
-        case 1:
-          text.insert(text.begin() + static_cast<std::ptrdiff_t>(at), c);
-          break;
-        default:
-          text.erase(at, 1);
-          break;
-      }
-    }
+    const std::string text = testing::mutated(seeds[rng() % seeds.size()], alphabet, rng);
     ParseLimits limits;
     limits.max_labels = 8;
     limits.max_label_value_bytes = 64;
