@@ -14,6 +14,7 @@
 #include "common/money.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
+#include "fakes/serve.h"
 #include "fakes/temp_dir.h"
 
 namespace purser {
@@ -62,25 +63,15 @@ class GatewayTest : public ::testing::Test {
   }
 
   void serve(const std::string& config) {
-    testing::writeFile(dir.file("purser.yaml"), "listen: 127.0.0.1:0\nthreads: 2\n" + config);
-    server = std::make_unique<Process>(
-        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir.file("purser.yaml"),
-                                 "--data", dir.file("var")},
-        "", std::vector<std::string>{std::string("PURSER_ADMIN_KEY=") + kAdminKey});
-    auto line = server->waitForStdout("purser: listening on ");
-    ASSERT_TRUE(line.has_value()) << server->err();
-    port = testing::portFromListeningLine(*line);
-    const auto admin = [&](const std::string& path, const json& body) {
-      Reply r = call(port, "POST", path, {std::string("Authorization: Bearer ") + kAdminKey},
-                     body.dump());
-      EXPECT_EQ(r.status, 201) << path << ": " << r.body;
-      return r.json_body();
-    };
-    tenant = admin("/api/v1/tenants", {{"name", "acme"}})["id"];
-    team = admin("/api/v1/teams", {{"tenant", tenant}, {"name", "ml"}})["id"];
-    user = admin("/api/v1/users", {{"tenant", tenant}, {"team", team}, {"name", "dana"}})["id"];
-    key =
-        admin("/api/v1/keys", {{"owner", {{"kind", "user"}, {"id", user}}}, {"name", "k"}})["key"];
+    testing::Served served = testing::startServe(PURSER_BINARY, dir, config, kAdminKey);
+    server = std::move(served.process);
+    ASSERT_NE(served.port, 0) << server->err();
+    port = served.port;
+    const testing::Member m = testing::seedMember(port, kAdminKey);
+    tenant = m.tenant;
+    team = m.team;
+    user = m.user;
+    key = m.key;
   }
 
   void TearDown() override {
