@@ -415,25 +415,26 @@ void Journal::run() {
           },
           [this, batch](Result<void> r) {
             const uint64_t through = batch->back().sequence;
-            {
-              std::lock_guard g(mu_);
-              in_flight_ = false;
-              if (r) {
-                applied_through_ = through;
-                apply_failed_ = false;
-              } else {
-                // Back to the front, in order, to be tried again before anything later.
-                for (auto it = batch->rbegin(); it != batch->rend(); ++it) {
-                  unapplied_.push_front(std::move(*it));
-                }
-                apply_failed_ = true;
-              }
-            }
+            // The owner is told before the batch stops counting as in flight: close() and
+            // abandon() wait for in_flight_ to clear and their caller may free the owner (and
+            // this journal) right after, so nothing here may touch either once it is cleared.
             if (r) {
               if (applied_) applied_(through);
             } else {
               spdlog::error("ledger journal: materialising into the store failed: {}; retrying",
                             r.error().message);
+            }
+            std::lock_guard g(mu_);
+            in_flight_ = false;
+            if (r) {
+              applied_through_ = through;
+              apply_failed_ = false;
+            } else {
+              // Back to the front, in order, to be tried again before anything later.
+              for (auto it = batch->rbegin(); it != batch->rend(); ++it) {
+                unapplied_.push_front(std::move(*it));
+              }
+              apply_failed_ = true;
             }
             caught_.notify_all();
             wake_.notify_one();
