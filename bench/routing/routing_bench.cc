@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/random.h"
+#include "gateway/admission.h"
 #include "gateway/routing.h"
 #include "sim/engine_model.h"
 
@@ -251,6 +252,204 @@ RunResult run(const std::vector<Req>& reqs, double rate, size_t replicas,
   return out;
 }
 
+// --- Saturation: requests of three priorities at more than the replicas can serve -----------
+
+struct PriorityResult {
+  std::vector<double> ttft_ms;  // of those served, from arrival (waiting in Purser included)
+  size_t served = 0, shed = 0, timed_out = 0;
+};
+
+struct SaturationResult {
+  PriorityResult by[3];  // by Priority's value
+  double output_tokens_per_s = 0;
+  size_t max_waiting = 0;  // the most that waited in Purser at once
+};
+
+// `reqs` arrive at `rate` per second, each with a priority (20 % critical, 50 % standard, 30 %
+// sheddable) and one of 4 teams; replicas are scraped every `scrape_ns`. With `queue`, Purser's
+// admission (gateway/admission.h, the gateway's own code) holds requests while every replica is
+// saturated and sheds sheddable ones; without it every request goes straight to a replica.
+SaturationResult saturation(const std::vector<Req>& reqs, double rate, size_t replicas, bool queue,
+                            int64_t scrape_ns, Duration max_wait, uint64_t seed) {
+  using gateway::AdmissionQueue;
+  using gateway::Priority;
+  std::vector<sim::EngineModel> engines;
+  for (size_t i = 0; i < replicas; ++i) engines.emplace_back(engine());
+  gateway::Route route;
+  route.alias = "bench";
+  route.strategy = Strategy::kSlo;
+  for (size_t i = 0; i < replicas; ++i) {
+    auto t = std::make_unique<gateway::Target>();
+    t->model = fmt::format("r{}", i);
+    route.targets.push_back(std::move(t));
+  }
+  AdmissionQueue waiting(1000);
+  SeededRandom random(seed);
+  std::mt19937_64 rng(seed + 1);
+
+  enum Kind { kArrival, kStepEnd, kScrape, kDeadline };
+  struct Event {
+    int64_t t;
+    Kind kind;
+    size_t index;
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : kind > o.kind; }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  std::vector<Priority> priority(reqs.size());
+  std::vector<std::string> team(reqs.size());
+  std::vector<int64_t> arrived(reqs.size());
+  std::vector<uint64_t> ticket(reqs.size(), 0);
+  int64_t t = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const int u = static_cast<int>(rng() % 10);
+    priority[i] = u < 2 ? Priority::kCritical : u < 7 ? Priority::kStandard : Priority::kSheddable;
+    team[i] = fmt::format("team-{}", rng() % 4);
+    arrived[i] = t;
+    events.push({t, kArrival, i});
+    t += static_cast<int64_t>(std::exponential_distribution<double>(rate)(rng) * 1e9);
+  }
+  events.push({0, kScrape, 0});
+
+  SaturationResult out;
+  std::vector<std::map<sim::SeqId, size_t>> flights(replicas);
+  std::vector<bool> stepping(replicas, false);
+  std::vector<sim::StepResult> pending(replicas);
+  int64_t output_tokens = 0, last_finish = 0;
+  size_t settled = 0;
+  std::vector<std::pair<size_t, gateway::Target*>> dispatched;  // woken by the queue
+
+  const auto index = [&](const gateway::Target* target) {
+    return static_cast<size_t>(std::stoul(target->model.substr(1)));
+  };
+  const auto startStep = [&](size_t r, int64_t now) {
+    if (stepping[r] || !engines[r].hasWork()) return;
+    pending[r] = engines[r].step();
+    stepping[r] = true;
+    events.push({now + std::max<int64_t>(1, pending[r].duration.count()), kStepEnd, r});
+  };
+  // Sent to the first target of the slo order, as the gateway's first try; `counted` is the
+  // target the queue already counted it against.
+  const auto send = [&](size_t i, gateway::Target* counted, int64_t now) {
+    const Req& q = reqs[i];
+    const std::vector<uint64_t> blocks = gateway::prefixBlocks(q.prompt);
+    gateway::Target* chosen =
+        gateway::orderTargets(route, MonoTime(std::chrono::nanoseconds(now)), random, blocks)
+            .front();
+    chosen->prefixes.insert(blocks);
+    if (chosen != counted) {
+      chosen->observed.since.fetch_add(1);
+      if (counted != nullptr) counted->observed.since.fetch_sub(1);
+    }
+    chosen->health.in_flight.fetch_add(1);
+    const size_t r = index(chosen);
+    auto id = engines[r].add(
+        {.prompt_tokens = std::max<int64_t>(1, (static_cast<int64_t>(q.prompt.size()) + 3) / 4),
+         .block_hashes = sim::promptBlockHashes(q.prompt, 64),
+         .output_tokens = q.output});
+    if (!id) std::abort();
+    flights[r][*id] = i;
+    startStep(r, now);
+  };
+  const auto pump = [&](int64_t now) {
+    if (!queue) return;
+    gateway::dispatchWaiters(route, waiting, MonoTime(std::chrono::nanoseconds(now)));
+    for (const auto& [i, target] : dispatched) send(i, target, now);
+    dispatched.clear();
+  };
+
+  while (!events.empty() && settled < reqs.size()) {
+    const Event e = events.top();
+    events.pop();
+    switch (e.kind) {
+      case kArrival: {
+        const size_t i = e.index;
+        const MonoTime now(std::chrono::nanoseconds(e.t));
+        bool saturated = false;
+        if (!queue || (waiting.empty() && gateway::roomiest(route, now, &saturated) != nullptr)) {
+          send(i, nullptr, e.t);
+          break;
+        }
+        PriorityResult& pr = out.by[static_cast<size_t>(priority[i])];
+        if (priority[i] == Priority::kSheddable) {
+          ++pr.shed;
+          ++settled;
+          break;
+        }
+        auto id = waiting.push({.priority = priority[i],
+                                .team = team[i],
+                                .wake = [&, i](AdmissionQueue::Outcome o, gateway::Target* target) {
+                                  if (o == AdmissionQueue::Outcome::kDispatched) {
+                                    dispatched.emplace_back(i, target);
+                                  } else {
+                                    ++out.by[static_cast<size_t>(priority[i])].shed;
+                                    ++settled;
+                                  }
+                                }});
+        if (!id) {
+          ++pr.shed;
+          ++settled;
+          break;
+        }
+        ticket[i] = *id;
+        out.max_waiting = std::max(out.max_waiting, waiting.size());
+        events.push({e.t + std::chrono::duration_cast<std::chrono::nanoseconds>(max_wait).count(),
+                     kDeadline, i});
+        pump(e.t);
+        break;
+      }
+      case kDeadline:
+        if (waiting.remove(ticket[e.index])) {
+          ++out.by[static_cast<size_t>(priority[e.index])].timed_out;
+          ++settled;
+        }
+        break;
+      case kStepEnd: {
+        const size_t r = e.index;
+        stepping[r] = false;
+        bool finished = false;
+        for (const sim::StepEvent& se : pending[r].events) {
+          auto it = flights[r].find(se.seq);
+          if (it == flights[r].end()) continue;
+          const size_t i = it->second;
+          if (se.kind == sim::EventKind::kToken) {
+            ++output_tokens;
+            if (se.index == 0) {
+              out.by[static_cast<size_t>(priority[i])].ttft_ms.push_back(
+                  static_cast<double>(e.t - arrived[i]) / kMs);
+            }
+          } else if (se.kind == sim::EventKind::kFinished) {
+            flights[r].erase(it);
+            route.targets[r]->health.in_flight.fetch_sub(1);
+            route.targets[r]->observed.since.fetch_sub(1);
+            ++out.by[static_cast<size_t>(priority[i])].served;
+            ++settled;
+            last_finish = e.t;
+            finished = true;
+          }
+        }
+        startStep(r, e.t);
+        if (finished) pump(e.t);
+        break;
+      }
+      case kScrape: {
+        for (size_t r = 0; r < replicas; ++r) {
+          const sim::EngineStats st = engines[r].stats();
+          route.targets[r]->observed.set(gateway::Condition::kHealthy,
+                                         {.queue = static_cast<double>(st.waiting),
+                                          .running = static_cast<double>(st.running),
+                                          .kv_cache_usage = st.kvUsage()});
+        }
+        pump(e.t);
+        events.push({e.t + scrape_ns, kScrape, 0});
+        break;
+      }
+    }
+  }
+  out.output_tokens_per_s = static_cast<double>(output_tokens) /
+                            (static_cast<double>(std::max<int64_t>(1, last_finish)) / 1e9);
+  return out;
+}
+
 // The slo strategy's decision over `n` replicas with scraped facts, in real time.
 std::pair<double, double> decisionCost(size_t n, uint64_t seed) {
   gateway::Route route;
@@ -322,6 +521,44 @@ int main(int argc, char** argv) {
             first ? "" : ", ", kind, load, capacity, s, r.ttft_p50_ms, r.ttft_p90_ms, r.ttft_p99_ms,
             r.output_tokens_per_s, r.prefix_hit_rate, r.shed);
         first = false;
+      }
+    }
+  }
+  {
+    // Saturation: 150 % of capacity, ShareGPT-like lengths, objective TTFT p95 2 s.
+    // Three times as many requests, so that most of the run is past the first seconds' build-up.
+    const auto reqs = workload("sharegpt", requests * 3, seed);
+    const double capacity = run(reqs, 0, replicas, "least_loaded", seed).completed_per_s;
+    fmt::print("saturation at 150% of capacity ({} requests, {:.1f} requests/s; 20% critical, "
+               "50% standard, 30% sheddable; wait bound 30 s)\n",
+               reqs.size(), capacity * 1.5);
+    fmt::print("  {:<22} {:<10} {:>7} {:>6} {:>9} {:>9} {:>9} {:>10}\n", "admission", "priority",
+               "served", "shed", "timed out", "ttft p50", "ttft p99", "out tok/s");
+    json += "], \"saturation\": [";
+    bool first_s = true;
+    struct Mode {
+      const char* name;
+      bool queue;
+      int64_t scrape_ns;
+    };
+    for (const Mode m :
+         {Mode{"none (straight on)", false, kScrapeNs}, Mode{"purser, scrape 1 s", true, kScrapeNs},
+          Mode{"purser, scrape 100 ms", true, 100 * kMs}}) {
+      const SaturationResult r = saturation(reqs, capacity * 1.5, replicas, m.queue, m.scrape_ns,
+                                            std::chrono::seconds(30), seed);
+      const char* names[] = {"sheddable", "standard", "critical"};
+      for (int p = 2; p >= 0; --p) {
+        const PriorityResult& pr = r.by[p];
+        const double p50 = percentile(pr.ttft_ms, 0.5), p99 = percentile(pr.ttft_ms, 0.99);
+        fmt::print("  {:<22} {:<10} {:>7} {:>6} {:>9} {:>7.0f}ms {:>7.0f}ms {:>10.0f}\n", m.name,
+                   names[p], pr.served, pr.shed, pr.timed_out, p50, p99, r.output_tokens_per_s);
+        json += fmt::format(
+            "{}{{\"admission\": \"{}\", \"priority\": \"{}\", \"served\": {}, \"shed\": {}, "
+            "\"timed_out\": {}, \"ttft_ms\": {{\"p50\": {:.1f}, \"p99\": {:.1f}}}, "
+            "\"output_tokens_per_s\": {:.1f}, \"max_waiting\": {}}}",
+            first_s ? "" : ", ", m.name, names[p], pr.served, pr.shed, pr.timed_out, p50, p99,
+            r.output_tokens_per_s, r.max_waiting);
+        first_s = false;
       }
     }
   }

@@ -56,6 +56,7 @@ json toJson(const identity::ApiKey& k) {
           {"expires_at", k.expires_at.empty() ? json(nullptr) : json(k.expires_at)},
           {"rpm", k.rpm},
           {"tpm", k.tpm},
+          {"priority", identity::priorityName(k.priority)},
           {"revoked_at", k.revoked_at.empty() ? json(nullptr) : json(k.revoked_at)},
           {"previous_valid_until",
            k.previous_valid_until.empty() ? json(nullptr) : json(k.previous_valid_until)},

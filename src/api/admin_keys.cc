@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "api/admin_common.h"
 #include "api/admin_handlers.h"
@@ -63,6 +64,31 @@ Result<void> withinLimits(const identity::ApiKey& creator, identity::ApiKey& key
   return {};
 }
 
+// Gives `key` its priority; `who` calls with a key of priority `ceiling`. Platform and tenant
+// admins give any priority, anyone else at most the ceiling (kPermissionDenied naming the field,
+// as withinLimits). Left open it is standard, or the ceiling where that is lower and the maker is
+// no admin or the key is derived: a sheddable key makes sheddable keys.
+Result<void> fitPriority(const identity::Principal& who, identity::Priority ceiling,
+                         std::optional<identity::Priority> asked, identity::ApiKey& key) {
+  const bool admin =
+      who.role == identity::Role::kPlatformAdmin || who.role == identity::Role::kTenantAdmin;
+  if (!asked) {
+    const bool inherits = !admin || !key.parent_key_id.empty();
+    key.priority = inherits ? std::min(identity::Priority::kStandard, ceiling)
+                            : identity::Priority::kStandard;
+    return {};
+  }
+  if (!admin && *asked > ceiling) {
+    return fail(Error(ErrorCode::kPermissionDenied,
+                      fmt::format("a key can only make keys within its own limits: priority {} "
+                                  "is above this key's {}",
+                                  identity::priorityName(*asked), identity::priorityName(ceiling)))
+                    .withField("priority"));
+  }
+  key.priority = *asked;
+  return {};
+}
+
 }  // namespace
 
 asio::awaitable<Response> createKey(const Services& s, Request& req) {
@@ -73,6 +99,13 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
   API_TRY(expires, optionalString(body, "expires_at"));
   API_TRY(rpm, optionalInt(body, "rpm", 0, 1'000'000'000));
   API_TRY(tpm, optionalInt(body, "tpm", 0, 1'000'000'000'000));
+  API_TRY(priority_text, optionalString(body, "priority"));
+  std::optional<identity::Priority> priority;
+  if (priority_text) {
+    auto p = identity::parsePriority(*priority_text);
+    if (!p) co_return problem(p.error().withField("priority"));
+    priority = *p;
+  }
   // The owner defaults to the caller.
   identity::OwnerKind kind = who.kind;
   std::string owner_id = who.id;
@@ -125,7 +158,8 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
   key.tpm = tpm.value_or(0);
   // A key makes keys only within its own limits; one made for the key's own owner is derived
   // from it (revoked and expired with it, charged to its wallets, counted in its rate limits).
-  if (auto creator = s.directory.key(who.key_id)) {
+  const auto creator = s.directory.key(who.key_id);
+  if (creator) {
     if (auto outside = withinLimits(*creator, key); !outside) {
       co_return co_await deny(s, who, outside.error(), "key.create", "key:" + creator->id);
     }
@@ -138,6 +172,12 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
       }
       key.parent_key_id = creator->id;
     }
+  }
+  // Without a key of its own (none today) a caller is held to standard.
+  if (auto outside = fitPriority(who, creator ? creator->priority : identity::Priority::kStandard,
+                                 priority, key);
+      !outside) {
+    co_return co_await deny(s, who, outside.error(), "key.create", "key:" + who.key_id);
   }
   const identity::NewKey secret = identity::generateKey(s.ids, s.random);
   key.id = secret.id;

@@ -354,6 +354,16 @@ void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
       sat.optional("kv_cache", r.saturation_kv_cache, 0.01, 1);
       sat.finish();
     }
+    if (m.present("queue")) {
+      YamlReader::Map q = m.map("queue");
+      q.optional("max_wait", r.queue_max_wait);
+      q.optional("max_waiting", r.queue_max_waiting, 0, 1'000'000);
+      q.finish();
+      if (r.queue_max_wait < Duration(0) || r.queue_max_wait > std::chrono::minutes(10)) {
+        reader.addError(list[i], path + ".queue.max_wait",
+                        "must be between 0s and 10m (how long a request may wait for a replica)");
+      }
+    }
     if (m.present("allow")) {
       YamlReader::Map allow = m.map("allow");
       allow.optionalStrings("tenants", r.allow_tenants);

@@ -106,6 +106,10 @@ struct RouteConfig {
   Duration slo_itl_p95{0};
   double saturation_queue = 5;
   double saturation_kv_cache = 0.8;
+  // While every target is saturated, requests wait in Purser by priority: at most this long,
+  // at most this many (0: none wait; every request is refused while saturated).
+  Duration queue_max_wait{std::chrono::seconds(30)};
+  int64_t queue_max_waiting = 1000;
 };
 
 // A Prometheus endpoint scraped beside the providers' own: a GPU node's DCGM exporter.

@@ -35,19 +35,23 @@ int statusOf(Fault f) {
       return 504;
     case Fault::kInternal:
       return 500;
+    case Fault::kOverloaded:
+      return 503;
   }
   return 500;
 }
 
 Response apiError(Api api, Fault fault, std::string_view message, std::string_view param,
                   std::string_view code) {
-  const int status = statusOf(fault);
+  // Anthropic says "overloaded" with its own status, which its SDK retries like a 503.
+  const int status = fault == Fault::kOverloaded && api == Api::kAnthropic ? 529 : statusOf(fault);
   json body;
   if (api == Api::kOpenAi) {
     std::string type = "invalid_request_error";
     if (fault == Fault::kBudget) type = "insufficient_quota";
     if (fault == Fault::kRateLimited) type = "rate_limit_exceeded";
-    if (fault == Fault::kUpstream || fault == Fault::kTimeout || fault == Fault::kInternal) {
+    if (fault == Fault::kUpstream || fault == Fault::kTimeout || fault == Fault::kInternal ||
+        fault == Fault::kOverloaded) {
       type = "server_error";
     }
     body = {{"error",
@@ -80,6 +84,9 @@ Response apiError(Api api, Fault fault, std::string_view message, std::string_vi
         break;
       case Fault::kTimeout:
         type = "timeout_error";
+        break;
+      case Fault::kOverloaded:
+        type = "overloaded_error";
         break;
       case Fault::kBadRequest:
         break;

@@ -36,6 +36,7 @@ enum class Fault {
   kUpstream,
   kTimeout,
   kInternal,
+  kOverloaded,  // every replica saturated: shed, or waited past its bound (503; Anthropic 529)
 };
 
 // The longest session id kept with a request's usage.

@@ -1,5 +1,7 @@
 #include "gateway/gateway_impl.h"
 
+#include <boost/asio/redirect_error.hpp>
+
 namespace purser::gateway {
 
 // Who is asking. A response when the request stops here.
@@ -171,21 +173,159 @@ asio::awaitable<Response> Gateway::Impl::serve(const std::shared_ptr<Call>& c, R
     overhead(*stop, *c);
     co_return std::move(*stop);
   }
+  if (auto stop = prioritise(*c, req)) {
+    overhead(*stop, *c);
+    co_return std::move(*stop);
+  }
+  // Budget is held only once a replica has room: nothing waiting holds money.
+  if (auto stop = co_await waitForRoom(*c)) {
+    overhead(*stop, *c);
+    co_return std::move(*stop);
+  }
   if (auto stop = reserve(*c)) {
+    unclaim(*c);
     overhead(*stop, *c);
     co_return std::move(*stop);
   }
   // A fault of Purser's own must not leave the reservation holding budget until its lease ends.
   try {
-    if (c->stream) co_return co_await streamed(c);
-    co_return co_await whole(*c);
+    // (Not a conditional expression: g++ 12 frees its co_await temporaries too early.)
+    Response r;
+    if (c->stream) {
+      r = co_await streamed(c);
+    } else {
+      r = co_await whole(*c);
+    }
+    unclaim(*c);  // sent on by the queue, but no target could take it
+    co_return r;
   } catch (const std::exception& e) {
     spdlog::error("gateway: request {} failed inside Purser: {}", c->event.id, e.what());
   }
+  unclaim(*c);
   c->hold.release();
   Response r = apiError(c->api, Fault::kInternal, "The request failed inside the gateway.");
   overhead(r, *c);
   co_return r;
+}
+
+std::optional<Response> Gateway::Impl::prioritise(Call& c, const Request& req) {
+  c.priority = c.key.priority;
+  auto asked = req.headers.get("x-purser-priority");
+  if (!asked) return std::nullopt;
+  auto p = identity::parsePriority(*asked);
+  if (!p) {
+    return apiError(c.api, Fault::kBadRequest,
+                    "The x-purser-priority header must be critical, standard or sheddable.",
+                    "x-purser-priority");
+  }
+  if (*p > c.key.priority) {
+    return apiError(c.api, Fault::kForbidden,
+                    fmt::format("This key may send requests at priority {} at most, not {}.",
+                                identity::priorityName(c.key.priority), identity::priorityName(*p)),
+                    "x-purser-priority", "priority_not_allowed");
+  }
+  c.priority = *p;
+  return std::nullopt;
+}
+
+Response Gateway::Impl::overloaded(const Call& c, std::string_view reason, std::string message) {
+  if (metrics_) {
+    metrics_->shed
+        ->labels(
+            {c.route->alias, std::string(identity::priorityName(c.priority)), std::string(reason)})
+        .inc();
+  }
+  Response r = apiError(c.api, Fault::kOverloaded, message, {}, "overloaded");
+  // Room comes back about as fast as the replicas finish requests; a second is a fair first try.
+  r.headers.add("retry-after", "1");
+  return r;
+}
+
+asio::awaitable<std::optional<Response>> Gateway::Impl::waitForRoom(Call& c) {
+  Route& route = *c.route;
+  const std::string priority(identity::priorityName(c.priority));
+  const auto waited = [&](std::chrono::steady_clock::duration d) {
+    if (metrics_) {
+      metrics_->queue_wait->labels({route.alias, priority})
+          .observe(std::chrono::duration<double>(d).count());
+    }
+  };
+  AdmissionQueue* queue = route.queue.get();
+  if (queue == nullptr) co_return std::nullopt;
+  const MonoTime now = d_.clock.monotonic();
+  // Nobody waits ahead of it and a target has room: straight on, as almost every request goes.
+  // With every target down rather than busy, waiting would not help: on to fail over as usual.
+  bool saturated = false;
+  if ((queue->empty() && roomiest(route, now, &saturated) != nullptr) ||
+      (!saturated && queue->empty())) {
+    waited({});
+    co_return std::nullopt;
+  }
+  if (c.priority == Priority::kSheddable) {
+    co_return overloaded(c, "saturated",
+                         fmt::format("Every replica of `{}` is saturated; sheddable requests are "
+                                     "refused first. Try again shortly.",
+                                     route.alias));
+  }
+  // It waits on a timer set to its bound; the queue's wake (on any thread) cancels the timer on
+  // this request's own executor, after saying why.
+  struct Wait {
+    explicit Wait(asio::any_io_executor ex) : timer(std::move(ex)) {}
+    asio::steady_timer timer;
+    std::atomic<int> outcome{0};
+    std::atomic<Target*> target{nullptr};
+  };
+  auto wait = std::make_shared<Wait>(co_await asio::this_coro::executor);
+  wait->timer.expires_after(route.queue_max_wait);
+  const std::string team = c.who.tenant_id + "/" + c.who.team_id;
+  auto id = queue->push(
+      {.priority = c.priority, .team = team, .wake = [wait](AdmissionQueue::Outcome o, Target* t) {
+         wait->target.store(t);
+         wait->outcome.store(static_cast<int>(o));
+         asio::post(wait->timer.get_executor(), [wait] { wait->timer.cancel(); });
+       }});
+  if (!id) {
+    co_return overloaded(c, "full",
+                         fmt::format("Every replica of `{}` is saturated and {} requests as "
+                                     "important as this one already wait. Try again shortly.",
+                                     route.alias, queue->maxWaiting()));
+  }
+  if (metrics_) metrics_->waiting->labels({route.alias, priority}).add(1);
+  pump(route);  // room may have come between the check and the push
+  boost::system::error_code ec;
+  co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  if (wait->outcome.load() == 0 && queue->remove(*id)) {
+    wait->outcome.store(static_cast<int>(AdmissionQueue::Outcome::kTimedOut));
+  }
+  while (wait->outcome.load() == 0) {
+    // It left the queue just as its bound passed: the wake is on its way.
+    wait->timer.expires_after(std::chrono::hours(1));
+    co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  if (metrics_) metrics_->waiting->labels({route.alias, priority}).sub(1);
+  waited(d_.clock.monotonic() - now);
+  switch (static_cast<AdmissionQueue::Outcome>(wait->outcome.load())) {
+    case AdmissionQueue::Outcome::kDispatched:
+      c.dispatched_to = wait->target.load();
+      co_return std::nullopt;
+    case AdmissionQueue::Outcome::kShed:
+      co_return overloaded(c, "full",
+                           fmt::format("Every replica of `{}` is saturated and more important "
+                                       "requests took this one's place. Try again shortly.",
+                                       route.alias));
+    default:
+      co_return overloaded(
+          c, "timed_out",
+          fmt::format(
+              "Every replica of `{}` stayed saturated for the {} s this request may wait. "
+              "Try again shortly.",
+              route.alias,
+              std::chrono::duration_cast<std::chrono::seconds>(route.queue_max_wait).count()));
+  }
+}
+
+void Gateway::Impl::pump(Route& route) {
+  dispatchWaiters(route, *route.queue, d_.clock.monotonic());
 }
 
 Response Gateway::Impl::models(Request& req) {
@@ -350,6 +490,8 @@ Provider* Gateway::provider(const std::string& name) { return impl_->provider(na
 std::vector<Provider*> Gateway::providers() { return impl_->providers(); }
 const Route* Gateway::route(const std::string& alias) const { return impl_->route(alias); }
 std::vector<const Route*> Gateway::routes() const { return impl_->routes(); }
+
+void Gateway::pumpQueues() { impl_->pumpAll(); }
 
 Result<void> Gateway::addRoutes(http::Router& router) {
   auto impl = impl_;

@@ -72,6 +72,10 @@ class Gateway {
 
   Result<void> addRoutes(http::Router& router);
 
+  // Sends on requests waiting for a saturated route whose targets now have room; called after
+  // the targets' scraped facts change (thread-safe).
+  void pumpQueues();
+
   Provider* provider(const std::string& name);
   std::vector<Provider*> providers();
   const Route* route(const std::string& alias) const;

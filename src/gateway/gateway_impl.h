@@ -27,6 +27,7 @@
 
 #include "common/json.h"
 #include "common/json_scan.h"
+#include "gateway/admission.h"
 #include "gateway/api_shape.h"
 #include "gateway/async_meter.h"
 #include "gateway/gateway.h"
@@ -102,13 +103,30 @@ struct GatewayMetrics {
         cost(&m.counterFamily("purser_gateway_cost_nanos_total",
                               "Cost charged, in nano-units (1e-9) of the currency, by route and "
                               "target.",
-                              {"route", "target"})) {}
+                              {"route", "target"})),
+        waiting(&m.gaugeFamily("purser_gateway_queue_waiting",
+                               "Requests waiting in Purser for a replica with room, by route and "
+                               "priority.",
+                               {"route", "priority"})),
+        queue_wait(&m.histogramFamily(
+            "purser_gateway_queue_wait_seconds",
+            "Time a request waited in Purser before it was sent on (0 when it did not wait), by "
+            "route and priority.",
+            {"route", "priority"}, http::latencyBuckets())),
+        shed(&m.counterFamily("purser_gateway_shed_total",
+                              "Requests refused because every replica of the route was saturated, "
+                              "by route, priority and reason: saturated (sheddable), full (the "
+                              "queue had no place), timed_out (waited its bound).",
+                              {"route", "priority", "reason"})) {}
   http::Family<http::Counter>* requests;
   http::Family<http::Counter>* upstream_errors;
   http::Family<http::Histogram>* ttft;
   http::Family<http::Histogram>* upstream_latency;
   http::Family<http::Counter>* tokens;
   http::Family<http::Counter>* cost;
+  http::Family<http::Gauge>* waiting;
+  http::Family<http::Histogram>* queue_wait;
+  http::Family<http::Counter>* shed;
 };
 
 // The children of the gateway's metrics for one route and target, looked up once: a lookup
@@ -192,6 +210,10 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     size_t body_bytes = 0;                // of the client's request
     const Target* last_target = nullptr;  // the upstream tried last
     bool counted = false;                 // in purser_gateway_requests_total
+    Priority priority = Priority::kStandard;
+    // Where the admission queue sent it (counted in that target's `since` already); null once
+    // the first try has claimed a target.
+    Target* dispatched_to = nullptr;
   };
 
   std::optional<std::string> presentedKey(const Request& req) const {
@@ -231,6 +253,44 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
 
   // Rate limits and the reservation (ledger::Budget). A response when the request stops here.
   std::optional<Response> reserve(Call& c);
+
+  // The request's priority: its key's, or lower when the x-purser-priority header asks.
+  std::optional<Response> prioritise(Call& c, const Request& req);
+  // Waits, when every target of the route is saturated, until one has room (admission.h). A
+  // response when the request is refused instead.
+  asio::awaitable<std::optional<Response>> waitForRoom(Call& c);
+  // Sends waiters of `route` on while its targets have room.
+  void pump(Route& route);
+  Response overloaded(const Call& c, std::string_view reason, std::string message);
+  // A try of `t` begins / ends: counted in its in-flight requests and in `since`.
+  void beginTry(Call& c, Target& t) {
+    t.health.in_flight.fetch_add(1, std::memory_order_relaxed);
+    if (c.dispatched_to != &t) {
+      t.observed.since.fetch_add(1, std::memory_order_relaxed);
+      if (c.dispatched_to != nullptr) {
+        c.dispatched_to->observed.since.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    c.dispatched_to = nullptr;
+  }
+  void endTry(Call& c, Target& t) {
+    t.health.in_flight.fetch_sub(1, std::memory_order_relaxed);
+    t.observed.since.fetch_sub(1, std::memory_order_relaxed);
+    if (c.route->queue && !c.route->queue->empty()) pump(*c.route);
+  }
+  // A request the queue sent on that never tried a target gives its place back.
+  void unclaim(Call& c) {
+    if (c.dispatched_to == nullptr) return;
+    c.dispatched_to->observed.since.fetch_sub(1, std::memory_order_relaxed);
+    c.dispatched_to = nullptr;
+    if (c.route->queue && !c.route->queue->empty()) pump(*c.route);
+  }
+  // Every route's waiters, after the targets' facts changed.
+  void pumpAll() {
+    for (auto& [alias, r] : routes_) {
+      if (r->queue && !r->queue->empty()) pump(*r);
+    }
+  }
 
   Response rateLimited(const Call& c, const ledger::RateDecision& rate) const;
 

@@ -18,8 +18,12 @@ asio::awaitable<Response> Gateway::Impl::streamed(const std::shared_ptr<Call>& c
       }
       const auto sent = d_.clock.monotonic();
       c->last_target = t;
+      beginTry(*c, *t);
       auto upstream = co_await client.stream(std::move(*request));
       c->upstream_time += d_.clock.monotonic() - sent;
+      if (!upstream || retryable((*upstream)->status()) || (*upstream)->status() >= 400) {
+        endTry(*c, *t);
+      }
       if (!upstream) {
         recordFailure(*t, d_.clock.monotonic());
         upstreamError(*t, errorKind(upstream.error()));
@@ -52,7 +56,6 @@ asio::awaitable<Response> Gateway::Impl::streamed(const std::shared_ptr<Call>& c
         overhead(r, *c);
         co_return r;
       }
-      t->health.in_flight.fetch_add(1, std::memory_order_relaxed);
       Response r;
       r.status = 200;
       r.headers.add("Content-Type", "text/event-stream");
@@ -147,7 +150,7 @@ asio::awaitable<void> Gateway::Impl::relay(Call& c, Target& t, http::ClientStrea
   }
   // An upstream that closed without its final marker ([DONE], message_stop) did not finish.
   if (!cut && !client_gone && held.empty()) cut = true;
-  t.health.in_flight.fetch_sub(1, std::memory_order_relaxed);
+  endTry(c, t);
   const auto ttft =
       s.first_byte ? s.first_byte_at - c.started : std::chrono::steady_clock::duration(0);
   observeUpstream(c, t, d_.clock.monotonic() - sent);

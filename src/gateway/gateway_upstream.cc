@@ -98,10 +98,10 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
         break;
       }
       const auto sent = d_.clock.monotonic();
-      t->health.in_flight.fetch_add(1, std::memory_order_relaxed);
+      beginTry(c, *t);
       c.last_target = t;
       auto res = co_await client.request(std::move(*request));
-      t->health.in_flight.fetch_sub(1, std::memory_order_relaxed);
+      endTry(c, *t);
       c.upstream_time += d_.clock.monotonic() - sent;
       observeUpstream(c, *t, d_.clock.monotonic() - sent);
       if (!res) {

@@ -310,6 +310,7 @@ std::string_view conditionName(Condition c) {
 void TargetObserved::set(Condition c, Facts facts) {
   queue.store(facts.queue.value_or(-1), std::memory_order_relaxed);
   kv_cache_usage.store(facts.kv_cache_usage.value_or(-1), std::memory_order_relaxed);
+  since.store(0, std::memory_order_relaxed);
   {
     std::lock_guard lock(mu_);
     facts_ = std::move(facts);

@@ -114,6 +114,9 @@ struct TargetObserved {
   // The two facts routing scores by, readable without the lock (negative: not reported).
   std::atomic<double> queue{-1};
   std::atomic<double> kv_cache_usage{-1};
+  // Requests Purser sent the target since those facts were set, less those that finished since
+  // (negative when more finished): how far the facts have moved since (see admission.h).
+  std::atomic<int64_t> since{0};
 
  private:
   mutable std::mutex mu_;
@@ -159,6 +162,8 @@ class ServedTargets {
   int64_t joins_ = 0;
 };
 
+class AdmissionQueue;
+
 struct Route {
   std::string alias;
   Strategy strategy = Strategy::kFallback;
@@ -172,6 +177,9 @@ struct Route {
   Duration slo_itl_p95{0};
   double saturation_queue = 5;
   double saturation_kv_cache = 0.8;
+  // Where requests wait while every target is saturated (admission.h), and for how long at most.
+  std::shared_ptr<AdmissionQueue> queue;
+  Duration queue_max_wait{std::chrono::seconds(30)};
   // Replicas of models the fleet serves (after the configured targets in every order's start).
   std::shared_ptr<ServedTargets> served = std::make_shared<ServedTargets>();
 };

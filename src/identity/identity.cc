@@ -41,4 +41,24 @@ std::string_view ownerKindName(OwnerKind kind) {
   return kind == OwnerKind::kUser ? "user" : "service_account";
 }
 
+Result<Priority> parsePriority(std::string_view name) {
+  if (name == "critical") return Priority::kCritical;
+  if (name == "standard") return Priority::kStandard;
+  if (name == "sheddable") return Priority::kSheddable;
+  return fail(invalidArgument(
+      fmt::format("unknown priority \"{}\"; expected critical, standard or sheddable", name)));
+}
+
+std::string_view priorityName(Priority priority) {
+  switch (priority) {
+    case Priority::kCritical:
+      return "critical";
+    case Priority::kStandard:
+      return "standard";
+    case Priority::kSheddable:
+      return "sheddable";
+  }
+  return "standard";
+}
+
 }  // namespace purser::identity

@@ -56,6 +56,13 @@ enum class OwnerKind { kUser, kServiceAccount };
 Result<OwnerKind> parseOwnerKind(std::string_view name);  // "user", "service_account"
 std::string_view ownerKindName(OwnerKind kind);
 
+// How much a request matters when every replica of its route is saturated: waiting requests are
+// served most important first, and sheddable ones are refused first. Compared by the underlying
+// value: higher is more important.
+enum class Priority : uint8_t { kSheddable = 0, kStandard = 1, kCritical = 2 };
+Result<Priority> parsePriority(std::string_view name);  // "critical", "standard", "sheddable"
+std::string_view priorityName(Priority priority);
+
 // An API key as stored: never the secret, only its hash.
 struct ApiKey {
   std::string id;
@@ -78,6 +85,9 @@ struct ApiKey {
   // an admin's own hand before derivation existed). A derived key is valid only while every key
   // above it is, and shares their wallets and rate limits (see docs/governance.md).
   std::string parent_key_id;
+  // The most important priority requests made with it may ask for; the gateway's
+  // x-purser-priority header may only lower it.
+  Priority priority = Priority::kStandard;
 };
 
 // How many keys may descend from one another (a key, its derived key, that key's, ...).

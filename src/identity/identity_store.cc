@@ -2,6 +2,7 @@
 #include "common/json.h"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 namespace purser::identity {
 
@@ -28,6 +29,10 @@ const std::vector<store::Migration>& identityMigrations() {
       {2, "keys derived from other keys",
        // The key a key was made with, by the same owner: it lives and dies with it.
        "ALTER TABLE api_keys ADD COLUMN parent_key_id TEXT NOT NULL DEFAULT ''"},
+      {3, "key priorities",
+       // The most important priority a key's requests may ask for; keys made before it are
+       // standard, as they were treated.
+       "ALTER TABLE api_keys ADD COLUMN priority TEXT NOT NULL DEFAULT 'standard'"},
   };
   return kMigrations;
 }
@@ -80,7 +85,8 @@ std::vector<store::Value> keyValues(const ApiKey& k) {
           k.tpm,
           k.revoked_at,
           k.created_at,
-          k.parent_key_id};
+          k.parent_key_id,
+          std::string(priorityName(k.priority))};
 }
 
 }  // namespace
@@ -89,9 +95,9 @@ Result<void> insertKey(store::Tx& tx, const ApiKey& k) {
   PURSER_TRY(
       tx.exec("INSERT INTO api_keys (id, lookup, owner_kind, owner_id, tenant_id, team_id, name,"
               " secret_hash, previous_hash, previous_valid_until, models, expires_at, rpm, tpm,"
-              " revoked_at, created_at, parent_key_id)"
+              " revoked_at, created_at, parent_key_id, priority)"
               " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
-              " $17)",
+              " $17, $18)",
               keyValues(k)));
   return {};
 }
@@ -101,7 +107,8 @@ Result<void> updateKey(store::Tx& tx, const ApiKey& k) {
       tx.exec("UPDATE api_keys SET lookup = $2, owner_kind = $3, owner_id = $4, tenant_id = $5,"
               " team_id = $6, name = $7, secret_hash = $8, previous_hash = $9,"
               " previous_valid_until = $10, models = $11, expires_at = $12, rpm = $13, tpm = $14,"
-              " revoked_at = $15, created_at = $16, parent_key_id = $17 WHERE id = $1",
+              " revoked_at = $15, created_at = $16, parent_key_id = $17, priority = $18"
+              " WHERE id = $1",
               keyValues(k)));
   if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such key"));
   return {};
@@ -132,7 +139,7 @@ Result<Snapshot> loadIdentity(store::Store& store) {
     for (const auto& r : PURSER_TRY_VALUE(tx.query(
              "SELECT id, lookup, owner_kind, owner_id, tenant_id, team_id, name, secret_hash,"
              " previous_hash, previous_valid_until, models, expires_at, rpm, tpm, revoked_at,"
-             " created_at, parent_key_id FROM api_keys"))) {
+             " created_at, parent_key_id, priority FROM api_keys"))) {
       ApiKey k;
       k.id = r.getText(0);
       k.lookup = r.getText(1);
@@ -158,6 +165,15 @@ Result<Snapshot> loadIdentity(store::Store& store) {
       k.revoked_at = r.getText(14);
       k.created_at = r.getText(15);
       k.parent_key_id = r.getText(16);
+      // A priority nobody wrote (a hand-edited or damaged database) reads as the default, never
+      // as more, and is no reason to refuse to start.
+      Result<Priority> priority = fail(invalidArgument("not text"));
+      if (const auto* text = std::get_if<std::string>(&r.at(17))) priority = parsePriority(*text);
+      if (priority) {
+        k.priority = *priority;
+      } else {
+        spdlog::warn("identity: key {} has an unknown priority; treating it as standard", k.id);
+      }
       s.keys.push_back(std::move(k));
     }
     return {};

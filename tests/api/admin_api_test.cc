@@ -264,6 +264,8 @@ TEST_F(AdminApiTest, BadInputNamesTheFieldAndChangesNothing) {
        {{"owner", {{"kind", "robot"}, {"id", "x"}}}, {"name", "k"}},
        400,
        "owner.kind"},
+      {"/api/v1/keys", {{"name", "k"}, {"priority", "urgent"}}, 400, "priority"},
+      {"/api/v1/keys", {{"name", "k"}, {"priority", 2}}, 400, "priority"},
   };
   const auto before_wallets = count("wallets");
   const auto before_teams = count("teams");
@@ -727,6 +729,56 @@ TEST_F(MeteringTest, AKeyMakesKeysOnlyWithinItsOwnLimitsAndTheyLiveAndDieWithIt)
   ASSERT_EQ(revoked.status, 200);
   EXPECT_EQ(revoked.body["revoked_with_it"], json({child.body["id"]}));
   EXPECT_EQ(call("GET", "/api/v1/whoami", child_key).status, 401);
+}
+
+TEST_F(MeteringTest, AKeyGivesPrioritiesUpToItsOwnAndAdminsGiveAny) {
+  const json owner = {{"kind", "user"}, {"id", dana}};
+  const std::string ada = create("/api/v1/users", kAdminKey,
+                                 {{"tenant", tenant}, {"name", "ada"}, {"role", "tenant-admin"}});
+  const std::string ada_key = keyFor("user", ada);
+  // Left open, a key is standard.
+  Reply plain = call("POST", "/api/v1/keys", dana_key, {{"owner", owner}, {"name", "plain"}});
+  ASSERT_EQ(plain.status, 201) << plain.body.dump();
+  EXPECT_EQ(plain.body["priority"], "standard");
+  // A tenant admin gives any priority.
+  Reply critical = call("POST", "/api/v1/keys", ada_key,
+                        {{"owner", owner}, {"name", "pager"}, {"priority", "critical"}});
+  ASSERT_EQ(critical.status, 201) << critical.body.dump();
+  EXPECT_EQ(critical.body["priority"], "critical");
+  // A member's standard key cannot make a critical one.
+  Reply refused = call("POST", "/api/v1/keys", dana_key,
+                       {{"owner", owner}, {"name", "escape"}, {"priority", "critical"}});
+  EXPECT_EQ(refused.status, 403) << refused.body.dump();
+  EXPECT_EQ(refused.body["field"], "priority");
+  EXPECT_EQ(refused.body["detail"],
+            "a key can only make keys within its own limits: priority critical is above this "
+            "key's standard");
+  // Lower is always allowed, and a sheddable key makes sheddable keys.
+  Reply low = call("POST", "/api/v1/keys", dana_key,
+                   {{"owner", owner}, {"name", "batch"}, {"priority", "sheddable"}});
+  ASSERT_EQ(low.status, 201) << low.body.dump();
+  EXPECT_EQ(low.body["priority"], "sheddable");
+  const std::string low_key = low.body["key"];
+  Reply inherited = call("POST", "/api/v1/keys", low_key, {{"owner", owner}, {"name", "batch-2"}});
+  ASSERT_EQ(inherited.status, 201) << inherited.body.dump();
+  EXPECT_EQ(inherited.body["priority"], "sheddable");
+  Reply raised = call("POST", "/api/v1/keys", low_key,
+                      {{"owner", owner}, {"name", "batch-3"}, {"priority", "standard"}});
+  EXPECT_EQ(raised.status, 403) << raised.body.dump();
+  EXPECT_EQ(raised.body["field"], "priority");
+  // The critical key can make critical keys of its own; the list shows each key's priority.
+  const std::string critical_key = critical.body["key"];
+  Reply again = call("POST", "/api/v1/keys", critical_key,
+                     {{"owner", owner}, {"name", "pager-2"}, {"priority", "critical"}});
+  ASSERT_EQ(again.status, 201) << again.body.dump();
+  EXPECT_EQ(again.body["priority"], "critical");
+  std::map<std::string, std::string> listed;
+  for (const auto& k : call("GET", "/api/v1/keys", kAdminKey).body["data"]) {
+    listed[k["id"].get<std::string>()] = k["priority"].get<std::string>();
+  }
+  EXPECT_EQ(listed[critical.body["id"].get<std::string>()], "critical");
+  EXPECT_EQ(listed[low.body["id"].get<std::string>()], "sheddable");
+  EXPECT_EQ(listed[plain.body["id"].get<std::string>()], "standard");
 }
 
 TEST_F(MeteringTest, AlertThresholdsOutOfRangeAreRefusedNotWrapped) {

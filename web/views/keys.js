@@ -1,8 +1,13 @@
 // Keys: create (the secret is shown once, with a copy button), list, revoke and rotate, within
-// what the signed-in role may do (the API refuses the rest, and the refusal is shown).
+// what the signed-in role may do (the API refuses the rest, and the refusal is shown). A key's
+// priority orders its requests when a model's servers are saturated; a key gives at most its own
+// unless an admin makes it.
 import { useState } from "preact/hooks";
 
 import { ErrorNote, Table, api, html, usePoll, when } from "../lib.js";
+
+// Most important last, as the API orders them; sorting by priority sorts by this.
+const PRIORITIES = ["sheddable", "standard", "critical"];
 
 function Secret({ secret, onDone }) {
   const [copied, setCopied] = useState(false);
@@ -25,6 +30,7 @@ function Secret({ secret, onDone }) {
 export function Keys({ me }) {
   const [name, setName] = useState("");
   const [owner, setOwner] = useState("");
+  const [priority, setPriority] = useState("standard");
   const [secret, setSecret] = useState(null);
   const [failure, setFailure] = useState(null);
   const { data, error, reload } = usePoll(async () => {
@@ -54,9 +60,12 @@ export function Keys({ me }) {
         const [kind, id] = owner.split(":");
         body.owner = { kind, id };
       }
+      // Left out, the API gives standard (a sheddable key's own keys stay sheddable).
+      if (priority !== "standard") body.priority = priority;
       const k = await api("/api/v1/keys", { method: "POST", body });
       setSecret({ title: `Key "${k.name}" created`, key: k.key });
       setName("");
+      setPriority("standard");
     });
   };
   if (!data) return html`<${ErrorNote} error=${error} /><p class="loading">Loading…</p>`;
@@ -66,6 +75,8 @@ export function Keys({ me }) {
     { key: "name", title: "Name" },
     { key: "owner", title: "Owner", render: (k) => ownerName[k.owner.id] ?? `${k.owner.kind} ${k.owner.id}`,
       sort: (k) => ownerName[k.owner.id] ?? k.owner.id },
+    { key: "priority", title: "Priority", render: (k) => k.priority ?? "standard",
+      sort: (k) => PRIORITIES.indexOf(k.priority ?? "standard") },
     { key: "created_at", title: "Created", render: (k) => when(k.created_at) },
     { key: "expires_at", title: "Expires", render: (k) => when(k.expires_at) },
     { key: "state", title: "State", sort: (k) => (k.revoked_at ? 1 : 0),
@@ -91,6 +102,12 @@ export function Keys({ me }) {
         <option value="">myself</option>
         ${data.owners.map((o) => html`<option value=${`${o.kind}:${o.id}`}>${o.name} (${o.kind.replace("_", " ")})</option>`)}
       </select></label>`}
+      <label>Priority <select id="key-priority" value=${priority}
+        onChange=${(e) => setPriority(e.target.value)}>
+        <option value="standard">standard</option>
+        <option value="critical">critical</option>
+        <option value="sheddable">sheddable</option>
+      </select></label>
       <button type="submit">Create key</button>
     </form>
     <div class="card"><${Table} label="Keys" columns=${columns} rows=${data.keys} /></div>`;

@@ -1,0 +1,140 @@
+// The identity tables: a key's priority is written and read back, keys stored before priorities
+// existed read as standard, and a priority nobody wrote never stops the daemon from starting.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "fakes/temp_dir.h"
+#include "identity/identity.h"
+#include "identity/identity_store.h"
+#include "store/sqlite_store.h"
+
+namespace purser::identity {
+namespace {
+
+ApiKey keyNamed(const std::string& id, Priority priority) {
+  ApiKey k;
+  k.id = id;
+  k.lookup = "lookup-" + id;
+  k.owner_id = "u1";
+  k.tenant_id = "t1";
+  k.team_id = "team1";
+  k.name = "key " + id;
+  k.secret_hash = "hash-" + id;
+  k.created_at = "2026-01-01T00:00:00.000Z";
+  k.priority = priority;
+  return k;
+}
+
+std::optional<ApiKey> loaded(store::Store& s, const std::string& id) {
+  auto snapshot = loadIdentity(s);
+  EXPECT_TRUE(snapshot.has_value()) << snapshot.error().toString();
+  if (!snapshot) return std::nullopt;
+  for (const auto& k : snapshot->keys) {
+    if (k.id == id) return k;
+  }
+  return std::nullopt;
+}
+
+TEST(IdentityStoreTest, PrioritiesAreNamedAndOrderedByImportance) {
+  for (const Priority p : {Priority::kSheddable, Priority::kStandard, Priority::kCritical}) {
+    auto parsed = parsePriority(priorityName(p));
+    ASSERT_TRUE(parsed.has_value()) << priorityName(p);
+    EXPECT_EQ(*parsed, p);
+  }
+  EXPECT_EQ(priorityName(Priority::kCritical), "critical");
+  EXPECT_EQ(priorityName(Priority::kStandard), "standard");
+  EXPECT_EQ(priorityName(Priority::kSheddable), "sheddable");
+  EXPECT_GT(Priority::kCritical, Priority::kStandard);
+  EXPECT_GT(Priority::kStandard, Priority::kSheddable);
+  for (const char* bad : {"", "Critical", "high", "standard ", "0"}) {
+    auto parsed = parsePriority(bad);
+    ASSERT_FALSE(parsed.has_value()) << bad;
+    EXPECT_EQ(parsed.error().code, ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(parsePriority("x").error().message,
+            "unknown priority \"x\"; expected critical, standard or sheddable");
+}
+
+TEST(IdentityStoreTest, AKeysPriorityRoundTripsThroughInsertAndUpdate) {
+  testing::TempDir dir;
+  ManualClock clock;
+  auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
+  ASSERT_TRUE(s.has_value());
+  ASSERT_TRUE((*s)->migrate("identity", identityMigrations()).has_value());
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(insertKey(tx, keyNamed("a", Priority::kCritical)));
+                    PURSER_TRY(insertKey(tx, keyNamed("b", Priority::kStandard)));
+                    return insertKey(tx, keyNamed("c", Priority::kSheddable));
+                  })
+                  .has_value());
+  for (const auto& [id, priority] : std::vector<std::pair<std::string, Priority>>{
+           {"a", Priority::kCritical}, {"b", Priority::kStandard}, {"c", Priority::kSheddable}}) {
+    auto k = loaded(**s, id);
+    ASSERT_TRUE(k.has_value()) << id;
+    EXPECT_EQ(k->priority, priority) << id;
+  }
+  ApiKey lowered = keyNamed("a", Priority::kSheddable);
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) { return updateKey(tx, lowered); }).has_value());
+  auto a = loaded(**s, "a");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->priority, Priority::kSheddable);
+}
+
+TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
+  testing::TempDir dir;
+  ManualClock clock;
+  auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
+  ASSERT_TRUE(s.has_value());
+  const std::vector<store::Migration> all = identityMigrations();
+  ASSERT_EQ(all.size(), 3u);
+  ASSERT_TRUE((*s)->migrate("identity", {all[0], all[1]}).has_value());
+  ASSERT_TRUE(
+      (*s)->write([&](store::Tx& tx) -> Result<void> {
+            PURSER_TRY(tx.exec(
+                "INSERT INTO api_keys (id, lookup, owner_kind, owner_id, tenant_id, team_id, name,"
+                " secret_hash, previous_hash, previous_valid_until, models, expires_at, rpm, tpm,"
+                " revoked_at, created_at, parent_key_id)"
+                " VALUES ('old', 'lookup-old', 'user', 'u1', 't1', 'team1', 'old key', 'h', '',"
+                " '', '[]', '', 0, 0, '', '2025-06-01T00:00:00.000Z', '')"));
+            return {};
+          })
+          .has_value());
+  auto migrated = (*s)->migrate("identity", all);
+  ASSERT_TRUE(migrated.has_value()) << migrated.error().toString();
+  EXPECT_EQ(*migrated, 1);
+  auto k = loaded(**s, "old");
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->priority, Priority::kStandard);
+  EXPECT_EQ(k->name, "old key");
+}
+
+TEST(IdentityStoreTest, APriorityNobodyWroteIsReadAsStandard) {
+  testing::TempDir dir;
+  ManualClock clock;
+  auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
+  ASSERT_TRUE(s.has_value());
+  ASSERT_TRUE((*s)->migrate("identity", identityMigrations()).has_value());
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(insertKey(tx, keyNamed("word", Priority::kCritical)));
+                    PURSER_TRY(insertKey(tx, keyNamed("blob", Priority::kCritical)));
+                    PURSER_TRY(insertKey(tx, keyNamed("number", Priority::kCritical)));
+                    // A hand-edited or damaged database.
+                    PURSER_TRY(tx.exec("UPDATE api_keys SET priority = 'urgent' WHERE id = 'word'"));
+                    PURSER_TRY(tx.exec("UPDATE api_keys SET priority = X'00' WHERE id = 'blob'"));
+                    PURSER_TRY(tx.exec("UPDATE api_keys SET priority = 2 WHERE id = 'number'"));
+                    return {};
+                  })
+                  .has_value());
+  for (const char* id : {"word", "blob", "number"}) {
+    auto k = loaded(**s, id);
+    ASSERT_TRUE(k.has_value()) << id;
+    EXPECT_EQ(k->priority, Priority::kStandard) << id;
+  }
+}
+
+}  // namespace
+}  // namespace purser::identity
