@@ -239,6 +239,7 @@ routes:
     targets: [{provider: a, model: m}]
     slo: {ttft_p95: 2s, itl_p95: 100ms}
     saturation: {queue: 8, kv_cache: 0.9}
+    queue: {max_wait: 5s, max_waiting: 20}
 observe:
   interval: 500ms
   window: 30s
@@ -256,6 +257,8 @@ observe:
   EXPECT_EQ(c->routes[0].slo_itl_p95, std::chrono::milliseconds(100));
   EXPECT_EQ(c->routes[0].saturation_queue, 8);
   EXPECT_DOUBLE_EQ(c->routes[0].saturation_kv_cache, 0.9);
+  EXPECT_EQ(c->routes[0].queue_max_wait, std::chrono::seconds(5));
+  EXPECT_EQ(c->routes[0].queue_max_waiting, 20);
   EXPECT_EQ(c->observe.interval, std::chrono::milliseconds(500));
   EXPECT_EQ(c->observe.window, std::chrono::seconds(30));
   EXPECT_EQ(c->observe.max_series, 5000u);
@@ -278,7 +281,8 @@ listen: 127.0.0.1:8080
 providers:
   - {name: a, kind: openai, base_url: http://x/v1, engine: triton}
 routes:
-  - {model: chat, targets: [{provider: a, model: m}], saturation: {kv_cache: 2, queue: nope}}
+  - {model: chat, targets: [{provider: a, model: m}], saturation: {kv_cache: 2, queue: nope},
+     queue: {max_wait: 11m, max_waiting: -1}}
 observe: {window: 1ms, exporters: [{name: a, url: x}], frequency: 1s}
 )",
                          "o.yaml");
@@ -288,7 +292,9 @@ observe: {window: 1ms, exporters: [{name: a, url: x}], frequency: 1s}
        {"providers[0].engine: expected one of vllm, sglang, tgi",
         "routes[0].saturation.kv_cache: "
         "expected a number from 0.01 to 1, got 2",
-        "routes[0].saturation.queue: expected a number, got", "observe.window",
+        "routes[0].saturation.queue: expected a number, got",
+        "routes[0].queue.max_wait: must be between 0s and 10m",
+        "routes[0].queue.max_waiting: ", "observe.window",
         "observe.exporters[0].url: expected an http:// or https:// URL",
         "observe.exporters[0].name: \"a\" already names a provider or an exporter",
         "observe.frequency: unknown field"}) {
