@@ -16,6 +16,7 @@
 
 #include "api/fleet_views.h"
 #include "api/problem.h"
+#include "common/duration.h"
 #include "common/json.h"
 #include "fleet_io/manifest.h"
 
@@ -352,6 +353,36 @@ asio::awaitable<Response> nodes(const Services& s, FleetService& svc, Request& r
   });
 }
 
+// GPU-hours allocated, observed and busy per workload since `since` (default 24h, at most 31
+// days), and which of those running now are allocated but idle.
+asio::awaitable<Response> utilisation(const Services& s, FleetService& svc, Request& req) {
+  auto who = authenticate(s, req);
+  if (!who) co_return problem(who.error());
+  Duration since = std::chrono::hours(24);
+  if (auto text = req.queryParam("since")) {
+    auto d = parseDuration(*text);
+    if (!d || *d <= Duration(0) || *d > std::chrono::hours(24 * 31)) {
+      co_return problem(
+          invalidArgument("'since' must be a duration up to 744h (31 days), such as 24h")
+              .withField("since"));
+    }
+    since = *d;
+  }
+  const int64_t now_ms = unixMillis(s.clock.now());
+  const int64_t from_ms =
+      now_ms - std::chrono::duration_cast<std::chrono::milliseconds>(since).count();
+  auto live = co_await svc.call(
+      [&](FleetService& f) -> std::vector<LiveGpuUse> { return liveGpuUse(f, *who, now_ms); });
+  // Other teams' workloads on the GPUs now are listed too, without their names.
+  std::vector<std::string> others;
+  for (const auto& l : live) {
+    if (!l.visible) others.push_back(l.name);
+  }
+  auto stored = svc.utilisationSince(from_ms, visibilityOf(*who), others);
+  if (!stored) co_return problem(stored.error());
+  co_return jsonResponse(200, utilisationView(live, *stored, s.directory, *who, from_ms));
+}
+
 asio::awaitable<Response> events(const Services& s, FleetService& svc, Request& req) {
   auto who = authenticate(s, req);
   if (!who) co_return problem(who.error());
@@ -430,6 +461,7 @@ Fleet::~Fleet() = default;
 Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions options) {
   scheduler::Deps deps{s.clock, s.ids,    s.store, s.directory, s.wallets,
                        s.meter, s.prices, s.audit, {},          options.served};
+  deps.gpu_utilisation = options.gpu_utilisation;
   deps.audit_alerts = [&s](store::Tx& tx, const std::vector<ledger::Alert>& alerts,
                            const std::string& tenant) {
     return auditAlerts(s, tx, alerts, tenant, "fleet");
@@ -510,6 +542,7 @@ Result<void> Fleet::addRoutes(http::Router& router) {
   PURSER_TRY(route(Method::kGet, "/api/v1/queues", &queues));
   PURSER_TRY(route(Method::kGet, "/api/v1/fleet/events", &events));
   PURSER_TRY(route(Method::kGet, "/api/v1/fleet/nodes", &nodes));
+  PURSER_TRY(route(Method::kGet, "/api/v1/fleet/utilisation", &utilisation));
   PURSER_TRY(route(Method::kPost, "/api/v1/fleet/manifests", &apply));
   return {};
 }

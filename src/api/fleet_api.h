@@ -15,8 +15,11 @@
 //   GET    /api/v1/queues                           per ClusterQueue: quota, usage, borrowed, lent
 //   GET    /api/v1/fleet/events[?workload=NS/NAME]  admissions, preemptions, evictions, holds
 //   POST   /api/v1/fleet/manifests                  platform admins: a YAML stream of Kueue objects
-//   GET    /api/v1/fleet/nodes                      the inventory: each node's GPUs and the
-//                                                   shares placed on them
+//   GET    /api/v1/fleet/nodes                      the inventory: each node's GPUs, their
+//                                                   utilisation and the shares placed on them
+//   GET    /api/v1/fleet/utilisation[?since=24h]    per workload: GPU-hours allocated, observed
+//                                                   and busy, efficiency, and whether it is
+//                                                   allocated but idle
 //
 // With an inventory (fleet.nodes), a workload is admitted only once its pods are placed: the
 // admission names each pod's node, GPUs and share, and GET of the workload adds the
@@ -68,6 +71,8 @@ struct FleetOptions {
   std::optional<exec::KubernetesExecutorOptions> kubernetes;
   // Where served models' replicas join (the gateway's routes); none: they join nothing.
   scheduler::ServedRoutes* served = nullptr;
+  // How busy the GPUs are (the DCGM exporters); none: utilisation is unknown.
+  const fleet::GpuUtilisation* gpu_utilisation = nullptr;
 };
 
 class Fleet {

@@ -4,6 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+
 #include "common/quantity.h"
 
 namespace purser::api {
@@ -302,7 +306,11 @@ json nodesView(const FleetService& svc, const identity::Directory& directory,
           }
           shares.push_back(std::move(share));
         }
+        // How busy it is now (DCGM's DCGM_FI_DEV_GPU_UTIL, percent), when its exporter says.
+        const auto reading = svc.gpuReading(v.node->name, g.gpu->index);
         gpus.push_back({{"index", g.gpu->index},
+                        {"utilisation", reading ? json(reading->util_percent) : json(nullptr)},
+                        {"utilisation_at", reading ? json(rfc3339(reading->at_ms)) : json(nullptr)},
                         {"uuid", g.gpu->uuid.empty() ? json(nullptr) : json(g.gpu->uuid)},
                         {"model", g.gpu->model},
                         {"memory_mib", g.gpu->memory_mib},
@@ -345,6 +353,137 @@ json nodesView(const FleetService& svc, const identity::Directory& directory,
   return {{"data", items},
           {"placement", svc.placer() != nullptr},
           {"policy", fleet::placement::policyName(svc.options().policy)}};
+}
+
+std::vector<LiveGpuUse> liveGpuUse(const FleetService& svc, const Principal& who, int64_t now_ms) {
+  std::vector<LiveGpuUse> out;
+  for (const auto& [name, r] : svc.records()) {
+    auto use = svc.utilisationOf(name);
+    if (!use || !r.admission) continue;
+    LiveGpuUse l;
+    l.name = name;
+    l.tenant_id = r.tenant_id;
+    l.team_id = r.team_id;
+    l.state = r.state;
+    l.visible = mayAccess(who, r.tenant_id, r.team_id);
+    l.gpus = json::array();
+    Amount gpu_milli = 0;
+    for (const auto& ps : r.admission->pod_sets) {
+      // What metering charges: GPUs of pod sets admitted in a GPU flavor.
+      auto usage = ps.usage.find("nvidia.com/gpu");
+      if (usage != ps.usage.end() && usage->second > 0 && ps.flavors.count("nvidia.com/gpu") != 0) {
+        gpu_milli += usage->second;
+      }
+      for (const auto& p : ps.placements) {
+        for (int gpu : p.gpus) {
+          const auto reading = svc.gpuReading(p.node, gpu);
+          l.gpus.push_back(
+              {{"node", p.node},
+               {"index", gpu},
+               {"gpu_milli", p.gpu_milli},
+               {"utilisation", reading ? json(reading->util_percent) : json(nullptr)}});
+        }
+      }
+    }
+    const int64_t elapsed = std::max<int64_t>(0, now_ms - r.metered_until_ms);
+    l.unmetered_gpu_ms = gpu_milli * elapsed / 1000;
+    l.use = *use;
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+json utilisationView(const std::vector<LiveGpuUse>& live,
+                     const std::vector<scheduler::UtilisationRow>& stored,
+                     const identity::Directory& directory, const Principal& who, int64_t from_ms) {
+  struct Entry {
+    std::string tenant_id;
+    bool visible = false;
+    const LiveGpuUse* live = nullptr;
+    double gpu_ms = 0, placed_ms = 0, observed_ms = 0, busy_ms = 0;
+  };
+  std::map<std::string, Entry> entries;
+  for (const auto& row : stored) {
+    const bool visible = mayAccess(who, row.tenant_id, row.team_id);
+    Entry& e = entries[row.workload];
+    e.tenant_id = row.tenant_id;
+    e.visible = visible;
+    e.gpu_ms += static_cast<double>(row.gpu_ms);
+    e.placed_ms += static_cast<double>(row.placed_gpu_ms);
+    e.observed_ms += static_cast<double>(row.observed_gpu_ms);
+    e.busy_ms += static_cast<double>(row.busy_gpu_ms);
+  }
+  for (const auto& l : live) {
+    Entry& e = entries[l.name];
+    e.tenant_id = l.tenant_id;
+    e.visible = l.visible;
+    e.live = &l;
+    // Not yet recorded: since its last metering (milli-GPU-milliseconds in `use`).
+    e.gpu_ms += static_cast<double>(l.unmetered_gpu_ms);
+    e.placed_ms += static_cast<double>(l.use.unmetered.placed) / 1000.0;
+    e.observed_ms += static_cast<double>(l.use.unmetered.observed) / 1000.0;
+    e.busy_ms += l.use.unmetered.busy / 1000.0;
+  }
+  const auto hours = [](double ms) { return std::round(ms / 3'600'000.0 * 1e6) / 1e6; };
+  // To four decimals (a hundredth of a percent): more would be noise.
+  const auto efficiency = [](double busy, double observed) {
+    if (observed <= 0) return json(nullptr);
+    return json(std::round(std::clamp(busy / observed, 0.0, 1.0) * 1e4) / 1e4);
+  };
+  std::vector<std::pair<double, json>> rows;
+  double total_gpu = 0, total_observed = 0, total_busy = 0;
+  for (const auto& [name, e] : entries) {
+    // Another team's workload is shown (unnamed) only while it holds GPUs, as on the node map.
+    if (!e.visible && e.live == nullptr) continue;
+    json item = {{"workload", e.visible ? json(FleetService::shown(name)) : json(nullptr)},
+                 {"tenant", nullptr},
+                 {"live", e.live != nullptr},
+                 {"state", e.live ? json(e.live->state) : json(nullptr)},
+                 {"gpus", e.live ? e.live->gpus : json::array()},
+                 {"allocated_gpu_hours", hours(e.gpu_ms)},
+                 {"placed_gpu_hours", hours(e.placed_ms)},
+                 {"observed_gpu_hours", hours(e.observed_ms)},
+                 {"busy_gpu_hours", hours(std::min(e.busy_ms, e.observed_ms))},
+                 {"efficiency", efficiency(e.busy_ms, e.observed_ms)},
+                 {"recent_utilisation", nullptr},
+                 {"idle", false}};
+    if (e.visible) {
+      if (auto t = directory.tenant(e.tenant_id)) item["tenant"] = t->name;
+      total_gpu += e.gpu_ms;
+      total_observed += e.observed_ms;
+      total_busy += std::min(e.busy_ms, e.observed_ms);
+    }
+    if (e.live) {
+      if (auto avg = e.live->use.recent.averagePercent()) {
+        // Down to a tenth, so that an idle one never reads as 10.0.
+        item["recent_utilisation"] = std::floor(*avg * 10) / 10;
+      }
+      item["idle"] = e.live->use.idle;
+    }
+    rows.emplace_back(e.gpu_ms, std::move(item));
+  }
+  // Allocated but idle first, then by GPU time; the caller's own before other teams'.
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    const bool ai = a.second["idle"].template get<bool>();
+    const bool bi = b.second["idle"].template get<bool>();
+    if (ai != bi) return ai;
+    const bool an = !a.second["workload"].is_null();
+    const bool bn = !b.second["workload"].is_null();
+    if (an != bn) return an;
+    return a.first > b.first;
+  });
+  json data = json::array();
+  for (auto& [ms, item] : rows) data.push_back(std::move(item));
+  return {
+      {"since", rfc3339(from_ms)},
+      {"idle_rule",
+       {{"window_s", fleet::kIdleWindowMs / 1000}, {"below_percent", fleet::kIdleBelowPercent}}},
+      {"data", std::move(data)},
+      {"totals",
+       {{"allocated_gpu_hours", hours(total_gpu)},
+        {"observed_gpu_hours", hours(total_observed)},
+        {"busy_gpu_hours", hours(total_busy)},
+        {"efficiency", efficiency(total_busy, total_observed)}}}};
 }
 
 }  // namespace purser::api

@@ -6,6 +6,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "fleet/engine.h"
 #include "identity/directory.h"
@@ -45,5 +46,26 @@ nlohmann::json queueView(const fleet::QueueStatus& q);
 // name; another team's workloads show as shares without either.
 nlohmann::json nodesView(const scheduler::FleetService& svc, const identity::Directory& directory,
                          const identity::Principal& who);
+
+// A live workload charged for GPU time, as the utilisation report shows it; gathered on the
+// fleet's thread.
+struct LiveGpuUse {
+  std::string name;  // inside Purser
+  std::string tenant_id, team_id, state;
+  bool visible = false;          // the caller may name it
+  nlohmann::json gpus;           // [{node, index, gpu_milli, utilisation}], its placement now
+  int64_t unmetered_gpu_ms = 0;  // GPU time not yet charged (since its last metering)
+  scheduler::LiveUtilisation use;
+};
+std::vector<LiveGpuUse> liveGpuUse(const scheduler::FleetService& svc,
+                                   const identity::Principal& who, int64_t now_ms);
+
+// GET /api/v1/fleet/utilisation: per workload, what was recorded with its charges since `from_ms`
+// and what its GPUs did since its last metering; the caller's workloads by name, other teams'
+// live ones (as on the node map) without.
+nlohmann::json utilisationView(const std::vector<LiveGpuUse>& live,
+                               const std::vector<scheduler::UtilisationRow>& stored,
+                               const identity::Directory& directory, const identity::Principal& who,
+                               int64_t from_ms);
 
 }  // namespace purser::api

@@ -474,6 +474,23 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
                   {"GPUS ALLOCATED", "gpu_allocated"},
                   {"PODS", "pods"}});
     });
+    auto since = std::make_shared<std::string>();
+    CLI::App* utilisation = cmd->add_subcommand(
+        "utilisation",
+        "Per workload: GPU-hours allocated and busy, efficiency, and whether it is allocated but "
+        "idle (its GPUs under 10 % over the last 10 minutes)");
+    utilisation->add_option("--since", *since, "How far back (a duration up to 744h; default 24h)");
+    common(utilisation);
+    utilisation->callback([g, since, &code] {
+      code = run(*g, "GET", "/api/v1/fleet/utilisation" + query({{"since", *since}}), nullptr,
+                 {{"WORKLOAD", "workload"},
+                  {"STATE", "state"},
+                  {"GPU-HOURS", "allocated_gpu_hours"},
+                  {"BUSY GPU-HOURS", "busy_gpu_hours"},
+                  {"EFFICIENCY", "efficiency"},
+                  {"NOW %", "recent_utilisation"},
+                  {"IDLE", "idle"}});
+    });
     auto workload = std::make_shared<std::string>();
     CLI::App* events = cmd->add_subcommand("events", "Admissions, preemptions and evictions");
     events->add_option("--workload", *workload, "Only this workload (NAMESPACE/NAME)");

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "common/json.h"
 #include "exec/command.h"
@@ -34,6 +35,15 @@ const std::vector<store::Migration> kFleetMigrations = {
      " message TEXT NOT NULL, by_workload TEXT NOT NULL, tenant_id TEXT NOT NULL,"
      " team_id TEXT NOT NULL, by_tenant_id TEXT NOT NULL);"
      "CREATE INDEX fleet_events_workload ON fleet_events (workload, id)"},
+    // One row per GPU charge (keyed by its usage event), written in the charge's transaction.
+    {2, "GPU utilisation recorded with GPU time",
+     "CREATE TABLE gpu_utilisation (event_id TEXT PRIMARY KEY, workload TEXT NOT NULL,"
+     " tenant_id TEXT NOT NULL, team_id TEXT NOT NULL, flavor TEXT NOT NULL,"
+     " from_ms INTEGER NOT NULL, at_ms INTEGER NOT NULL, gpu_ms INTEGER NOT NULL,"
+     " placed_gpu_ms INTEGER NOT NULL, observed_gpu_ms INTEGER NOT NULL,"
+     " busy_gpu_ms INTEGER NOT NULL);"
+     "CREATE INDEX gpu_utilisation_at ON gpu_utilisation (at_ms);"
+     "CREATE INDEX gpu_utilisation_workload ON gpu_utilisation (workload, at_ms)"},
 };
 
 constexpr const char* kGpu = "nvidia.com/gpu";
@@ -553,10 +563,14 @@ std::optional<store::TxFn> FleetService::meter(Record& r, int64_t now_ms) {
   // A workload that runs pods is charged from the moment they run, not from its admission.
   if (runsHere(r) && r.state == "admitted") {
     r.metered_until_ms = std::max(r.metered_until_ms, now_ms);
+    sampling_.erase(r.spec.name);
     return std::nullopt;
   }
   const int64_t elapsed = now_ms - r.metered_until_ms;
   if (elapsed <= 0) return std::nullopt;
+  // Its GPUs' utilisation up to the end of the stretch, recorded with the charge below (and kept
+  // for the next attempt when this one charges nothing).
+  sample(r, now_ms, percentNow());
   Money cost;
   Amount gpu_milli = 0;
   std::string flavor;
@@ -580,6 +594,7 @@ std::optional<store::TxFn> FleetService::meter(Record& r, int64_t now_ms) {
   }
   if (gpu_milli == 0 || r.tenant_id.empty()) {
     r.metered_until_ms = now_ms;  // nothing to charge, or nobody to charge it to
+    if (auto it = sampling_.find(r.spec.name); it != sampling_.end()) it->second.unmetered = {};
     return std::nullopt;
   }
   ledger::UsageEvent e;
@@ -605,18 +620,125 @@ std::optional<store::TxFn> FleetService::meter(Record& r, int64_t now_ms) {
     spdlog::error("fleet: GPU time of {} not charged: {}", r.spec.name, charged.error().message);
     return std::nullopt;
   }
+  // What its GPUs did in the stretch, in GPU-milliseconds, beside the GPU-hours charged.
+  fleet::GpuTime used;
+  if (auto it = sampling_.find(r.spec.name); it != sampling_.end()) {
+    used = std::exchange(it->second.unmetered, {});
+  }
+  const auto gpuMs = [](double milli_ms) -> int64_t {
+    if (!std::isfinite(milli_ms) || milli_ms <= 0) return 0;
+    return static_cast<int64_t>(std::llround(milli_ms / 1000.0));
+  };
+  const int64_t placed_ms = gpuMs(static_cast<double>(used.placed));
+  const int64_t observed_ms =
+      std::min<int64_t>(gpuMs(static_cast<double>(used.observed)), placed_ms);
+  const int64_t busy_ms = std::min<int64_t>(gpuMs(used.busy), observed_ms);
+  store::TxFn write =
+      [charge = std::move(charged->write), event_id = e.id, workload = r.spec.name,
+       tenant = r.tenant_id, team = r.team_id, flavor, from_ms = r.metered_until_ms, now_ms,
+       gpu_ms = gpuMs(static_cast<double>(gpu_milli) * static_cast<double>(elapsed)), placed_ms,
+       observed_ms, busy_ms](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(charge(tx));
+    PURSER_TRY(tx.exec(
+        "INSERT INTO gpu_utilisation (event_id, workload, tenant_id, team_id, flavor, from_ms, "
+        "at_ms, gpu_ms, placed_gpu_ms, observed_gpu_ms, busy_gpu_ms) VALUES ($1, $2, $3, $4, $5, "
+        "$6, $7, $8, $9, $10, $11) ON CONFLICT (event_id) DO NOTHING",
+        {event_id, workload, tenant, team, flavor, from_ms, now_ms, gpu_ms, placed_ms, observed_ms,
+         busy_ms}));
+    return {};
+  };
   r.metered_until_ms = now_ms;
   r.charged = r.charged.add(charged->charged).value_or(Money::max());
-  if (charged->alerts.empty()) return std::move(charged->write);
+  if (charged->alerts.empty()) return write;
   {
     std::lock_guard lock(shared_mu_);
     alerts_.emplace_back(r.tenant_id, charged->alerts);
   }
-  return [write = std::move(charged->write), alerts = charged->alerts, tenant = r.tenant_id,
+  return [write = std::move(write), alerts = charged->alerts, tenant = r.tenant_id,
           audit = d_.audit_alerts](store::Tx& tx) -> Result<void> {
     PURSER_TRY(write(tx));
     return audit ? audit(tx, alerts, tenant) : Result<void>{};
   };
+}
+
+// --- GPU utilisation
+// ----------------------------------------------------------------------------
+
+// Charged for its GPUs now: as meter() charges it.
+bool FleetService::charging(const Record& r) const {
+  return holdsQuota(r.state) && r.admission && !(r.state == "admitted" && runsHere(r));
+}
+
+fleet::PercentOf FleetService::percentNow() const {
+  if (d_.gpu_utilisation == nullptr) return nullptr;
+  using Key = std::pair<std::string, int>;
+  auto cache = std::make_shared<std::map<Key, std::optional<double>>>();
+  const fleet::GpuUtilisation* source = d_.gpu_utilisation;
+  return [cache, source](const std::string& node, int gpu) -> std::optional<double> {
+    Key key(node, gpu);
+    if (auto it = cache->find(key); it != cache->end()) return it->second;
+    std::optional<double> percent;
+    if (auto reading = source->reading(node, gpu)) {
+      percent = fleet::usablePercent(reading->util_percent);
+    }
+    cache->emplace(std::move(key), percent);
+    return percent;
+  };
+}
+
+std::optional<fleet::GpuReading> FleetService::gpuReading(const std::string& node,
+                                                          int gpu_index) const {
+  if (d_.gpu_utilisation == nullptr) return std::nullopt;
+  auto reading = d_.gpu_utilisation->reading(node, gpu_index);
+  if (!reading) return std::nullopt;
+  auto usable = fleet::usablePercent(reading->util_percent);
+  if (!usable) return std::nullopt;
+  reading->util_percent = *usable;
+  return reading;
+}
+
+void FleetService::sample(const Record& r, int64_t until_ms, const fleet::PercentOf& percent) {
+  Sampling& s = sampling_[r.spec.name];
+  const int64_t from = std::max(s.sampled_ms, r.metered_until_ms);
+  if (until_ms <= from || !r.admission) return;
+  std::vector<fleet::PodPlacement> placed;
+  for (const auto& ps : r.admission->pod_sets) {
+    placed.insert(placed.end(), ps.placements.begin(), ps.placements.end());
+  }
+  // Each stretch is read at its end: a reading holds from the sample before it (a second, at the
+  // service's pace) to this one.
+  const fleet::GpuTime t = fleet::gpuTimeOf(placed, until_ms - from, percent);
+  s.unmetered += t;
+  s.recent.add(until_ms, t);
+  s.sampled_ms = until_ms;
+}
+
+void FleetService::sampleUtilisation() {
+  for (auto it = sampling_.begin(); it != sampling_.end();) {
+    const Record* r = find(it->first);
+    if (r == nullptr || !charging(*r)) {
+      it = sampling_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const int64_t now = nowMs();
+  const fleet::PercentOf percent = percentNow();
+  for (const auto& [name, r] : records_) {
+    if (charging(r)) sample(r, now, percent);
+  }
+}
+
+std::optional<LiveUtilisation> FleetService::utilisationOf(const std::string& name) const {
+  const Record* r = find(name);
+  if (r == nullptr || !charging(*r)) return std::nullopt;
+  LiveUtilisation out;
+  if (auto it = sampling_.find(name); it != sampling_.end()) {
+    out.unmetered = it->second.unmetered;
+    out.recent = it->second.recent.over(nowMs());
+  }
+  out.idle = fleet::isIdle(out.recent);
+  return out;
 }
 
 void FleetService::noteEvent(std::string kind, const std::string& workload,
@@ -703,6 +825,7 @@ void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
         break;
       case fleet::Event::Kind::kEvicted: {
         if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+        sampling_.erase(e.workload);
         stopPods(r, e.reason);
         const bool budget = e.reason == "BudgetExhausted";
         r.state = budget ? "suspended" : "evicted";
@@ -820,6 +943,7 @@ void FleetService::tick() {
     for (auto& fn : retries) enqueue(std::move(fn), nullptr);
     const int64_t interval =
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval).count();
+    sampleUtilisation();
     std::vector<std::string> stops;
     for (auto& [name, r] : records_) {
       if (!holdsQuota(r.state) || now - r.metered_until_ms < interval) continue;
@@ -1254,6 +1378,7 @@ void FleetService::endRun(Record& r, bool failed, const std::string& reason,
   }
   if (decisive == nullptr && !r.pods.empty()) decisive = &r.pods.back();
   if (auto tx = meter(r, std::max(end, r.metered_until_ms))) metering_.push_back(std::move(*tx));
+  sampling_.erase(r.spec.name);
   releaseGpu(r);
   if (decisive != nullptr) {
     if (decisive->exit_code) {
@@ -1397,6 +1522,7 @@ Result<Record> FleetService::remove(std::string name, const std::string& by, Don
   Record& r = it->second;
   const int64_t now = nowMs();
   if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+  sampling_.erase(name);
   releaseGpu(r);
   stopPods(r, "Deleted");
   if (!r.external.empty()) {
@@ -1521,6 +1647,35 @@ Result<std::vector<EventRow>> FleetService::events(
     const auto& row = *it;
     out.push_back({row.getText(0), row.getText(1), row.getText(2), row.getText(3), row.getText(4),
                    row.getText(5), row.getText(6), row.getText(7), row.getText(8), row.getText(9)});
+  }
+  return out;
+}
+
+Result<std::vector<UtilisationRow>> FleetService::utilisationSince(
+    int64_t from_ms, const Visibility& v, const std::vector<std::string>& also) const {
+  std::vector<store::Value> params = {from_ms};
+  // The rows `v` shows (its conditions joined by AND), or those of the workloads in `also`.
+  std::string shown = "1 = 1" + visibilitySql(v, params);
+  std::string named;
+  for (const auto& name : also) {
+    params.emplace_back(name);
+    named += fmt::format("{}${}", named.empty() ? "" : ", ", params.size());
+  }
+  const std::string sql =
+      "SELECT workload, tenant_id, team_id, SUM(gpu_ms), SUM(placed_gpu_ms), "
+      "SUM(observed_gpu_ms), SUM(busy_gpu_ms), MAX(at_ms) FROM gpu_utilisation WHERE at_ms >= $1 "
+      "AND ((" +
+      shown + ")" + (named.empty() ? std::string() : " OR workload IN (" + named + ")") +
+      ") GROUP BY workload, tenant_id, team_id ORDER BY workload";
+  store::Rows rows;
+  PURSER_TRY(d_.store.read([&](store::Tx& tx) -> Result<void> {
+    rows = PURSER_TRY_VALUE(tx.query(sql, params));
+    return {};
+  }));
+  std::vector<UtilisationRow> out;
+  for (const auto& row : rows) {
+    out.push_back({row.getText(0), row.getText(1), row.getText(2), row.getInt(3), row.getInt(4),
+                   row.getInt(5), row.getInt(6), row.getInt(7)});
   }
   return out;
 }

@@ -12,6 +12,13 @@
 // Life of a workload: see scheduler/record.h. Every change of state is an event with a reason
 // (fleet_events). GPU time is charged from the moment its pods run to the moment they end, as the
 // executor reports them (a workload that runs nothing is charged while it holds its quota).
+//
+// GPU utilisation: while a workload is charged for GPUs, its placement's GPUs are read every
+// second through Deps::gpu_utilisation (fleet/utilisation.h) and their placed, observed and busy
+// GPU time accumulated; each metering writes that beside its charge (gpu_utilisation, keyed by
+// the usage event's id, in the same transaction). The last ten minutes are kept in memory for
+// the "allocated but idle" flag; what was accumulated since the last metering is lost with a
+// restart (the charge is not: the next metering charges the whole stretch, with what it observed).
 #pragma once
 
 #include <utility>
@@ -43,6 +50,7 @@
 #include "exec/executor.h"
 #include "fleet/engine.h"
 #include "fleet/inventory.h"
+#include "fleet/utilisation.h"
 #include "fleet_io/manifest.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
@@ -84,6 +92,8 @@ struct Deps {
       audit_alerts;
   // Where served models' replicas join (none: workloads that serve run, and join nothing).
   ServedRoutes* served = nullptr;
+  // How busy the fleet's GPUs are (none: nothing is observed; GPU time is still charged).
+  const fleet::GpuUtilisation* gpu_utilisation = nullptr;
 };
 
 struct Options {
@@ -128,6 +138,24 @@ struct EventRow {
 struct Visibility {
   std::string tenant_id;  // empty: every tenant
   std::string team_id;    // empty: every team of the tenant
+};
+
+// GPU utilisation recorded with one workload's charges (gpu_utilisation rows, summed), in
+// GPU-milliseconds.
+struct UtilisationRow {
+  std::string workload, tenant_id, team_id;
+  int64_t gpu_ms = 0;           // charged (the usage events' GPU time)
+  int64_t placed_gpu_ms = 0;    // held on the placement's GPUs
+  int64_t observed_gpu_ms = 0;  // of that, while the GPU had a reading
+  int64_t busy_gpu_ms = 0;      // of that, weighted by the readings
+  int64_t last_ms = 0;          // the end of the newest stretch
+};
+
+// What is known now of a live workload's GPU utilisation (in milli-GPU-milliseconds).
+struct LiveUtilisation {
+  fleet::GpuTime unmetered;  // since its last metering (not recorded yet)
+  fleet::GpuTime recent;     // over the idle window (fleet::kIdleWindowMs)
+  bool idle = false;         // fleet::isIdle(recent)
 };
 
 // A ClusterQueue's figures, as last scheduled (for /metrics, read from any thread).
@@ -217,6 +245,14 @@ class FleetService {
   // Makes sure the engine knows namespace `ns` of `tenant_id` (a team created since the start).
   void ensureNamespace(const std::string& ns, const std::string& tenant_id);
 
+  // The latest reading of a GPU of the inventory, when one is known and believed.
+  std::optional<fleet::GpuReading> gpuReading(const std::string& node, int gpu_index) const;
+  // Reads the GPUs of every workload charged for GPU time and accumulates their utilisation up to
+  // now (the service's timer does it every second).
+  void sampleUtilisation();
+  // A live workload's utilisation while it is charged for GPU time; nullopt otherwise.
+  std::optional<LiveUtilisation> utilisationOf(const std::string& name) const;
+
   // --- From any thread ------------------------------------------------------------------------
 
   // Something changed on an executor (a pod ended): the pods are polled now, not at the next
@@ -236,6 +272,10 @@ class FleetService {
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> takeAlerts();
   QueueSnapshot queueSnapshot() const;
   const std::vector<std::string>& warnings() const { return warnings_; }
+  // Utilisation recorded with the charges of stretches that ended at or after `from_ms`, summed
+  // per workload: the workloads `v` shows, and those named in `also`.
+  Result<std::vector<UtilisationRow>> utilisationSince(int64_t from_ms, const Visibility& v,
+                                                       const std::vector<std::string>& also) const;
 
  private:
   struct Built {
@@ -275,6 +315,12 @@ class FleetService {
   void releaseGpu(Record& r);
   void stopForBudget(const std::string& name);
   std::optional<store::TxFn> meter(Record& r, int64_t until_ms);
+  // GPU utilisation: is `r` charged for its GPUs now? Its GPU time from its last sample to
+  // `until_ms`, each GPU at `percent`.
+  bool charging(const Record& r) const;
+  void sample(const Record& r, int64_t until_ms, const fleet::PercentOf& percent);
+  // Readings for one pass, each GPU read once.
+  fleet::PercentOf percentNow() const;
   void noteEvent(std::string kind, const std::string& workload, std::string cluster_queue,
                  std::string reason, std::string message, std::string by);
 
@@ -325,6 +371,13 @@ class FleetService {
   std::map<std::string, Record> just_ended_;  // what ended since the last submit()
   std::vector<EventRow> new_events_;          // events to write
   std::vector<store::TxFn> metering_;         // usage events to write
+  // Utilisation of the workloads charged for GPU time now (fleet/utilisation.h).
+  struct Sampling {
+    int64_t sampled_ms = 0;    // accumulated up to here
+    fleet::GpuTime unmetered;  // since the last metering
+    fleet::RecentUtilisation recent;
+  };
+  std::map<std::string, Sampling> sampling_;
 
   mutable std::mutex shared_mu_;  // what other threads read or hand in
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // shared_mu_

@@ -28,6 +28,7 @@
 #include "common/random.h"
 #include "common/secret_key.h"
 #include "config/kubeconfig.h"
+#include "gateway/admission.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
 #include "http/builtin.h"
@@ -43,6 +44,7 @@
 #include "ledger/wallet_book.h"
 #include "server/console.h"
 #include "server/data_dir.h"
+#include "server/observed_gpus.h"
 #include "server/observer.h"
 #include "store/sqlite_store.h"
 
@@ -252,6 +254,9 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     route->slo_itl_p95 = r.slo_itl_p95;
     route->saturation_queue = r.saturation_queue;
     route->saturation_kv_cache = r.saturation_kv_cache;
+    route->queue =
+        std::make_shared<gateway::AdmissionQueue>(static_cast<size_t>(r.queue_max_waiting));
+    route->queue_max_wait = r.queue_max_wait;
     for (const auto& t : r.targets) {
       auto target = std::make_unique<gateway::Target>();
       for (auto& p : providers) {
@@ -333,6 +338,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       Observer::create(config.observe, config.providers, workers.context(0), metrics,
                        SystemClock::instance(), [&gateway] { return gateway.routes(); }));
   services.series = &observer->series();
+  // Requests waiting for a saturated route go on as soon as a scrape shows room.
+  observer->onJudged([&gateway] { gateway.pumpQueues(); });
   services.provider_keys = &provider_keys;
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
@@ -473,6 +480,13 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   };
   GatewayRoutes served_routes(gateway, prices);
   fleet_setup.served = &served_routes;
+  // The GPUs' utilisation, from the DCGM exporters, for the fleet's efficiency figures.
+  std::unique_ptr<ObservedGpus> observed_gpus;
+  if (!config.observe.exporters.empty()) {
+    observed_gpus = std::make_unique<ObservedGpus>(observer->series(), observer->scraper(),
+                                                   SystemClock::instance());
+    fleet_setup.gpu_utilisation = observed_gpus.get();
+  }
   auto fleet_api = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_setup)));
   for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
   PURSER_TRY(fleet_api->addRoutes(router));

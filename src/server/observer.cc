@@ -121,9 +121,10 @@ void Observer::judge(const std::string& name) {
       });
       if (on_it) judgeProvider(provider);
     }
-    return;
+  } else {
+    judgeProvider(name);
   }
-  judgeProvider(name);
+  if (on_judged_) on_judged_();
 }
 
 std::string Observer::gpuFault(const std::string& provider, int64_t now_ms) const {

@@ -38,6 +38,10 @@ class Observer {
       RouteList routes);
   ~Observer();
 
+  // Called after each judgement of a provider's targets (on the scrape loop's thread); set
+  // before start().
+  void onJudged(std::function<void()> f) { on_judged_ = std::move(f); }
+
   void start();
   void stop();
   // After a scrape of `name`: judges the targets of that provider, or of the providers on that
@@ -61,6 +65,7 @@ class Observer {
   http::Family<http::Gauge>* kv_ = nullptr;
   http::Family<http::Gauge>* ttft_ = nullptr;
   RouteList routes_;
+  std::function<void()> on_judged_;
   std::map<std::string, std::vector<std::string>> gpus_;  // provider -> "EXPORTER/GPU"
   std::unique_ptr<observe::SeriesStore> store_;
   std::unique_ptr<observe::Scraper> scraper_;

@@ -45,6 +45,20 @@ export async function startSim(flags = []) {
   };
 }
 
+// Starts `purser sim dcgm` (a simulated DCGM exporter: POST /sim/gpus sets its readings) with
+// extra flags; resolves with { url, stop() }.
+export async function startDcgmSim(flags = []) {
+  const p = startListening(["sim", "dcgm", "--listen", "127.0.0.1:0", ...flags]);
+  const url = await p.url;
+  return {
+    url,
+    async stop() {
+      p.child.kill("SIGTERM");
+      await p.exited;
+    },
+  };
+}
+
 // Starts purser with `configText` (a YAML document without `listen`) and resolves once it
 // listens. Returns { url, process, stop(), stderr() }.
 export async function startPurser(configText = "", env = {}) {

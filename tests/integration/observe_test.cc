@@ -59,7 +59,8 @@ class ObserveTest : public ::testing::Test {
     server = std::move(served.process);
     ASSERT_NE(served.port, 0) << server->err();
     port = served.port;
-    key = testing::seedMember(port, kAdminKey).key;
+    member = testing::seedMember(port, kAdminKey);
+    key = member.key;
   }
 
   void TearDown() override {
@@ -111,6 +112,7 @@ class ObserveTest : public ::testing::Test {
   std::vector<std::unique_ptr<Process>> sims;
   std::unique_ptr<Process> server;
   uint16_t port = 0;
+  testing::Member member;
   std::string key;
 };
 
@@ -184,6 +186,140 @@ TEST_F(ObserveTest, ASaturatedOrDeadReplicaLeavesTheRotationAndReturnsWhenHealth
   EXPECT_NE(metrics.body.find("purser_scrape_up{target=\"first\"} 0"), std::string::npos);
   EXPECT_NE(metrics.body.find("purser_scrape_up{target=\"second\"} 1"), std::string::npos);
   EXPECT_NE(metrics.body.find("purser_observe_memory_bytes "), std::string::npos);
+}
+
+// Every replica saturated: sheddable requests are refused at once, the others wait in Purser
+// (critical first) holding no budget, and go on as the replica finishes what it has.
+TEST_F(ObserveTest, ASaturatedRouteShedsSheddableRequestsAndQueuesTheRestByPriority) {
+  // One sequence at a time, 20 tokens a second.
+  const uint16_t busy =
+      sim({"--models", "m", "--ttft-ms", "0", "--tokens-per-s", "20", "--max-num-seqs", "1"});
+  serve(fmt::format(
+      "providers:\n"
+      "  - {{name: busy, kind: openai, base_url: http://127.0.0.1:{0}/v1,"
+      " metrics_url: http://127.0.0.1:{0}/metrics, engine: vllm}}\n"
+      "prices:\n"
+      "  - {{provider: busy, model: m, input_per_mtok: \"100\", output_per_mtok: \"100\"}}\n"
+      "routes:\n"
+      "  - model: chat\n"
+      "    targets: [{{provider: busy, model: m}}]\n"
+      "    saturation: {{queue: 2}}\n"
+      "    queue: {{max_wait: 60s}}\n"
+      "observe: {{interval: 100ms}}\n",
+      busy));
+  const std::string admin = std::string("Authorization: Bearer ") + kAdminKey;
+  ASSERT_EQ(call(port, "POST", "/api/v1/wallets", {admin},
+                 json{{"scope", {{"kind", "user"}, {"id", member.user}}}, {"limit", "5.00"}}.dump())
+                .status,
+            201);
+  Reply made = call(port, "POST", "/api/v1/keys", {admin},
+                    json{{"owner", {{"kind", "user"}, {"id", member.user}}},
+                         {"name", "urgent"},
+                         {"priority", "critical"}}
+                        .dump());
+  ASSERT_EQ(made.status, 201) << made.body;
+  const std::string critical_key = made.json_body()["key"];
+  waitForState("busy", "healthy");
+
+  // Three long streams straight at the replica: one runs, two wait there: saturated.
+  std::vector<std::unique_ptr<RawClient>> load;
+  const json longer = {{"model", "m"},
+                       {"messages", {{{"role", "user"}, {"content", "a long one"}}}},
+                       {"max_tokens", 40},
+                       {"ignore_eos", true},
+                       {"stream", true}};
+  for (int i = 0; i < 3; ++i) {
+    load.push_back(std::make_unique<RawClient>(busy));
+    ASSERT_TRUE(
+        load.back()->send(testing::jsonRequest("POST", "/v1/chat/completions", {}, longer.dump())));
+  }
+  waitForState("busy", "saturated");
+
+  const json hello = {{"model", "chat"},
+                      {"messages", {{{"role", "user"}, {"content", "hello there"}}}},
+                      {"max_tokens", 5}};
+  // Sheddable: refused at once, in each API's own words, with when to come back.
+  testing::RawResponse shed = testing::callJson(
+      port, "POST", "/v1/chat/completions",
+      {"Authorization: Bearer " + key, "x-purser-priority: sheddable"}, hello.dump());
+  EXPECT_EQ(shed.status, 503) << shed.body;
+  EXPECT_EQ(json::parse(shed.body)["error"]["code"], "overloaded");
+  EXPECT_EQ(shed.header("retry-after"), "1");
+  const json message = {
+      {"model", "chat"}, {"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  Reply anthropic =
+      call(port, "POST", "/v1/messages",
+           {"x-api-key: " + key, "anthropic-version: 2023-06-01", "x-purser-priority: sheddable"},
+           message.dump());
+  EXPECT_EQ(anthropic.status, 529) << anthropic.body;
+  EXPECT_EQ(anthropic.json_body()["error"]["type"], "overloaded_error");
+  // A key cannot raise its own priority; a header that is not a priority is refused.
+  EXPECT_EQ(call(port, "POST", "/v1/chat/completions",
+                 {"Authorization: Bearer " + key, "x-purser-priority: critical"}, hello.dump())
+                .status,
+            403);
+  EXPECT_EQ(call(port, "POST", "/v1/chat/completions",
+                 {"Authorization: Bearer " + key, "x-purser-priority: urgent"}, hello.dump())
+                .status,
+            400);
+
+  // A standard request and then a critical one wait in Purser; nothing is held for them.
+  RawClient standard(port), critical(port);
+  ASSERT_TRUE(standard.send(testing::jsonRequest("POST", "/v1/chat/completions",
+                                                 {"Authorization: Bearer " + key}, hello.dump())));
+  for (int i = 0; i < 600; ++i) {
+    if (call(port, "GET", "/metrics", {})
+            .body.find("purser_gateway_queue_waiting{route=\"chat\",priority=\"standard\"} 1") !=
+        std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(critical.send(testing::jsonRequest(
+      "POST", "/v1/chat/completions", {"Authorization: Bearer " + critical_key}, hello.dump())));
+  std::string metrics;
+  for (int i = 0; i < 600; ++i) {
+    metrics = call(port, "GET", "/metrics", {}).body;
+    if (metrics.find("purser_gateway_queue_waiting{route=\"chat\",priority=\"critical\"} 1") !=
+        std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(metrics.find("purser_gateway_queue_waiting{route=\"chat\",priority=\"standard\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("purser_gateway_queue_waiting{route=\"chat\",priority=\"critical\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("purser_gateway_shed_total{route=\"chat\",priority=\"sheddable\",reason="
+                         "\"saturated\"} 2"),
+            std::string::npos);
+  Reply wallet = call(port, "GET", "/api/v1/wallets?scope=user:" + member.user, {admin});
+  ASSERT_EQ(wallet.status, 200) << wallet.body;
+  EXPECT_EQ(wallet.json_body()["data"][0]["reserved"], "0.00") << "waiting holds no budget";
+  EXPECT_EQ(wallet.json_body()["data"][0]["spent"], "0.00");
+
+  // The replica finishes its streams; the critical request goes first, then the standard one.
+  auto first = critical.readResponse();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->status, 200) << first->body;
+  auto second = standard.readResponse();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->status, 200) << second->body;
+  const json fin = call(port, "GET", "/api/v1/wallets?scope=user:" + member.user, {admin})
+                       .json_body()["data"][0];
+  EXPECT_EQ(fin["reserved"], "0.00");
+  EXPECT_NE(fin["spent"], "0.00") << "both were charged once they ran";
+  // The critical one was sent on first: it ran (one sequence at a time) and settled first.
+  std::map<std::string, std::string> settled_at;  // key id -> when its request settled
+  const json usage =
+      call(port, "GET", "/api/v1/usage?scope=user:" + member.user, {admin}).json_body();
+  for (const auto& e : usage["data"]) settled_at[e["key"]] = e["at"];
+  const std::string critical_id = made.json_body()["id"];
+  ASSERT_EQ(settled_at.size(), 2u);
+  const std::string critical_at = settled_at[critical_id];
+  settled_at.erase(critical_id);  // what is left is the standard key's
+  EXPECT_LT(critical_at, settled_at.begin()->second);
 }
 
 // A port nothing listens on now: bound to port 0, then released for the process given it (the
