@@ -60,6 +60,8 @@ struct Services {
   DenialLog* denials = nullptr;
   // What scraping keeps of the model servers' metrics, for the targets' history.
   const observe::SeriesStore* series = nullptr;
+  // What percentiles are judged over (observe.window), Purser's own measurements included.
+  Duration observe_window = std::chrono::seconds(60);
   // The outstanding reservations made through this API. Each Services made is a table of its own;
   // its copies (the route tables keep one each) share it.
   std::shared_ptr<Reservations> reservations = std::make_shared<Reservations>();

@@ -15,6 +15,7 @@
 #include "common/duration.h"
 #include "gateway/gateway.h"
 #include "gateway/routing.h"
+#include "observe/observation.h"
 
 namespace purser::api {
 
@@ -76,25 +77,26 @@ bool routeVisible(const gateway::Route& r, const Principal& who) {
 json optionalNumber(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
 // The target's state as its metrics judge it when it is scraped; from Purser's own view of its
-// traffic otherwise.
-std::pair<std::string, std::string> stateOf(const gateway::Target& t,
+// traffic otherwise (its failures, and the time to first token it measured over `window`), by
+// the same judgement.
+std::pair<std::string, std::string> stateOf(const gateway::Route& r, const gateway::Target& t,
                                             const gateway::TargetObserved::Facts& facts,
-                                            MonoTime now, int64_t requests) {
+                                            MonoTime now, Duration window, int64_t requests) {
   const gateway::Condition c = t.observed.condition.load(std::memory_order_relaxed);
   if (c != gateway::Condition::kUnknown || !facts.reason.empty()) {
     return {std::string(gateway::conditionName(c)), facts.reason};
   }
-  const int failures = t.health.consecutive_failures.load(std::memory_order_relaxed);
-  if (gateway::coolingDown(t, now)) {
-    return {"down", fmt::format("{} requests failed in a row; cooling down", failures)};
-  }
-  if (failures > 0) {
-    return {"degraded", fmt::format("the last {} request(s) to it failed", failures)};
-  }
-  if (requests == 0 && t.health.ewma_latency_us.load(std::memory_order_relaxed) == 0) {
-    return {"unknown", "no traffic and no metrics"};
-  }
-  return {"healthy", "its requests succeed"};
+  observe::TargetEvidence e;
+  e.cooling_down = gateway::coolingDown(t, now);
+  e.consecutive_failures = t.health.consecutive_failures.load(std::memory_order_relaxed);
+  e.any_traffic = requests > 0 || t.health.ewma_latency_us.load(std::memory_order_relaxed) != 0;
+  std::tie(e.measured_ttft_p95_s, e.measured) = t.health.ttft.quantile(0.95, now - window);
+  const observe::TargetHealthJudgement j =
+      observe::judgeTarget(e, {.ttft_p95 = r.slo_ttft_p95,
+                               .itl_p95 = r.slo_itl_p95,
+                               .saturation_queue = r.saturation_queue,
+                               .saturation_kv = r.saturation_kv_cache});
+  return {std::string(observe::targetStateName(j.state)), j.reason};
 }
 
 std::string health(const gateway::Target& t, MonoTime now, int64_t requests) {
@@ -178,7 +180,10 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
             {"priced", t->price != nullptr},
             {"served", i >= configured}};  // a replica the fleet serves
         const gateway::TargetObserved::Facts facts = t->observed.facts();
-        auto [state, reason] = stateOf(*t, facts, now, st.requests);
+        auto [state, reason] = stateOf(*r, *t, facts, now, s.observe_window, st.requests);
+        const auto measured = t->health.ttft.quantile(0.95, now - s.observe_window).first;
+        target["measured_ttft_p95_ms"] =
+            measured ? json(std::round(*measured * 1000.0 * 10.0) / 10.0) : json(nullptr);
         target["state"] = state;
         target["reason"] = reason;
         target["queue"] = optionalNumber(facts.queue);

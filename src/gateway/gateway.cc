@@ -258,7 +258,6 @@ asio::awaitable<std::optional<Response>> Gateway::Impl::waitForRoom(Call& c) {
   bool saturated = false;
   if ((queue->empty() && roomiest(route, now, &saturated) != nullptr) ||
       (!saturated && queue->empty())) {
-    waited({});
     co_return std::nullopt;
   }
   if (c.priority == Priority::kSheddable) {

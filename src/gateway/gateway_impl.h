@@ -110,8 +110,8 @@ struct GatewayMetrics {
                                {"route", "priority"})),
         queue_wait(&m.histogramFamily(
             "purser_gateway_queue_wait_seconds",
-            "Time a request waited in Purser before it was sent on (0 when it did not wait), by "
-            "route and priority.",
+            "Time requests that had to wait in Purser waited before they were sent on or "
+            "refused, by route and priority.",
             {"route", "priority"}, http::latencyBuckets())),
         shed(&m.counterFamily("purser_gateway_shed_total",
                               "Requests refused because every replica of the route was saturated, "

@@ -159,6 +159,7 @@ asio::awaitable<void> Gateway::Impl::relay(Call& c, Target& t, http::ClientStrea
     upstreamError(t, "5xx");
   } else {
     recordSuccess(t, d_.clock.monotonic() - sent);
+    if (s.first_byte) t.health.ttft.record(d_.clock.monotonic(), s.first_byte_at - sent);
   }
   const bool estimated = !s.usage_seen || s.usage_invalid || cut || client_gone;
   co_await settle(c, estimated ? estimate(c, s) : s.tokens, estimated, cut ? 502 : 200, &t, ttft);

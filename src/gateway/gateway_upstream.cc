@@ -133,6 +133,8 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
         continue;
       }
       recordSuccess(*t, d_.clock.monotonic() - sent);
+      if (res->status < 400)
+        t->health.ttft.record(d_.clock.monotonic(), d_.clock.monotonic() - sent);
       // The answer is read in place: its usage and shape, nothing built. Only a translated
       // answer (the other API) or a refusal put in the client's shape becomes a document.
       Result<JsonView> answer = fail(internalError("not read"));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace purser::gateway {
 
@@ -116,6 +117,30 @@ bool allowsTeam(const Route& route, const std::string& team_id) {
 
 bool coolingDown(const Target& t, MonoTime now) {
   return t.health.cooldown_until_ns.load(std::memory_order_relaxed) > ns(now);
+}
+
+void LatencyWindow::record(MonoTime at, Duration latency) {
+  std::lock_guard lock(mu_);
+  ring_[next_] = {at, std::chrono::duration<double>(latency).count()};
+  next_ = (next_ + 1) % kCapacity;
+  size_ = std::min(size_ + 1, kCapacity);
+}
+
+std::pair<std::optional<double>, size_t> LatencyWindow::quantile(double q, MonoTime since) const {
+  std::vector<double> values;
+  {
+    std::lock_guard lock(mu_);
+    values.reserve(size_);
+    for (size_t i = 0; i < size_; ++i) {
+      if (ring_[i].first >= since) values.push_back(ring_[i].second);
+    }
+  }
+  if (values.empty()) return {std::nullopt, 0};
+  // The nearest rank: the smallest value with at least q of the values at or below it.
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
+  const size_t k = std::clamp<size_t>(rank, 1, values.size()) - 1;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
+  return {values[k], values.size()};
 }
 
 void recordSuccess(Target& t, Duration latency) {

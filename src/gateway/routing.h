@@ -12,6 +12,7 @@
 // routes are shared by all workers without locks.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -83,12 +84,31 @@ class Provider {
   size_t next_ = 0;                           // guarded by mu_
 };
 
+// The latest latencies of a target's requests as Purser measured them, each with when it was
+// taken (the last 256); thread-safe.
+class LatencyWindow {
+ public:
+  void record(MonoTime at, Duration latency);
+  // The `q` quantile (seconds) of those taken at or after `since`, and how many there were.
+  std::pair<std::optional<double>, size_t> quantile(double q, MonoTime since) const;
+
+ private:
+  static constexpr size_t kCapacity = 256;
+  mutable std::mutex mu_;
+  std::array<std::pair<MonoTime, double>, kCapacity> ring_{};  // guarded by mu_
+  size_t next_ = 0;                                            // guarded by mu_
+  size_t size_ = 0;                                            // guarded by mu_
+};
+
 struct TargetHealth {
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> ewma_latency_us{0};  // 0: nothing observed yet
   std::atomic<int> consecutive_failures{0};
   std::atomic<int64_t> cooldown_until_ns{0};  // monotonic; 0: not cooling down
   std::atomic<int64_t> cooldown_ns{0};        // the length of the current/last cooldown
+  // Time to the upstream's first byte (the whole answer when not streamed), of requests that
+  // succeeded: what users of the target feel, whatever the server reports.
+  LatencyWindow ttft;
 };
 
 // What the server's metrics say of a target (set from observe/'s judgement by the composition

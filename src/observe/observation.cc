@@ -222,6 +222,15 @@ TargetHealthJudgement judgeTarget(const TargetEvidence& e, const ServiceObjectiv
                           ms(itl_slo))};
     }
   }
+  // What users feel, whatever the server says: Purser's own measurement of its answers.
+  const double ttft_objective = std::chrono::duration<double>(slo.ttft_p95).count();
+  if (ttft_objective > 0 && e.measured >= kMinMeasured && e.measured_ttft_p95_s &&
+      *e.measured_ttft_p95_s > ttft_objective) {
+    return {TargetState::kDegraded,
+            fmt::format("time to first token p95 {} over its objective {}, as Purser measured its "
+                        "last {} requests",
+                        ms(*e.measured_ttft_p95_s), ms(ttft_objective), e.measured)};
+  }
   if (e.consecutive_failures > 0) {
     return {TargetState::kDegraded,
             fmt::format("the last {} request(s) to it failed", e.consecutive_failures)};

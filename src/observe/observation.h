@@ -98,7 +98,14 @@ struct TargetEvidence {
   std::string gpu_fault;
   int consecutive_failures = 0;
   bool any_traffic = false;
+  // Time to first byte p95 of its recent successful requests as Purser measured them (over the
+  // window), and how many there were; judged only from kMinMeasured requests on.
+  std::optional<double> measured_ttft_p95_s;
+  size_t measured = 0;
 };
+
+// The fewest requests Purser's own time-to-first-token p95 is judged from.
+inline constexpr size_t kMinMeasured = 20;
 
 struct TargetHealthJudgement {
   TargetState state = TargetState::kUnknown;

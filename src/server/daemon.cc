@@ -338,6 +338,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       Observer::create(config.observe, config.providers, workers.context(0), metrics,
                        SystemClock::instance(), [&gateway] { return gateway.routes(); }));
   services.series = &observer->series();
+  services.observe_window = config.observe.window;
   // Requests waiting for a saturated route go on as soon as a scrape shows room.
   observer->onJudged([&gateway] { gateway.pumpQueues(); });
   services.provider_keys = &provider_keys;

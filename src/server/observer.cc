@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 namespace purser::server {
 
@@ -182,6 +183,8 @@ void Observer::judgeProvider(const std::string& name) {
       e.cooling_down = gateway::coolingDown(*t, mono);
       e.consecutive_failures = t->health.consecutive_failures.load(std::memory_order_relaxed);
       e.any_traffic = t->health.ewma_latency_us.load(std::memory_order_relaxed) != 0;
+      std::tie(e.measured_ttft_p95_s, e.measured) =
+          t->health.ttft.quantile(0.95, mono - config_.window);
       const observe::TargetHealthJudgement j =
           observe::judgeTarget(e, {.ttft_p95 = route->slo_ttft_p95,
                                    .itl_p95 = route->slo_itl_p95,

@@ -773,7 +773,8 @@ TEST_F(MeteringTest, AKeyGivesPrioritiesUpToItsOwnAndAdminsGiveAny) {
   ASSERT_EQ(again.status, 201) << again.body.dump();
   EXPECT_EQ(again.body["priority"], "critical");
   std::map<std::string, std::string> listed;
-  for (const auto& k : call("GET", "/api/v1/keys", kAdminKey).body["data"]) {
+  const Reply keys = call("GET", "/api/v1/keys", kAdminKey);
+  for (const auto& k : keys.body["data"]) {
     listed[k["id"].get<std::string>()] = k["priority"].get<std::string>();
   }
   EXPECT_EQ(listed[critical.body["id"].get<std::string>()], "critical");

@@ -116,3 +116,33 @@ TEST_F(RoutingTest, ProviderKeysAreUsedInTurnAndReplaceable) {
 
 }  // namespace
 }  // namespace purser::gateway
+
+namespace purser::gateway {
+namespace {
+
+TEST(LatencyWindowTest, QuantilesOverTheWindowOfTheLatestSamples) {
+  LatencyWindow w;
+  const MonoTime t0{};
+  EXPECT_EQ(w.quantile(0.95, t0).second, 0u);
+  EXPECT_FALSE(w.quantile(0.95, t0).first.has_value());
+  // 1..100 ms: p95 is 95 ms (nearest rank), p50 50 ms.
+  for (int i = 1; i <= 100; ++i)
+    w.record(t0 + std::chrono::seconds(i), std::chrono::milliseconds(i));
+  auto [p95, n] = w.quantile(0.95, t0);
+  EXPECT_EQ(n, 100u);
+  EXPECT_DOUBLE_EQ(*p95, 0.095);
+  EXPECT_DOUBLE_EQ(*w.quantile(0.5, t0).first, 0.050);
+  // Only those taken since: the last 10 (91..100 ms).
+  auto [recent, m] = w.quantile(0.95, t0 + std::chrono::seconds(91));
+  EXPECT_EQ(m, 10u);
+  EXPECT_DOUBLE_EQ(*recent, 0.100);
+  // It keeps the latest 256: 300 more samples of 1 s push the old ones out.
+  for (int i = 0; i < 300; ++i)
+    w.record(t0 + std::chrono::seconds(200 + i), std::chrono::seconds(1));
+  auto [all, k] = w.quantile(0.0, t0);
+  EXPECT_EQ(k, 256u);
+  EXPECT_DOUBLE_EQ(*all, 1.0);
+}
+
+}  // namespace
+}  // namespace purser::gateway

@@ -322,6 +322,30 @@ TEST_F(ObserveTest, ASaturatedRouteShedsSheddableRequestsAndQueuesTheRestByPrior
   EXPECT_LT(critical_at, settled_at.begin()->second);
 }
 
+// A provider without metrics (a hosted API) is judged by what Purser measures of it: its time to
+// first token against the route's objective, once enough requests were measured.
+TEST_F(ObserveTest, AnUnscrapedTargetIsDegradedByTheLatencyPurserMeasures) {
+  const uint16_t slow = sim({"--models", "m", "--ttft-ms", "120", "--tokens-per-s", "0"});
+  serve(fmt::format(
+      "providers:\n"
+      "  - {{name: hosted, kind: openai, base_url: http://127.0.0.1:{0}/v1}}\n"
+      "routes:\n"
+      "  - {{model: chat, targets: [{{provider: hosted, model: m}}], slo: {{ttft_p95: 50ms}}}}\n",
+      slow));
+  for (int i = 0; i < 19; ++i) ASSERT_EQ(chat().status, 200);
+  json t = targets()["hosted"];
+  EXPECT_EQ(t["state"], "healthy") << "19 requests are too few to judge a p95 by: " << t.dump();
+  EXPECT_GE(t["measured_ttft_p95_ms"].get<double>(), 120.0);
+  ASSERT_EQ(chat().status, 200);
+  t = targets()["hosted"];
+  EXPECT_EQ(t["state"], "degraded") << t.dump();
+  EXPECT_NE(t["reason"].get<std::string>().find(
+                "over its objective 50 ms, as Purser measured its last 20 requests"),
+            std::string::npos)
+      << t["reason"];
+  EXPECT_TRUE(t["ttft_p95_ms"].is_null()) << "the server reports nothing";
+}
+
 // A port nothing listens on now: bound to port 0, then released for the process given it (the
 // window in which another could take it is the price of a tool that cannot report its port).
 uint16_t unusedPort() {

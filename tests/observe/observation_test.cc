@@ -176,5 +176,33 @@ TEST(JudgeTargetTest, EachStateWithItsReason) {
   EXPECT_EQ(targetStateName(TargetState::kSaturated), "saturated");
 }
 
+TEST(JudgeTargetTest, PursersOwnMeasurementCountsWhateverTheServerSays) {
+  const ServiceObjectives slo{.ttft_p95 = milliseconds(2000)};
+  // A server whose own histograms look fine, while its answers reach Purser late.
+  TargetEvidence fine{.scraped = true, .fresh = true};
+  fine.observation.ttft_p95_s = 0.4;
+  fine.measured_ttft_p95_s = 2.6;
+  fine.measured = kMinMeasured;
+  auto j = judgeTarget(fine, slo);
+  EXPECT_EQ(j.state, TargetState::kDegraded);
+  EXPECT_EQ(j.reason,
+            "time to first token p95 2600 ms over its objective 2000 ms, as Purser measured its "
+            "last 20 requests");
+  fine.measured = kMinMeasured - 1;
+  EXPECT_EQ(judgeTarget(fine, slo).state, TargetState::kHealthy) << "too few to judge by";
+  // Without metrics (a hosted API): judged by its traffic, its measured latency included.
+  TargetEvidence hosted{.any_traffic = true, .measured_ttft_p95_s = 3.0, .measured = 50};
+  EXPECT_EQ(judgeTarget(hosted, slo).state, TargetState::kDegraded);
+  hosted.measured_ttft_p95_s = 1.0;
+  EXPECT_EQ(judgeTarget(hosted, slo).state, TargetState::kHealthy);
+  hosted.measured_ttft_p95_s = 3.0;
+  EXPECT_EQ(judgeTarget(hosted, ServiceObjectives{}).state, TargetState::kHealthy)
+      << "no objective, nothing to miss";
+  // Saturation and being down still come first.
+  fine.measured = 100;
+  fine.observation.queue = 9;
+  EXPECT_EQ(judgeTarget(fine, slo).state, TargetState::kSaturated);
+}
+
 }  // namespace
 }  // namespace purser::observe
