@@ -32,9 +32,10 @@ function startListening(args, env = {}) {
   return { child, exited, url, stderr: () => stderr };
 }
 
-// Starts `purser sim llm` with extra flags; resolves with { url, stop() }.
-export async function startSim(flags = []) {
-  const p = startListening(["sim", "llm", "--listen", "127.0.0.1:0", ...flags]);
+// Starts `purser sim KIND` (llm: a model server; dcgm: a DCGM exporter whose readings
+// POST /sim/gpus sets) with extra flags; resolves with { url, stop() }.
+async function startSimulator(kind, flags) {
+  const p = startListening(["sim", kind, "--listen", "127.0.0.1:0", ...flags]);
   const url = await p.url;
   return {
     url,
@@ -45,19 +46,8 @@ export async function startSim(flags = []) {
   };
 }
 
-// Starts `purser sim dcgm` (a simulated DCGM exporter: POST /sim/gpus sets its readings) with
-// extra flags; resolves with { url, stop() }.
-export async function startDcgmSim(flags = []) {
-  const p = startListening(["sim", "dcgm", "--listen", "127.0.0.1:0", ...flags]);
-  const url = await p.url;
-  return {
-    url,
-    async stop() {
-      p.child.kill("SIGTERM");
-      await p.exited;
-    },
-  };
-}
+export const startSim = (flags = []) => startSimulator("llm", flags);
+export const startDcgmSim = (flags = []) => startSimulator("dcgm", flags);
 
 // Starts purser with `configText` (a YAML document without `listen`) and resolves once it
 // listens. Returns { url, process, stop(), stderr() }.
