@@ -177,6 +177,10 @@ struct ServeSpec {
   std::string api = "openai";      // what its server speaks: openai or anthropic
   std::string model;               // the upstream model name its server answers to
   std::string health = "/health";  // a GET that answers 200 once it serves
+  // Its server's Prometheus metrics, scraped for the gateway's load- and health-aware routing
+  // as a provider's metrics_url is ("": not scraped), and the engine that writes them.
+  std::string metrics = "/metrics";
+  std::string engine = "vllm";  // vllm, sglang or tgi
 };
 
 struct Workload {

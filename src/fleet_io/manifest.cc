@@ -1063,13 +1063,15 @@ class WorkloadParser {
  private:
   bool namespace_given_ = false;
 
-  // A served model: {route, port, model, api?, health?}.
+  // A served model: {route, port, model, api?, health?, metrics?, engine?}.
   std::optional<ServeSpec> serve(Map m) {
     ServeSpec s;
     m.required("route", s.route);
     m.required("model", s.model);
     m.optionalChoice("api", s.api, {"openai", "anthropic"});
     m.optional("health", s.health);
+    m.optional("metrics", s.metrics);
+    m.optionalChoice("engine", s.engine, {"vllm", "sglang", "tgi"});
     if (!m.present("port")) {
       r_.addError(m.node(), m.child("port"), "required field is missing");
     } else if (auto p = o_.integer(m, "port", 1, 65535)) {
@@ -1077,6 +1079,10 @@ class WorkloadParser {
     }
     if (!s.health.empty() && s.health[0] != '/') {
       r_.addError(m.get("health"), m.child("health"), "expected a path such as /health");
+    }
+    if (!s.metrics.empty() && s.metrics[0] != '/') {
+      r_.addError(m.get("metrics"), m.child("metrics"),
+                  "expected a path such as /metrics, or \"\" for none");
     }
     m.finish();
     return s;

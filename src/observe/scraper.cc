@@ -6,12 +6,14 @@
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
+#include <deque>
 #include <mutex>
 
 #include "http/client.h"
@@ -29,7 +31,8 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
       : io_(io),
         store_(store),
         clock_(clock),
-        targets_(std::move(targets)),
+        targets_(targets.begin(), targets.end()),
+        running_(targets_.size()),
         on_scrape_(std::move(on_scrape)),
         options_(options),
         client_(io, clientOptions(options), clock),
@@ -70,10 +73,44 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
   }
 
   void start() {
+    // On io_'s thread, where add() runs too.
+    asio::post(io_, [self = shared_from_this()] {
+      if (self->stopping_.load()) return;
+      self->started_ = true;
+      for (size_t i = 0; i < self->targets_.size(); ++i) self->spawn(i);
+      asio::co_spawn(self->io_, sweeper(self), asio::detached);
+    });
+  }
+
+  void spawn(size_t index) {
+    running_[index].looping = true;
+    asio::co_spawn(io_, loop(shared_from_this(), index), asio::detached);
+  }
+
+  // On io_'s thread: scrapes `t` from now on (again, at its new address, when known).
+  void add(ScrapeTarget t) {
+    if (stopping_.load()) return;
     for (size_t i = 0; i < targets_.size(); ++i) {
-      asio::co_spawn(io_, loop(shared_from_this(), i), asio::detached);
+      if (targets_[i].name != t.name) continue;
+      targets_[i].url = std::move(t.url);
+      running_[i].active = true;
+      if (started_ && !running_[i].looping) spawn(i);
+      return;
     }
-    asio::co_spawn(io_, sweeper(shared_from_this()), asio::detached);
+    targets_.push_back(std::move(t));
+    running_.emplace_back();
+    {
+      std::lock_guard lock(status_mu_);
+      statuses_.push_back({.target = targets_.back().name});
+    }
+    if (started_) spawn(targets_.size() - 1);
+  }
+
+  // On io_'s thread: no more scrapes of `name` (its loop ends after the one in flight).
+  void remove(const std::string& name) {
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      if (targets_[i].name == name) running_[i].active = false;
+    }
   }
 
   void stop() {
@@ -88,10 +125,10 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
   static asio::awaitable<void> loop(std::shared_ptr<Impl> self, size_t index) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     self->track(&timer, true);
-    while (!self->stopping_.load()) {
+    while (!self->stopping_.load() && self->running_[index].active) {
       const MonoTime began = self->clock_.monotonic();
       co_await self->scrapeOnce(index);
-      if (self->stopping_.load()) break;
+      if (self->stopping_.load() || !self->running_[index].active) break;
       // The next one an interval after this one began, so a slow target is not scraped less.
       const Duration spent = self->clock_.monotonic() - began;
       const Duration interval = self->targets_[index].interval;
@@ -99,6 +136,7 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
       boost::system::error_code ec;
       co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
+    self->running_[index].looping = false;
     self->track(&timer, false);
   }
 
@@ -221,7 +259,15 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
   asio::io_context& io_;
   SeriesStore& store_;
   const Clock& clock_;
-  const std::vector<ScrapeTarget> targets_;
+  // Appended to (add()) only on io_'s thread, where the loops read it; elements never move.
+  std::deque<ScrapeTarget> targets_;
+  // Per target, touched only on io_'s thread: whether it is still scraped, and whether its loop
+  // runs.
+  struct Running {
+    bool active = true;
+    bool looping = false;
+  };
+  std::deque<Running> running_;
   std::function<void(const std::string&)> on_scrape_;
   const ScraperOptions options_;
   http::HttpClient client_;
@@ -230,6 +276,7 @@ class Scraper::Impl : public std::enable_shared_from_this<Scraper::Impl> {
   http::Family<http::Gauge>& samples_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::atomic<bool> stopping_{false};
+  bool started_ = false;  // on io_'s thread after start()
   mutable std::mutex status_mu_;
   std::vector<ScrapeStatus> statuses_;  // guarded by status_mu_; one per target
   std::mutex timers_mu_;
@@ -260,7 +307,16 @@ std::optional<ScrapeStatus> Scraper::status(const std::string& target) const {
   return std::nullopt;
 }
 
-const std::vector<ScrapeTarget>& Scraper::targets() const { return impl_->targets_; }
+const std::deque<ScrapeTarget>& Scraper::targets() const { return impl_->targets_; }
+
+void Scraper::add(ScrapeTarget target) {
+  asio::post(impl_->io_,
+             [impl = impl_, t = std::move(target)]() mutable { impl->add(std::move(t)); });
+}
+
+void Scraper::remove(const std::string& name) {
+  asio::post(impl_->io_, [impl = impl_, name] { impl->remove(name); });
+}
 
 asio::awaitable<void> Scraper::scrapeOnce(size_t index) { return impl_->scrapeOnce(index); }
 

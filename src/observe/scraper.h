@@ -23,6 +23,7 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,9 +75,17 @@ class Scraper {
   // Stops the loops (a scrape in flight is abandoned) and waits for none of them.
   void stop();
 
+  // Scrapes `target` from now on, every interval, beside the configured ones (a replica the
+  // fleet serves); a target of that name comes back at its new address. Thread-safe.
+  void add(ScrapeTarget target);
+  // Stops scraping `name` after the scrape in flight; its series go stale. Thread-safe.
+  void remove(const std::string& name);
+
   std::vector<ScrapeStatus> statuses() const;
   std::optional<ScrapeStatus> status(const std::string& target) const;
-  const std::vector<ScrapeTarget>& targets() const;
+  // Every target ever scraped, in the order added; read it before start() or on the scrape
+  // loops' thread (add() appends there; elements never move).
+  const std::deque<ScrapeTarget>& targets() const;
 
   // One scrape of target `index` now, outside its loop (tests, and `purser` commands).
   boost::asio::awaitable<void> scrapeOnce(size_t index);

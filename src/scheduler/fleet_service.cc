@@ -1034,7 +1034,10 @@ void FleetService::joinServed() {
                                     : fmt::format("{}:{}", *host, port);
       const std::string base =
           fmt::format("http://{}{}", where, serve.api == "anthropic" ? "" : "/v1");
-      auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model);
+      const std::string metrics =
+          serve.metrics.empty() ? "" : fmt::format("http://{}{}", where, serve.metrics);
+      auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model,
+                                    metrics, serve.engine);
       if (!joined) {
         if (r.reason != "RouteMissing") {
           r.reason = "RouteMissing";

@@ -68,9 +68,11 @@ class ServedRoutes {
   virtual ~ServedRoutes() = default;
   // Makes replica `id` (at `base_url`, speaking `api`: openai or anthropic, answering to upstream
   // `model`) a target of route `alias`; kNotFound when there is no such route.
+  // `metrics_url` ("" for none) is scraped for its load and health, as `engine` writes them.
   virtual Result<void> join(const std::string& alias, const std::string& id,
                             const std::string& base_url, const std::string& api,
-                            const std::string& model) = 0;
+                            const std::string& model, const std::string& metrics_url,
+                            const std::string& engine) = 0;
   // No new request goes to it.
   virtual void leave(const std::string& alias, const std::string& id) = 0;
   // Its requests still in flight.

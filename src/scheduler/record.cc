@@ -107,7 +107,9 @@ json specJson(const Workload& w) {
                                    {"port", w.serve->port},
                                    {"api", w.serve->api},
                                    {"model", w.serve->model},
-                                   {"health", w.serve->health}}
+                                   {"health", w.serve->health},
+                                   {"metrics", w.serve->metrics},
+                                   {"engine", w.serve->engine}}
                             : json(nullptr)}};
 }
 
@@ -129,6 +131,9 @@ Workload specFrom(const json& j) {
     w.serve = fleet::ServeSpec{s.at("route").get<std::string>(), s.at("port").get<int64_t>(),
                                s.at("api").get<std::string>(), s.at("model").get<std::string>(),
                                s.at("health").get<std::string>()};
+    // Records written before these were known scrape the default.
+    w.serve->metrics = s.value("metrics", std::string("/metrics"));
+    w.serve->engine = s.value("engine", std::string("vllm"));
   }
   for (const auto& ps : j.at("pod_sets")) {
     fleet::PodSet out;

@@ -449,9 +449,11 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   // priced by a prices entry of provider "fleet" and their model).
   class GatewayRoutes final : public scheduler::ServedRoutes {
    public:
-    GatewayRoutes(gateway::Gateway& g, const ledger::PriceBook& p) : gateway_(g), prices_(p) {}
+    GatewayRoutes(gateway::Gateway& g, const ledger::PriceBook& p, Observer& o)
+        : gateway_(g), prices_(p), observer_(o) {}
     Result<void> join(const std::string& alias, const std::string& id, const std::string& base_url,
-                      const std::string& api, const std::string& model) override {
+                      const std::string& api, const std::string& model,
+                      const std::string& metrics_url, const std::string& engine) override {
       const gateway::Route* route = gateway_.route(alias);
       if (route == nullptr) {
         return fail(Error(ErrorCode::kNotFound,
@@ -465,10 +467,13 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                                               base_url, std::vector<std::string>{},
                                               std::chrono::seconds(120), std::chrono::seconds(5)),
           model, prices_.find("fleet", model));
+      // Scraped like a configured provider's metrics_url, under the target's provider name.
+      if (!metrics_url.empty()) observer_.watch("fleet:" + id, metrics_url, engine);
       return {};
     }
     void leave(const std::string& alias, const std::string& id) override {
       if (const gateway::Route* route = gateway_.route(alias)) route->served->leave(id);
+      observer_.unwatch("fleet:" + id);
     }
     int64_t inFlight(const std::string& alias, const std::string& id) const override {
       const gateway::Route* route = gateway_.route(alias);
@@ -478,8 +483,9 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
    private:
     gateway::Gateway& gateway_;
     const ledger::PriceBook& prices_;
+    Observer& observer_;
   };
-  GatewayRoutes served_routes(gateway, prices);
+  GatewayRoutes served_routes(gateway, prices, *observer);
   fleet_setup.served = &served_routes;
   // The GPUs' utilisation, from the DCGM exporters, for the fleet's efficiency figures.
   std::unique_ptr<ObservedGpus> observed_gpus;

@@ -29,6 +29,11 @@ int64_t millis(Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
+// A scrape may take up to its interval (at least 50 ms, at most 10 s).
+Duration timeoutFor(Duration interval) {
+  return std::clamp<Duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(10));
+}
+
 std::optional<double> toMillis(std::optional<double> seconds) {
   if (!seconds) return std::nullopt;
   return *seconds * 1000.0;
@@ -62,9 +67,6 @@ Result<std::unique_ptr<Observer>> Observer::create(
     if (!p.gpus.empty()) o->gpus_[p.name] = p.gpus;
   }
   std::vector<observe::ScrapeTarget> targets;
-  const auto timeoutFor = [](Duration interval) {
-    return std::clamp<Duration>(interval, std::chrono::milliseconds(50), std::chrono::seconds(10));
-  };
   for (const auto& p : providers) {
     if (p.metrics_url.empty()) continue;
     targets.push_back({.name = p.name,
@@ -104,6 +106,18 @@ Result<std::unique_ptr<Observer>> Observer::create(
 }
 
 void Observer::start() { scraper_->start(); }
+
+void Observer::watch(const std::string& name, const std::string& metrics_url,
+                     const std::string& engine) {
+  auto kind = observe::parseEngineKind(engine);
+  scraper_->add({.name = name,
+                 .url = metrics_url,
+                 .engine = kind ? *kind : observe::EngineKind::kVllm,
+                 .interval = config_.interval,
+                 .timeout = timeoutFor(config_.interval)});
+}
+
+void Observer::unwatch(const std::string& name) { scraper_->remove(name); }
 void Observer::stop() { scraper_->stop(); }
 
 const observe::ScrapeTarget* Observer::scrapeTarget(const std::string& name) const {

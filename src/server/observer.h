@@ -44,6 +44,11 @@ class Observer {
 
   void start();
   void stop();
+  // Scrapes a replica the fleet serves (provider `name`) at `metrics_url` every
+  // observe.interval, as `engine` (vllm, sglang, tgi) writes its metrics, until unwatch(name).
+  // Thread-safe.
+  void watch(const std::string& name, const std::string& metrics_url, const std::string& engine);
+  void unwatch(const std::string& name);
   // After a scrape of `name`: judges the targets of that provider, or of the providers on that
   // exporter's GPUs, from what is known now.
   void judge(const std::string& name);

@@ -772,6 +772,8 @@ spec:
   ASSERT_TRUE(js->workload.serve.has_value());
   EXPECT_EQ(js->workload.serve->route, "chat");
   EXPECT_EQ(js->workload.serve->port, 8100);
+  EXPECT_EQ(js->workload.serve->metrics, "/metrics") << "scraped by default";
+  EXPECT_EQ(js->workload.serve->engine, "vllm");
 
   // A PyTorchJob: a pod set per replica type, in lower case.
   auto pt = parseWorkload(R"(apiVersion: kubeflow.org/v1
@@ -1078,6 +1080,44 @@ TEST(ManifestWorkloadTest, SaysWhetherTheNamespaceWasGiven) {
       "w");
   ASSERT_TRUE(kueue_bare) << kueue_bare.error().message;
   EXPECT_FALSE(kueue_bare->namespace_given);
+}
+
+}  // namespace
+}  // namespace purser::fleet
+
+namespace purser::fleet {
+namespace {
+
+// The serve annotation says where its server's metrics are, and which engine writes them.
+TEST(ManifestWorkloadTest, AServedModelSaysWhereItsMetricsAreOrThatItHasNone) {
+  const auto job = [](const std::string& serve) {
+    return parseWorkload(R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: server
+  namespace: team-a
+  labels: {kueue.x-k8s.io/queue-name: user-queue}
+  annotations: {purser.dev/serve: ")" +
+                             serve + R"("}
+spec:
+  template:
+    spec:
+      containers: [{name: s, image: vllm:1, resources: {requests: {cpu: "1"}}}]
+)",
+                         "job.yaml");
+  };
+  auto sglang = job("{route: chat, port: 8100, model: m, metrics: /stats, engine: sglang}");
+  ASSERT_TRUE(sglang) << sglang.error().toString();
+  EXPECT_EQ(sglang->workload.serve->metrics, "/stats");
+  EXPECT_EQ(sglang->workload.serve->engine, "sglang");
+  auto none = job("{route: chat, port: 8100, model: m, metrics: ''}");
+  ASSERT_TRUE(none) << none.error().toString();
+  EXPECT_EQ(none->workload.serve->metrics, "");
+  auto bad = job("{route: chat, port: 8100, model: m, metrics: stats, engine: triton}");
+  ASSERT_FALSE(bad);
+  const std::string text = bad.error().toString();
+  EXPECT_NE(text.find("expected a path such as /metrics"), std::string::npos) << text;
+  EXPECT_NE(text.find("vllm, sglang"), std::string::npos) << text;
 }
 
 }  // namespace

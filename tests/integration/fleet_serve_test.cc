@@ -127,6 +127,21 @@ TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempte
   const std::string replica = "fleet:ml/chat-server/replicas-0";
   for (int i = 0; i < 400 && providers().count(replica) == 0; ++i) ASSERT_EQ(chat(), 200);
   ASSERT_EQ(providers().count(replica), 1u) << "the replica served requests";
+  // Its server's metrics are scraped as a configured provider's are: it is judged by them.
+  json seen;
+  for (int i = 0; i < 400; ++i) {
+    const json routes = server.call("GET", "/api/v1/routes", kAdminKey);
+    for (const auto& r : routes.value("data", json::array())) {
+      for (const auto& t : r["targets"]) {
+        if (t["provider"] == replica) seen = t;
+      }
+    }
+    if (seen.is_object() && !seen["observed_at"].is_null()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(seen["observed_at"].is_null()) << seen.dump();
+  EXPECT_EQ(seen["state"], "healthy") << seen.dump();
+  EXPECT_TRUE(seen["kv_cache_usage"].is_number()) << seen.dump();
 
   // Traffic all along; an urgent workload needs all 8 GPUs and preempts the server.
   std::atomic<bool> stop{false};
