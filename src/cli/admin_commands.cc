@@ -222,9 +222,15 @@ const std::vector<std::pair<std::string, std::string>> kUserColumns = {
     {"TENANT", "tenant"}, {"TEAM", "team"}, {"EMAIL", "email"}};
 const std::vector<std::pair<std::string, std::string>> kAccountColumns = {
     {"ID", "id"}, {"NAME", "name"}, {"TENANT", "tenant"}, {"TEAM", "team"}};
-const std::vector<std::pair<std::string, std::string>> kKeyColumns = {
-    {"ID", "id"},   {"NAME", "name"}, {"OWNER", "owner.id"},     {"MODELS", "models"},
-    {"RPM", "rpm"}, {"TPM", "tpm"},   {"EXPIRES", "expires_at"}, {"REVOKED", "revoked_at"}};
+const std::vector<std::pair<std::string, std::string>> kKeyColumns = {{"ID", "id"},
+                                                                      {"NAME", "name"},
+                                                                      {"OWNER", "owner.id"},
+                                                                      {"MODELS", "models"},
+                                                                      {"RPM", "rpm"},
+                                                                      {"TPM", "tpm"},
+                                                                      {"PRIORITY", "priority"},
+                                                                      {"EXPIRES", "expires_at"},
+                                                                      {"REVOKED", "revoked_at"}};
 const std::vector<std::pair<std::string, std::string>> kWalletColumns = {{"ID", "id"},
                                                                          {"SCOPE", "scope.kind"},
                                                                          {"SCOPE ID", "scope.id"},
@@ -622,7 +628,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     common(list);
     listing(cmd, list, [g, &code] { code = run(*g, "GET", "/api/v1/keys", nullptr, kKeyColumns); });
     struct K {
-      std::string name, owner, models, expires;
+      std::string name, owner, models, expires, priority;
       int64_t rpm = 0, tpm = 0;
     };
     auto k = std::make_shared<K>();
@@ -633,6 +639,11 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     create->add_option("--rpm", k->rpm, "Requests per minute")->check(CLI::NonNegativeNumber);
     create->add_option("--tpm", k->tpm, "Tokens per minute")->check(CLI::NonNegativeNumber);
     create->add_option("--expires-at", k->expires, "Expiry, RFC 3339");
+    create
+        ->add_option("--priority", k->priority,
+                     "critical, standard or sheddable: the most its requests may ask for while "
+                     "the model servers are saturated (default standard)")
+        ->check(CLI::IsMember({"critical", "standard", "sheddable"}));
     common(create);
     create->callback([g, k, &code] {
       json body = {{"name", k->name}};
@@ -649,6 +660,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
       if (k->rpm > 0) body["rpm"] = k->rpm;
       if (k->tpm > 0) body["tpm"] = k->tpm;
       if (!k->expires.empty()) body["expires_at"] = k->expires;
+      if (!k->priority.empty()) body["priority"] = k->priority;
       code = run(*g, "POST", "/api/v1/keys", body, kKeyColumns);
     });
     auto id = std::make_shared<std::string>();

@@ -60,9 +60,13 @@ TEST_F(CliGovernanceTest, MirrorsTheApi) {
   Run u = cli({"users", "create", "dana", "--tenant", "acme", "--team", "ml", "--output", "json"});
   ASSERT_EQ(u.code, 0) << u.err;
   const std::string dana = nlohmann::json::parse(u.out)["id"];
-  Run k = cli({"keys", "create", "--name", "laptop", "--owner", "user:" + dana, "--rpm", "60"});
+  Run k = cli({"keys", "create", "--name", "laptop", "--owner", "user:" + dana, "--rpm", "60",
+               "--priority", "critical"});
   ASSERT_EQ(k.code, 0) << k.err;
   EXPECT_NE(k.out.find("key (shown once; store it now): pk-"), std::string::npos) << k.out;
+  EXPECT_NE(k.out.find("critical"), std::string::npos) << k.out;
+  EXPECT_NE(cli({"keys", "create", "--name", "x", "--priority", "urgent"}).code, 0)
+      << "not a priority";
   Run w = cli({"wallets", "create", "--scope", "user:" + dana, "--limit", "25.00", "--period",
                "monthly", "--timezone", "Europe/Berlin", "--alert-at", "80,100"});
   ASSERT_EQ(w.code, 0) << w.err;
