@@ -29,6 +29,14 @@ ApiKey keyNamed(const std::string& id, Priority priority) {
   return k;
 }
 
+// A store in `dir` with every identity migration applied.
+Result<std::unique_ptr<store::SqliteStore>> openMigrated(const testing::TempDir& dir,
+                                                         const Clock& clock) {
+  auto s = PURSER_TRY_VALUE(store::SqliteStore::open({.path = dir.file("i.db")}, clock));
+  PURSER_TRY(s->migrate("identity", identityMigrations()));
+  return s;
+}
+
 std::optional<ApiKey> loaded(store::Store& s, const std::string& id) {
   auto snapshot = loadIdentity(s);
   EXPECT_TRUE(snapshot.has_value()) << snapshot.error().toString();
@@ -62,9 +70,8 @@ TEST(IdentityStoreTest, PrioritiesAreNamedAndOrderedByImportance) {
 TEST(IdentityStoreTest, AKeysPriorityRoundTripsThroughInsertAndUpdate) {
   testing::TempDir dir;
   ManualClock clock;
-  auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
+  auto s = openMigrated(dir, clock);
   ASSERT_TRUE(s.has_value());
-  ASSERT_TRUE((*s)->migrate("identity", identityMigrations()).has_value());
   ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
                     PURSER_TRY(insertKey(tx, keyNamed("a", Priority::kCritical)));
                     PURSER_TRY(insertKey(tx, keyNamed("b", Priority::kStandard)));
@@ -115,15 +122,15 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
 TEST(IdentityStoreTest, APriorityNobodyWroteIsReadAsStandard) {
   testing::TempDir dir;
   ManualClock clock;
-  auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
+  auto s = openMigrated(dir, clock);
   ASSERT_TRUE(s.has_value());
-  ASSERT_TRUE((*s)->migrate("identity", identityMigrations()).has_value());
   ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
                     PURSER_TRY(insertKey(tx, keyNamed("word", Priority::kCritical)));
                     PURSER_TRY(insertKey(tx, keyNamed("blob", Priority::kCritical)));
                     PURSER_TRY(insertKey(tx, keyNamed("number", Priority::kCritical)));
                     // A hand-edited or damaged database.
-                    PURSER_TRY(tx.exec("UPDATE api_keys SET priority = 'urgent' WHERE id = 'word'"));
+                    PURSER_TRY(
+                        tx.exec("UPDATE api_keys SET priority = 'urgent' WHERE id = 'word'"));
                     PURSER_TRY(tx.exec("UPDATE api_keys SET priority = X'00' WHERE id = 'blob'"));
                     PURSER_TRY(tx.exec("UPDATE api_keys SET priority = 2 WHERE id = 'number'"));
                     return {};
