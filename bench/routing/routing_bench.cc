@@ -529,9 +529,10 @@ int main(int argc, char** argv) {
     // Three times as many requests, so that most of the run is past the first seconds' build-up.
     const auto reqs = workload("sharegpt", requests * 3, seed);
     const double capacity = run(reqs, 0, replicas, "least_loaded", seed).completed_per_s;
-    fmt::print("saturation at 150% of capacity ({} requests, {:.1f} requests/s; 20% critical, "
-               "50% standard, 30% sheddable; wait bound 30 s)\n",
-               reqs.size(), capacity * 1.5);
+    fmt::print(
+        "saturation at 150% of capacity ({} requests, {:.1f} requests/s; 20% critical, "
+        "50% standard, 30% sheddable; wait bound 30 s)\n",
+        reqs.size(), capacity * 1.5);
     fmt::print("  {:<22} {:<10} {:>7} {:>6} {:>9} {:>9} {:>9} {:>10}\n", "admission", "priority",
                "served", "shed", "timed out", "ttft p50", "ttft p99", "out tok/s");
     json += "], \"saturation\": [";

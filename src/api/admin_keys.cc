@@ -74,8 +74,8 @@ Result<void> fitPriority(const identity::Principal& who, identity::Priority ceil
       who.role == identity::Role::kPlatformAdmin || who.role == identity::Role::kTenantAdmin;
   if (!asked) {
     const bool inherits = !admin || !key.parent_key_id.empty();
-    key.priority = inherits ? std::min(identity::Priority::kStandard, ceiling)
-                            : identity::Priority::kStandard;
+    key.priority =
+        inherits ? std::min(identity::Priority::kStandard, ceiling) : identity::Priority::kStandard;
     return {};
   }
   if (!admin && *asked > ceiling) {

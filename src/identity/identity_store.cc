@@ -1,8 +1,8 @@
 #include "identity/identity_store.h"
 #include "common/json.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 namespace purser::identity {
 

@@ -293,9 +293,8 @@ observe: {window: 1ms, exporters: [{name: a, url: x}], frequency: 1s}
         "routes[0].saturation.kv_cache: "
         "expected a number from 0.01 to 1, got 2",
         "routes[0].saturation.queue: expected a number, got",
-        "routes[0].queue.max_wait: must be between 0s and 10m",
-        "routes[0].queue.max_waiting: ", "observe.window",
-        "observe.exporters[0].url: expected an http:// or https:// URL",
+        "routes[0].queue.max_wait: must be between 0s and 10m", "routes[0].queue.max_waiting: ",
+        "observe.window", "observe.exporters[0].url: expected an http:// or https:// URL",
         "observe.exporters[0].name: \"a\" already names a provider or an exporter",
         "observe.frequency: unknown field"}) {
     EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
