@@ -243,23 +243,16 @@ Response Gateway::Impl::overloaded(const Call& c, std::string_view reason, std::
 
 asio::awaitable<std::optional<Response>> Gateway::Impl::waitForRoom(Call& c) {
   Route& route = *c.route;
-  const std::string priority(identity::priorityName(c.priority));
-  const auto waited = [&](std::chrono::steady_clock::duration d) {
-    if (metrics_) {
-      metrics_->queue_wait->labels({route.alias, priority})
-          .observe(std::chrono::duration<double>(d).count());
-    }
-  };
   AdmissionQueue* queue = route.queue.get();
   if (queue == nullptr) co_return std::nullopt;
   const MonoTime now = d_.clock.monotonic();
   // Nobody waits ahead of it and a target has room: straight on, as almost every request goes.
   // With every target down rather than busy, waiting would not help: on to fail over as usual.
   bool saturated = false;
-  if ((queue->empty() && roomiest(route, now, &saturated) != nullptr) ||
-      (!saturated && queue->empty())) {
+  if (queue->empty() && (roomiest(route, now, &saturated) != nullptr || !saturated)) {
     co_return std::nullopt;
   }
+  const std::string priority(identity::priorityName(c.priority));
   if (c.priority == Priority::kSheddable) {
     co_return overloaded(c, "saturated",
                          fmt::format("Every replica of `{}` is saturated; sheddable requests are "
@@ -301,8 +294,11 @@ asio::awaitable<std::optional<Response>> Gateway::Impl::waitForRoom(Call& c) {
     wait->timer.expires_after(std::chrono::hours(1));
     co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
-  if (metrics_) metrics_->waiting->labels({route.alias, priority}).sub(1);
-  waited(d_.clock.monotonic() - now);
+  if (metrics_) {
+    metrics_->waiting->labels({route.alias, priority}).sub(1);
+    metrics_->queue_wait->labels({route.alias, priority})
+        .observe(std::chrono::duration<double>(d_.clock.monotonic() - now).count());
+  }
   switch (static_cast<AdmissionQueue::Outcome>(wait->outcome.load())) {
     case AdmissionQueue::Outcome::kDispatched:
       c.dispatched_to = wait->target.load();
