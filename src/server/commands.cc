@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/admin_commands.h"
+#include "cli/diagnose_command.h"
 #include "config/config.h"
 #include "server/daemon.h"
 #include "sim/sim_command.h"
@@ -56,7 +57,8 @@ void registerServe(CLI::App& root, int& exit_code) {
 }  // namespace
 
 std::vector<cli::CommandRegistrar> allCommands() {
-  return {registerServe, cli::registerAdminCommands, sim::registerSimCommands};
+  return {registerServe, cli::registerAdminCommands, cli::registerDiagnoseCommand,
+          sim::registerSimCommands};
 }
 
 }  // namespace purser::server

@@ -1,0 +1,13 @@
+// `purser diagnose`: names the cause of a slow route, a failing model, an idle GPU or a stuck
+// job, with its evidence. Read-only.
+//   purser diagnose --case FILE           answers one incident case (shared/specs/incidents.md)
+//   purser diagnose --score FILE|DIR...   answers judged cases and scores them
+#pragma once
+
+#include "cli/cli.h"
+
+namespace purser::cli {
+
+void registerDiagnoseCommand(CLI::App& root, int& exit_code);
+
+}  // namespace purser::cli
