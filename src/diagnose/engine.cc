@@ -150,10 +150,11 @@ class Analysis {
     return all.empty() ? nullptr : all.front();
   }
 
-  // A model server's series: labelled `instance` with the replica's name as Purser scrapes
-  // it, or `pod` as Prometheus' Kubernetes discovery does.
+  // A model server's series: labelled with the replica's name as `instance` (incident files),
+  // `target` (Purser's own scraper) or `pod` (Prometheus' Kubernetes discovery).
   const Series* engine(const std::string& name, const std::string& deployment) const {
     if (const Series* s = one(name, {{"instance", deployment}})) return s;
+    if (const Series* s = one(name, {{"target", deployment}})) return s;
     return one(name, {{"pod", deployment}});
   }
 
