@@ -96,6 +96,9 @@ class Fleet {
   // Stops the fleet service's thread (before the store closes). Pods keep running.
   void stop();
 
+  // The service, for readers that gather from it on its thread (live diagnosis).
+  scheduler::FleetService& service() { return *service_; }
+
   // Warnings from the manifests read at start (unsupported fields), for the log.
   const std::vector<std::string>& warnings() const;
 

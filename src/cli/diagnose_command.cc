@@ -9,8 +9,10 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
+#include "cli/api_client.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "diagnose/answer.h"
@@ -166,6 +168,123 @@ int scoreCases(const std::vector<std::string>& inputs, bool json) {
   return errors > 0 ? 2 : (top1 == cases && evidence_ok == cases ? 0 : 1);
 }
 
+std::string queryEscape(const std::string& v) {
+  std::string out;
+  for (unsigned char c : v) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/' || c == '*') {
+      out += static_cast<char>(c);
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+std::string str(const Json& v, const char* field) {
+  auto it = v.find(field);
+  if (it == v.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : writeJson(*it);
+}
+
+// One evidence item on one line.
+std::string evidenceLine(const Json& e) {
+  const std::string kind = str(e, "kind");
+  if (kind == "metric") {
+    std::vector<std::string> labels;
+    if (auto it = e.find("labels"); it != e.end() && it->is_object()) {
+      for (const auto& [k, v] : it->items()) {
+        labels.push_back(fmt::format("{}=\"{}\"", k, v.is_string() ? v.get<std::string>() : ""));
+      }
+    }
+    return fmt::format("metric {}{{{}}} {} .. {}: {}", str(e, "name"), fmt::join(labels, ","),
+                       str(e, "from"), str(e, "to"), str(e, "summary"));
+  }
+  if (kind == "log") {
+    return fmt::format("log {} {}: {}", str(e, "time"), str(e, "source"), str(e, "line"));
+  }
+  std::string line = fmt::format("event {} {} {} {}", str(e, "time"), str(e, "source"),
+                                 str(e, "event_kind"), str(e, "object"));
+  if (!str(e, "message").empty()) line += ": " + str(e, "message");
+  return line;
+}
+
+void printFindings(const Json& body) {
+  const Json q = body.value("question", Json::object());
+  const Json w = body.value("window", Json::object());
+  std::cout << fmt::format("Diagnosis of {} {} (symptom {}, {} to {})\n", str(q, "kind"),
+                           str(q, "name"), str(q, "symptom"), str(w, "start"), str(w, "end"));
+  const Json findings = body.value("findings", Json::array());
+  if (findings.empty()) std::cout << "\nNo findings.\n";
+  int n = 0;
+  for (const Json& f : findings) {
+    const Json subject = f.value("subject", Json::object());
+    std::cout << fmt::format("\n{}. {}", ++n, str(f, "cause"));
+    if (!str(subject, "name").empty()) {
+      std::cout << fmt::format(" - {} {}", str(subject, "kind"), str(subject, "name"));
+    }
+    std::cout << fmt::format(" (confidence {:.2f})\n", f.value("confidence", 0.0));
+    if (!str(f, "explanation").empty()) std::cout << "   " << str(f, "explanation") << "\n";
+    if (auto ev = f.find("evidence"); ev != f.end() && ev->is_array() && !ev->empty()) {
+      std::cout << "   evidence:\n";
+      for (const Json& e : *ev) std::cout << "     - " << evidenceLine(e) << "\n";
+    }
+    if (auto steps = f.find("next_steps");
+        steps != f.end() && steps->is_array() && !steps->empty()) {
+      std::cout << "   next steps:\n";
+      for (const Json& step : *steps) {
+        std::cout << "     - " << (step.is_string() ? step.get<std::string>() : "") << "\n";
+      }
+    }
+  }
+}
+
+// `purser diagnose KIND [NAME]`: asks the server (GET /api/v1/diagnose) about its own state.
+int askServer(const std::vector<std::string>& args, const std::string& symptom,
+              const std::string& since, std::string server, bool json) {
+  static const std::set<std::string> kKinds = {"route", "deployment", "workload", "queue",
+                                               "team",  "user",       "node",     "fleet"};
+  const std::string& kind = args[0];
+  if (!kKinds.contains(kind)) {
+    std::cerr << "purser diagnose: unknown kind \"" << kind
+              << "\": use route, deployment, workload, queue, team, user, node or fleet\n";
+    return 2;
+  }
+  if (kind == "fleet" ? args.size() > 1 : args.size() != 2) {
+    std::cerr << (kind == "fleet" ? "purser diagnose: `fleet` takes no name\n"
+                                  : "purser diagnose: name the " + kind + " to diagnose\n");
+    return 2;
+  }
+  const char* key = std::getenv("PURSER_KEY");
+  if (key == nullptr || *key == '\0') {
+    std::cerr << "purser: set PURSER_KEY to your API key\n";
+    return 2;
+  }
+  if (server.empty()) {
+    const char* env = std::getenv("PURSER_SERVER");
+    server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
+  }
+  std::string path = "/api/v1/diagnose?kind=" + queryEscape(kind);
+  if (kind != "fleet") path += "&name=" + queryEscape(args[1]);
+  if (!symptom.empty()) path += "&symptom=" + queryEscape(symptom);
+  if (!since.empty()) path += "&since=" + queryEscape(since);
+  ApiClient client(server, key);
+  auto reply = client.call("GET", path);
+  if (!reply) {
+    std::cerr << "purser: " << reply.error().message << "\n";
+    return 1;
+  }
+  if (reply->status != 200) {
+    std::cerr << "purser: " << describeProblem(*reply) << "\n";
+    return reply->status == 404 || reply->status == 403 ? 4 : 1;
+  }
+  if (json) {
+    std::cout << writeJson(reply->body, 2) << "\n";
+  } else {
+    printFindings(reply->body);
+  }
+  return 0;
+}
+
 }  // namespace
 
 void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
@@ -174,6 +293,10 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
     std::vector<std::string> score;
     bool pretty = false;
     bool json = false;
+    std::vector<std::string> args;  // KIND [NAME]
+    std::string symptom;
+    std::string since;
+    std::string server;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -187,12 +310,31 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
                   "Answer judged case files (or every *.yaml in a directory) and score them "
                   "against their `expected` block; exit 1 on any miss");
   cmd->add_flag("--pretty", opts->pretty, "Indent the JSON answer");
-  cmd->add_flag("--json", opts->json, "With --score: print the scores as JSON");
+  cmd->add_flag("--json", opts->json,
+                "Print the server's answer (or, with --score, the scores) as JSON");
+  cmd->add_option("question", opts->args,
+                  "What to ask the server about: route NAME, deployment NAME, workload NS/NAME, "
+                  "queue NAME, team NAME, user NAME, node NAME, or fleet");
+  cmd->add_option("--symptom", opts->symptom,
+                  "slow, errors, pending, over_budget, idle or any (default)")
+      ->check(CLI::IsMember({"slow", "errors", "pending", "over_budget", "idle", "any"}));
+  cmd->add_option("--since", opts->since, "How far back to look (default 30m)");
+  cmd->add_option("--server", opts->server,
+                  "Purser server URL (default: PURSER_SERVER or http://127.0.0.1:8080)");
   cmd->footer(
       "\nThe engine is deterministic and changes nothing: it reads metrics, events and logs, "
       "follows the inventory from the object asked about to what could cause its symptom, and "
       "ranks findings with their evidence. `cause: none` means nothing in scope stands out.");
   cmd->callback([opts, &exit_code] {
+    if (!opts->args.empty()) {
+      if (!opts->case_file.empty() || !opts->score.empty()) {
+        std::cerr << "purser diagnose: ask the server or give --case/--score, not both\n";
+        exit_code = 2;
+        return;
+      }
+      exit_code = askServer(opts->args, opts->symptom, opts->since, opts->server, opts->json);
+      return;
+    }
     if (!opts->case_file.empty() && !opts->score.empty()) {
       std::cerr << "purser diagnose: give --case or --score, not both\n";
       exit_code = 2;
@@ -206,7 +348,8 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
       exit_code = scoreCases(opts->score, opts->json);
       return;
     }
-    std::cerr << "purser diagnose: give --case FILE or --score FILE|DIR (see --help)\n";
+    std::cerr << "purser diagnose: ask about something (purser diagnose route NAME, ... fleet), or "
+                 "give --case FILE or --score FILE|DIR (see --help)\n";
     exit_code = 2;
   });
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -277,6 +278,32 @@ class Analysis {
 
   void emit(Candidate c) { out_.push_back(std::move(c)); }
 
+  // A counter that first appears inside the window was created by its first event (a
+  // Prometheus client creates a labelled counter when it first counts): before that its rate
+  // was 0, and its first value counts as an increase.
+  bool lateStart(const Series& s) const {
+    return !s.t.empty() && s.t.front() > c_.start + 2 * step_;
+  }
+  Points counterRate(const Series& s) const {
+    Points r = rateOf(s);
+    if (!lateStart(s)) return r;
+    Points p;
+    for (TimeMs t = c_.start + step_; t < s.t.front(); t += step_) {
+      p.t.push_back(t);
+      p.x.push_back(0);
+    }
+    p.t.push_back(s.t.front());
+    p.x.push_back(std::max(0.0, s.v.front()) * 1000.0 / static_cast<double>(step_));
+    p.t.insert(p.t.end(), r.t.begin(), r.t.end());
+    p.x.insert(p.x.end(), r.x.begin(), r.x.end());
+    return p;
+  }
+  double counterIncrease(const Series& s) const {
+    if (s.v.empty()) return 0;
+    double inc = s.v.back() - (lateStart(s) ? 0.0 : s.v.front());
+    return std::isfinite(inc) ? std::max(inc, 0.0) : 0.0;
+  }
+
   // ------------------------------------------------------------------ detectors
   void kvCache(const Deployment& d) {
     const Series* kv = engine("vllm:kv_cache_usage_perc", d.name);
@@ -303,9 +330,9 @@ class Analysis {
     double s = 0.3;
     bool preempting = false;
     if (const Series* pre = engine("vllm:num_preemptions_total", d.name)) {
-      Points r = rateOf(*pre);
+      Points r = counterRate(*pre);
       Shift ps = upShift(r);
-      double inc = pre->v.empty() ? 0 : pre->v.back() - pre->v.front();
+      double inc = counterIncrease(*pre);
       if (ps.valid && inc >= 3 && ps.peak > 0 && ps.ratio(1.0 / 60) >= 3) {
         preempting = true;
         s += 0.3;
@@ -459,8 +486,8 @@ class Analysis {
     std::vector<Evidence> fail_evidence;
     if (subject.kind == "deployment") {
       for (const Series* e : select("purser_gateway_upstream_errors_total", {{"target", source}})) {
-        Shift es = upShift(rateOf(*e));
-        double inc = e->v.empty() ? 0 : e->v.back() - e->v.front();
+        Shift es = upShift(counterRate(*e));
+        double inc = counterIncrease(*e);
         if (es.valid && inc >= 3 && es.peak > 0) {
           failing = true;
           fail_evidence.push_back(
@@ -550,6 +577,7 @@ class Analysis {
 
   // Route-level: all replicas saturated (capacity of the route), or a traffic change.
   void routeLevel() {
+    routeSaturation();
     std::set<std::string> routes;
     for (const Series* s : named("purser_gateway_requests_total")) {
       if (auto r = s->label("route")) routes.insert(std::string(*r));
@@ -557,6 +585,55 @@ class Analysis {
     for (const Deployment& d : c_.inventory.deployments) routes.insert(d.route);
     for (const std::string& route : routes) {
       if (!route.empty()) trafficShift(route);
+    }
+  }
+
+  // Every replica of a route saturated at once: the route is short of capacity, not one replica.
+  void routeSaturation() {
+    std::map<std::string, std::vector<const Deployment*>> by_route;
+    for (const Deployment& d : c_.inventory.deployments) {
+      if (engine("vllm:num_requests_running", d.name) != nullptr) by_route[d.route].push_back(&d);
+    }
+    for (const auto& [route, replicas] : by_route) {
+      if (replicas.size() < 2) continue;
+      std::vector<Candidate*> saturated;
+      for (const Deployment* d : replicas) {
+        for (Candidate& c : out_) {
+          if (c.f.cause == "replica_saturation" && c.f.subject == Subject{"deployment", d->name}) {
+            saturated.push_back(&c);
+          }
+        }
+      }
+      if (saturated.size() != replicas.size()) continue;
+      Candidate c;
+      Finding& f = c.f;
+      f.cause = "replica_saturation";
+      f.subject = {"route", route};
+      double strength = 0;
+      for (Candidate* r : saturated) {
+        strength = std::max(strength, r->strength);
+        if (f.onset == 0 || r->f.onset < f.onset) f.onset = r->f.onset;
+        for (size_t i = 0; i < r->f.evidence.size() && i < 2; ++i) {
+          f.evidence.push_back(r->f.evidence[i]);
+        }
+        r->explained = true;
+      }
+      c.strength = std::min(strength + 0.05, 0.95);
+      c.affects = {{"route", route}};
+      for (const Deployment* d : replicas) c.affects.push_back({"deployment", d->name});
+      f.explanation = fmt::format(
+          "Every replica of route {} ({}) is saturated at once: requests queue in all of them "
+          "while their KV caches have room, so the route as a whole is short of capacity.",
+          route, replicas.size());
+      f.next_steps = {
+          fmt::format("Add replicas to route {} (or raise max_num_seqs where the GPUs have "
+                      "headroom).",
+                      route),
+          "Find which callers grew (usage by key for the route) and whether the growth is "
+          "expected.",
+          "Set a queue limit and priorities on the route so important requests are served "
+          "first and the rest fail fast."};
+      out_.push_back(std::move(c));
     }
   }
 
@@ -691,7 +768,6 @@ class Analysis {
         }
       }
     }
-    out.push_back({"node", node});
     return out;
   }
 
@@ -1056,6 +1132,42 @@ class Analysis {
     }
   }
 
+  // A training job's throughput from its log lines: "tps: 27,535" (tokens/s) or
+  // "step_time=0.88s"; the first line of the last quarter when the job runs 20 % slower there
+  // than in its first quarter.
+  const LogLine* slowerSteps(const std::string& source) const {
+    std::vector<std::pair<const LogLine*, double>> speed;  // higher is faster
+    for (const LogLine& l : c_.logs) {
+      if (l.source != source) continue;
+      size_t p = l.line.find("tps: ");
+      if (p != std::string::npos) {
+        std::string digits;
+        for (size_t i = p + 5;
+             i < l.line.size() &&
+             (std::isdigit(static_cast<unsigned char>(l.line[i])) || l.line[i] == ',');
+             ++i) {
+          if (l.line[i] != ',') digits += l.line[i];
+        }
+        if (!digits.empty() && digits.size() < 15)
+          speed.emplace_back(&l, std::atof(digits.c_str()));
+        continue;
+      }
+      p = l.line.find("step_time=");
+      if (p != std::string::npos) {
+        double t = std::atof(l.line.c_str() + p + 10);
+        if (t > 0) speed.emplace_back(&l, 1.0 / t);
+      }
+    }
+    if (speed.size() < 8) return nullptr;
+    size_t q = speed.size() / 4;
+    std::vector<double> first, last;
+    for (size_t i = 0; i < q; ++i) first.push_back(speed[i].second);
+    for (size_t i = speed.size() - q; i < speed.size(); ++i) last.push_back(speed[i].second);
+    double a = medianOf(first), b = medianOf(last);
+    if (!(a > 0) || !(b <= 0.8 * a)) return nullptr;
+    return speed[speed.size() - q].first;
+  }
+
   void nodesNvlink() {
     const std::vector<XidLog> xid_logs = xidLogs();
     std::set<std::string> hosts;
@@ -1077,8 +1189,8 @@ class Analysis {
       double s = 0;
       for (const Series* crc : named("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")) {
         if (gpuKey(*crc).first != node) continue;
-        Shift cs = upShift(rateOf(*crc));
-        double inc = crc->v.empty() ? 0 : crc->v.back() - crc->v.front();
+        Shift cs = upShift(counterRate(*crc));
+        double inc = counterIncrease(*crc);
         if (cs.valid && inc > 0 && cs.high >= 3 && cs.ratio(1.0 / 30) >= 5) {
           if (crc_gpus++ < 2) {
             f.evidence.push_back(metric(
@@ -1120,9 +1232,18 @@ class Analysis {
         }
       }
       if (crc_gpus > 0) s += 0.45;
-      if (bw_gpus > 0) s += 0.25;
+      if (bw_gpus > 0) s += bw_gpus >= 2 ? 0.3 : 0.2;
+      // Multi-GPU work on the node slowed down with it: its training steps take longer.
+      for (const Workload& w : c_.inventory.workloads) {
+        if (w.node != node || w.gpus.size() < 2 || (crc_gpus == 0 && bw_gpus == 0)) continue;
+        if (const LogLine* slow = slowerSteps(w.id())) {
+          s += 0.15;
+          f.evidence.push_back(log(*slow));
+          break;
+        }
+      }
       if (x74 != nullptr || xid74 != nullptr) s += 0.2;
-      if (s < 0.45) continue;
+      if (s < 0.45 - 1e-9) continue;  // two sources at least (sums of tenths are inexact)
       if (x74 != nullptr) {
         f.evidence.push_back(log(*x74->line));
         if (f.onset == 0) f.onset = x74->line->time;
@@ -1182,8 +1303,8 @@ class Analysis {
     std::vector<Points> rates;
     double inc = 0;
     for (const Series* e : errors) {
-      rates.push_back(rateOf(*e));
-      if (!e->v.empty()) inc += e->v.back() - e->v.front();
+      rates.push_back(counterRate(*e));
+      inc += counterIncrease(*e);
     }
     Points total = sumOf(rates);
     Shift es = upShift(total);
@@ -1346,7 +1467,7 @@ class Analysis {
     }
     for (const Series* r : named("purser_gateway_requests_total")) {
       if (r->label("target").has_value() || r->label("code").value_or("") != "429") continue;
-      Shift qs = upShift(rateOf(*r));
+      Shift qs = upShift(counterRate(*r));
       if (qs.valid && qs.peak > 0 && qs.high >= 3) {
         s += 0.1;
         f.evidence.push_back(metric(*r, qs,
@@ -1466,6 +1587,22 @@ class Analysis {
       if (f.onset == 0 || pend_events.front()->time < f.onset) f.onset = pend_events.front()->time;
     }
     if (never_admitted > 0) s += 0.05;
+    // Pending that ended in an admission within minutes (a reclaim through preemption, a job
+    // finishing) is the queue working, not a queue out of quota.
+    int resolved = 0;
+    for (const Event* p : pend_events) {
+      for (const Event& ev : c_.events) {
+        if (ev.object == p->object && ev.kind == "Admitted" && ev.time >= p->time &&
+            ev.time <= p->time + 3 * kMinute) {
+          ++resolved;
+          break;
+        }
+      }
+    }
+    if (!pend_events.empty() && resolved == static_cast<int>(pend_events.size()) &&
+        never_admitted == 0) {
+      s *= 0.5;
+    }
     for (const Workload& w : c_.inventory.workloads) {
       if (w.queue == q) c.affects.push_back({"workload", w.id()});
     }
@@ -1637,12 +1774,19 @@ class Analysis {
           kind.starts_with("model."))) {
       return false;
     }
+    // The changed field is named before the first colon ("timeout: 60s -> 3s"). Tags, labels,
+    // descriptions and owners change nothing a request meets; anything else may.
     std::string_view m = ev.message;
-    // Renaming or tagging changes nothing a request meets.
-    bool cosmetic = (contains(m, "tags") || contains(m, "description") || contains(m, "owner") ||
-                     contains(m, "label")) &&
-                    !contains(m, "->");
-    return !cosmetic;
+    size_t colon = m.find(':');
+    std::string_view field = colon == std::string_view::npos ? m : m.substr(0, colon);
+    while (!field.empty() && (field.front() == ' ' || field.front() == '"')) field.remove_prefix(1);
+    static constexpr std::string_view kCosmetic[] = {"tags",         "tag",         "labels",
+                                                     "label",        "description", "owner",
+                                                     "display_name", "comment",     "annotations"};
+    for (std::string_view c : kCosmetic) {
+      if (field == c) return false;
+    }
+    return true;
   }
 
   void configChanges() {
@@ -1682,6 +1826,54 @@ class Analysis {
         for (const Evidence& e : other.f.evidence) {
           if (f.evidence.size() >= 4) break;
           f.evidence.push_back(e);
+        }
+      }
+      // The route's own answers changed right after it: more of them fail, or they are slower.
+      auto near = [&](TimeMs onset) {
+        return onset >= ev.time - step_ - 1000 && onset <= ev.time + 5 * kMinute;
+      };
+      {
+        std::vector<Points> failed;
+        const Series* shown = nullptr;
+        for (const Series* r : select("purser_gateway_requests_total", {{"route", route}})) {
+          std::string_view code = r->label("code").value_or("");
+          if (code.empty() || code.front() == '2' || code == "429" || code == "499") continue;
+          failed.push_back(counterRate(*r));
+          if (shown == nullptr || counterIncrease(*r) > counterIncrease(*shown)) shown = r;
+        }
+        Shift fs = upShift(sumOf(failed));
+        if (shown != nullptr && fs.valid && fs.peak > 0 && fs.high >= 3 &&
+            fs.ratio(1.0 / 60) >= 3 && near(fs.onset)) {
+          s = std::max(s, 0.75);
+          f.evidence.push_back(metric(*shown, fs,
+                                      fmt::format("failed requests on {} {}/s -> {}/s after the "
+                                                  "change",
+                                                  route, num(fs.base), num(fs.peak))));
+        }
+        for (const Deployment& d : c_.inventory.deployments) {
+          if (d.route != route) continue;
+          for (const Series* e :
+               select("purser_gateway_upstream_errors_total", {{"target", d.name}})) {
+            Shift es = upShift(counterRate(*e));
+            if (es.valid && es.peak > 0 && es.high >= 3 && counterIncrease(*e) >= 5 &&
+                near(es.onset)) {
+              s = std::max(s, 0.7);
+              if (f.evidence.size() < 4) {
+                f.evidence.push_back(metric(
+                    *e, es,
+                    fmt::format("{} errors from {} {}/s -> {}/s", e->label("kind").value_or(""),
+                                d.name, num(es.base), num(es.peak))));
+              }
+              break;
+            }
+          }
+        }
+        for (const Event& cool : c_.events) {
+          if (cool.kind == "target.cooldown" && cool.object.starts_with(route + "/") &&
+              cool.time >= ev.time - step_ && cool.time <= ev.time + 5 * kMinute) {
+            if (s > 0) f.evidence.push_back(event(cool));
+            break;
+          }
         }
       }
       // The split of the route's traffic across its targets moved right after the change.
@@ -1876,8 +2068,9 @@ double symptomWeight(const std::string& symptom, const std::string& cause) {
         {"nvlink_degraded", 1},
         {"gpu_hardware_fault", 0.7},
         {"gpu_memory_oom", 0.7},
-        {"upstream_errors", 0.6},
-        {"upstream_rate_limited", 0.6}}},
+        // Retries, backoff and fallback to a slower target are latency too.
+        {"upstream_errors", 0.8},
+        {"upstream_rate_limited", 0.8}}},
       {"errors",
        {{"gpu_memory_oom", 1},
         {"gpu_hardware_fault", 1},
@@ -1921,6 +2114,13 @@ Diagnosis diagnose(const Case& c) {
         bool same_route = o.f.subject == t.f.subject;
         for (const Subject& a : o.affects) same_route = same_route || a == t.f.subject;
         if (same_route) t.strength *= 0.4;
+      }
+    }
+    // Workloads preempted again and again wait for quota in between: the churn explains the
+    // queue's pending work.
+    if (t.f.cause == "quota_exhausted") {
+      for (const Candidate& o : candidates) {
+        if (o.f.cause == "preemption_churn" && o.f.subject == t.f.subject) t.explained = true;
       }
     }
     if (t.f.cause == "replica_saturation") {

@@ -486,6 +486,8 @@ std::vector<Provider*> Gateway::providers() { return impl_->providers(); }
 const Route* Gateway::route(const std::string& alias) const { return impl_->route(alias); }
 std::vector<const Route*> Gateway::routes() const { return impl_->routes(); }
 
+std::vector<GatewayEvent> Gateway::events() const { return impl_->events(); }
+
 void Gateway::pumpQueues() { impl_->pumpAll(); }
 
 Result<void> Gateway::addRoutes(http::Router& router) {

@@ -64,6 +64,15 @@ struct GatewayDeps {
   http::MetricsRegistry* metrics = nullptr;
 };
 
+// Something the gateway decided about a target, kept for diagnosis: kind "target.cooldown",
+// object "ROUTE/PROVIDER", at `time_ms` (Unix milliseconds).
+struct GatewayEvent {
+  int64_t time_ms = 0;
+  std::string kind;
+  std::string object;
+  std::string message;
+};
+
 class Gateway {
  public:
   Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
@@ -80,6 +89,9 @@ class Gateway {
   std::vector<Provider*> providers();
   const Route* route(const std::string& alias) const;
   std::vector<const Route*> routes() const;  // by alias
+  // The newest gateway events (at most kMaxEvents), oldest first; thread-safe.
+  static constexpr size_t kMaxEvents = 512;
+  std::vector<GatewayEvent> events() const;
 
   class Impl;
 

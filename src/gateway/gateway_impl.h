@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -331,6 +332,23 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
         .inc();
   }
 
+  // A failed try of `t` on `route`; a cooldown it starts is kept as an event.
+  void failed(const Route* route, Target& t) {
+    if (!recordFailure(t, d_.clock.monotonic())) return;
+    const int64_t ms = t.health.cooldown_ns.load(std::memory_order_relaxed) / 1'000'000;
+    GatewayEvent e{
+        unixMillis(d_.clock.now()), "target.cooldown",
+        (route != nullptr ? route->alias : std::string()) + "/" + t.provider->name(),
+        fmt::format("{} failed repeatedly and is cooling down for {} ms", t.provider->name(), ms)};
+    std::lock_guard lock(events_mu_);
+    events_.push_back(std::move(e));
+    while (events_.size() > Gateway::kMaxEvents) events_.pop_front();
+  }
+  std::vector<GatewayEvent> events() const {
+    std::lock_guard lock(events_mu_);
+    return {events_.begin(), events_.end()};
+  }
+
   // An upstream that failed a try: `kind` is 5xx, 4xx, 429, connect or timeout.
   void upstreamError(const Target& t, std::string_view kind) {
     if (metrics_) metrics_->upstream_errors->labels({t.provider->name(), std::string(kind)}).inc();
@@ -546,6 +564,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
   std::unique_ptr<asio::thread_pool> cpu_;  // parses and writes large bodies
   std::optional<GatewayMetrics> metrics_;
+  mutable std::mutex events_mu_;
+  std::deque<GatewayEvent> events_;  // guarded by events_mu_; at most Gateway::kMaxEvents
   std::mutex target_metrics_mu_;
   std::map<std::pair<const Route*, const Target*>, TargetMetrics> target_metrics_;  // guarded
 };

@@ -25,7 +25,7 @@ asio::awaitable<Response> Gateway::Impl::streamed(const std::shared_ptr<Call>& c
         endTry(*c, *t);
       }
       if (!upstream) {
-        recordFailure(*t, d_.clock.monotonic());
+        failed(c->route, *t);
         upstreamError(*t, errorKind(upstream.error()));
         last_fault = upstream.error().code == ErrorCode::kDeadlineExceeded ? Fault::kTimeout
                                                                            : Fault::kUpstream;
@@ -43,7 +43,7 @@ asio::awaitable<Response> Gateway::Impl::streamed(const std::shared_ptr<Call>& c
           error_body += **piece;
         }
         if (retryable(status)) {
-          recordFailure(*t, d_.clock.monotonic());
+          failed(c->route, *t);
           last_error = fmt::format("{} answered {}", t->provider->name(), status);
           co_await sleepFor(retryAfter((*upstream)->headers()));
           continue;
@@ -155,7 +155,7 @@ asio::awaitable<void> Gateway::Impl::relay(Call& c, Target& t, http::ClientStrea
       s.first_byte ? s.first_byte_at - c.started : std::chrono::steady_clock::duration(0);
   observeUpstream(c, t, d_.clock.monotonic() - sent);
   if (cut) {
-    recordFailure(t, d_.clock.monotonic());
+    failed(c.route, t);
     upstreamError(t, "5xx");
   } else {
     recordSuccess(t, d_.clock.monotonic() - sent);

@@ -105,7 +105,7 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
       c.upstream_time += d_.clock.monotonic() - sent;
       observeUpstream(c, *t, d_.clock.monotonic() - sent);
       if (!res) {
-        recordFailure(*t, d_.clock.monotonic());
+        failed(c.route, *t);
         upstreamError(*t, errorKind(res.error()));
         if (res.error().code == ErrorCode::kResourceExhausted) {
           // It ran and answered more than a provider may send: not retried (the work is
@@ -125,7 +125,7 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
         continue;
       }
       if (retryable(res->status)) {
-        recordFailure(*t, d_.clock.monotonic());
+        failed(c.route, *t);
         upstreamError(*t, errorKind(res->status));
         last_fault = Fault::kUpstream;
         last_error = fmt::format("{} answered {}", t->provider->name(), res->status);

@@ -157,9 +157,9 @@ void recordSuccess(Target& t, Duration latency) {
   } while (!t.health.ewma_latency_us.compare_exchange_weak(old, next, std::memory_order_relaxed));
 }
 
-void recordFailure(Target& t, MonoTime now) {
+bool recordFailure(Target& t, MonoTime now) {
   const int failures = t.health.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
-  if (failures < kFailuresBeforeCooldown) return;
+  if (failures < kFailuresBeforeCooldown) return false;
   const int64_t previous = t.health.cooldown_ns.load(std::memory_order_relaxed);
   const int64_t length = std::min<int64_t>(
       previous == 0 ? std::chrono::nanoseconds(kFirstCooldown).count() : previous * 2,
@@ -167,6 +167,7 @@ void recordFailure(Target& t, MonoTime now) {
   t.health.cooldown_ns.store(length, std::memory_order_relaxed);
   t.health.cooldown_until_ns.store(ns(now) + length, std::memory_order_relaxed);
   t.health.consecutive_failures.store(0, std::memory_order_relaxed);
+  return true;
 }
 
 void ServedTargets::join(const std::string& id, std::unique_ptr<Provider> provider,

@@ -219,6 +219,7 @@ std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& rand
 
 bool coolingDown(const Target& t, MonoTime now);
 void recordSuccess(Target& t, Duration latency);
-void recordFailure(Target& t, MonoTime now);
+// Counts a failed try; returns true when it put the target in a cooldown.
+bool recordFailure(Target& t, MonoTime now);
 
 }  // namespace purser::gateway

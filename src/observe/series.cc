@@ -569,6 +569,19 @@ std::vector<SeriesKey> SeriesStore::select(std::string_view name, const Labels& 
   return keys;
 }
 
+std::vector<std::string> SeriesStore::names() const {
+  std::vector<std::string> out;
+  {
+    std::shared_lock lock(mu_);
+    out.reserve(by_name_.size());
+    for (const auto& [name, slots] : by_name_) {
+      if (!slots.empty()) out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::optional<Point> SeriesStore::latest(const SeriesKey& key) const {
   std::shared_lock lock(mu_);
   const Series* s = findLocked(key);

@@ -193,6 +193,9 @@ class SeriesStore {
   std::optional<SeriesRef> find(const SeriesKey& key) const;
   // Keys of the series named `name` that satisfy all matchers, sorted.
   std::vector<SeriesKey> select(std::string_view name, const Labels& matchers) const;
+  // The metric names that have at least one series, sorted (for readers that take everything
+  // in a window, such as live diagnosis).
+  std::vector<std::string> names() const;
   // The newest sample as stored (a NaN value is a staleness marker). Whether it is recent
   // enough is the caller's judgement: compare t_ms with the time it has.
   std::optional<Point> latest(const SeriesKey& key) const;

@@ -20,6 +20,8 @@
 
 #include "api/admin_api.h"
 #include "api/console_api.h"
+#include "api/diagnose_api.h"
+#include "api/diagnose_live.h"
 #include "api/fleet_api.h"
 #include "cli/cli.h"
 #include "common/clock.h"
@@ -28,6 +30,7 @@
 #include "common/random.h"
 #include "common/secret_key.h"
 #include "config/kubeconfig.h"
+#include "config/route_changes.h"
 #include "gateway/admission.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
@@ -42,6 +45,7 @@
 #include "ledger/meter.h"
 #include "ledger/rate_limiter.h"
 #include "ledger/wallet_book.h"
+#include "observe/self_scrape.h"
 #include "server/console.h"
 #include "server/data_dir.h"
 #include "server/observed_gpus.h"
@@ -298,20 +302,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     metrics.addCollector([&wallets, &directory, &spent_ratio, &outstanding] {
       outstanding.set(static_cast<double>(wallets.outstanding()));
       for (const auto& w : wallets.all()) {
-        const ledger::Scope& scope = w.spec.scope;
-        std::string name = scope.id;
-        if (scope.kind == ledger::ScopeKind::kTenant) {
-          if (auto t = directory.tenant(scope.id)) name = t->name;
-        } else if (scope.kind == ledger::ScopeKind::kTeam) {
-          if (auto t = directory.team(scope.id)) name = t->name;
-        } else if (scope.kind == ledger::ScopeKind::kUser) {
-          if (auto u = directory.user(scope.id)) name = u->name;
-        } else if (scope.kind == ledger::ScopeKind::kServiceAccount) {
-          if (auto a = directory.serviceAccount(scope.id)) name = a->name;
-        }
+        // "team:ml", "key:KEY-NAME": a key is named by its name, never anything secret.
         const auto tenant = directory.tenant(w.spec.tenant_id);
         spent_ratio
-            .labels({fmt::format("{}:{}", ledger::scopeKindName(scope.kind), name),
+            .labels({api::walletScopeName(directory, w.spec.scope),
                      tenant ? tenant->name : std::string(), w.spec.id})
             .set(static_cast<double>(w.used_basis_points) / 10'000.0);
       }
@@ -498,6 +492,15 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
   PURSER_TRY(fleet_api->addRoutes(router));
   fleet_api->addMetrics(metrics);
+  // Live diagnosis: the engine over the series, the fleet's events and the audit log.
+  {
+    api::DiagnoseOptions diagnose_options;
+    diagnose_options.fleet = &fleet_api->service();
+    for (const auto& p : config.providers) {
+      diagnose_options.providers.push_back({p.name, !p.metrics_url.empty(), p.gpus});
+    }
+    PURSER_TRY(api::addDiagnoseRoutes(router, services, std::move(diagnose_options)));
+  }
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));
 
   server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics, clock);
@@ -524,8 +527,27 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       };
   signals.async_wait(on_signal);
 
+  // Purser's own metrics join the series every observe.interval, for live diagnosis.
+  observe::SelfScrape self_scrape(observer->mutableSeries(), metrics);
+  boost::asio::steady_timer self_timer(workers.context(0));
+  std::function<void(const boost::system::error_code&)> self_tick =
+      [&](const boost::system::error_code& ec) {
+        if (ec) return;
+        guardedTurn("self-scrape", [&] {
+          if (auto sampled = self_scrape.sample(unixMillis(clock.now())); !sampled) {
+            spdlog::warn("observe: Purser's own metrics were not sampled: {}",
+                         sampled.error().message);
+          }
+        });
+        self_timer.expires_after(config.observe.interval);
+        self_timer.async_wait(self_tick);
+      };
+  self_timer.expires_after(config.observe.interval);
+  self_timer.async_wait(self_tick);
+
   // SIGHUP re-reads the configuration and applies the providers' keys without a restart (keys
   // set through the API keep precedence). A file with errors changes nothing.
+  std::vector<config::RouteConfig> configured_routes = config.routes;
   boost::asio::signal_set hangups(workers.context(0), SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_hangup =
       [&](const boost::system::error_code& ec, int) {
@@ -536,6 +558,34 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
         if (!fresh) {
           spdlog::error("reload: the configuration was not applied: {}", fresh.error().toString());
           return;
+        }
+        // Route changes are audited (they take effect at the next start), so that what
+        // changed, and when, is on the record for operators and for diagnosis.
+        auto changes = config::routeChanges(configured_routes, fresh->routes);
+        configured_routes = fresh->routes;
+        if (!changes.empty()) {
+          services.store.writeAsync(
+              [&services, changes](store::Tx& tx) -> Result<void> {
+                for (const auto& c : changes) {
+                  ledger::AuditEntry e;
+                  e.actor = "system";
+                  e.actor_role = "system";
+                  e.action = c.action;
+                  e.target = "route:" + c.route;
+                  e.after = writeJson(
+                      nlohmann::json{{"change", c.change}, {"source", "configuration reload"}});
+                  PURSER_TRY(services.audit.append(tx, e));
+                }
+                return {};
+              },
+              [](Result<void> r) {
+                if (!r)
+                  spdlog::error("reload: a route change was not audited: {}", r.error().message);
+              });
+          for (const auto& c : changes) {
+            spdlog::info("reload: route \"{}\": {} (takes effect at the next start)", c.route,
+                         c.change);
+          }
         }
         size_t updated = 0;
         for (const auto& p : fresh->providers) {

@@ -54,6 +54,8 @@ class Observer {
   void judge(const std::string& name);
 
   const observe::SeriesStore& series() const { return *store_; }
+  // For writers beside the scraper (Purser's own metrics, sampled by the server).
+  observe::SeriesStore& mutableSeries() { return *store_; }
   const observe::Scraper& scraper() const { return *scraper_; }
 
  private:

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -23,6 +24,7 @@
 #include "http/server.h"
 #include "http/workers.h"
 #include "sim/dcgm_sim.h"
+#include "sim/incident_gen.h"
 #include "sim/llm_sim.h"
 
 namespace purser::sim {
@@ -230,6 +232,89 @@ int runPlacement(const Options& o) {
   return 0;
 }
 
+struct IncidentFlags {
+  std::string cause;
+  std::string second;
+  uint64_t seed = 1;
+  bool no_red_herrings = false;
+  int nodes = 0;
+  int gpus_per_node = 0;
+  int samples = 41;
+  int step_s = 30;
+  std::string out;
+  std::string suite;
+};
+
+bool writeText(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file.write(text.data(), static_cast<std::streamsize>(text.size()));
+  file.close();
+  return static_cast<bool>(file);
+}
+
+int runIncident(const IncidentFlags& f) {
+  if (!f.suite.empty()) {
+    if (!f.cause.empty() || !f.second.empty() || !f.out.empty()) {
+      std::cerr << "purser sim incident: --suite writes the standard set; it takes no --cause, "
+                   "--second or --out\n";
+      return 2;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(f.suite, ec);
+    if (ec) {
+      std::cerr << "purser sim incident: cannot create " << f.suite << ": " << ec.message() << "\n";
+      return 2;
+    }
+    auto suite = incidentSuite();
+    for (size_t i = 0; i < suite.size(); ++i) {
+      auto text = generateIncident(suite[i]);
+      if (!text) {
+        std::cerr << "purser sim incident: " << incidentFileName(i + 1, suite[i]) << ": "
+                  << text.error().message << "\n";
+        return 2;
+      }
+      auto path = std::filesystem::path(f.suite) / incidentFileName(i + 1, suite[i]);
+      if (!writeText(path, *text)) {
+        std::cerr << "purser sim incident: cannot write " << path.string() << "\n";
+        return 2;
+      }
+    }
+    std::cout << "purser sim incident: wrote " << suite.size() << " cases to " << f.suite << "\n";
+    return 0;
+  }
+  if (f.cause.empty()) {
+    std::string known;
+    for (const auto& c : incidentCauses()) known += (known.empty() ? "" : ", ") + c;
+    std::cerr << "purser sim incident: --cause (or --suite DIR) is required; causes: " << known
+              << "\n";
+    return 2;
+  }
+  IncidentSpec spec;
+  spec.cause = f.cause;
+  spec.second_cause = f.second;
+  spec.seed = f.seed;
+  spec.red_herrings = !f.no_red_herrings;
+  spec.nodes = f.nodes;
+  spec.gpus_per_node = f.gpus_per_node;
+  spec.samples = f.samples;
+  spec.step_s = f.step_s;
+  auto text = generateIncident(spec);
+  if (!text) {
+    std::cerr << "purser sim incident: " << text.error().message << "\n";
+    return 2;
+  }
+  if (f.out.empty() || f.out == "-") {
+    std::cout << *text;
+    std::cout.flush();
+    return std::cout ? 0 : 1;
+  }
+  if (!writeText(f.out, *text)) {
+    std::cerr << "purser sim incident: cannot write " << f.out << "\n";
+    return 2;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void registerSimCommands(CLI::App& root, int& exit_code) {
@@ -366,6 +451,52 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
       "The replay of ../shared/specs/placement-benchmark.md (the FGD paper's experiment). Exit "
       "code 2 for invalid input.");
   placement->callback([pl, &exit_code] { exit_code = runPlacement(*pl); });
+
+  auto inc = std::make_shared<IncidentFlags>();
+  CLI::App* incident = sim->add_subcommand(
+      "incident",
+      "Write an incident case (the YAML `purser diagnose --case` reads) for a cause and a seed");
+  incident->add_option("--cause", inc->cause, "The fault to tell (see the list below)");
+  incident->add_option("--seed", inc->seed, "Seed of everything drawn: names, sizes, magnitudes")
+      ->capture_default_str();
+  incident->add_option("--second", inc->second,
+                       "A second simultaneous fault, placed outside the question's scope");
+  incident->add_flag("--no-red-herrings", inc->no_red_herrings,
+                     "Leave out the harmless or out-of-scope trouble cases usually carry");
+  incident->add_option("--nodes", inc->nodes, "Nodes in the fleet (0: drawn from the seed, 2-5)")
+      ->check(CLI::Range(0, 2000))
+      ->capture_default_str();
+  incident->add_option("--gpus-per-node", inc->gpus_per_node, "GPUs per node (0: drawn per node)")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  incident->add_option("--samples", inc->samples, "Samples per series")
+      ->check(CLI::Range(12, 5000))
+      ->capture_default_str();
+  incident->add_option("--step", inc->step_s, "Seconds between samples")
+      ->check(CLI::Range(5, 600))
+      ->capture_default_str();
+  incident->add_option("--out", inc->out, "Write the case to this file (default: stdout)");
+  incident->add_option("--suite", inc->suite,
+                       "Write the standard judging set into this directory instead, as "
+                       "NNN-<cause>[+<second>]-s<seed>.yaml");
+  {
+    std::string causes;
+    for (const auto& c : incidentCauses()) causes += (causes.empty() ? "" : ", ") + c;
+    incident->footer(
+        "Causes: " + causes +
+        ".\nThe case follows ../shared/specs/incidents.md: inventory, OpenMetrics samples, "
+        "events and log lines of a 20-minute window (with the defaults), the operator's question "
+        "and the expected answer. The same flags always give the same bytes. Examples:\n"
+        "  purser sim incident --cause kv_cache_exhaustion --seed 7\n"
+        "  purser sim incident --cause budget_exhausted --second gpu_thermal_throttle --out "
+        "c.yaml\n"
+        "  purser sim incident --cause none --nodes 125 --gpus-per-node 8 --samples 120  "
+        "(a large case, for benchmarks)\n"
+        "  purser sim incident --suite cases/\n"
+        "Exit code 2 for an unknown cause, a pair of causes that cannot coexist, or a fleet too "
+        "small to hold them apart.");
+  }
+  incident->callback([inc, &exit_code] { exit_code = runIncident(*inc); });
 }
 
 }  // namespace purser::sim

@@ -7,11 +7,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <limits>
 
 #include "diagnose/answer.h"
 #include "diagnose/case.h"
+#include "sim/incident_gen.h"
 
 namespace purser::diagnose {
 namespace {
@@ -232,6 +234,44 @@ TEST(Score, EvidenceMustNameWhatIsInTheCase) {
   EXPECT_TRUE(evidenceInCase(c, ev));
   ev.object = "agent-large/other";
   EXPECT_FALSE(evidenceInCase(c, ev));
+}
+
+}  // namespace
+}  // namespace purser::diagnose
+
+namespace purser::diagnose {
+namespace {
+
+// The judging set the simulators generate (purser sim incident --suite): every cause, several
+// sizes and seeds, red herrings, and two faults at once. Its score is recorded in the issue note;
+// here it guards against regressions: nothing unreadable, every evidence item real, no false
+// alarm on a `none` case, and the top-1 score at least what it was when the engine was tuned.
+TEST(GeneratedSuite, IsAnsweredWithRealEvidenceAndNoFalseAlarms) {
+  std::vector<sim::IncidentSpec> suite = sim::incidentSuite();
+  ASSERT_GE(suite.size(), 100u);
+  size_t right = 0;
+  std::vector<std::string> misses;
+  for (size_t i = 0; i < suite.size(); ++i) {
+    std::string name = sim::incidentFileName(i + 1, suite[i]);
+    auto text = sim::generateIncident(suite[i]);
+    ASSERT_TRUE(text) << name << ": " << text.error().message;
+    auto c = parseCase(*text, name);
+    ASSERT_TRUE(c) << c.error().toString();
+    Diagnosis d = diagnose(*c);
+    Score s = scoreAnswer(*c, d);
+    EXPECT_TRUE(s.evidence_real) << name << ": " << testing::PrintToString(s.problems);
+    EXPECT_TRUE(s.evidence_enough) << name;
+    EXPECT_FALSE(s.false_alarm) << name << " answered " << s.got;
+    if (s.top1) {
+      ++right;
+    } else {
+      misses.push_back(name + ": expected " + s.expected + ", got " + s.got);
+    }
+  }
+  // 112 of 112 when this was written; a few misses are tolerated so that a better generator
+  // does not fail the build, but each is listed.
+  EXPECT_GE(right * 100, suite.size() * 95) << testing::PrintToString(misses);
+  for (const std::string& m : misses) std::cerr << "miss (tolerated): " << m << "\n";
 }
 
 }  // namespace

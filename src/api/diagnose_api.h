@@ -1,0 +1,47 @@
+// Live diagnosis over HTTP: the diagnosis engine (diagnose/engine.h) run over Purser's own
+// scraped series, gateway events, fleet events and audit entries. Read-only: GET only, nothing
+// is changed and nothing outside is called.
+//
+//   GET /api/v1/diagnose?kind=route&name=chat-default&symptom=slow&since=30m
+//     kind     route | deployment | workload (NAME is NAMESPACE/NAME) | queue | team | user |
+//              node | fleet (no name)
+//     symptom  slow | errors | pending | over_budget | idle | any (default)
+//     since    how far back (default 30m; at most what the series store keeps)
+//   -> {"question": {...}, "window": {"start", "end"}, "findings": [...]}   (incidents.md §3)
+//
+// Scoping: a platform admin asks about anything and sees every name. Anyone else asks only about
+// what they may see — routes they may use and the providers serving them, their tenant's teams,
+// queues and workloads as the fleet API scopes them (a team's own for team leads and members),
+// nodes and the fleet as a whole — and anything else is 404, as if it did not exist. In the
+// answer, every name of another tenant's object (workload, namespace, team, user, key, wallet,
+// route, model server) is replaced with a placeholder such as "another tenant's workload".
+//
+// Thread-safety: as admin_api.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "api/admin_api.h"
+#include "common/result.h"
+#include "http/router.h"
+#include "scheduler/fleet_service.h"
+
+namespace purser::api {
+
+// What the configuration says about a provider, for the inventory.
+struct ProviderFacts {
+  std::string name;
+  bool scraped = false;           // it has a metrics_url: a model server Purser observes
+  std::vector<std::string> gpus;  // "EXPORTER/GPU-INDEX" it runs on
+};
+
+struct DiagnoseOptions {
+  scheduler::FleetService* fleet = nullptr;  // none: no workloads, queues or fleet events
+  std::vector<ProviderFacts> providers;
+};
+
+Result<void> addDiagnoseRoutes(http::Router& router, const Services& services,
+                               DiagnoseOptions options);
+
+}  // namespace purser::api

@@ -1,0 +1,217 @@
+// GET /api/v1/diagnose over HTTP on loopback: the question's validation, who may ask about what,
+// and the wall between tenants in the answer.
+#include "api/diagnose_api.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "common/json.h"
+#include "diagnose/case.h"
+#include "fakes/raw_client.h"
+#include "fakes/temp_dir.h"
+#include "fakes/test_server.h"
+#include "store/sqlite_store.h"
+
+namespace purser::api {
+namespace {
+
+using nlohmann::json;
+using testing::RawClient;
+
+constexpr const char* kAdminKey = "test-platform-admin-key-0123456789";
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string text;
+};
+
+class DiagnoseApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
+    ASSERT_TRUE(s.has_value());
+    store = std::move(*s);
+    auto m = ledger::Meter::open(*store, wallets, clock, &audit, {.dir = dir.file("journal")});
+    ASSERT_TRUE(m.has_value()) << m.error().toString();
+    meter = std::move(*m);
+    auto series_or = observe::SeriesStore::create();
+    ASSERT_TRUE(series_or.has_value());
+    series = std::move(*series_or);
+    services.emplace(Services{clock, random, ids, *store, directory, wallets, audit, *meter,
+                              limiter, rate_limits, prices});
+    services->series = series.get();
+    ASSERT_TRUE(loadState(*services).has_value());
+    ASSERT_TRUE(bootstrap(*services, std::string(kAdminKey)).has_value());
+    ASSERT_TRUE(addAdminRoutes(server.router, *services).has_value());
+    ASSERT_TRUE(addDiagnoseRoutes(server.router, *services, {}).has_value());
+    server.start();
+  }
+
+  Reply call(const std::string& method, const std::string& path, const std::string& key,
+             const json& body = nullptr) {
+    RawClient c(server.port());
+    std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
+    if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
+    const std::string text = body.is_null() ? "" : writeJson(body);
+    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
+           "\r\n\r\n" + text;
+    EXPECT_TRUE(c.send(req));
+    auto r = c.readResponse();
+    EXPECT_TRUE(r.has_value());
+    if (!r) return {};
+    return {r->status, parseJsonOrDiscarded(r->body), r->body};
+  }
+
+  std::string create(const std::string& path, const json& body) {
+    Reply r = call("POST", path, kAdminKey, body);
+    EXPECT_EQ(r.status, 201) << path << " -> " << r.text;
+    return r.body.value("id", "");
+  }
+
+  std::string keyFor(const std::string& user_id) {
+    Reply r = call("POST", "/api/v1/keys", kAdminKey,
+                   {{"owner", {{"kind", "user"}, {"id", user_id}}}, {"name", "k-" + user_id}});
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("key", "");
+  }
+
+  // Two tenants: alpha (team aurora, its lead) and borealis (team zephyr, with a wallet).
+  void twoTenants() {
+    alpha = create("/api/v1/tenants", {{"name", "alpha"}});
+    borealis = create("/api/v1/tenants", {{"name", "borealis"}});
+    create("/api/v1/teams", {{"tenant", alpha}, {"name", "aurora"}});
+    zephyr = create("/api/v1/teams", {{"tenant", borealis}, {"name", "zephyr"}});
+    const std::string lead =
+        create("/api/v1/users",
+               {{"tenant", alpha}, {"team", "aurora"}, {"name", "lena"}, {"role", "team-lead"}});
+    lead_key = keyFor(lead);
+    create("/api/v1/users",
+           {{"tenant", borealis}, {"team", "zephyr"}, {"name", "quentin"}, {"role", "member"}});
+    Reply w = call("POST", "/api/v1/wallets", kAdminKey,
+                   {{"scope", {{"kind", "team"}, {"id", zephyr}}}, {"limit", "10.00"}});
+    ASSERT_EQ(w.status, 201) << w.text;
+    zephyr_wallet = w.body.value("id", "");
+  }
+
+  // borealis' team zephyr spends its whole budget in the window, and its requests are refused.
+  void zephyrRunsOutOfBudget() {
+    const int64_t now = unixMillis(clock.now());
+    const observe::SeriesKey ratio(
+        "purser_wallet_spent_ratio",
+        {{"scope", "team:zephyr"}, {"tenant", "borealis"}, {"wallet", zephyr_wallet}});
+    const observe::SeriesKey refused("purser_gateway_requests_total",
+                                     {{"route", "chat"}, {"code", "429"}});
+    const observe::SeriesKey served("purser_gateway_requests_total",
+                                    {{"route", "chat"}, {"target", "openai"}, {"code", "200"}});
+    double refused_total = 0, served_total = 0;
+    for (int i = 0; i <= 40; ++i) {
+      const int64_t t = now - (40 - i) * 30'000;
+      const double r = i < 20 ? 0.2 + 0.04 * i : 1.0;
+      series->append(ratio, t, r);
+      refused_total += i < 20 ? 0 : 30;
+      served_total += i < 20 ? 30 : 5;
+      series->append(refused, t, refused_total);
+      series->append(served, t, served_total);
+    }
+  }
+
+  testing::TempDir dir;
+  ManualClock clock;
+  SeededRandom random{7};
+  IdGenerator ids{clock, random};
+  std::unique_ptr<store::SqliteStore> store;
+  identity::Directory directory{clock};
+  ledger::WalletBook wallets{clock};
+  ledger::AuditLog audit{clock};
+  std::unique_ptr<ledger::Meter> meter;
+  ledger::RateLimiter limiter{clock};
+  ledger::RateLimitBook rate_limits;
+  const ledger::PriceBook prices{{}, {}};
+  std::unique_ptr<observe::SeriesStore> series;
+  std::optional<Services> services;
+  testing::TestServer server;
+  std::string alpha, borealis, zephyr, zephyr_wallet, lead_key;
+};
+
+TEST_F(DiagnoseApiTest, EveryParameterIsCheckedWithAClearProblem) {
+  struct Case {
+    std::string query;
+    std::string field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"", "kind"},
+           {"kind=pod&name=x", "kind"},
+           {"kind=route", "name"},
+           {"kind=route&name=chat&symptom=sad", "symptom"},
+           {"kind=route&name=chat&since=soon", "since"},
+           {"kind=route&name=chat&since=-5m", "since"},
+           {"kind=route&name=chat&since=400h", "since"},
+           {"kind=workload&name=train-7", "name"},
+           {"kind=fleet&name=everything", "name"},
+       }) {
+    Reply r = call("GET", "/api/v1/diagnose?" + c.query, kAdminKey);
+    EXPECT_EQ(r.status, 400) << c.query << " -> " << r.text;
+    EXPECT_EQ(r.body.value("field", ""), c.field) << c.query << " -> " << r.text;
+    EXPECT_FALSE(r.body.value("detail", "").empty()) << c.query;
+  }
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=fleet", "").status, 401);
+  // Read-only: nothing but GET.
+  EXPECT_NE(call("POST", "/api/v1/diagnose?kind=fleet", kAdminKey, json::object()).status, 200);
+  EXPECT_NE(call("DELETE", "/api/v1/diagnose?kind=fleet", kAdminKey).status, 200);
+}
+
+TEST_F(DiagnoseApiTest, AnswersWithTheQuestionTheWindowAndFindings) {
+  Reply r = call("GET", "/api/v1/diagnose?kind=fleet&since=10m", kAdminKey);
+  ASSERT_EQ(r.status, 200) << r.text;
+  EXPECT_EQ(r.body["question"], (json{{"kind", "fleet"}, {"name", "*"}, {"symptom", "any"}}));
+  const auto start = diagnose::parseTime(r.body["window"]["start"].get<std::string>());
+  const auto end = diagnose::parseTime(r.body["window"]["end"].get<std::string>());
+  ASSERT_TRUE(start && end);
+  EXPECT_EQ(*end - *start, 600'000);
+  ASSERT_TRUE(r.body["findings"].is_array());
+  ASSERT_FALSE(r.body["findings"].empty());
+  EXPECT_EQ(r.body["findings"][0]["cause"], "none");  // nothing is wrong in an empty store
+}
+
+TEST_F(DiagnoseApiTest, ATeamLeadAsksOnlyAboutWhatItMaySee) {
+  twoTenants();
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=team&name=aurora", lead_key).status, 200);
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=team&name=zephyr", lead_key).status, 404);
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=user&name=quentin", lead_key).status, 404);
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=user&name=lena", lead_key).status, 200);
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=route&name=chat", lead_key).status, 404);
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=fleet", lead_key).status, 200);
+  // The same answer for what exists elsewhere as for what does not exist at all.
+  Reply other = call("GET", "/api/v1/diagnose?kind=team&name=zephyr", lead_key);
+  Reply none = call("GET", "/api/v1/diagnose?kind=team&name=nobody", lead_key);
+  EXPECT_EQ(other.body["title"], none.body["title"]);
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=team&name=zephyr", kAdminKey).status, 200);
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=user&name=quentin", kAdminKey).status, 200);
+}
+
+// The isolation rule: a team lead's diagnose never names another tenant's objects.
+TEST_F(DiagnoseApiTest, ATeamLeadsAnswerNeverNamesAnotherTenantsObjects) {
+  twoTenants();
+  zephyrRunsOutOfBudget();
+  // The platform admin sees the situation as it is: borealis' team is out of budget.
+  Reply admin = call("GET", "/api/v1/diagnose?kind=fleet", kAdminKey);
+  ASSERT_EQ(admin.status, 200) << admin.text;
+  ASSERT_FALSE(admin.body["findings"].empty());
+  const json& top = admin.body["findings"][0];
+  EXPECT_EQ(top["cause"], "budget_exhausted") << admin.text;
+  EXPECT_NE(admin.text.find("zephyr"), std::string::npos) << admin.text;
+
+  Reply lead = call("GET", "/api/v1/diagnose?kind=fleet", lead_key);
+  ASSERT_EQ(lead.status, 200) << lead.text;
+  ASSERT_EQ(lead.body["findings"].size(), admin.body["findings"].size()) << lead.text;
+  EXPECT_EQ(lead.body["findings"][0]["cause"], top["cause"]);
+  for (const std::string& name : {std::string("zephyr"), std::string("borealis"),
+                                  std::string("quentin"), zephyr, zephyr_wallet, borealis}) {
+    EXPECT_EQ(lead.text.find(name), std::string::npos) << name << " in " << lead.text;
+  }
+  EXPECT_NE(lead.text.find("another tenant"), std::string::npos) << lead.text;
+}
+
+}  // namespace
+}  // namespace purser::api
