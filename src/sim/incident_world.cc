@@ -9,6 +9,8 @@
 #include <numeric>
 #include <utility>
 
+#include "common/logging.h"
+
 namespace purser::sim::incident {
 
 // ---------------------------------------------------------------------------------------------
@@ -135,37 +137,9 @@ std::string withThousands(int64_t v) {
 }
 
 std::string yamlQuote(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  out.push_back('"');
-  for (char ch : text) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          out += fmt::format("\\x{:02x}", c);
-        } else {
-          out.push_back(ch);
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
+  // A JSON string is a YAML double-quoted scalar (YAML 1.2 reads JSON), so JSON's escaping is
+  // YAML's; invalid UTF-8 becomes U+FFFD.
+  return "\"" + jsonEscape(text) + "\"";
 }
 
 // ---------------------------------------------------------------------------------------------
