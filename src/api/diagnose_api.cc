@@ -370,7 +370,9 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
   c.inventory = std::move(inventory);
   if (s.series != nullptr) c.series = seriesInWindow(*s.series, start_ms, end_ms);
   c.events = std::move(events);
-  Json body = diagnose::toJson(diagnose::diagnose(c));
+  const diagnose::Diagnosis diagnosis = diagnose::diagnose(c);
+  Json body = diagnose::toJson(diagnosis);
+  diagnose::attachPoints(body, c, diagnosis);  // the console draws the evidence
   body["question"] = {{"kind", kind}, {"name", name}, {"symptom", symptom}};
   body["window"] = {{"start", diagnose::formatTime(start_ms)},
                     {"end", diagnose::formatTime(end_ms)}};

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+
+#include "diagnose/signals.h"
 
 namespace purser::diagnose {
 
@@ -116,6 +119,71 @@ bool evidenceInCase(const Case& c, const Evidence& e, std::string* why) {
     }
   }
   return fail("unknown kind");
+}
+
+namespace {
+
+const Series* findCited(const Case& c, const std::string& name, const Labels& labels) {
+  for (const Series& s : c.series) {
+    if (s.name != name) continue;
+    bool all = true;
+    for (const auto& [k, v] : labels) {
+      auto l = s.label(k);
+      if (v.empty() ? (l && !l->empty()) : (!l || *l != v)) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Json evidencePoints(const Case& c, const Evidence& e, size_t max_points) {
+  Json out = Json::array();
+  if (e.kind != Evidence::Kind::kMetric || max_points == 0) return out;
+  Points p;
+  if (const Series* sum = findCited(c, e.name + "_sum", e.labels)) {
+    if (const Series* count = findCited(c, e.name + "_count", sum->labels)) {
+      p = meanOf(*sum, *count);
+    }
+  } else if (const Series* s = findCited(c, e.name, e.labels)) {
+    p = e.name.ends_with("_total") ? rateOf(*s) : gaugeOf(*s);
+  } else if (const Series* t = findCited(c, e.name + "_total", e.labels)) {
+    p = rateOf(*t);
+  }
+  std::vector<size_t> keep;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p.t[i] >= e.from && p.t[i] <= e.to) keep.push_back(i);
+  }
+  size_t stride = keep.size() > max_points ? (keep.size() + max_points - 1) / max_points : 1;
+  for (size_t k = 0; k < keep.size(); k += stride) {
+    size_t i = keep[k];
+    Json point = Json::array();
+    point.push_back(static_cast<double>(p.t[i]) / 1000.0);
+    if (std::isfinite(p.x[i])) {
+      point.push_back(p.x[i]);
+    } else {
+      point.push_back(nullptr);
+    }
+    out.push_back(std::move(point));
+  }
+  return out;
+}
+
+void attachPoints(Json& answer, const Case& c, const Diagnosis& d) {
+  if (!answer.contains("findings")) return;
+  Json& findings = answer["findings"];
+  for (size_t i = 0; i < d.findings.size() && i < findings.size(); ++i) {
+    Json& ev = findings[i]["evidence"];
+    for (size_t j = 0; j < d.findings[i].evidence.size() && j < ev.size(); ++j) {
+      if (d.findings[i].evidence[j].kind == Evidence::Kind::kMetric) {
+        ev[j]["points"] = evidencePoints(c, d.findings[i].evidence[j]);
+      }
+    }
+  }
 }
 
 Score scoreAnswer(const Case& c, const Diagnosis& d) {

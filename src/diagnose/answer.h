@@ -17,6 +17,15 @@ namespace purser::diagnose {
 Json toJson(const Diagnosis& d);
 Json toJson(const Evidence& e);
 
+// The values behind a metric evidence item over its interval, for drawing: [[unix seconds,
+// value], ...] at most `max_points` (evenly thinned). A gauge as it is, a counter (a name ending
+// in _total, or cited without it) as its rate per second, a histogram (cited by its base name) as
+// its mean per interval. Empty for logs, events and series not in the case.
+Json evidencePoints(const Case& c, const Evidence& e, size_t max_points = 120);
+// Adds "points" to every metric evidence item of an answer made by toJson(d) (live answers, for
+// the console's charts; not part of the incident-case answer format).
+void attachPoints(Json& answer, const Case& c, const Diagnosis& d);
+
 struct Score {
   bool top1 = false;             // first finding's cause (and subject, unless none) as expected
   bool evidence_real = false;    // every evidence item of every finding is in the case

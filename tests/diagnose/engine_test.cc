@@ -206,6 +206,37 @@ TEST(Diagnose, HostileValuesNeverCrashOrLeakNonFiniteConfidence) {
   (void)writeJson(toJson(d));
 }
 
+TEST(Answer, MetricEvidenceCarriesItsPointsForDrawing) {
+  Case c = load("001-kv_cache_exhaustion.yaml");
+  Diagnosis d = diagnose(c);
+  Json answer = toJson(d);
+  attachPoints(answer, c, d);
+  const Json& ev = answer["findings"][0]["evidence"];
+  size_t drawn = 0;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    if (ev[i]["kind"] != "metric") {
+      EXPECT_FALSE(ev[i].contains("points"));
+      continue;
+    }
+    ASSERT_TRUE(ev[i].contains("points"));
+    if (ev[i]["points"].size() >= 2) ++drawn;
+    for (const Json& p : ev[i]["points"]) ASSERT_EQ(p.size(), 2u);
+  }
+  EXPECT_GE(drawn, 2u) << writeJson(ev);
+  // The KV cache gauge as it is: its peak is in the points.
+  Evidence kv;
+  kv.kind = Evidence::Kind::kMetric;
+  kv.name = "vllm:kv_cache_usage_perc";
+  kv.labels = {{"instance", "vllm-llama-8b-b"}};
+  kv.from = c.start;
+  kv.to = c.end;
+  Json points = evidencePoints(c, kv);
+  double peak = 0;
+  for (const Json& p : points) peak = std::max(peak, p[1].get<double>());
+  EXPECT_GE(peak, 0.97);
+  EXPECT_LE(evidencePoints(c, kv, 10).size(), 10u);
+}
+
 TEST(Score, EvidenceMustNameWhatIsInTheCase) {
   Case c = load("007-upstream_errors.yaml");
   Evidence metric;

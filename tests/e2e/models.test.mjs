@@ -88,3 +88,34 @@ test("the Models view shows each scraped server's state and a chart of its queue
   assert.deepEqual(errors, []);
   await page.close();
 });
+
+test("Why? on a route opens its diagnosis, read-only, with the window it looked at", async () => {
+  // Over the API first: the same answer the button shows, with the question echoed.
+  const answer = await until(async () => {
+    const r = await get("/api/v1/diagnose?kind=route&name=chat&symptom=slow&since=5m");
+    return r.status === 200 ? r.body : null;
+  }, "a diagnosis of route chat");
+  assert.deepEqual(answer.question, { kind: "route", name: "chat", symptom: "slow" });
+  assert.ok(answer.findings.length >= 1);
+  assert.equal((await get("/api/v1/diagnose?kind=route&name=chat&symptom=sad")).status, 400);
+
+  const page = await browser.newPage({ viewport: { width: 1366, height: 900 } });
+  const errors = [];
+  page.on("pageerror", (err) => errors.push(err.message));
+  await page.goto(purser.url + "/");
+  await page.locator("#key").fill(ADMIN_KEY);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("navigation").getByRole("link", { name: "Models" }).click();
+  const row = page.getByRole("row").filter({ hasText: "chat" }).first();
+  await row.getByRole("button", { name: "Why?" }).click();
+  const panel = page.getByRole("region", { name: "Diagnosis of chat" });
+  await panel.locator(".finding").first().waitFor();
+  assert.match(await panel.textContent(), /read-only, nothing was changed/);
+  assert.ok((await panel.locator(".finding").count()) >= 1);
+  await page.screenshot({ path: join(shots, "models-why.png"), fullPage: true });
+  // A second click closes it.
+  await row.getByRole("button", { name: "Why?" }).click();
+  assert.equal(await panel.count(), 0);
+  assert.deepEqual(errors, []);
+  await page.close();
+});

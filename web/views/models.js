@@ -3,6 +3,7 @@
 // their traffic over the last 24 hours: latency p50/p95, error rate, tokens and cost per 1,000
 // requests.
 import { Chart, ErrorNote, Table, api, count, html, money, usePoll } from "../lib.js";
+import { WhyButton } from "./diagnose.js";
 
 const ms = (v) => (v === null || v === undefined ? "—" : `${count(v)} ms`);
 const pct = (v) => `${(Number(v) * 100).toFixed(1)}%`;
@@ -40,7 +41,8 @@ export function Models() {
   }
   const columns = [
     { key: "route", title: "Route / target", render: (r) => (r.header
-      ? html`<strong>${r.route}</strong> <span class="muted">${r.strategy}</span>`
+      ? html`<strong>${r.route}</strong> <span class="muted">${r.strategy}</span>
+          <${WhyButton} kind="route" name=${r.route} />`
       : html`<span class="indent">${r.target.provider} · ${r.target.model}</span>`) },
     { key: "state", title: "State", render: (r) => (r.header ? "" :
       html`<span class=${`pill state-${r.target.state}`} title=${r.target.reason}>${r.target.state}</span>`) },

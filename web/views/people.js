@@ -3,6 +3,7 @@
 import { useState } from "preact/hooks";
 
 import { ErrorNote, StatusDot, Table, api, count, html, money, usePoll, walletStatus } from "../lib.js";
+import { WhyButton } from "./diagnose.js";
 
 const monthStart = () => {
   const d = new Date();
@@ -74,7 +75,8 @@ export function People({ me }) {
   }
   const columns = [
     { key: "status", title: "", nosort: true, render: (r) => html`<${StatusDot} status=${r.status} />` },
-    { key: "name", title: "Name", render: (r) => html`<span class="name">${r.name}</span>` },
+    { key: "name", title: "Name", render: (r) => html`<span class="name">${r.name}</span>
+      ${r.kind !== "service_account" && html`<${WhyButton} kind=${r.kind} name=${r.name} />`}` },
     { key: "kind", title: "Kind", render: (r) => r.kind.replace("_", " ") },
     { key: "team", title: "Team" },
     { key: "cost", title: "Spend this month", num: true, render: (r) => money(r.cost) },

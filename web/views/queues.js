@@ -3,6 +3,7 @@
 import { useState } from "preact/hooks";
 
 import { ErrorNote, Table, api, html, money, usePoll, when } from "../lib.js";
+import { WhyButton } from "./diagnose.js";
 
 function Why({ name }) {
   const { data, error } = usePoll(() => api(`/api/v1/workloads/${name}/why`), [name], 10000);
@@ -54,12 +55,15 @@ export function Queues() {
         <button class="link" aria-expanded=${open === w.name}
           onClick=${() => setOpen(open === w.name ? null : w.name)}>${w.name}</button>
         <span class="pill">${w.reason}</span> <span class="muted">${gpus(w)}</span>
+        <${WhyButton} kind="workload" name=${`${w.namespace}/${w.name}`} symptom="pending" />
         <div class="muted small">${w.message}</div>
         ${open === w.name && html`<${Why} name=${w.name} />`}
       </div>`)}</div>
     <h3>Admitted</h3>
     <div class="card"><${Table} label="Admitted workloads" rows=${admitted} empty="Nothing is running."
-      columns=${[{ key: "name", title: "Workload" }, { key: "cluster_queue", title: "ClusterQueue" },
+      columns=${[{ key: "name", title: "Workload", render: (w) => html`${w.name}
+          <${WhyButton} kind="workload" name=${`${w.namespace}/${w.name}`} />` },
+        { key: "cluster_queue", title: "ClusterQueue" },
         { key: "asks", title: "Asks", render: gpus, nosort: true },
         { key: "placed", title: "Placed on", nosort: true, render: placedOn },
         { key: "admitted_at", title: "Admitted", render: (w) => when(w.admitted_at) },
