@@ -1462,9 +1462,6 @@ class Analysis {
       if (f.onset == 0) f.onset = lines.front()->time;
     }
     // Refusals with no target: requests the gateway turned away before any upstream.
-    for (const Series* r : select("purser_gateway_requests_total", {{"target", ""}})) {
-      (void)r;
-    }
     for (const Series* r : named("purser_gateway_requests_total")) {
       if (r->label("target").has_value() || r->label("code").value_or("") != "429") continue;
       Shift qs = upShift(counterRate(*r));
