@@ -25,13 +25,16 @@ struct Gpu {
   double temp = 34;
   double power_w = 70;
   int64_t xid = 0;
+  bool throttle = false;
+  double violation_us = 0;  // DCGM_FI_DEV_THERMAL_VIOLATION
 };
 
 }  // namespace
 
 class DcgmSim::Impl {
  public:
-  explicit Impl(DcgmSimOptions options) : options_(std::move(options)) {
+  Impl(DcgmSimOptions options, const Clock& clock)
+      : options_(std::move(options)), clock_(clock), last_(clock.monotonic()) {
     for (int i = 0; i < options_.gpus; ++i) {
       const uint64_t h = fnv1a64(fmt::format("{}/{}/{}", options_.hostname, i, options_.seed));
       Gpu g;
@@ -41,8 +44,9 @@ class DcgmSim::Impl {
     }
   }
 
-  Response metrics() const {
+  Response metrics() {
     std::lock_guard lock(mu_);
+    advanceLocked();
     std::string out;
     const auto family = [&](const char* name, const char* type, const char* help, auto value) {
       out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
@@ -53,8 +57,10 @@ class DcgmSim::Impl {
             name, i, gpus_[i].uuid, i, options_.model, options_.hostname, value(gpus_[i]));
       }
     };
-    family("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
-           [](const Gpu& g) { return g.util > 0 ? 1980 : 345; });
+    family("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", [](const Gpu& g) {
+      if (g.throttle) return kThrottledClockMhz;
+      return g.util > 0 ? kBoostClockMhz : kBaseClockMhz;
+    });
     family("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).",
            [](const Gpu& g) { return g.temp; });
     family("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).",
@@ -69,6 +75,9 @@ class DcgmSim::Impl {
            [this](const Gpu& g) {
              return static_cast<double>(options_.memory_mib) - g.memory_used_mib;
            });
+    family("DCGM_FI_DEV_THERMAL_VIOLATION", "counter",
+           "Throttling duration due to thermal constraints (in us).",
+           [](const Gpu& g) { return static_cast<int64_t>(g.violation_us); });
     family("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
            [](const Gpu& g) { return g.xid; });
     Response r;
@@ -77,12 +86,13 @@ class DcgmSim::Impl {
     return r;
   }
 
-  json state() const {
+  json state() {
     std::lock_guard lock(mu_);
+    advanceLocked();
     return stateLocked();
   }
 
-  Response get() const { return Response::json(200, writeJson(json{{"gpus", state()}})); }
+  Response get() { return Response::json(200, writeJson(json{{"gpus", state()}})); }
 
   // POST /sim/gpus: all or nothing.
   Response set(const Request& req) {
@@ -92,6 +102,7 @@ class DcgmSim::Impl {
     };
     if (!body.is_object()) return bad("the body must be a JSON object");
     std::lock_guard lock(mu_);
+    advanceLocked();
     std::vector<Gpu> next = gpus_;
     std::vector<size_t> which;
     if (body.contains("gpu")) {
@@ -106,6 +117,11 @@ class DcgmSim::Impl {
     }
     for (const auto& [name, value] : body.items()) {
       if (name == "gpu") continue;
+      if (name == "throttle") {
+        if (!value.is_boolean()) return bad("'throttle' must be true or false");
+        for (size_t i : which) next[i].throttle = value.get<bool>();
+        continue;
+      }
       double lo = 0;
       double hi = 0;
       if (name == "util") {
@@ -120,7 +136,8 @@ class DcgmSim::Impl {
         hi = 1000;
       } else {
         return bad(fmt::format(
-            "unknown reading '{}'; the readings are util, memory_used_mib, temp, power_w and xid",
+            "unknown reading '{}'; the readings are util, memory_used_mib, temp, power_w, xid and "
+            "throttle",
             name));
       }
       if (!value.is_number() || value.get<double>() < lo || value.get<double>() > hi) {
@@ -141,6 +158,18 @@ class DcgmSim::Impl {
   }
 
  private:
+  // Throttled GPUs accrue violation time for the time passed since the last look.
+  void advanceLocked() {
+    const MonoTime now = clock_.monotonic();
+    const double us = static_cast<double>(
+        std::chrono::duration_cast<std::chrono::microseconds>(now - last_).count());
+    last_ = now;
+    if (us <= 0) return;
+    for (Gpu& g : gpus_) {
+      if (g.throttle) g.violation_us += us;
+    }
+  }
+
   json stateLocked() const {
     json out = json::array();
     for (size_t i = 0; i < gpus_.size(); ++i) {
@@ -151,17 +180,22 @@ class DcgmSim::Impl {
                      {"memory_used_mib", g.memory_used_mib},
                      {"temp", g.temp},
                      {"power_w", g.power_w},
-                     {"xid", g.xid}});
+                     {"xid", g.xid},
+                     {"throttle", g.throttle},
+                     {"thermal_violation_us", static_cast<int64_t>(g.violation_us)}});
     }
     return out;
   }
 
   const DcgmSimOptions options_;
-  mutable std::mutex mu_;
+  const Clock& clock_;
+  std::mutex mu_;
   std::vector<Gpu> gpus_;  // guarded by mu_
+  MonoTime last_;          // guarded by mu_; when violation time was last accrued
 };
 
-DcgmSim::DcgmSim(DcgmSimOptions options) : impl_(std::make_shared<Impl>(std::move(options))) {}
+DcgmSim::DcgmSim(DcgmSimOptions options, const Clock& clock)
+    : impl_(std::make_shared<Impl>(std::move(options), clock)) {}
 DcgmSim::~DcgmSim() = default;
 
 Result<void> DcgmSim::addRoutes(http::Router& router) {

@@ -172,6 +172,13 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     return Response::json(status, writeJson(body));
   }
 
+  // A provider's rate limit: 429 with Retry-After, as OpenAI and Anthropic answer it.
+  Response rateLimited(Api api) const {
+    Response r = error(api, 429, "rate_limit_error", "simulated rate limit: too many requests");
+    r.headers.add("Retry-After", "1");
+    return r;
+  }
+
   // Checks the provider key and the model; an error response when either is wrong.
   std::optional<Response> check(Api api, const Request& req, const std::string& model) const {
     if (!options_.api_keys.empty()) {
@@ -206,18 +213,20 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     double cut_rate = 0;
     double slow_factor = 1;
     bool down = false;
+    double rate_limit_rate = 0;
   };
 
   Faults faults() {
     std::lock_guard lock(mu_);
-    return {fail_rate_, cut_rate_, engine_.options().slow_factor, down_};
+    return {fail_rate_, cut_rate_, engine_.options().slow_factor, down_, rate_limit_rate_};
   }
 
   static json faultsJson(const Faults& f) {
     return {{"fail_rate", f.fail_rate},
             {"cut_rate", f.cut_rate},
             {"slow_factor", f.slow_factor},
-            {"down", f.down}};
+            {"down", f.down},
+            {"rate_limit_rate", f.rate_limit_rate}};
   }
 
   Response getFaults() { return Response::json(200, writeJson(faultsJson(faults()))); }
@@ -233,11 +242,13 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     if (!body.is_object()) return bad("the body must be a JSON object");
     Faults f = faults();
     for (const auto& [name, value] : body.items()) {
-      if (name == "fail_rate" || name == "cut_rate") {
+      if (name == "fail_rate" || name == "cut_rate" || name == "rate_limit_rate") {
         if (!value.is_number() || value.get<double>() < 0 || value.get<double>() > 1) {
           return bad(fmt::format("'{}' must be a number from 0 to 1", name));
         }
-        (name == "fail_rate" ? f.fail_rate : f.cut_rate) = value.get<double>();
+        (name == "fail_rate"  ? f.fail_rate
+         : name == "cut_rate" ? f.cut_rate
+                              : f.rate_limit_rate) = value.get<double>();
       } else if (name == "slow_factor") {
         if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1000) {
           return bad("'slow_factor' must be a number above 0 and at most 1000");
@@ -248,13 +259,16 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
         f.down = value.get<bool>();
       } else {
         return bad(fmt::format(
-            "unknown fault '{}'; the faults are fail_rate, cut_rate, slow_factor and down", name));
+            "unknown fault '{}'; the faults are fail_rate, cut_rate, rate_limit_rate, slow_factor "
+            "and down",
+            name));
       }
     }
     {
       std::lock_guard lock(mu_);
       fail_rate_ = f.fail_rate;
       cut_rate_ = f.cut_rate;
+      rate_limit_rate_ = f.rate_limit_rate;
       EngineOptions timing = engine_.options();
       timing.slow_factor = f.slow_factor;
       engine_.setTiming(timing);
@@ -678,6 +692,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
         break;
       }
     }
+    if (roll(faults().rate_limit_rate)) co_return rateLimited(Api::kOpenAi);
     if (roll(faults().fail_rate)) {
       co_return error(Api::kOpenAi, 500, "server_error", "simulated upstream failure");
     }
@@ -791,6 +806,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
       for (const auto& i : body["input"])
         inputs.push_back(i.is_string() ? i.get<std::string>() : writeJson(i));
     }
+    if (roll(faults().rate_limit_rate)) return rateLimited(Api::kOpenAi);
     if (roll(faults().fail_rate)) {
       return error(Api::kOpenAi, 500, "server_error", "simulated upstream failure");
     }
@@ -854,6 +870,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
     for (const auto& m : body["messages"]) {
       if (m.is_object() && m.contains("content")) prompt += contentText(m["content"]) + "\n";
     }
+    if (roll(faults().rate_limit_rate)) co_return rateLimited(Api::kAnthropic);
     if (roll(faults().fail_rate)) {
       co_return error(Api::kAnthropic, 500, "api_error", "simulated upstream failure");
     }
@@ -935,6 +952,7 @@ class LlmSim::Impl : public std::enable_shared_from_this<LlmSim::Impl> {
   bool loop_running_ = false;                                     // guarded by mu_
   double fail_rate_ = 0;                                          // guarded by mu_
   double cut_rate_ = 0;                                           // guarded by mu_
+  double rate_limit_rate_ = 0;                                    // guarded by mu_
   bool down_ = false;                                             // guarded by mu_
   std::atomic<uint64_t> next_id_{1};
   http::Family<http::Gauge>& running_;

@@ -13,9 +13,10 @@
 // model's name (the first of `models`, or "sim-model").
 //
 // Faults: `fail_rate` answers 500 before any output, `cut_rate` drops the connection midway, and
-// at run time `POST /sim/faults` sets those two, `slow_factor` (every engine step takes that many
-// times longer: a throttled GPU) and `down` (the engine stops, like a GPU lost to an XID error:
-// requests in flight are cut, new ones get 500, GET /health answers 503).
+// at run time `POST /sim/faults` sets those two, `rate_limit_rate` (answers 429 with
+// `Retry-After: 1` before any output: an outside provider's rate limit), `slow_factor` (every
+// engine step takes that many times longer: a throttled GPU) and `down` (the engine stops, like a
+// GPU lost to an XID error: requests in flight are cut, new ones get 500, GET /health answers 503).
 //
 // Thread-safety: handlers run on any worker; the engine and its sequences are behind one mutex,
 // and a single engine loop (a coroutine) runs the steps.

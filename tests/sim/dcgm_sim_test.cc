@@ -69,5 +69,48 @@ TEST_F(DcgmSimTest, ReadingsAreSetAtRunTimeAllOrNothing) {
       << "a refused change changes nothing";
 }
 
+TEST(DcgmSimThrottle, AThrottledGpuClocksDownAndAccruesThermalViolationTime) {
+  ManualClock clock;
+  DcgmSim sim({.hostname = "gpu-7", .gpus = 2, .memory_mib = 1000, .seed = 3}, clock);
+  http::Router router;
+  ASSERT_TRUE(sim.addRoutes(router));
+  auto call = [&](http::Method method, const std::string& body) {
+    http::Request req;
+    req.method = method;
+    req.target = method == http::Method::kGet ? "/metrics" : "/sim/gpus";
+    req.body = body;
+    auto match = router.match(req);
+    EXPECT_NE(match.route, nullptr);
+    if (match.route == nullptr) return http::Response{};
+    return std::get<http::SyncHandler>(match.route->handler)(req);
+  };
+  auto value = [](const std::string& text, const std::string& series) {
+    const size_t at = text.find(series);
+    if (at == std::string::npos) return -1.0;
+    const size_t space = text.find("} ", at);
+    return std::stod(text.substr(space + 2));
+  };
+  ASSERT_EQ(call(http::Method::kPost, R"({"util": 90})").status, 200);
+  std::string text = call(http::Method::kGet, "").body;
+  EXPECT_EQ(value(text, "DCGM_FI_DEV_SM_CLOCK{gpu=\"0\""), DcgmSim::kBoostClockMhz);
+  EXPECT_EQ(value(text, "DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"0\""), 0);
+
+  EXPECT_EQ(call(http::Method::kPost, R"({"throttle": 1})").status, 400);
+  ASSERT_EQ(call(http::Method::kPost, R"({"gpu": 0, "throttle": true, "temp": 88})").status, 200);
+  clock.advance(std::chrono::seconds(2));
+  text = call(http::Method::kGet, "").body;
+  EXPECT_EQ(value(text, "DCGM_FI_DEV_SM_CLOCK{gpu=\"0\""), DcgmSim::kThrottledClockMhz);
+  EXPECT_EQ(value(text, "DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"0\""), 2e6);
+  EXPECT_EQ(value(text, "DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"1\""), 0) << "only GPU 0 is hot";
+  EXPECT_NE(text.find("# TYPE DCGM_FI_DEV_THERMAL_VIOLATION counter"), std::string::npos);
+
+  // Cooled down: the clock comes back and the counter keeps what it had.
+  ASSERT_EQ(call(http::Method::kPost, R"({"gpu": 0, "throttle": false})").status, 200);
+  clock.advance(std::chrono::seconds(5));
+  text = call(http::Method::kGet, "").body;
+  EXPECT_EQ(value(text, "DCGM_FI_DEV_SM_CLOCK{gpu=\"0\""), DcgmSim::kBoostClockMhz);
+  EXPECT_EQ(value(text, "DCGM_FI_DEV_THERMAL_VIOLATION{gpu=\"0\""), 2e6);
+}
+
 }  // namespace
 }  // namespace purser::sim

@@ -201,6 +201,18 @@ TEST_F(LlmSimTest, FaultsAreInjected) {
   EXPECT_EQ(json::parse(failed.body)["error"]["type"], "server_error");
 }
 
+TEST_F(LlmSimTest, ARateLimitFaultAnswers429WithRetryAfter) {
+  start({});
+  EXPECT_EQ(post("/sim/faults", {{"rate_limit_rate", 1.5}}).status, 400);
+  ASSERT_EQ(post("/sim/faults", {{"rate_limit_rate", 1}}).status, 200);
+  auto limited = post("/v1/chat/completions", kChat);
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(json::parse(limited.body)["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(limited.headers.get("retry-after").value_or(""), "1");
+  ASSERT_EQ(post("/sim/faults", {{"rate_limit_rate", 0}}).status, 200);
+  EXPECT_EQ(post("/v1/chat/completions", kChat).status, 200);
+}
+
 TEST_F(LlmSimTest, CutStreamsEndWithoutTheirEnding) {
   start({.cut_rate = 1.0});
   json body = kChat;
