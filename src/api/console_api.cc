@@ -162,7 +162,7 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
     for (const gateway::Route* r : s.gateway->routes()) {
       if (!routeVisible(*r, *who)) continue;
       json targets = json::array();
-      const size_t configured = r->targets.size();
+      const size_t configured = gateway::configuredTargets(*r).size();
       const std::vector<gateway::Target*> all = gateway::allTargets(*r);
       for (size_t i = 0; i < all.size(); ++i) {
         const gateway::Target* t = all[i];
@@ -172,7 +172,7 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
             {"kind",
              t->provider->kind() == gateway::ProviderKind::kOpenAi ? "openai" : "anthropic"},
             {"model", t->model},
-            {"weight", t->weight},
+            {"weight", t->weight.load(std::memory_order_relaxed)},
             {"health", health(*t, now, st.requests)},
             {"in_flight", t->health.in_flight.load(std::memory_order_relaxed)},
             {"consecutive_failures",
@@ -199,9 +199,11 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
         target["stats"] = st.toJson();
         targets.push_back(std::move(target));
       }
-      json route = {{"alias", r->alias},
-                    {"strategy", std::string(gateway::strategyName(r->strategy))},
-                    {"targets", std::move(targets)}};
+      json route = {
+          {"alias", r->alias},
+          {"strategy",
+           std::string(gateway::strategyName(r->strategy.load(std::memory_order_relaxed)))},
+          {"targets", std::move(targets)}};
       route["stats"] = by_route[r->alias].toJson();
       items.push_back(std::move(route));
     }

@@ -184,6 +184,18 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
                                   symptom),
                       "symptom");
   }
+  const std::string format(req.queryParam("format").value_or("json"));
+  if (format != "json" && format != "case") {
+    co_return problem(400,
+                      fmt::format("unknown format \"{}\": use json (the findings) or case", format),
+                      "format");
+  }
+  if (format == "case" && !admin) {
+    co_return problem(403,
+                      "the case holds every series, event and log line Purser keeps, of every "
+                      "tenant; only a platform admin may take it",
+                      "format");
+  }
   std::string name(req.queryParam("name").value_or(""));
   if (kind == "fleet") {
     if (!name.empty() && name != "*") {
@@ -370,6 +382,18 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
   c.inventory = std::move(inventory);
   if (s.series != nullptr) c.series = seriesInWindow(*s.series, start_ms, end_ms);
   c.events = std::move(events);
+  if (format == "case") {
+    // What the engine would answer from, to replay with `purser diagnose --case FILE`.
+    std::string text = diagnose::writeCase(c);
+    if (text.size() > ctx.o.max_case_bytes) {
+      co_return problem(422,
+                        fmt::format("the case would be {} MiB, more than the {} MiB a reply may "
+                                    "carry; ask about a shorter window (since)",
+                                    text.size() >> 20, ctx.o.max_case_bytes >> 20),
+                        "since");
+    }
+    co_return http::Response::text(200, std::move(text), "application/yaml");
+  }
   const diagnose::Diagnosis diagnosis = diagnose::diagnose(c);
   Json body = diagnose::toJson(diagnosis);
   diagnose::attachPoints(body, c, diagnosis);  // the console draws the evidence

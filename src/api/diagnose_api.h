@@ -7,6 +7,9 @@
 //              node | fleet (no name)
 //     symptom  slow | errors | pending | over_budget | idle | any (default)
 //     since    how far back (default 30m; at most what the series store keeps)
+//     format   json (default) | case: instead of the findings, the case the engine would answer
+//              from, as an incident file (application/yaml) that `purser diagnose --case FILE`
+//              replays; a platform admin's only, since it holds every tenant's series
 //   -> {"question": {...}, "window": {"start", "end"}, "findings": [...]}   (incidents.md §3)
 //
 // Scoping: a platform admin asks about anything and sees every name. Anyone else asks only about
@@ -39,6 +42,7 @@ struct ProviderFacts {
 struct DiagnoseOptions {
   scheduler::FleetService* fleet = nullptr;  // none: no workloads, queues or fleet events
   std::vector<ProviderFacts> providers;
+  size_t max_case_bytes = 48u << 20;  // format=case: a larger case is refused (422)
 };
 
 Result<void> addDiagnoseRoutes(http::Router& router, const Services& services,

@@ -240,7 +240,8 @@ void printFindings(const Json& body) {
 
 // `purser diagnose KIND [NAME]`: asks the server (GET /api/v1/diagnose) about its own state.
 int askServer(const std::vector<std::string>& args, const std::string& symptom,
-              const std::string& since, std::string server, bool json) {
+              const std::string& since, std::string server, bool json,
+              const std::string& save_case) {
   static const std::set<std::string> kKinds = {"route", "deployment", "workload", "queue",
                                                "team",  "user",       "node",     "fleet"};
   const std::string& kind = args[0];
@@ -268,6 +269,27 @@ int askServer(const std::vector<std::string>& args, const std::string& symptom,
   if (!symptom.empty()) path += "&symptom=" + queryEscape(symptom);
   if (!since.empty()) path += "&since=" + queryEscape(since);
   ApiClient client(server, key);
+  if (!save_case.empty()) {
+    // The case first: it is what the findings below are answered from (a moment earlier).
+    auto taken = client.call("GET", path + "&format=case");
+    if (!taken) {
+      std::cerr << "purser: " << taken.error().message << "\n";
+      return 1;
+    }
+    if (taken->status != 200) {
+      std::cerr << "purser: " << describeProblem(*taken) << "\n";
+      return taken->status == 404 || taken->status == 403 ? 4 : 1;
+    }
+    std::ofstream file(save_case, std::ios::binary | std::ios::trunc);
+    file.write(taken->text.data(), static_cast<std::streamsize>(taken->text.size()));
+    file.close();
+    if (!file) {
+      std::cerr << "purser: cannot write " << save_case << "\n";
+      return 1;
+    }
+    std::cerr << "saved the case to " << save_case << " (replay: purser diagnose --case "
+              << save_case << ")\n";
+  }
   auto reply = client.call("GET", path);
   if (!reply) {
     std::cerr << "purser: " << reply.error().message << "\n";
@@ -297,6 +319,7 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
     std::string symptom;
     std::string since;
     std::string server;
+    std::string save_case;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -321,6 +344,9 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
   cmd->add_option("--since", opts->since, "How far back to look (default 30m)");
   cmd->add_option("--server", opts->server,
                   "Purser server URL (default: PURSER_SERVER or http://127.0.0.1:8080)");
+  cmd->add_option("--save-case", opts->save_case,
+                  "Also save what the server answered from as an incident case file, to replay "
+                  "with --case or attach to a report (platform admins)");
   cmd->footer(
       "\nThe engine is deterministic and changes nothing: it reads metrics, events and logs, "
       "follows the inventory from the object asked about to what could cause its symptom, and "
@@ -332,7 +358,8 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
         exit_code = 2;
         return;
       }
-      exit_code = askServer(opts->args, opts->symptom, opts->since, opts->server, opts->json);
+      exit_code = askServer(opts->args, opts->symptom, opts->since, opts->server, opts->json,
+                            opts->save_case);
       return;
     }
     if (!opts->case_file.empty() && !opts->score.empty()) {

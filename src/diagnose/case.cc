@@ -1,6 +1,7 @@
 #include "diagnose/case.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <unordered_map>
 
 #include "common/json.h"
+#include "common/logging.h"
 #include "config/yaml_reader.h"
 #include "observe/prom_text.h"
 
@@ -152,7 +154,8 @@ class SampleReader {
           lineError(file_, line_no,
                     fmt::format("\"{}\" is not a timestamp in seconds", toValidUtf8(ts_text))));
     }
-    auto ts = static_cast<TimeMs>(std::floor(*seconds * 1000.0));
+    // A thousandth of a millisecond over: "1763632800.123" is 1763632800122.9999... ms in binary.
+    auto ts = static_cast<TimeMs>(std::floor(*seconds * 1000.0 + 1e-3));
 
     size_t index;
     auto it = index_.find(key);
@@ -334,12 +337,145 @@ std::optional<TimeMs> parseTime(std::string_view s) {
   return secs * 1000 + millis;
 }
 
-std::string formatTime(TimeMs t) {
+std::string formatTime(TimeMs t, bool millis) {
   time_t secs = static_cast<time_t>(t >= 0 ? t / 1000 : (t - 999) / 1000);
+  const int64_t ms = t - static_cast<int64_t>(secs) * 1000;
   struct tm tm {};
   gmtime_r(&secs, &tm);
+  if (millis && ms != 0) {
+    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900,
+                       tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  }
   return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
                      tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+namespace {
+
+// A JSON string is a YAML double-quoted scalar (YAML 1.2 reads JSON), so JSON's escaping is
+// YAML's; invalid UTF-8 becomes U+FFFD.
+std::string yamlString(std::string_view text) { return "\"" + jsonEscape(text) + "\""; }
+
+// A label value as the exposition format escapes it.
+void appendLabelValue(std::string& out, std::string_view v) {
+  for (char ch : v) {
+    if (ch == '\\') {
+      out += "\\\\";
+    } else if (ch == '"') {
+      out += "\\\"";
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else {
+      out.push_back(ch);
+    }
+  }
+}
+
+void appendSampleValue(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "NaN";
+  } else if (std::isinf(v)) {
+    out += v > 0 ? "+Inf" : "-Inf";
+  } else {
+    fmt::format_to(std::back_inserter(out), "{}", v);
+  }
+}
+
+void appendSeconds(std::string& out, TimeMs t) {
+  const int64_t secs = t / 1000;
+  const int64_t ms = t % 1000;
+  if (ms == 0) {
+    fmt::format_to(std::back_inserter(out), "{}", secs);
+  } else {
+    fmt::format_to(std::back_inserter(out), "{}.{:03}", secs, ms);
+  }
+}
+
+std::string gpuIndexes(const std::vector<int64_t>& gpus) {
+  return fmt::format("[{}]", fmt::join(gpus, ", "));
+}
+
+}  // namespace
+
+std::string writeCase(const Case& c) {
+  std::string out;
+  size_t samples = 0;
+  for (const auto& s : c.series) samples += s.t.size();
+  out.reserve(samples * 80 + c.events.size() * 200 + c.logs.size() * 200 + 4096);
+  auto it = std::back_inserter(out);
+  const auto time = [](TimeMs t) { return yamlString(formatTime(t, true)); };
+  fmt::format_to(it, "name: {}\n", yamlString(c.name));
+  fmt::format_to(it, "question: {{kind: {}, name: {}, symptom: {}}}\n", yamlString(c.question.kind),
+                 yamlString(c.question.name), yamlString(c.question.symptom));
+  fmt::format_to(it, "window: {{start: {}, end: {}}}\n", time(c.start), time(c.end));
+  const Inventory& inv = c.inventory;
+  out += inv.nodes.empty() ? "inventory:\n  nodes: []\n" : "inventory:\n  nodes:\n";
+  for (const auto& n : inv.nodes) {
+    fmt::format_to(it, "    - {{name: {}, gpus: {}, gpu_type: {}}}\n", yamlString(n.name), n.gpus,
+                   yamlString(n.gpu_type));
+  }
+  out += inv.deployments.empty() ? "  deployments: []\n" : "  deployments:\n";
+  for (const auto& d : inv.deployments) {
+    fmt::format_to(it, "    - {{name: {}, route: {}, provider: {}, node: {}, gpus: {}}}\n",
+                   yamlString(d.name), yamlString(d.route), yamlString(d.provider),
+                   d.node.empty() ? std::string("null") : yamlString(d.node), gpuIndexes(d.gpus));
+  }
+  out += inv.workloads.empty() ? "  workloads: []\n" : "  workloads:\n";
+  for (const auto& w : inv.workloads) {
+    fmt::format_to(it, "    - {{namespace: {}, name: {}, queue: {}, node: {}, gpus: {}}}\n",
+                   yamlString(w.ns), yamlString(w.name), yamlString(w.queue),
+                   w.node.empty() ? std::string("null") : yamlString(w.node), gpuIndexes(w.gpus));
+  }
+  out += inv.teams.empty() ? "  teams: []\n" : "  teams:\n";
+  for (const auto& t : inv.teams) {
+    fmt::format_to(it, "    - {{name: {}, tenant: {}}}\n", yamlString(t.name),
+                   yamlString(t.tenant));
+  }
+  out += "metrics: |\n";
+  for (const auto& s : c.series) {
+    std::string head = "  " + s.name;
+    if (!s.labels.empty()) {
+      head.push_back('{');
+      for (size_t i = 0; i < s.labels.size(); ++i) {
+        if (i > 0) head.push_back(',');
+        head += s.labels[i].first;
+        head += "=\"";
+        appendLabelValue(head, s.labels[i].second);
+        head.push_back('"');
+      }
+      head.push_back('}');
+    }
+    head.push_back(' ');
+    for (size_t k = 0; k < s.t.size() && k < s.v.size(); ++k) {
+      out += head;
+      appendSampleValue(out, s.v[k]);
+      out.push_back(' ');
+      appendSeconds(out, s.t[k]);
+      out.push_back('\n');
+    }
+  }
+  out += c.events.empty() ? "events: []\n" : "events:\n";
+  for (const auto& e : c.events) {
+    fmt::format_to(it, "  - {{time: {}, source: {}, kind: {}", time(e.time), yamlString(e.source),
+                   yamlString(e.kind));
+    if (!e.actor.empty()) fmt::format_to(it, ", actor: {}", yamlString(e.actor));
+    fmt::format_to(it, ", object: {}", yamlString(e.object));
+    if (!e.reason.empty()) fmt::format_to(it, ", reason: {}", yamlString(e.reason));
+    fmt::format_to(it, ", message: {}}}\n", yamlString(e.message));
+  }
+  out += c.logs.empty() ? "logs: []\n" : "logs:\n";
+  for (const auto& l : c.logs) {
+    fmt::format_to(it, "  - {{time: {}, source: {}, line: {}}}\n", time(l.time),
+                   yamlString(l.source), yamlString(l.line));
+  }
+  if (c.expected_cause) {
+    fmt::format_to(it, "expected:\n  cause: {}\n", yamlString(*c.expected_cause));
+    if (c.expected_subject) {
+      fmt::format_to(it, "  subject: {{kind: {}, name: {}}}\n",
+                     yamlString(c.expected_subject->kind), yamlString(c.expected_subject->name));
+    }
+  }
+  return out;
 }
 
 Result<Case> parseCase(std::string_view text, const std::string& file, const CaseLimits& limits) {

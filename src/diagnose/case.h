@@ -136,9 +136,16 @@ struct CaseLimits {
 Result<Case> parseCase(std::string_view text, const std::string& file,
                        const CaseLimits& limits = {});
 
+// A case as an incident file that parseCase() reads back to the same value (samples and times
+// to the millisecond; `expected:` when the case carries it). Live diagnosis saves the case it
+// answered with this, so that an answer can be replayed with `purser diagnose --case FILE` or
+// attached to a report.
+std::string writeCase(const Case& c);
+
 // "2026-11-20T10:00:00Z" (or with a fraction of a second, or an offset) as Unix milliseconds.
 std::optional<TimeMs> parseTime(std::string_view text);
-// Unix milliseconds as "2026-11-20T10:00:00Z" (whole seconds).
-std::string formatTime(TimeMs t);
+// Unix milliseconds as "2026-11-20T10:00:00Z" (whole seconds), or with the milliseconds
+// ("2026-11-20T10:00:00.250Z") when `millis` is set and there are any.
+std::string formatTime(TimeMs t, bool millis = false);
 
 }  // namespace purser::diagnose

@@ -96,7 +96,7 @@ class Analysis {
     // The sample interval: the most common step of the first series.
     step_ = 30'000;
     if (!c.series.empty() && c.series.front().t.size() > 2) {
-      step_ = std::max<TimeMs>(1000, c.series.front().t[1] - c.series.front().t[0]);
+      step_ = std::max<TimeMs>(1, c.series.front().t[1] - c.series.front().t[0]);
     }
   }
 
@@ -284,8 +284,12 @@ class Analysis {
   bool lateStart(const Series& s) const {
     return !s.t.empty() && s.t.front() > c_.start + 2 * step_;
   }
+  // Rates over at least kRateSpanMs: live series are sampled every second or faster, where a
+  // few events a second would otherwise read as lone spikes between zeros.
+  static constexpr TimeMs kRateSpanMs = 5000;
+  Points rate(const Series& s) const { return rateOf(s, step_ < kRateSpanMs ? kRateSpanMs : 0); }
   Points counterRate(const Series& s) const {
-    Points r = rateOf(s);
+    Points r = rate(s);
     if (!lateStart(s)) return r;
     Points p;
     for (TimeMs t = c_.start + step_; t < s.t.front(); t += step_) {
@@ -293,7 +297,8 @@ class Analysis {
       p.x.push_back(0);
     }
     p.t.push_back(s.t.front());
-    p.x.push_back(std::max(0.0, s.v.front()) * 1000.0 / static_cast<double>(step_));
+    p.x.push_back(std::max(0.0, s.v.front()) * 1000.0 /
+                  static_cast<double>(std::max(step_, kRateSpanMs)));
     p.t.insert(p.t.end(), r.t.begin(), r.t.end());
     p.x.insert(p.x.end(), r.x.begin(), r.x.end());
     return p;
@@ -414,7 +419,7 @@ class Analysis {
     std::vector<Points> rates;
     const Series* any_req = nullptr;
     for (const Series* r : select("purser_gateway_requests_total", {{"target", d.name}})) {
-      rates.push_back(rateOf(*r));
+      rates.push_back(rate(*r));
       any_req = r;
     }
     if (any_req != nullptr) {
@@ -641,7 +646,7 @@ class Analysis {
     std::vector<Points> rates;
     const Series* any = nullptr;
     for (const Series* s : select("purser_gateway_requests_total", {{"route", route}})) {
-      rates.push_back(rateOf(*s));
+      rates.push_back(rate(*s));
       any = s;
     }
     if (any == nullptr) return;
@@ -657,8 +662,8 @@ class Analysis {
       const Series* pt = engine("vllm:prompt_tokens_total", d.name);
       const Series* cnt = engine("vllm:time_to_first_token_seconds_count", d.name);
       if (pt == nullptr || cnt == nullptr) continue;
-      prompt.push_back(rateOf(*pt));
-      reqs.push_back(rateOf(*cnt));
+      prompt.push_back(this->rate(*pt));
+      reqs.push_back(this->rate(*cnt));
       any_prompt = pt;
     }
     Shift len;
@@ -783,7 +788,7 @@ class Analysis {
       hot = ts.valid && (ts.peak >= 85 || (ts.peak >= 80 && ts.peak - ts.base >= 15));
     }
     if (viol != nullptr) {
-      vs = upShift(rateOf(*viol));
+      vs = upShift(rate(*viol));
       double inc = viol->v.empty() ? 0 : viol->v.back() - viol->v.front();
       violating = vs.valid && inc > 0 && vs.peak > 0 && vs.high >= 3 && vs.ratio(1) >= 5;
     }
@@ -894,7 +899,7 @@ class Analysis {
     // Its own load did not grow as much: the slowness does not come from the victim's traffic.
     double load_ratio = 1;
     if (const Series* gen = engine("vllm:generation_tokens_total", victim)) {
-      Shift ls = upShift(rateOf(*gen));
+      Shift ls = upShift(rate(*gen));
       if (ls.valid) load_ratio = ls.ratio(1);
     }
     if (!util_up && arrival == nullptr) return;
@@ -1202,7 +1207,7 @@ class Analysis {
       for (const Series* bw : named("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")) {
         auto [host, index] = gpuKey(*bw);
         if (host != node) continue;
-        Shift bs = downShift(rateOf(*bw));
+        Shift bs = downShift(rate(*bw));
         // The GPU must still be busy: an idle GPU moves no data over NVLink either.
         const Series* util = gpuSeries("DCGM_FI_DEV_GPU_UTIL", node, index);
         bool busy = util != nullptr && !util->v.empty() && util->v.back() >= 10;
@@ -1313,7 +1318,7 @@ class Analysis {
     std::vector<Points> reqs;
     std::set<std::string> routes;
     for (const Series* r : select("purser_gateway_requests_total", {{"target", target}})) {
-      reqs.push_back(rateOf(*r));
+      reqs.push_back(rate(*r));
       if (auto rt = r->label("route")) routes.insert(std::string(*rt));
     }
     double req_total = totalOf(sumOf(reqs).x) * static_cast<double>(step_) / 1000;
@@ -1355,7 +1360,7 @@ class Analysis {
       for (const Series* r : select("purser_gateway_requests_total", {{"route", route}})) {
         auto t = r->label("target").value_or("");
         if (t == target || t.empty()) continue;
-        Shift fs = upShift(rateOf(*r));
+        Shift fs = upShift(rate(*r));
         if (fs.valid && fs.ratio(0.01) >= 1.5 && std::llabs(fs.onset - es.onset) <= 3 * kMinute) {
           s += 0.05;
           f.evidence.push_back(metric(
@@ -1430,12 +1435,47 @@ class Analysis {
         break;
       }
     }
-    if (!full && lines.empty()) return;
+    // A hard wallet refuses a request whose worst case does not fit in what is left, so it
+    // may stop short of its limit: near it (>= 95 %), requests refused before any upstream
+    // that start once it got there say the same as a full wallet.
+    const Series* refusals = nullptr;
+    Shift refused;
+    for (const Series* r : named("purser_gateway_requests_total")) {
+      if (!r->label("target").value_or("").empty() || r->label("code").value_or("") != "429") {
+        continue;
+      }
+      Shift qs = upShift(counterRate(*r));
+      if (qs.valid && qs.peak > 0 && qs.high >= 3 &&
+          (refusals == nullptr || qs.peak > refused.peak)) {
+        refusals = r;
+        refused = qs;
+      }
+    }
+    bool near = false;
+    TimeMs near_at = 0;
+    if (!full && ratio != nullptr && refusals != nullptr) {
+      for (size_t i = 0; i < ratio->v.size(); ++i) {
+        if (ratio->v[i] >= 0.95) {
+          near_at = ratio->t[i];
+          break;
+        }
+      }
+      near = near_at > 0 && refused.onset >= near_at - 2 * step_;
+    }
+    if (!full && !near && lines.empty()) return;
     Candidate c;
     Finding& f = c.f;
     f.cause = "budget_exhausted";
     f.subject = *subject;
     double s = 0;
+    if (near) {
+      s += 0.35;
+      f.evidence.push_back(metric(*ratio, rs,
+                                  fmt::format("wallet {} spent {} -> {} of its limit; what is "
+                                              "left is less than a request may cost",
+                                              scope, num(rs.base), num(maxOf(ratio->v)))));
+      f.onset = near_at;
+    }
     if (full) {
       s += 0.45;
       f.evidence.push_back(metric(*ratio, rs,
@@ -1462,26 +1502,21 @@ class Analysis {
       if (f.onset == 0) f.onset = lines.front()->time;
     }
     // Refusals with no target: requests the gateway turned away before any upstream.
-    for (const Series* r : named("purser_gateway_requests_total")) {
-      if (r->label("target").has_value() || r->label("code").value_or("") != "429") continue;
-      Shift qs = upShift(counterRate(*r));
-      if (qs.valid && qs.peak > 0 && qs.high >= 3) {
-        s += 0.1;
-        f.evidence.push_back(metric(*r, qs,
-                                    fmt::format("requests refused before any upstream "
-                                                "{}/s -> {}/s",
-                                                num(qs.base), num(qs.peak))));
-        if (lines.empty()) {
-          if (auto route = r->label("route")) routes.insert(std::string(*route));
-        }
-        break;
+    if (refusals != nullptr) {
+      s += 0.1;
+      f.evidence.push_back(metric(*refusals, refused,
+                                  fmt::format("requests refused before any upstream "
+                                              "{}/s -> {}/s",
+                                              num(refused.base), num(refused.peak))));
+      if (lines.empty()) {
+        if (auto route = refusals->label("route")) routes.insert(std::string(*route));
       }
     }
     if (alert != nullptr) {
       s += 0.1;
       f.evidence.push_back(event(*alert));
     }
-    if (!full && ratio != nullptr) s *= 0.6;  // the metric disagrees with the log
+    if (!full && !near && ratio != nullptr) s *= 0.6;  // the metric disagrees with the log
     for (const std::string& r : routes) c.affects.push_back({"route", r});
     c.strength = std::min(s, 0.95);
     f.explanation = fmt::format(
@@ -1875,9 +1910,9 @@ class Analysis {
       }
       // The split of the route's traffic across its targets moved right after the change.
       for (const Series* r : select("purser_gateway_requests_total", {{"route", route}})) {
-        Points rate = rateOf(*r);
-        Shift down = downShift(rate);
-        Shift up = upShift(rate);
+        Points split = rate(*r);
+        Shift down = downShift(split);
+        Shift up = upShift(split);
         bool moved = false;
         Shift used;
         if (down.valid && down.base > 0 && down.peak <= 0.4 * down.base &&

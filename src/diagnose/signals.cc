@@ -19,11 +19,14 @@ double med3(double a, double b, double c) {
 
 Points gaugeOf(const Series& s) { return Points{s.t, s.v}; }
 
-Points rateOf(const Series& s) {
+Points rateOf(const Series& s, TimeMs min_span_ms) {
   Points p;
+  size_t from = 0;  // the newest sample at least min_span_ms before i
   for (size_t i = 1; i < s.t.size(); ++i) {
-    double dt = static_cast<double>(s.t[i] - s.t[i - 1]) / 1000.0;
-    double dv = s.v[i] - s.v[i - 1];
+    while (from + 1 < i && s.t[i] - s.t[from + 1] >= min_span_ms) ++from;
+    const size_t j = min_span_ms <= 0 ? i - 1 : from;
+    double dt = static_cast<double>(s.t[i] - s.t[j]) / 1000.0;
+    double dv = s.v[i] - s.v[j];
     p.t.push_back(s.t[i]);
     p.x.push_back(dt > 0 && dv >= 0 && std::isfinite(dv) ? dv / dt : kNaN);
   }

@@ -26,9 +26,11 @@ struct Points {
 
 // A gauge as it is.
 Points gaugeOf(const Series& s);
-// A counter's per-second rate over each interval between samples (at the interval's end); an
-// interval where it went down is NaN.
-Points rateOf(const Series& s);
+// A counter's per-second rate at each sample after the first, over the interval back to the
+// newest sample at least `min_span_ms` older (the previous sample when 0; the first sample while
+// none is that old). An interval where it went down is NaN. A span of several samples keeps rare
+// events (one a second on a 200 ms grid) from reading as lone spikes between zeros.
+Points rateOf(const Series& s, TimeMs min_span_ms = 0);
 // A histogram's mean observation over each interval: the increase of its _sum over the
 // increase of its _count; NaN where nothing was observed.
 Points meanOf(const Series& sum, const Series& count);

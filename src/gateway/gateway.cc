@@ -481,6 +481,11 @@ Gateway::Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> provid
     : impl_(std::make_shared<Impl>(deps, std::move(providers), std::move(routes))) {}
 Gateway::~Gateway() = default;
 
+Result<void> Gateway::reloadRoute(const std::string& alias, Strategy strategy,
+                                  const std::vector<TargetSpec>& targets) {
+  return impl_->reloadRoute(alias, strategy, targets);
+}
+
 Provider* Gateway::provider(const std::string& name) { return impl_->provider(name); }
 std::vector<Provider*> Gateway::providers() { return impl_->providers(); }
 const Route* Gateway::route(const std::string& alias) const { return impl_->route(alias); }

@@ -73,6 +73,13 @@ struct GatewayEvent {
   std::string message;
 };
 
+// A target of a route as a reloaded configuration gives it.
+struct TargetSpec {
+  std::string provider;
+  std::string model;
+  int64_t weight = 1;
+};
+
 class Gateway {
  public:
   Gateway(GatewayDeps deps, std::vector<std::unique_ptr<Provider>> providers,
@@ -84,6 +91,14 @@ class Gateway {
   // Sends on requests waiting for a saturated route whose targets now have room; called after
   // the targets' scraped facts change (thread-safe).
   void pumpQueues();
+
+  // Puts a reloaded configuration's strategy and targets of route `alias` in force at once;
+  // requests already under way finish where they are. A target in force before (the same
+  // provider and model) stays the same target, with its health, and takes the new weight.
+  // Errors change nothing: kNotFound for no such route, kInvalidArgument for a target whose
+  // provider Purser was not started with, or no targets. Not for concurrent use with itself.
+  Result<void> reloadRoute(const std::string& alias, Strategy strategy,
+                           const std::vector<TargetSpec>& targets);
 
   Provider* provider(const std::string& name);
   std::vector<Provider*> providers();

@@ -165,6 +165,58 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     for (auto& p : providers_) out.push_back(p.get());
     return out;
   }
+  Result<void> reloadRoute(const std::string& alias, Strategy strategy,
+                           const std::vector<TargetSpec>& specs) {
+    auto it = routes_.find(alias);
+    if (it == routes_.end()) {
+      return std::unexpected(Error(ErrorCode::kNotFound, fmt::format("no route \"{}\"", alias)));
+    }
+    if (specs.empty()) {
+      return std::unexpected(
+          Error(ErrorCode::kInvalidArgument, fmt::format("route \"{}\" has no targets", alias)));
+    }
+    Route& route = *it->second;
+    // Every target the route has had, for reuse: as built, then those reloads made.
+    std::vector<Target*> known;
+    for (const auto& t : route.targets) known.push_back(t.get());
+    for (Target* t : route.reloaded->added()) known.push_back(t);
+    std::vector<Target*> order;
+    std::vector<std::unique_ptr<Target>> added;
+    std::vector<std::pair<Target*, int64_t>> weights;
+    for (const TargetSpec& spec : specs) {
+      Provider* p = provider(spec.provider);
+      if (p == nullptr) {
+        return std::unexpected(Error(ErrorCode::kInvalidArgument,
+                                     fmt::format("route \"{}\": provider \"{}\" is new; it is "
+                                                 "used after a restart",
+                                                 alias, spec.provider)));
+      }
+      Target* t = nullptr;
+      for (Target* k : known) {
+        if (k->provider == p && k->model == spec.model &&
+            std::find(order.begin(), order.end(), k) == order.end()) {
+          t = k;
+          break;
+        }
+      }
+      if (t == nullptr) {
+        auto made = std::make_unique<Target>();
+        made->provider = p;
+        made->model = spec.model;
+        made->price = d_.prices.find(spec.provider, spec.model);
+        t = made.get();
+        known.push_back(t);
+        added.push_back(std::move(made));
+      }
+      weights.emplace_back(t, spec.weight);
+      order.push_back(t);
+    }
+    for (auto& [t, w] : weights) t->weight.store(w, std::memory_order_relaxed);
+    route.strategy.store(strategy, std::memory_order_relaxed);
+    route.reloaded->set(std::move(order), std::move(added));
+    return {};
+  }
+
   const Route* route(const std::string& alias) const {
     auto it = routes_.find(alias);
     return it == routes_.end() ? nullptr : it->second.get();

@@ -45,7 +45,8 @@ asio::awaitable<Response> Gateway::Impl::streamed(const std::shared_ptr<Call>& c
         if (retryable(status)) {
           failed(c->route, *t);
           last_error = fmt::format("{} answered {}", t->provider->name(), status);
-          co_await sleepFor(retryAfter((*upstream)->headers()));
+          // Its Retry-After is honoured before trying it again; another target is tried at once.
+          if (attempt < c->route->retries) co_await sleepFor(retryAfter((*upstream)->headers()));
           continue;
         }
         c->hold.release();

@@ -129,7 +129,8 @@ asio::awaitable<Response> Gateway::Impl::whole(Call& c) {
         upstreamError(*t, errorKind(res->status));
         last_fault = Fault::kUpstream;
         last_error = fmt::format("{} answered {}", t->provider->name(), res->status);
-        co_await sleepFor(retryAfter(res->headers));
+        // Its Retry-After is honoured before trying it again; another target is tried at once.
+        if (attempt < c.route->retries) co_await sleepFor(retryAfter(res->headers));
         continue;
       }
       recordSuccess(*t, d_.clock.monotonic() - sent);

@@ -211,10 +211,33 @@ std::vector<Target*> ServedTargets::serving() const {
   return out;
 }
 
-std::vector<Target*> allTargets(const Route& route) {
+void ReloadedTargets::set(std::vector<Target*> order, std::vector<std::unique_ptr<Target>> added) {
+  std::lock_guard lock(mu_);
+  for (auto& t : added) added_.push_back(std::move(t));
+  lists_.push_back(std::make_unique<std::vector<Target*>>(std::move(order)));
+  current_.store(lists_.back().get(), std::memory_order_release);
+}
+
+std::vector<Target*> ReloadedTargets::added() const {
+  std::lock_guard lock(mu_);
+  std::vector<Target*> out;
+  out.reserve(added_.size());
+  for (const auto& t : added_) out.push_back(t.get());
+  return out;
+}
+
+std::vector<Target*> configuredTargets(const Route& route) {
+  if (route.reloaded) {
+    if (const std::vector<Target*>* now = route.reloaded->current()) return *now;
+  }
   std::vector<Target*> out;
   out.reserve(route.targets.size());
   for (const auto& t : route.targets) out.push_back(t.get());
+  return out;
+}
+
+std::vector<Target*> allTargets(const Route& route) {
+  std::vector<Target*> out = configuredTargets(route);
   if (route.served) {
     for (Target* t : route.served->serving()) out.push_back(t);
   }
@@ -224,7 +247,7 @@ std::vector<Target*> allTargets(const Route& route) {
 std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& random,
                                   std::span<const uint64_t> prompt_blocks) {
   std::vector<Target*> order = allTargets(route);
-  switch (route.strategy) {
+  switch (route.strategy.load(std::memory_order_relaxed)) {
     case Strategy::kFallback:
       break;
     case Strategy::kWeighted: {
@@ -233,12 +256,14 @@ std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& rand
       order.clear();
       while (!rest.empty()) {
         int64_t total = 0;
-        for (Target* t : rest) total += std::max<int64_t>(t->weight, 0);
+        for (Target* t : rest) {
+          total += std::max<int64_t>(t->weight.load(std::memory_order_relaxed), 0);
+        }
         size_t pick = 0;
         if (total > 0) {
           int64_t r = static_cast<int64_t>(random.uniform(static_cast<uint64_t>(total)));
           for (size_t i = 0; i < rest.size(); ++i) {
-            r -= std::max<int64_t>(rest[i]->weight, 0);
+            r -= std::max<int64_t>(rest[i]->weight.load(std::memory_order_relaxed), 0);
             if (r < 0) {
               pick = i;
               break;

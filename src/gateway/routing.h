@@ -145,8 +145,8 @@ struct TargetObserved {
 
 struct Target {
   Provider* provider = nullptr;
-  std::string model;  // upstream model name
-  int64_t weight = 1;
+  std::string model;                          // upstream model name
+  std::atomic<int64_t> weight{1};             // a configuration reload may change it
   const ledger::TokenPrice* price = nullptr;  // null when unpriced
   TargetHealth health;
   TargetObserved observed;
@@ -182,12 +182,35 @@ class ServedTargets {
   int64_t joins_ = 0;
 };
 
+// The configured targets a configuration reload (SIGHUP) put in force for a route, in order.
+// Targets are never freed while Purser runs (a request may hold one): a target a reload drops is
+// only left out, and one a later reload brings back is the same target, with its health. The
+// list in force is read without a lock (one atomic load a request); each reload keeps a new list
+// (a few pointers) for the rest of the run. Thread-safe.
+class ReloadedTargets {
+ public:
+  // The targets in force, or null while no reload has changed them (the route's `targets`).
+  const std::vector<Target*>* current() const { return current_.load(std::memory_order_acquire); }
+  // Puts `order` in force; `added` are targets made for it, kept for the rest of the run.
+  void set(std::vector<Target*> order, std::vector<std::unique_ptr<Target>> added);
+  // The targets reloads made, oldest first.
+  std::vector<Target*> added() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Target>> added_;                // guarded by mu_
+  std::vector<std::unique_ptr<std::vector<Target*>>> lists_;  // guarded by mu_
+  std::atomic<const std::vector<Target*>*> current_{nullptr};
+};
+
 class AdmissionQueue;
 
 struct Route {
   std::string alias;
-  Strategy strategy = Strategy::kFallback;
+  std::atomic<Strategy> strategy{Strategy::kFallback};  // a configuration reload may change it
+  // The targets it was built with; configuredTargets() says which are in force now.
   std::vector<std::unique_ptr<Target>> targets;
+  std::shared_ptr<ReloadedTargets> reloaded = std::make_shared<ReloadedTargets>();
   std::vector<std::string> allow_tenants;
   std::vector<std::string> allow_teams;
   int64_t max_tokens = 4096;
@@ -204,6 +227,8 @@ struct Route {
   std::shared_ptr<ServedTargets> served = std::make_shared<ServedTargets>();
 };
 
+// The configured targets in force: as built, or as the latest reload set them.
+std::vector<Target*> configuredTargets(const Route& route);
 // The configured targets, then the serving replicas.
 std::vector<Target*> allTargets(const Route& route);
 

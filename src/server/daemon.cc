@@ -559,21 +559,60 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
           spdlog::error("reload: the configuration was not applied: {}", fresh.error().toString());
           return;
         }
-        // Route changes are audited (they take effect at the next start), so that what
-        // changed, and when, is on the record for operators and for diagnosis.
+        // Route changes are audited, so that what changed, and when, is on the record for
+        // operators and for diagnosis. The targets, weights and strategy of a route that exists
+        // take effect at once; new and removed routes, and a route's other settings, at the
+        // next start.
         auto changes = config::routeChanges(configured_routes, fresh->routes);
+        std::vector<std::string> applied;
+        for (const auto& c : changes) {
+          if (c.action != "route.update") {
+            spdlog::info("reload: route \"{}\": {} (takes effect at the next start)", c.route,
+                         c.change);
+            continue;
+          }
+          const config::RouteConfig* now = nullptr;
+          const config::RouteConfig* before = nullptr;
+          for (const auto& r : fresh->routes) {
+            if (r.model == c.route) now = &r;
+          }
+          for (const auto& r : configured_routes) {
+            if (r.model == c.route) before = &r;
+          }
+          if (now == nullptr || before == nullptr) continue;
+          std::vector<gateway::TargetSpec> specs;
+          for (const auto& t : now->targets) specs.push_back({t.provider, t.model, t.weight});
+          auto done = gateway.reloadRoute(c.route, *gateway::parseStrategy(now->strategy), specs);
+          if (!done) {
+            spdlog::warn("reload: route \"{}\": {}; its targets stay as they were until a restart",
+                         c.route, done.error().message);
+            continue;
+          }
+          config::RouteConfig rest = *before;
+          rest.targets = now->targets;
+          rest.strategy = now->strategy;
+          const bool all = config::routeChanges({rest}, {*now}).empty();
+          spdlog::info("reload: route \"{}\": {} ({})", c.route, c.change,
+                       all ? "in force now"
+                           : "targets and strategy in force now; its other settings at the next "
+                             "start");
+          applied.push_back(c.route);
+        }
         configured_routes = fresh->routes;
         if (!changes.empty()) {
           services.store.writeAsync(
-              [&services, changes](store::Tx& tx) -> Result<void> {
+              [&services, changes, applied](store::Tx& tx) -> Result<void> {
                 for (const auto& c : changes) {
                   ledger::AuditEntry e;
                   e.actor = "system";
                   e.actor_role = "system";
                   e.action = c.action;
                   e.target = "route:" + c.route;
-                  e.after = writeJson(
-                      nlohmann::json{{"change", c.change}, {"source", "configuration reload"}});
+                  const bool live =
+                      std::find(applied.begin(), applied.end(), c.route) != applied.end();
+                  e.after = writeJson(nlohmann::json{{"change", c.change},
+                                                     {"source", "configuration reload"},
+                                                     {"applied", live ? "now" : "next start"}});
                   PURSER_TRY(services.audit.append(tx, e));
                 }
                 return {};
@@ -582,10 +621,6 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                 if (!r)
                   spdlog::error("reload: a route change was not audited: {}", r.error().message);
               });
-          for (const auto& c : changes) {
-            spdlog::info("reload: route \"{}\": {} (takes effect at the next start)", c.route,
-                         c.change);
-          }
         }
         size_t updated = 0;
         for (const auto& p : fresh->providers) {
@@ -601,9 +636,9 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
           ++updated;
         }
         spdlog::info(
-            "reload: configuration re-read; keys of {} provider(s) updated (other changes take "
-            "effect at the next start)",
-            updated);
+            "reload: configuration re-read; keys of {} provider(s) and {} route(s) updated (other "
+            "changes take effect at the next start)",
+            updated, applied.size());
       };
   hangups.async_wait(on_hangup);
 

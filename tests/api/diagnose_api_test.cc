@@ -7,6 +7,7 @@
 
 #include "common/json.h"
 #include "diagnose/case.h"
+#include "diagnose/engine.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
 #include "fakes/test_server.h"
@@ -211,6 +212,36 @@ TEST_F(DiagnoseApiTest, ATeamLeadsAnswerNeverNamesAnotherTenantsObjects) {
     EXPECT_EQ(lead.text.find(name), std::string::npos) << name << " in " << lead.text;
   }
   EXPECT_NE(lead.text.find("another tenant"), std::string::npos) << lead.text;
+}
+
+// format=case: what the engine would answer from, as an incident file that replays to the same
+// findings; a platform admin's only, since it holds every tenant's series.
+TEST_F(DiagnoseApiTest, ThePlatformAdminTakesTheCaseThatReplaysToTheSameAnswer) {
+  twoTenants();
+  zephyrRunsOutOfBudget();
+  Reply text = call("GET", "/api/v1/diagnose?kind=fleet&format=case", kAdminKey);
+  ASSERT_EQ(text.status, 200) << text.text;
+  auto c = diagnose::parseCase(text.text, "live.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString() << "\n" << text.text;
+  EXPECT_EQ(c->question.kind, "fleet");
+  EXPECT_EQ(c->question.name, "*");
+  bool ratio = false;
+  for (const auto& s : c->series) ratio = ratio || s.name == "purser_wallet_spent_ratio";
+  EXPECT_TRUE(ratio) << text.text;
+  Reply answer = call("GET", "/api/v1/diagnose?kind=fleet", kAdminKey);
+  ASSERT_EQ(answer.status, 200);
+  const diagnose::Diagnosis replayed = diagnose::diagnose(*c);
+  ASSERT_FALSE(replayed.findings.empty());
+  EXPECT_EQ(replayed.findings[0].cause, answer.body["findings"][0]["cause"]);
+  EXPECT_EQ(replayed.findings[0].subject.name, answer.body["findings"][0]["subject"]["name"]);
+
+  Reply lead = call("GET", "/api/v1/diagnose?kind=fleet&format=case", lead_key);
+  EXPECT_EQ(lead.status, 403) << lead.text;
+  EXPECT_EQ(lead.body.value("field", ""), "format");
+  EXPECT_EQ(lead.text.find("zephyr"), std::string::npos);
+  Reply bad = call("GET", "/api/v1/diagnose?kind=fleet&format=xml", kAdminKey);
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body.value("field", ""), "format");
 }
 
 }  // namespace

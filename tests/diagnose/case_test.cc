@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
+#include <tuple>
 
 namespace purser::diagnose {
 namespace {
@@ -165,6 +167,85 @@ TEST(ParseCase, HostileInputNeverCrashesTheReader) {
   }
 }
 
+void expectSameCase(const Case& a, const Case& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.question.kind, b.question.kind);
+  EXPECT_EQ(a.question.name, b.question.name);
+  EXPECT_EQ(a.question.symptom, b.question.symptom);
+  EXPECT_EQ(a.start, b.start);
+  EXPECT_EQ(a.end, b.end);
+  ASSERT_EQ(a.inventory.nodes.size(), b.inventory.nodes.size());
+  ASSERT_EQ(a.inventory.deployments.size(), b.inventory.deployments.size());
+  for (size_t i = 0; i < a.inventory.deployments.size(); ++i) {
+    const auto& x = a.inventory.deployments[i];
+    const auto& y = b.inventory.deployments[i];
+    EXPECT_EQ(std::tie(x.name, x.route, x.provider, x.node, x.gpus),
+              std::tie(y.name, y.route, y.provider, y.node, y.gpus));
+  }
+  ASSERT_EQ(a.inventory.workloads.size(), b.inventory.workloads.size());
+  for (size_t i = 0; i < a.inventory.workloads.size(); ++i) {
+    EXPECT_EQ(a.inventory.workloads[i].id(), b.inventory.workloads[i].id());
+    EXPECT_EQ(a.inventory.workloads[i].node, b.inventory.workloads[i].node);
+    EXPECT_EQ(a.inventory.workloads[i].gpus, b.inventory.workloads[i].gpus);
+  }
+  ASSERT_EQ(a.inventory.teams.size(), b.inventory.teams.size());
+  ASSERT_EQ(a.series.size(), b.series.size());
+  for (size_t i = 0; i < a.series.size(); ++i) {
+    EXPECT_EQ(a.series[i].name, b.series[i].name);
+    EXPECT_EQ(a.series[i].labels, b.series[i].labels);
+    EXPECT_EQ(a.series[i].t, b.series[i].t) << a.series[i].name;
+    EXPECT_EQ(a.series[i].v, b.series[i].v) << a.series[i].name;
+  }
+  ASSERT_EQ(a.events.size(), b.events.size());
+  for (size_t i = 0; i < a.events.size(); ++i) {
+    const auto& x = a.events[i];
+    const auto& y = b.events[i];
+    EXPECT_EQ(std::tie(x.time, x.source, x.kind, x.reason, x.actor, x.object, x.message),
+              std::tie(y.time, y.source, y.kind, y.reason, y.actor, y.object, y.message));
+  }
+  ASSERT_EQ(a.logs.size(), b.logs.size());
+  for (size_t i = 0; i < a.logs.size(); ++i) {
+    EXPECT_EQ(std::tie(a.logs[i].time, a.logs[i].source, a.logs[i].line),
+              std::tie(b.logs[i].time, b.logs[i].source, b.logs[i].line));
+  }
+  EXPECT_EQ(a.expected_cause, b.expected_cause);
+  EXPECT_EQ(a.expected_subject, b.expected_subject);
+}
+
+TEST(WriteCase, ReadsBackToTheSameCase) {
+  auto c = parseCase(kMinimal, "t.yaml");
+  ASSERT_TRUE(c) << c.error().toString();
+  auto again = parseCase(writeCase(*c), "again.yaml");
+  ASSERT_TRUE(again) << again.error().toString() << "\n" << writeCase(*c);
+  expectSameCase(*c, *again);
+}
+
+TEST(WriteCase, KeepsMillisecondsAndEscapesWhatItMust) {
+  // What live diagnosis assembles: sub-second samples and events, label values and messages
+  // with quotes, backslashes, newlines and invalid UTF-8, values that are not plain numbers.
+  Case c;
+  c.name = "live";
+  c.question = {"route", "chat \"x\"", "errors"};
+  c.start = 1763632800123;
+  c.end = 1763632920999;
+  c.inventory.deployments.push_back({"vllm-a", "chat \"x\"", "vllm-a", "", {}});
+  c.inventory.workloads.push_back({"ml", "t:7", "research", "node-a", {0, 3}});
+  c.inventory.teams.push_back({"ml", "acme"});
+  Series s;
+  s.name = "purser_gateway_requests_total";
+  s.labels = {{"code", "200"}, {"route", "a\\b\"c\nd"}, {"target", ""}};
+  s.t = {1763632800200, 1763632800400, 1763632801000, 1763632801001};
+  s.v = {1, 2.5, 1e-9, std::numeric_limits<double>::infinity()};
+  c.series.push_back(s);
+  c.events.push_back({1763632800250, "audit", "route.update", "", "dana \"ops\"", "chat",
+                      "targets a, b -> b\nline two \xff"});
+  c.logs.push_back({1763632801999, "purser", "upstream \"x\" said: {no}"});
+  auto back = parseCase(writeCase(c), "live.yaml");
+  ASSERT_TRUE(back) << back.error().toString() << "\n" << writeCase(c);
+  c.events[0].message = "targets a, b -> b\nline two \xef\xbf\xbd";  // invalid UTF-8 replaced
+  expectSameCase(c, *back);
+}
+
 TEST(Time, ParsesAndFormatsRfc3339) {
   EXPECT_EQ(parseTime("1970-01-01T00:00:00Z"), std::optional<TimeMs>(0));
   EXPECT_EQ(parseTime("2026-11-20T10:00:00Z"), std::optional<TimeMs>(1795168800000));
@@ -176,6 +257,8 @@ TEST(Time, ParsesAndFormatsRfc3339) {
   EXPECT_FALSE(parseTime("2026-11-20T10:00:00"));
   EXPECT_FALSE(parseTime("2026-11-20T10:00:00Zjunk"));
   EXPECT_EQ(formatTime(1795168800999), "2026-11-20T10:00:00Z");
+  EXPECT_EQ(formatTime(1795168800999, true), "2026-11-20T10:00:00.999Z");
+  EXPECT_EQ(formatTime(1795168800000, true), "2026-11-20T10:00:00Z");
 }
 
 }  // namespace

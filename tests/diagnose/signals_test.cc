@@ -62,6 +62,26 @@ TEST(Signals, RatesAndHistogramMeans) {
   EXPECT_TRUE(std::isnan(m.x[1]));  // nothing observed
 }
 
+TEST(Signals, RatesOverASpanSmoothRareEventsOnAFineGrid) {
+  // One event a second on a 200 ms grid: per interval, 1 in 5 points is 5/s and the rest 0,
+  // which a median of three reads as nothing; over 1 s spans it is 1/s throughout.
+  Series c;
+  for (int i = 0; i <= 48; ++i) {
+    c.t.push_back(i * 200);
+    c.v.push_back(i / 5);
+  }
+  Points fine = rateOf(c);
+  EXPECT_DOUBLE_EQ(fine.x[4], 5);
+  EXPECT_DOUBLE_EQ(fine.x[5], 0);
+  EXPECT_FALSE(upShift(fine).peak > 0) << "lone spikes are not a peak";
+  Points spanned = rateOf(c, 1000);
+  ASSERT_EQ(spanned.size(), 48u);
+  EXPECT_DOUBLE_EQ(spanned.x[0], 0);  // 0..200 ms: less than a span, from the first sample
+  for (size_t i = 4; i < spanned.size(); ++i) EXPECT_DOUBLE_EQ(spanned.x[i], 1) << i;
+  // A span shorter than the grid is the plain rate.
+  EXPECT_EQ(rateOf(c, 100).x, fine.x);
+}
+
 TEST(Signals, SumAndRatioAlignByTime) {
   Points a{{0, 30, 60}, {1, 2, 3}};
   Points b{{30, 60, 90}, {10, 20, 30}};

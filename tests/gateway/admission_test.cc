@@ -86,17 +86,19 @@ TEST(AdmissionQueueTest, RemoveTakesOutOnlyThoseStillWaiting) {
   EXPECT_FALSE(none.push(log.waiter(Priority::kCritical, "a", "x"))) << "max_waiting 0: none wait";
 }
 
-Route route(size_t targets) {
-  Route r;
+std::unique_ptr<Route> route(size_t targets) {
+  auto owned = std::make_unique<Route>();
+  Route& r = *owned;
   r.alias = "chat";
   r.saturation_queue = 5;
   r.saturation_kv_cache = 0.8;
   for (size_t i = 0; i < targets; ++i) r.targets.push_back(std::make_unique<Target>());
-  return r;
+  return owned;
 }
 
 TEST(RoomTest, UnobservedTargetsAlwaysHaveRoomDownOnesNever) {
-  Route r = route(2);
+  std::unique_ptr<Route> owned = route(2);
+  Route& r = *owned;
   const MonoTime now{};
   EXPECT_TRUE(hasRoom(r, *r.targets[0], now));
   r.targets[0]->observed.set(Condition::kDown, {});
@@ -109,7 +111,8 @@ TEST(RoomTest, UnobservedTargetsAlwaysHaveRoomDownOnesNever) {
 }
 
 TEST(RoomTest, AFullReplicaTakesOneRequestForEachItFinishesUntilTheNextScrape) {
-  Route r = route(1);
+  std::unique_ptr<Route> owned = route(1);
+  Route& r = *owned;
   Target& t = *r.targets[0];
   const MonoTime now{};
   // A queue of 3 at the scrape: room for 2 more.
@@ -135,7 +138,8 @@ TEST(RoomTest, AFullReplicaTakesOneRequestForEachItFinishesUntilTheNextScrape) {
 }
 
 TEST(RoomTest, TheRoomiestIsTheLeastLoadedOfThoseWithRoom) {
-  Route r = route(3);
+  std::unique_ptr<Route> owned = route(3);
+  Route& r = *owned;
   const MonoTime now{};
   r.targets[0]->observed.set(Condition::kSaturated, {.queue = 9.0, .kv_cache_usage = 0.5});
   r.targets[1]->health.in_flight = 4;

@@ -279,5 +279,59 @@ TEST_F(GatewayStagesTest, AWorstCaseBeyondTheWalletIsRefusedBeforeTheUpstream) {
   EXPECT_EQ(wallet().reserved, Money::zero());
 }
 
+TEST_F(GatewayStagesTest, AReloadPutsARoutesTargetsAndStrategyInForceAndKeepsTheirHealth) {
+  const Route* chat = gateway_->route("chat");
+  ASSERT_NE(chat, nullptr);
+  Target* before = configuredTargets(*chat).at(0);
+  before->health.consecutive_failures = 2;  // some history the reload must keep
+
+  // The same target with a weight, and a second model of the same provider.
+  ASSERT_TRUE(gateway_->reloadRoute("chat", Strategy::kWeighted,
+                                    {{"up", "up-model", 3}, {"up", "up-other", 1}}));
+  std::vector<Target*> now = configuredTargets(*chat);
+  ASSERT_EQ(now.size(), 2u);
+  EXPECT_EQ(now[0], before) << "a target that stays is the same target";
+  EXPECT_EQ(now[0]->health.consecutive_failures.load(), 2);
+  EXPECT_EQ(now[0]->weight.load(), 3);
+  EXPECT_EQ(now[1]->model, "up-other");
+  EXPECT_EQ(now[1]->price, nullptr) << "unpriced: the price book has no up/up-other";
+  EXPECT_EQ(chat->strategy.load(), Strategy::kWeighted);
+  EXPECT_EQ(allTargets(*chat).size(), 2u);
+
+  // Dropping the first and bringing it back later gives the same target again.
+  ASSERT_TRUE(gateway_->reloadRoute("chat", Strategy::kFallback, {{"up", "up-other", 1}}));
+  ASSERT_EQ(configuredTargets(*chat).size(), 1u);
+  Target* other = configuredTargets(*chat)[0];
+  {
+    // Requests follow at once: the one target left serves the upstream model up-other.
+    http::Response r =
+        post("/v1/chat/completions",
+             R"({"messages":[{"role":"user","content":"hi"}],"model":"chat","max_tokens":5})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::lock_guard lock(mu_);
+    ASSERT_FALSE(received_.empty());
+    EXPECT_NE(received_.back().find(R"("model":"up-other")"), std::string::npos)
+        << received_.back();
+  }
+  ASSERT_TRUE(gateway_->reloadRoute("chat", Strategy::kFallback,
+                                    {{"up", "up-model", 1}, {"up", "up-other", 1}}));
+  EXPECT_EQ(configuredTargets(*chat)[0], before);
+  EXPECT_EQ(configuredTargets(*chat)[1], other);
+
+  // What cannot be applied changes nothing.
+  auto unknown = gateway_->reloadRoute("chat", Strategy::kFallback, {{"new-provider", "m", 1}});
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(unknown.error().message.find("new-provider"), std::string::npos);
+  EXPECT_FALSE(gateway_->reloadRoute("chat", Strategy::kFallback, {}));
+  auto missing = gateway_->reloadRoute("nope", Strategy::kFallback, {{"up", "up-model", 1}});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(configuredTargets(*chat).size(), 2u);
+  EXPECT_EQ(chat->strategy.load(), Strategy::kFallback);
+  // The other route was never touched.
+  EXPECT_EQ(configuredTargets(*gateway_->route("other")).size(), 1u);
+}
+
 }  // namespace
 }  // namespace purser::gateway

@@ -11,8 +11,9 @@ Money m(const char* s) { return *Money::parse(s); }
 
 class RoutingTest : public ::testing::Test {
  protected:
-  Route route(Strategy s) {
-    Route r;
+  std::unique_ptr<Route> route(Strategy s) {
+    auto owned = std::make_unique<Route>();
+    Route& r = *owned;
     r.alias = "chat";
     r.strategy = s;
     for (const char* name : {"a", "b", "c"}) {
@@ -21,7 +22,7 @@ class RoutingTest : public ::testing::Test {
       t->model = name;
       r.targets.push_back(std::move(t));
     }
-    return r;
+    return owned;
   }
   static std::string names(const std::vector<Target*>& order) {
     std::string out;
@@ -36,12 +37,14 @@ class RoutingTest : public ::testing::Test {
 };
 
 TEST_F(RoutingTest, FallbackKeepsTheConfiguredOrder) {
-  Route r = route(Strategy::kFallback);
+  std::unique_ptr<Route> owned = route(Strategy::kFallback);
+  Route& r = *owned;
   EXPECT_EQ(names(orderTargets(r, clock.monotonic(), random)), "abc");
 }
 
 TEST_F(RoutingTest, WeightedPicksFirstInProportionToWeight) {
-  Route r = route(Strategy::kWeighted);
+  std::unique_ptr<Route> owned = route(Strategy::kWeighted);
+  Route& r = *owned;
   r.targets[0]->weight = 6;
   r.targets[1]->weight = 3;
   r.targets[2]->weight = 1;
@@ -60,7 +63,8 @@ TEST_F(RoutingTest, WeightedPicksFirstInProportionToWeight) {
 }
 
 TEST_F(RoutingTest, LeastLatencyLeastCostAndLeastLoaded) {
-  Route lat = route(Strategy::kLeastLatency);
+  std::unique_ptr<Route> owned_lat = route(Strategy::kLeastLatency);
+  Route& lat = *owned_lat;
   recordSuccess(*lat.targets[0], std::chrono::milliseconds(300));
   recordSuccess(*lat.targets[1], std::chrono::milliseconds(100));
   recordSuccess(*lat.targets[2], std::chrono::milliseconds(200));
@@ -69,13 +73,15 @@ TEST_F(RoutingTest, LeastLatencyLeastCostAndLeastLoaded) {
   for (int i = 0; i < 20; ++i) recordSuccess(*lat.targets[1], std::chrono::milliseconds(900));
   EXPECT_EQ(names(orderTargets(lat, clock.monotonic(), random)), "cab");
 
-  Route cost = route(Strategy::kLeastCost);
+  std::unique_ptr<Route> owned_cost = route(Strategy::kLeastCost);
+  Route& cost = *owned_cost;
   const ledger::TokenPrice cheap{m("0.10"), m("0.40")}, dear{m("3"), m("15")};
   cost.targets[0]->price = &dear;
   cost.targets[2]->price = &cheap;  // b is unpriced: last
   EXPECT_EQ(names(orderTargets(cost, clock.monotonic(), random)), "cab");
 
-  Route load = route(Strategy::kLeastLoaded);
+  std::unique_ptr<Route> owned_load = route(Strategy::kLeastLoaded);
+  Route& load = *owned_load;
   load.targets[0]->health.in_flight = 5;
   load.targets[1]->health.in_flight = 2;
   load.targets[2]->health.in_flight = 9;
@@ -83,7 +89,8 @@ TEST_F(RoutingTest, LeastLatencyLeastCostAndLeastLoaded) {
 }
 
 TEST_F(RoutingTest, AFailingTargetCoolsDownThenIsProbedAgain) {
-  Route r = route(Strategy::kFallback);
+  std::unique_ptr<Route> owned = route(Strategy::kFallback);
+  Route& r = *owned;
   Target& a = *r.targets[0];
   recordFailure(a, clock.monotonic());
   recordFailure(a, clock.monotonic());

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 
@@ -123,6 +124,15 @@ class DiagnoseTest : public ::testing::Test {
         EXPECT_FALSE(top.value("explanation", "").empty());
         return answer;
       }
+    }
+    // PURSER_DIAGNOSE_CASES=DIR keeps the case the last answer came from, to replay with
+    // `purser diagnose --case FILE`.
+    if (const char* keep = std::getenv("PURSER_DIAGNOSE_CASES"); keep != nullptr && *keep) {
+      std::vector<std::string> again = args;
+      again.push_back("--save-case");
+      again.push_back(std::string(keep) + "/" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".yaml");
+      diagnose(again);
     }
     ADD_FAILURE() << "the first finding never became " << cause << " on " << subjects.front().first
                   << " " << subjects.front().second << "; last answer: " << writeJson(answer, 2)
@@ -252,6 +262,20 @@ TEST_F(DiagnoseTest, AProviderThatStartsFailingIsNamedAsTheCauseOfTheRoutesError
   EXPECT_EQ(text.wait(), 0) << text.err();
   EXPECT_NE(text.out().find("Diagnosis of route chat"), std::string::npos) << text.out();
   EXPECT_NE(text.out().find("evidence:"), std::string::npos) << text.out();
+
+  // The case it answered from, saved and replayed offline, gives the same first finding.
+  const std::string saved = dir.file("live-case.yaml");
+  Json again = diagnose({"route", "chat", "--symptom", "errors", "--save-case", saved});
+  ASSERT_TRUE(again.is_object()) << last_out;
+  EXPECT_NE(last_out.find("saved the case to"), std::string::npos) << last_out;
+  Process replay({PURSER_BINARY, "diagnose", "--case", saved});
+  ASSERT_EQ(replay.wait(), 0) << replay.err();
+  Json replayed = parseJsonOrDiscarded(replay.out());
+  ASSERT_TRUE(replayed.is_object() && replayed["findings"].is_array() &&
+              !replayed["findings"].empty())
+      << replay.out();
+  EXPECT_EQ(replayed["findings"][0]["cause"], again["findings"][0]["cause"]);
+  EXPECT_EQ(replayed["findings"][0]["subject"], again["findings"][0]["subject"]);
 }
 
 // Two observed model servers on GPUs 0 and 1 of node-a, whose DCGM exporter is scraped too.
@@ -273,11 +297,6 @@ std::string gpuConfig(uint16_t a, uint16_t b, uint16_t exporter) {
 }
 
 TEST_F(DiagnoseTest, AProviderAnswering429IsNamedAsRateLimitingTheRoute) {
-  GTEST_SKIP() << "live, the engine answers `none` for route chat although "
-                  "purser_gateway_upstream_errors_total{kind=\"429\"} rises steadily after the "
-                  "fault (a 429 with Retry-After also makes each request wait about a second, "
-                  "so a round is slow); to be investigated in the engine's upstream() on live "
-                  "200 ms series";
   // One target: with a fallback the gateway stops sending to a target after its first 429
   // (it is degraded while another is healthy), and too few 429s would make a signal.
   const uint16_t limited = sim();
@@ -330,10 +349,6 @@ TEST_F(DiagnoseTest, AGpuThrottlingForHeatIsNamedAsTheCauseOfASlowRoute) {
 }
 
 TEST_F(DiagnoseTest, AHardWalletSpentToItsLimitIsNamedAsTheUsersBudgetExhausted) {
-  GTEST_SKIP() << "live, the engine answers `none`: a hard wallet refuses a request whose "
-                  "worst-case reservation does not fit, so purser_wallet_spent_ratio stays below "
-                  "the engine's 0.999 and a live case has no `budget exceeded` log lines, the "
-                  "engine's other way to see it";
   const uint16_t up = sim();
   ASSERT_NE(up, 0);
   ASSERT_TRUE(serve(fmt::format(
@@ -420,10 +435,6 @@ spec: {clusterQueue: research}
 }
 
 TEST_F(DiagnoseTest, ARouteChangeThatLeavesOnlyAFailingTargetIsNamedAsABadConfigChange) {
-  GTEST_SKIP() << "SIGHUP audits a route change (route.update) but does not apply it: the daemon "
-                  "logs that it \"takes effect at the next start\" (src/server/daemon.cc), so "
-                  "live traffic never moves to the remaining target and nothing follows the "
-                  "change; needs live route reload, or a restart-based variant of this test";
   const uint16_t good = sim();
   const uint16_t flaky = sim({"--ttft-ms", "0", "--fail-rate", "0.7"});
   ASSERT_TRUE(good != 0 && flaky != 0);
