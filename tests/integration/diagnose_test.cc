@@ -484,12 +484,11 @@ TEST_F(DiagnoseTest, ConcurrentLoadBeyondMaxNumSeqsIsNamedAsReplicaSaturation) {
                [] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); });
 }
 
-TEST_F(DiagnoseTest, LongPromptsInASmallKvCacheAreNamedAsKvCacheExhaustion) {
-  GTEST_SKIP() << "live, the first finding is traffic_shift on route chat (requests 5/s -> 10/s, "
-                  "mean TTFT 0.041 s -> 2.01 s), not kv_cache_exhaustion; the load or the sim's "
-                  "KV settings here have not yet been shown to hold vllm:kv_cache_usage_perc at "
-                  "0.9 with preemptions rising - to be tuned";
-  const uint16_t up = sim({"--ttft-ms", "20", "--tokens-per-s", "100", "--kv-cache-tokens", "1024",
+// Long answers in a small KV cache: the engine admits a request when its prompt fits, and as
+// the running ones generate, their caches outgrow the blocks left, so it preempts the newest to
+// recompute later - vLLM's way, and what the sim does.
+TEST_F(DiagnoseTest, LongAnswersInASmallKvCacheAreNamedAsKvCacheExhaustion) {
+  const uint16_t up = sim({"--ttft-ms", "20", "--tokens-per-s", "200", "--kv-cache-tokens", "1024",
                            "--max-num-seqs", "64", "--no-prefix-caching"});
   ASSERT_NE(up, 0);
   ASSERT_TRUE(
@@ -501,10 +500,10 @@ TEST_F(DiagnoseTest, LongPromptsInASmallKvCacheAreNamedAsKvCacheExhaustion) {
                         up)));
   baseline(40);
   std::string prompt;
-  for (int i = 0; i < 200; ++i) prompt += fmt::format("word{} ", i);
-  startLoad(8, writeJson(Json{{"model", "chat"},
-                              {"messages", {{{"role", "user"}, {"content", prompt}}}},
-                              {"max_tokens", 60}}));
+  for (int i = 0; i < 20; ++i) prompt += fmt::format("word{} ", i);
+  startLoad(12, writeJson(Json{{"model", "chat"},
+                               {"messages", {{{"role", "user"}, {"content", prompt}}}},
+                               {"max_tokens", 300}}));
   firstFinding({"route", "chat", "--symptom", "slow", "--since", "2m"}, "kv_cache_exhaustion",
                "deployment", "vllm-a",
                [] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); });
