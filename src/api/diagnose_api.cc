@@ -12,6 +12,7 @@
 #include <set>
 
 #include "api/diagnose_live.h"
+#include "api/diagnose_narrate.h"
 #include "api/fleet_views.h"
 #include "api/problem.h"
 #include "common/clock.h"
@@ -40,6 +41,7 @@ constexpr int64_t kDefaultSinceMs = 30 * 60 * 1000;
 struct Context {
   const Services s;
   DiagnoseOptions o;
+  const http::Router* router = nullptr;  // the gateway, for narration
 };
 
 bool routeVisibleTo(const gateway::Route& r, const Principal& who) {
@@ -195,6 +197,18 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
                       "the case holds every series, event and log line Purser keeps, of every "
                       "tenant; only a platform admin may take it",
                       "format");
+  }
+  bool narrate = !ctx.o.narrator_route.empty();
+  if (auto n = req.queryParam("narrate")) {
+    if (*n != "true" && *n != "false") {
+      co_return problem(400, fmt::format("'narrate' is true or false, not \"{}\"", *n), "narrate");
+    }
+    if (*n == "true" && ctx.o.narrator_route.empty()) {
+      co_return problem(400,
+                        "no narrator is configured (diagnose.narrator.route in the configuration)",
+                        "narrate");
+    }
+    narrate = *n == "true";
   }
   std::string name(req.queryParam("name").value_or(""));
   if (kind == "fleet") {
@@ -477,6 +491,11 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
     red.apply(body);
     shownEverywhere(body);
   }
+  if (narrate && ctx.router != nullptr) {
+    // Given the answer as the caller sees it: nothing they may not see reaches the model.
+    body["narration"] = co_await api::narrate(*ctx.router, req, ctx.o.narrator_route,
+                                              ctx.o.narrator_max_tokens, body);
+  }
   co_return jsonResponse(200, body);
 }
 
@@ -484,7 +503,7 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
 
 Result<void> addDiagnoseRoutes(http::Router& router, const Services& services,
                                DiagnoseOptions options) {
-  auto ctx = std::make_shared<const Context>(Context{services, std::move(options)});
+  auto ctx = std::make_shared<const Context>(Context{services, std::move(options), &router});
   PURSER_TRY(router.addAsync(Method::kGet, "/api/v1/diagnose",
                              [ctx](Request& req) { return handle(*ctx, req); }));
   return {};

@@ -7,6 +7,10 @@
 //              node | fleet (no name)
 //     symptom  slow | errors | pending | over_budget | idle | any (default)
 //     since    how far back (default 30m; at most what the series store keeps)
+//     narrate  true (default when diagnose.narrator is configured) | false: a plain-language
+//              summary of the findings by the narrator route's model, asked as the caller and
+//              metered to the caller's wallets, in "narration": {"route", "text"} or
+//              {"route", "error", "status"}; the findings are the same either way
 //     format   json (default) | case: instead of the findings, the case the engine would answer
 //              from, as an incident file (application/yaml) that `purser diagnose --case FILE`
 //              replays; a platform admin's only, since it holds every tenant's series
@@ -43,6 +47,10 @@ struct DiagnoseOptions {
   scheduler::FleetService* fleet = nullptr;  // none: no workloads, queues or fleet events
   std::vector<ProviderFacts> providers;
   size_t max_case_bytes = 48u << 20;  // format=case: a larger case is refused (422)
+  // Narration (diagnose_narrate.h): the route whose model summarises the findings, through the
+  // gateway on the same router, as the caller ("" for none), and the summary's output cap.
+  std::string narrator_route;
+  int64_t narrator_max_tokens = 400;
 };
 
 Result<void> addDiagnoseRoutes(http::Router& router, const Services& services,

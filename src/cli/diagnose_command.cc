@@ -213,6 +213,16 @@ void printFindings(const Json& body) {
   const Json w = body.value("window", Json::object());
   std::cout << fmt::format("Diagnosis of {} {} (symptom {}, {} to {})\n", str(q, "kind"),
                            str(q, "name"), str(q, "symptom"), str(w, "start"), str(w, "end"));
+  if (auto n = body.find("narration"); n != body.end() && n->is_object()) {
+    if (!str(*n, "text").empty()) {
+      std::cout << fmt::format(
+          "\nIn short (written by {}; the findings below are the "
+          "evidence):\n{}\n",
+          str(*n, "route"), str(*n, "text"));
+    } else if (!str(*n, "error").empty()) {
+      std::cout << fmt::format("\n(no summary: {})\n", str(*n, "error"));
+    }
+  }
   const Json findings = body.value("findings", Json::array());
   if (findings.empty()) std::cout << "\nNo findings.\n";
   int n = 0;
@@ -240,8 +250,8 @@ void printFindings(const Json& body) {
 
 // `purser diagnose KIND [NAME]`: asks the server (GET /api/v1/diagnose) about its own state.
 int askServer(const std::vector<std::string>& args, const std::string& symptom,
-              const std::string& since, std::string server, bool json,
-              const std::string& save_case) {
+              const std::string& since, std::string server, bool json, const std::string& save_case,
+              bool no_narrate) {
   static const std::set<std::string> kKinds = {"route", "deployment", "workload", "queue",
                                                "team",  "user",       "node",     "fleet"};
   const std::string& kind = args[0];
@@ -269,6 +279,7 @@ int askServer(const std::vector<std::string>& args, const std::string& symptom,
   if (!symptom.empty()) path += "&symptom=" + queryEscape(symptom);
   if (!since.empty()) path += "&since=" + queryEscape(since);
   ApiClient client(server, key);
+  const std::string ask = no_narrate ? path + "&narrate=false" : path;
   if (!save_case.empty()) {
     // The case first: it is what the findings below are answered from (a moment earlier).
     auto taken = client.call("GET", path + "&format=case");
@@ -290,7 +301,7 @@ int askServer(const std::vector<std::string>& args, const std::string& symptom,
     std::cerr << "saved the case to " << save_case << " (replay: purser diagnose --case "
               << save_case << ")\n";
   }
-  auto reply = client.call("GET", path);
+  auto reply = client.call("GET", ask);
   if (!reply) {
     std::cerr << "purser: " << reply.error().message << "\n";
     return 1;
@@ -320,6 +331,7 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
     std::string since;
     std::string server;
     std::string save_case;
+    bool no_narrate = false;
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -347,6 +359,9 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
   cmd->add_option("--save-case", opts->save_case,
                   "Also save what the server answered from as an incident case file, to replay "
                   "with --case or attach to a report (platform admins)");
+  cmd->add_flag("--no-narrate", opts->no_narrate,
+                "Leave out the plain-language summary even when the server has a narrator "
+                "(diagnose.narrator), which is asked as you and metered to your wallets");
   cmd->footer(
       "\nThe engine is deterministic and changes nothing: it reads metrics, events and logs, "
       "follows the inventory from the object asked about to what could cause its symptom, and "
@@ -359,7 +374,7 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
         return;
       }
       exit_code = askServer(opts->args, opts->symptom, opts->since, opts->server, opts->json,
-                            opts->save_case);
+                            opts->save_case, opts->no_narrate);
       return;
     }
     if (!opts->case_file.empty() && !opts->score.empty()) {

@@ -567,6 +567,18 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       cfg.fleet.kubernetes->kubeconfig = (base / cfg.fleet.kubernetes->kubeconfig).string();
     }
   }
+  if (top.present("diagnose")) {
+    YamlReader::Map diagnose = top.map("diagnose");
+    if (diagnose.present("narrator")) {
+      YamlReader::Map narrator = diagnose.map("narrator");
+      NarratorConfig n;
+      narrator.required("route", n.route);
+      narrator.optional("max_tokens", n.max_tokens, 16, 8192);
+      narrator.finish();
+      cfg.diagnose.narrator = n;  // its route is checked once the routes are read
+    }
+    diagnose.finish();
+  }
   if (top.present("console")) {
     YamlReader::Map console = top.map("console");
     console.optional("enabled", cfg.console.enabled);
@@ -637,6 +649,14 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
         reader.addError(top.get("providers")[i]["gpus"], fmt::format("providers[{}].gpus", i),
                         "names GPUs of observe.exporters, but no exporters are configured");
       }
+    }
+  }
+  if (cfg.diagnose.narrator && !cfg.diagnose.narrator->route.empty()) {
+    const std::string& route = cfg.diagnose.narrator->route;
+    if (std::none_of(cfg.routes.begin(), cfg.routes.end(),
+                     [&](const RouteConfig& r) { return r.model == route; })) {
+      reader.addError(top.get("diagnose")["narrator"]["route"], "diagnose.narrator.route",
+                      fmt::format("no route \"{}\" in routes", route));
     }
   }
   top.finish();

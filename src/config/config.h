@@ -216,6 +216,17 @@ struct FleetConfig {
   Duration inventory_refresh = std::chrono::seconds(30);
 };
 
+// Diagnosis (`purser diagnose`, GET /api/v1/diagnose). With a narrator, each answer's findings
+// are also summarised in plain words by a model, through Purser's own gateway as the asking
+// principal (metered to their wallets); the findings are the answer either way.
+struct NarratorConfig {
+  std::string route;         // a model route of this configuration
+  int64_t max_tokens = 400;  // the summary's output cap
+};
+struct DiagnoseConfig {
+  std::optional<NarratorConfig> narrator;
+};
+
 struct Config {
   std::string file;    // where this configuration was read from
   std::string listen;  // "host:port" as written
@@ -235,6 +246,7 @@ struct Config {
   std::vector<RouteConfig> routes;
   ObserveConfig observe;
   FleetConfig fleet;
+  DiagnoseConfig diagnose;
 };
 
 // Command-line values that replace the file's (and satisfy `listen` when the file has none).

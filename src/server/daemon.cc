@@ -499,6 +499,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     for (const auto& p : config.providers) {
       diagnose_options.providers.push_back({p.name, !p.metrics_url.empty(), p.gpus});
     }
+    if (config.diagnose.narrator) {
+      diagnose_options.narrator_route = config.diagnose.narrator->route;
+      diagnose_options.narrator_max_tokens = config.diagnose.narrator->max_tokens;
+    }
     PURSER_TRY(api::addDiagnoseRoutes(router, services, std::move(diagnose_options)));
   }
   if (config.console.enabled) PURSER_TRY(addConsoleRoutes(router));

@@ -2,9 +2,15 @@
 // and the wall between tenants in the answer.
 #include "api/diagnose_api.h"
 
+#include <utility>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <mutex>
+#include <vector>
+
+#include "api/diagnose_narrate.h"
 #include "common/json.h"
 #include "diagnose/case.h"
 #include "diagnose/engine.h"
@@ -45,7 +51,24 @@ class DiagnoseApiTest : public ::testing::Test {
     ASSERT_TRUE(loadState(*services).has_value());
     ASSERT_TRUE(bootstrap(*services, std::string(kAdminKey)).has_value());
     ASSERT_TRUE(addAdminRoutes(server.router, *services).has_value());
-    ASSERT_TRUE(addDiagnoseRoutes(server.router, *services, {}).has_value());
+    DiagnoseOptions options;
+    options.narrator_route = narrator;
+    if (!narrator.empty()) {
+      // The gateway's place on the router: records what the narrator is asked, as whom, and
+      // answers as a chat model would.
+      ASSERT_TRUE(
+          server.router
+              .addAsync(http::Method::kPost, "/v1/chat/completions",
+                        [this](http::Request& req) -> boost::asio::awaitable<http::Response> {
+                          std::lock_guard lock(asked_mu);
+                          asked.push_back(
+                              {std::string(req.headers.get("Authorization").value_or("")),
+                               req.body});
+                          co_return http::Response::json(200, narrator_answer);
+                        })
+              .has_value());
+    }
+    ASSERT_TRUE(addDiagnoseRoutes(server.router, *services, options).has_value());
     server.start();
   }
 
@@ -133,6 +156,25 @@ class DiagnoseApiTest : public ::testing::Test {
   std::optional<Services> services;
   testing::TestServer server;
   std::string alpha, borealis, zephyr, zephyr_wallet, lead_key;
+  std::string narrator;  // set before SetUp: the narrator route
+  std::string narrator_answer =
+      R"({"id":"c1","object":"chat.completion","model":"summary","choices":[{"index":0,)"
+      R"("message":{"role":"assistant","content":"A team is out of budget."},)"
+      R"("finish_reason":"stop"}],"usage":{"prompt_tokens":90,"completion_tokens":7}})";
+  std::mutex asked_mu;
+  std::vector<std::pair<std::string, std::string>> asked;  // Authorization, body
+};
+
+class DiagnoseNarrationTest : public DiagnoseApiTest {
+ protected:
+  DiagnoseNarrationTest() { narrator = "summary"; }
+  // What the narrator was asked last: the user message, as the model reads it.
+  std::string lastPrompt() {
+    std::lock_guard lock(asked_mu);
+    if (asked.empty()) return "";
+    const json body = parseJsonOrDiscarded(asked.back().second);
+    return body["messages"][1].value("content", "");
+  }
 };
 
 TEST_F(DiagnoseApiTest, EveryParameterIsCheckedWithAClearProblem) {
@@ -242,6 +284,99 @@ TEST_F(DiagnoseApiTest, ThePlatformAdminTakesTheCaseThatReplaysToTheSameAnswer) 
   Reply bad = call("GET", "/api/v1/diagnose?kind=fleet&format=xml", kAdminKey);
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(bad.body.value("field", ""), "format");
+}
+
+TEST_F(DiagnoseNarrationTest, TheNarratorIsAskedAsTheCallerWithOnlyWhatTheCallerMaySee) {
+  twoTenants();
+  zephyrRunsOutOfBudget();
+  // The platform admin's answer names borealis' team, and so does what its narrator is asked.
+  Reply admin = call("GET", "/api/v1/diagnose?kind=fleet", kAdminKey);
+  ASSERT_EQ(admin.status, 200) << admin.text;
+  EXPECT_EQ(admin.body["narration"]["route"], "summary");
+  EXPECT_EQ(admin.body["narration"]["text"], "A team is out of budget.");
+  std::string prompt = lastPrompt();
+  EXPECT_NE(prompt.find("zephyr"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("budget_exhausted"), std::string::npos) << prompt;
+  EXPECT_EQ(prompt.find("\"points\""), std::string::npos) << "charts are not sent";
+  {
+    std::lock_guard lock(asked_mu);
+    EXPECT_EQ(asked.back().first, std::string("Bearer ") + kAdminKey) << "asked as the caller";
+    const json body = parseJsonOrDiscarded(asked.back().second);
+    EXPECT_EQ(body["model"], "summary");
+    EXPECT_EQ(body["max_tokens"], 400);
+  }
+
+  // A team lead of alpha: the same findings, masked, and the narrator sees only that.
+  Reply lead = call("GET", "/api/v1/diagnose?kind=fleet", lead_key);
+  ASSERT_EQ(lead.status, 200) << lead.text;
+  prompt = lastPrompt();
+  ASSERT_FALSE(prompt.empty());
+  for (const std::string& name : {std::string("zephyr"), std::string("borealis"),
+                                  std::string("quentin"), zephyr, zephyr_wallet, borealis}) {
+    EXPECT_EQ(prompt.find(name), std::string::npos) << name << " in " << prompt;
+  }
+  EXPECT_NE(prompt.find("another tenant"), std::string::npos) << prompt;
+  {
+    std::lock_guard lock(asked_mu);
+    EXPECT_EQ(asked.back().first, "Bearer " + lead_key);
+  }
+  EXPECT_EQ(lead.body["findings"],
+            call("GET", "/api/v1/diagnose?kind=fleet&narrate=false", lead_key).body["findings"])
+      << "the findings are the same with or without narration";
+
+  // narrate=false asks nothing.
+  size_t before;
+  {
+    std::lock_guard lock(asked_mu);
+    before = asked.size();
+  }
+  Reply quiet = call("GET", "/api/v1/diagnose?kind=fleet&narrate=false", lead_key);
+  ASSERT_EQ(quiet.status, 200);
+  EXPECT_FALSE(quiet.body.contains("narration"));
+  {
+    std::lock_guard lock(asked_mu);
+    EXPECT_EQ(asked.size(), before);
+  }
+  EXPECT_EQ(call("GET", "/api/v1/diagnose?kind=fleet&narrate=maybe", lead_key).status, 400);
+}
+
+TEST_F(DiagnoseNarrationTest, ANarratorThatFailsLeavesTheFindingsAndSaysWhy) {
+  narrator_answer = "not json at all";
+  Reply r = call("GET", "/api/v1/diagnose?kind=fleet", kAdminKey);
+  ASSERT_EQ(r.status, 200) << r.text;
+  ASSERT_FALSE(r.body["findings"].empty());
+  EXPECT_FALSE(r.body["narration"].contains("text"));
+  EXPECT_NE(r.body["narration"].value("error", "").find("summary"), std::string::npos) << r.text;
+}
+
+TEST_F(DiagnoseApiTest, WithoutANarratorNarrateTrueIsAClearProblem) {
+  Reply r = call("GET", "/api/v1/diagnose?kind=fleet&narrate=true", kAdminKey);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body.value("field", ""), "narrate");
+  Reply plain = call("GET", "/api/v1/diagnose?kind=fleet", kAdminKey);
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_FALSE(plain.body.contains("narration"));
+}
+
+TEST(Narration, SecretsAreScrubbedAndTheInputIsBounded) {
+  EXPECT_EQ(scrubSecrets("key pk-01JC2XYZABCDEFGHJKMNPQRSTV-s3cr3tvaluehere leaked"),
+            "key [secret] leaked");
+  EXPECT_EQ(scrubSecrets("header Authorization: Bearer abc.def-123 sent"),
+            "header Authorization: Bearer [secret] sent");
+  EXPECT_EQ(scrubSecrets("sk-proj-aaaaaaaaaaaaaaaaaaaaaaaa"), "[secret]");
+  EXPECT_EQ(scrubSecrets("task-7 and pk-short stay"), "task-7 and pk-short stay");
+  json answer = {{"question", {{"kind", "fleet"}}}, {"findings", json::array()}};
+  for (int i = 0; i < 9; ++i) {
+    json f = {{"cause", "none"}, {"evidence", json::array()}};
+    for (int e = 0; e < 12; ++e) {
+      f["evidence"].push_back({{"kind", "metric"}, {"points", {1, 2, 3}}, {"summary", "x"}});
+    }
+    answer["findings"].push_back(f);
+  }
+  const json in = parseJsonOrDiscarded(narrationInput(answer));
+  ASSERT_EQ(in["findings"].size(), 5u);
+  EXPECT_EQ(in["findings"][0]["evidence"].size(), 8u);
+  EXPECT_FALSE(in["findings"][0]["evidence"][0].contains("points"));
 }
 
 }  // namespace

@@ -97,8 +97,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "listen: 127.0.0.1:80\nflavours: []\n",
             "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
-            "data_dir, fleet, gpu_prices, http, ledger, listen, log, observe, prices, providers, "
-            "routes, store, threads"},
+            "data_dir, diagnose, fleet, gpu_prices, http, ledger, listen, log, observe, prices, "
+            "providers, routes, store, threads"},
+        // The narrator names a route of this file.
+        BadCase{"listen: 127.0.0.1:80\ndiagnose: {narrator: {route: summary}}\n",
+                "purser.yaml:2:30: diagnose.narrator.route: no route \"summary\" in routes"},
+        BadCase{"listen: 127.0.0.1:80\ndiagnose: {narrator: {max_tokens: 100}}\n",
+                "purser.yaml:2:22: diagnose.narrator.route: required field is missing"},
         // The ledger's durability.
         BadCase{"listen: 127.0.0.1:80\nledger: {sync: never}\n",
                 "purser.yaml:2:16: ledger.sync: expected one of batch, always, got \"never\""},

@@ -509,5 +509,66 @@ TEST_F(DiagnoseTest, LongAnswersInASmallKvCacheAreNamedAsKvCacheExhaustion) {
                [] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); });
 }
 
+// With diagnose.narrator configured, the findings are summarised by the narrator route's model
+// through Purser's own gateway, as the member who asked: their key, their wallet.
+TEST_F(DiagnoseTest, TheNarratorSummarisesThroughTheGatewayMeteredToTheCaller) {
+  const uint16_t up = sim();
+  const uint16_t writer = sim();
+  ASSERT_TRUE(up != 0 && writer != 0);
+  ASSERT_TRUE(serve(fmt::format(
+      "providers:\n"
+      "  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
+      "  - {{name: writer, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
+      "routes:\n"
+      "  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
+      "  - {{model: narrator, targets: [{{provider: writer, model: m}}]}}\n"
+      "prices:\n  - {{provider: writer, model: m, input_per_mtok: \"1\", output_per_mtok: \"2\"}}\n"
+      "diagnose: {{narrator: {{route: narrator, max_tokens: 64}}}}\n"
+      "observe: {{interval: 200ms}}\n",
+      up, writer)));
+  baseline(20);
+  // As the member, not the admin.
+  const auto ask = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {PURSER_BINARY, "diagnose",
+                                     "route",       "chat",
+                                     "--server",    fmt::format("http://127.0.0.1:{}", port)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    Process p(argv, {}, {"PURSER_KEY=" + key});
+    const int code = p.wait();
+    last_out = p.out() + p.err();
+    return code == 0 ? p.out() : std::string();
+  };
+  const Json answer = parseJsonOrDiscarded(ask({"--json"}));
+  ASSERT_TRUE(answer.is_object()) << last_out;
+  ASSERT_TRUE(answer["narration"].is_object()) << writeJson(answer, 2);
+  EXPECT_EQ(answer["narration"]["route"], "narrator");
+  EXPECT_FALSE(answer["narration"].value("text", "").empty()) << writeJson(answer["narration"]);
+  ASSERT_FALSE(answer["findings"].empty());
+
+  // Metered to the member who asked, on the narrator route.
+  Json usage = parseJsonOrDiscarded(admin("GET", "/api/v1/usage?scope=user:" + member.user).body);
+  int narrated = 0;
+  for (const Json& e : usage.value("data", Json::array())) {
+    if (e.value("route", "") != "narrator") continue;
+    ++narrated;
+    EXPECT_EQ(e.value("user", ""), member.user);
+    EXPECT_NE(e.value("cost", "0"), "0") << writeJson(e);
+  }
+  EXPECT_EQ(narrated, 1) << writeJson(usage, 2);
+
+  // --no-narrate asks the model nothing; the readable form shows the summary first.
+  const Json quiet = parseJsonOrDiscarded(ask({"--json", "--no-narrate"}));
+  ASSERT_TRUE(quiet.is_object()) << last_out;
+  EXPECT_FALSE(quiet.contains("narration"));
+  const std::string text = ask({});
+  EXPECT_NE(text.find("In short (written by narrator"), std::string::npos) << last_out;
+  usage = parseJsonOrDiscarded(admin("GET", "/api/v1/usage?scope=user:" + member.user).body);
+  narrated = 0;
+  for (const Json& e : usage.value("data", Json::array())) {
+    narrated += e.value("route", "") == "narrator" ? 1 : 0;
+  }
+  EXPECT_EQ(narrated, 2) << "one for the JSON answer, one for the readable one, none for quiet";
+}
+
 }  // namespace
 }  // namespace purser

@@ -53,6 +53,17 @@ function Finding({ f, first }) {
   </div>`;
 }
 
+// The narrator's plain-language summary, when the server has one; the findings below it are the
+// evidence, and the answer.
+function Narration({ n }) {
+  if (!n) return null;
+  if (n.text) {
+    return html`<div class="why-narration"><p class="muted small">In short, as ${n.route} put it
+      (the findings below are the evidence):</p><p>${n.text}</p></div>`;
+  }
+  return html`<p class="muted small">No summary: ${n.error}</p>`;
+}
+
 // A "Why?" button; the findings open below it. kind: route | workload | user | team | queue |
 // node | fleet; symptom as the API takes it.
 export function WhyButton({ kind, name, symptom = "any", since = "30m", label }) {
@@ -82,6 +93,7 @@ export function WhyButton({ kind, name, symptom = "any", since = "30m", label })
       <${ErrorNote} error=${state.error} />
       ${state.data && html`<p class="muted small">From ${state.data.window.start} to ${state.data.window.end};
         read-only, nothing was changed.</p>
+        <${Narration} n=${state.data.narration} />
         ${state.data.findings.map((f, i) => html`<${Finding} key=${i} f=${f} first=${i === 0} />`)}`}
     </div>`}
   </span>`;
