@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -279,18 +280,26 @@ int askServer(const std::vector<std::string>& args, const std::string& symptom,
   if (!symptom.empty()) path += "&symptom=" + queryEscape(symptom);
   if (!since.empty()) path += "&since=" + queryEscape(since);
   ApiClient client(server, key);
-  const std::string ask = no_narrate ? path + "&narrate=false" : path;
+  // A reply of 200, or nullopt with the reason printed and `code` set.
+  int code = 0;
+  const auto get = [&](const std::string& p) -> std::optional<ApiReply> {
+    auto r = client.call("GET", p);
+    if (!r) {
+      std::cerr << "purser: " << r.error().message << "\n";
+      code = 1;
+      return std::nullopt;
+    }
+    if (r->status != 200) {
+      std::cerr << "purser: " << describeProblem(*r) << "\n";
+      code = r->status == 404 || r->status == 403 ? 4 : 1;
+      return std::nullopt;
+    }
+    return std::move(*r);
+  };
   if (!save_case.empty()) {
     // The case first: it is what the findings below are answered from (a moment earlier).
-    auto taken = client.call("GET", path + "&format=case");
-    if (!taken) {
-      std::cerr << "purser: " << taken.error().message << "\n";
-      return 1;
-    }
-    if (taken->status != 200) {
-      std::cerr << "purser: " << describeProblem(*taken) << "\n";
-      return taken->status == 404 || taken->status == 403 ? 4 : 1;
-    }
+    auto taken = get(path + "&format=case");
+    if (!taken) return code;
     std::ofstream file(save_case, std::ios::binary | std::ios::trunc);
     file.write(taken->text.data(), static_cast<std::streamsize>(taken->text.size()));
     file.close();
@@ -301,15 +310,8 @@ int askServer(const std::vector<std::string>& args, const std::string& symptom,
     std::cerr << "saved the case to " << save_case << " (replay: purser diagnose --case "
               << save_case << ")\n";
   }
-  auto reply = client.call("GET", ask);
-  if (!reply) {
-    std::cerr << "purser: " << reply.error().message << "\n";
-    return 1;
-  }
-  if (reply->status != 200) {
-    std::cerr << "purser: " << describeProblem(*reply) << "\n";
-    return reply->status == 404 || reply->status == 403 ? 4 : 1;
-  }
+  auto reply = get(no_narrate ? path + "&narrate=false" : path);
+  if (!reply) return code;
   if (json) {
     std::cout << writeJson(reply->body, 2) << "\n";
   } else {

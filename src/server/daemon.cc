@@ -640,8 +640,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
           ++updated;
         }
         spdlog::info(
-            "reload: configuration re-read; keys of {} provider(s) and {} route(s) updated (other "
-            "changes take effect at the next start)",
+            "reload: configuration re-read; keys of {} provider(s) updated, targets of {} "
+            "route(s) in force (other changes take effect at the next start)",
             updated, applied.size());
       };
   hangups.async_wait(on_hangup);

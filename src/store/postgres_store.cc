@@ -1,0 +1,579 @@
+#include "store/postgres_store.h"
+
+#include <fmt/format.h>
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <future>
+#include <optional>
+#include <unordered_map>
+
+#include "common/hash.h"
+
+namespace purser::store {
+
+namespace {
+
+// Type OIDs of PostgreSQL's built-in types (pg_type.dat; fixed since the types exist).
+constexpr Oid kBool = 16;
+constexpr Oid kBytea = 17;
+constexpr Oid kInt8 = 20;
+constexpr Oid kInt2 = 21;
+constexpr Oid kInt4 = 23;
+constexpr Oid kText = 25;
+constexpr Oid kNumeric = 1700;
+
+std::string excerpt(std::string_view sql) {
+  std::string where(sql.substr(0, 80));
+  if (sql.size() > 80) where += "...";
+  return where;
+}
+
+// The error of a failed result (or of the connection when there is no result).
+Error pgError(PGconn* conn, const PGresult* res, std::string_view sql) {
+  const char* state = res != nullptr ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+  std::string message =
+      res != nullptr ? PQresultErrorMessage(res) : (conn != nullptr ? PQerrorMessage(conn) : "");
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  if (message.starts_with("ERROR:  ")) message = message.substr(8);
+  ErrorCode code = ErrorCode::kInternal;
+  const std::string_view s = state != nullptr ? state : "";
+  if ((conn != nullptr && PQstatus(conn) == CONNECTION_BAD) || s.empty()) {
+    // No SQLSTATE: libpq's own failure, the connection (the server went away mid-request).
+    code = ErrorCode::kUnavailable;
+  } else if (s == "23505") {
+    code = ErrorCode::kAlreadyExists;  // unique_violation
+  } else if (s.starts_with("23")) {
+    code = ErrorCode::kFailedPrecondition;  // other integrity constraints
+  } else if (s.starts_with("08") || s.starts_with("53") || s.starts_with("57") || s == "40001" ||
+             s == "40P01" || s == "25006") {
+    // Connection, resources, shutdown, serialization and deadlock (worth a retry), and a write
+    // in a read-only transaction.
+    code = ErrorCode::kUnavailable;
+  } else if (s.starts_with("XX")) {
+    code = ErrorCode::kDataLoss;
+  }
+  return Error(code, fmt::format("store: {} (in \"{}\")", message, excerpt(sql)));
+}
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
+
+std::string checksum(std::string_view text) { return fnv1a64Hex(text); }
+
+std::optional<int64_t> parseInt(std::string_view text) {
+  int64_t v = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+bool wordChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+bool sameWord(std::string_view text, size_t at, std::string_view word) {
+  if (at + word.size() > text.size()) return false;
+  for (size_t i = 0; i < word.size(); ++i) {
+    char c = text[at + i];
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    if (c != word[i]) return false;
+  }
+  return (at == 0 || !wordChar(text[at - 1])) &&
+         (at + word.size() == text.size() || !wordChar(text[at + word.size()]));
+}
+
+}  // namespace
+
+std::string postgresSchemaSql(std::string_view sql) {
+  std::string out;
+  out.reserve(sql.size() + 16);
+  size_t i = 0;
+  while (i < sql.size()) {
+    const char c = sql[i];
+    if (c == '\'' || c == '"') {
+      // A literal or a quoted identifier, copied as it is ('' and "" escape the quote).
+      size_t j = i + 1;
+      while (j < sql.size()) {
+        if (sql[j] == c) {
+          if (j + 1 < sql.size() && sql[j + 1] == c) {
+            j += 2;
+            continue;
+          }
+          break;
+        }
+        ++j;
+      }
+      const size_t end = std::min(j + 1, sql.size());
+      out.append(sql.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    if (sameWord(sql, i, "INTEGER")) {
+      out += "BIGINT";
+      i += 7;
+      continue;
+    }
+    if (sameWord(sql, i, "BLOB")) {
+      out += "BYTEA";
+      i += 4;
+      continue;
+    }
+    out.push_back(c);
+    ++i;
+  }
+  return out;
+}
+
+// One PostgreSQL connection with its prepared statements. Used by one thread at a time.
+class PgConnection final : public Tx {
+ public:
+  static Result<std::unique_ptr<PgConnection>> open(const PostgresOptions& options) {
+    const std::string timeout =
+        std::to_string(std::max<int64_t>(1, options.connect_timeout.count()));
+    const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
+    const char* values[] = {options.url.c_str(), timeout.c_str(), "purser", nullptr};
+    PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+    auto out = std::unique_ptr<PgConnection>(new PgConnection(conn));
+    if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
+      std::string why = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
+      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+      return fail(
+          Error(ErrorCode::kUnavailable, fmt::format("cannot connect to PostgreSQL: {}", why)));
+    }
+    // Times and amounts are text in Purser's schema; only the session's own notices are muted.
+    PURSER_TRY(out->raw("SET client_min_messages = warning"));
+    return out;
+  }
+
+  ~PgConnection() override {
+    if (conn_ != nullptr) PQfinish(conn_);
+  }
+
+  bool broken() const { return conn_ == nullptr || PQstatus(conn_) == CONNECTION_BAD; }
+  PGTransactionStatusType txStatus() const { return PQtransactionStatus(conn_); }
+
+  // Reconnects a broken connection; its prepared statements are gone with it.
+  Result<void> reset() {
+    statements_.clear();
+    PQreset(conn_);
+    if (PQstatus(conn_) != CONNECTION_OK) {
+      std::string why = PQerrorMessage(conn_);
+      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+      return fail(
+          Error(ErrorCode::kUnavailable, fmt::format("cannot reconnect to PostgreSQL: {}", why)));
+    }
+    return raw("SET client_min_messages = warning");
+  }
+
+  // Statements without parameters, possibly several separated by ';'.
+  Result<void> raw(std::string_view sql) {
+    const std::string text(sql);
+    PgResult res(PQexec(conn_, text.c_str()));
+    const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_EMPTY_QUERY) {
+      return fail(pgError(conn_, res.get(), sql));
+    }
+    return {};
+  }
+
+  Result<int64_t> exec(std::string_view sql, const std::vector<Value>& params) override {
+    PgResult res = PURSER_TRY_VALUE(run(sql, params));
+    const char* n = PQcmdTuples(res.get());
+    return n != nullptr && *n != '\0' ? parseInt(n).value_or(0) : int64_t{0};
+  }
+
+  Result<Rows> query(std::string_view sql, const std::vector<Value>& params) override {
+    PgResult res = PURSER_TRY_VALUE(run(sql, params));
+    Rows rows;
+    const int n = PQntuples(res.get());
+    const int cols = PQnfields(res.get());
+    rows.reserve(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      std::vector<Value> values;
+      values.reserve(static_cast<size_t>(cols));
+      for (int c = 0; c < cols; ++c) {
+        if (PQgetisnull(res.get(), r, c)) {
+          values.emplace_back(std::monostate{});
+          continue;
+        }
+        const char* v = PQgetvalue(res.get(), r, c);
+        const auto len = static_cast<size_t>(PQgetlength(res.get(), r, c));
+        const std::string_view text(v, len);
+        switch (PQftype(res.get(), c)) {
+          case kInt2:
+          case kInt4:
+          case kInt8:
+            values.emplace_back(parseInt(text).value_or(0));
+            break;
+          case kBool:
+            values.emplace_back(int64_t{text == "t" ? 1 : 0});
+            break;
+          case kNumeric:
+            // SUM() of bigints is numeric: a whole one reads as an integer, as in SQLite.
+            if (auto whole = parseInt(text)) {
+              values.emplace_back(*whole);
+            } else {
+              values.emplace_back(std::string(text));
+            }
+            break;
+          case kBytea: {
+            size_t out_len = 0;
+            unsigned char* bytes =
+                PQunescapeBytea(reinterpret_cast<const unsigned char*>(v), &out_len);
+            if (bytes == nullptr) return fail(internalError("store: cannot read a bytea value"));
+            values.emplace_back(Blob{std::string(reinterpret_cast<const char*>(bytes), out_len)});
+            PQfreemem(bytes);
+            break;
+          }
+          default:
+            values.emplace_back(std::string(text));
+        }
+      }
+      rows.emplace_back(std::move(values));
+    }
+    return rows;
+  }
+
+ private:
+  explicit PgConnection(PGconn* conn) : conn_(conn) {}
+
+  // Prepares `sql` once, with its parameters' types taken from the first values it is run with.
+  Result<const std::string*> prepare(std::string_view sql, const std::vector<Value>& params) {
+    auto it = statements_.find(std::string(sql));
+    if (it != statements_.end()) return &it->second;
+    std::vector<Oid> types;
+    types.reserve(params.size());
+    for (const Value& v : params) {
+      if (std::holds_alternative<int64_t>(v)) {
+        types.push_back(kInt8);
+      } else if (std::holds_alternative<std::string>(v)) {
+        types.push_back(kText);
+      } else if (std::holds_alternative<Blob>(v)) {
+        types.push_back(kBytea);
+      } else {
+        types.push_back(0);  // NULL: the server infers the type from where it is used
+      }
+    }
+    std::string name = fmt::format("p{}", ++prepared_);
+    PgResult res(PQprepare(conn_, name.c_str(), std::string(sql).c_str(),
+                           static_cast<int>(types.size()), types.empty() ? nullptr : types.data()));
+    if (!res || PQresultStatus(res.get()) != PGRES_COMMAND_OK) {
+      return fail(pgError(conn_, res.get(), sql));
+    }
+    auto [pos, _] = statements_.emplace(std::string(sql), std::move(name));
+    return &pos->second;
+  }
+
+  Result<PgResult> run(std::string_view sql, const std::vector<Value>& params) {
+    const std::string* name = PURSER_TRY_VALUE(prepare(sql, params));
+    std::vector<std::string> text(params.size());
+    std::vector<const char*> values(params.size(), nullptr);
+    std::vector<int> lengths(params.size(), 0);
+    std::vector<int> formats(params.size(), 0);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Value& v = params[i];
+      if (const auto* n = std::get_if<int64_t>(&v)) {
+        text[i] = std::to_string(*n);
+      } else if (const auto* t = std::get_if<std::string>(&v)) {
+        if (t->find('\0') != std::string::npos) {
+          return fail(invalidArgument(fmt::format(
+              "store: text parameter ${} holds a NUL byte (in \"{}\")", i + 1, excerpt(sql))));
+        }
+        values[i] = t->c_str();
+        lengths[i] = static_cast<int>(t->size());
+        continue;
+      } else if (const auto* b = std::get_if<Blob>(&v)) {
+        values[i] = b->bytes.data();
+        lengths[i] = static_cast<int>(b->bytes.size());
+        formats[i] = 1;  // binary: the bytes as they are
+        continue;
+      } else {
+        continue;  // NULL
+      }
+      values[i] = text[i].c_str();
+      lengths[i] = static_cast<int>(text[i].size());
+    }
+    PgResult res(PQexecPrepared(conn_, name->c_str(), static_cast<int>(params.size()),
+                                values.data(), lengths.data(), formats.data(), 0));
+    const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+      return fail(pgError(conn_, res.get(), sql));
+    return res;
+  }
+
+  PGconn* conn_;
+  std::unordered_map<std::string, std::string> statements_;  // SQL -> prepared name
+  uint64_t prepared_ = 0;
+};
+
+Result<std::unique_ptr<PostgresStore>> PostgresStore::open(PostgresOptions options,
+                                                           const Clock& clock) {
+  auto writer = PURSER_TRY_VALUE(PgConnection::open(options));
+  // Replicas starting together create the table once.
+  PURSER_TRY(writer->raw(
+      "BEGIN; SELECT pg_advisory_xact_lock(7244000001);"
+      " CREATE TABLE IF NOT EXISTS schema_migrations ("
+      " component TEXT NOT NULL, version BIGINT NOT NULL, name TEXT NOT NULL,"
+      " checksum TEXT NOT NULL, applied_at TEXT NOT NULL, PRIMARY KEY (component, version));"
+      " COMMIT"));
+  return std::unique_ptr<PostgresStore>(
+      new PostgresStore(std::move(options), clock, std::move(writer)));
+}
+
+PostgresStore::PostgresStore(PostgresOptions options, const Clock& clock,
+                             std::unique_ptr<PgConnection> writer)
+    : options_(std::move(options)), clock_(clock), writer_(std::move(writer)) {
+  writer_thread_ = std::thread([this] { writerLoop(); });
+}
+
+PostgresStore::~PostgresStore() { close(); }
+
+void PostgresStore::close() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !writer_thread_.joinable()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (writer_thread_.joinable()) writer_thread_.join();
+  std::lock_guard lock(readers_mu_);
+  idle_readers_.clear();
+}
+
+uint64_t PostgresStore::commitsForTest() const {
+  std::lock_guard lock(mu_);
+  return commits_;
+}
+
+void PostgresStore::writeAsync(TxFn fn, std::function<void(Result<void>)> done) {
+  Error refused;
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_ && queue_.size() < options_.max_queue) {
+      queue_.push_back(Job{std::move(fn), std::move(done)});
+      cv_.notify_one();
+      return;
+    }
+    refused = stopping_ ? Error(ErrorCode::kUnavailable, "store: closed")
+                        : Error(ErrorCode::kResourceExhausted, "store: write queue is full");
+  }
+  done(fail(std::move(refused)));  // outside the lock: `done` may be arbitrary code
+}
+
+Result<void> PostgresStore::write(TxFn fn) {
+  std::promise<Result<void>> promise;
+  auto future = promise.get_future();
+  writeAsync(std::move(fn), [&promise](Result<void> r) { promise.set_value(std::move(r)); });
+  return future.get();
+}
+
+void PostgresStore::writerLoop() {
+  for (;;) {
+    std::vector<Job> batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued is committed
+      while (!queue_.empty() && batch.size() < options_.max_batch) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    runBatch(batch);
+  }
+}
+
+void PostgresStore::runBatch(std::vector<Job>& batch) {
+  PgConnection& db = *writer_;
+  std::vector<Result<void>> results(batch.size());
+  const auto finish = [&] {
+    {
+      std::lock_guard lock(mu_);
+      ++commits_;
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].done) batch[i].done(std::move(results[i]));
+    }
+  };
+  if (db.broken()) {
+    if (auto r = db.reset(); !r) {
+      for (auto& result : results) result = fail(r.error());
+      finish();
+      return;
+    }
+    spdlog::info("store: reconnected to PostgreSQL");
+  }
+  if (auto begun = db.raw("BEGIN"); !begun) {
+    for (auto& result : results) result = fail(begun.error());
+    finish();
+    return;
+  }
+  bool lost = false;  // the connection broke: the transaction is gone
+  for (size_t i = 0; i < batch.size() && !lost; ++i) {
+    Result<void> r = db.raw("SAVEPOINT job");
+    if (r) {
+      try {
+        r = batch[i].fn(db);
+      } catch (const std::exception& e) {
+        r = fail(internalError(fmt::format("store: write threw: {}", e.what())));
+      }
+      if (db.broken()) {
+        lost = true;
+        const Error e(ErrorCode::kUnavailable,
+                      "store: the connection to PostgreSQL was lost; the write was not committed");
+        for (size_t k = 0; k <= i; ++k) results[k] = fail(e);
+        for (size_t k = i + 1; k < batch.size(); ++k) results[k] = fail(e);
+        break;
+      }
+      if (r && db.txStatus() == PQTRANS_INERROR) {
+        // The write swallowed an error of its own: what it did cannot be committed.
+        r = fail(internalError("store: a statement of the write failed and was ignored"));
+      }
+      if (r) {
+        r = db.raw("RELEASE SAVEPOINT job");
+      } else {
+        (void)db.raw("ROLLBACK TO SAVEPOINT job");
+        (void)db.raw("RELEASE SAVEPOINT job");
+      }
+    }
+    results[i] = std::move(r);
+  }
+  if (!lost) {
+    auto committed = db.raw("COMMIT");
+    if (!committed) {
+      // A commit that failed, or whose answer was lost with the connection (its outcome is then
+      // unknown to us): every write of the batch is reported failed.
+      (void)db.raw("ROLLBACK");
+      for (auto& result : results) {
+        if (result) result = fail(committed.error());
+      }
+    }
+  }
+  finish();
+}
+
+Result<std::unique_ptr<PgConnection>> PostgresStore::acquireReader() {
+  std::unique_lock lock(readers_mu_);
+  readers_cv_.wait(lock,
+                   [&] { return !idle_readers_.empty() || open_readers_ < options_.max_readers; });
+  if (!idle_readers_.empty()) {
+    auto conn = std::move(idle_readers_.back());
+    idle_readers_.pop_back();
+    return conn;
+  }
+  ++open_readers_;
+  lock.unlock();
+  auto conn = PgConnection::open(options_);
+  if (!conn) {
+    std::lock_guard relock(readers_mu_);
+    --open_readers_;
+    readers_cv_.notify_one();
+  }
+  return conn;
+}
+
+void PostgresStore::releaseReader(std::unique_ptr<PgConnection> conn) {
+  std::lock_guard lock(readers_mu_);
+  if (conn->broken()) {
+    // Dropped, and the idle ones with it: the server went away (or restarted), and they were
+    // connected to it too. The next reads open fresh ones.
+    open_readers_ -= 1 + idle_readers_.size();
+    idle_readers_.clear();
+  } else {
+    idle_readers_.push_back(std::move(conn));
+  }
+  readers_cv_.notify_one();
+}
+
+Result<void> PostgresStore::read(TxFn fn) {
+  auto conn = PURSER_TRY_VALUE(acquireReader());
+  Result<void> r = conn->raw("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+  if (!r && conn->broken()) {
+    // A pooled connection the server dropped (it restarted): once more on a fresh one.
+    releaseReader(std::move(conn));
+    conn = PURSER_TRY_VALUE(acquireReader());
+    r = conn->raw("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+  }
+  if (r) {
+    try {
+      r = fn(*conn);
+    } catch (const std::exception& e) {
+      r = fail(internalError(fmt::format("store: read threw: {}", e.what())));
+    }
+    if (r && conn->txStatus() == PQTRANS_INERROR) {
+      r = fail(internalError("store: a statement of the read failed and was ignored"));
+    }
+    (void)conn->raw(r ? "COMMIT" : "ROLLBACK");
+  }
+  releaseReader(std::move(conn));
+  return r;
+}
+
+Result<int> PostgresStore::migrate(std::string_view component,
+                                   const std::vector<Migration>& migrations) {
+  for (size_t i = 0; i < migrations.size(); ++i) {
+    if (migrations[i].version != static_cast<int>(i) + 1) {
+      return fail(internalError(fmt::format(
+          "migrations of {} must be numbered 1, 2, 3, ... in order; found {} at position {}",
+          component, migrations[i].version, i + 1)));
+    }
+  }
+  int count = 0;
+  // Each migration in its own transaction, under an advisory lock that replicas share: the
+  // first to take it applies the migration; the others then find it recorded.
+  for (;;) {
+    std::optional<Migration> applied_now;
+    auto r = write([&](Tx& tx) -> Result<void> {
+      auto& conn = static_cast<PgConnection&>(tx);
+      PURSER_TRY(conn.raw("SELECT pg_advisory_xact_lock(7244000001)"));
+      const Rows recorded =
+          PURSER_TRY_VALUE(tx.query("SELECT version, name, checksum FROM schema_migrations WHERE "
+                                    "component = $1 ORDER BY version",
+                                    {std::string(component)}));
+      for (const Row& row : recorded) {
+        const int64_t version = row.getInt(0);
+        if (version < 1 || version > static_cast<int64_t>(migrations.size())) {
+          return fail(Error(ErrorCode::kFailedPrecondition,
+                            fmt::format("the store has migration {} version {} (\"{}\"), which "
+                                        "this purser does not know: the data was written by a "
+                                        "newer version; upgrade purser to use it",
+                                        component, version, row.getText(1))));
+        }
+        const Migration& m = migrations[static_cast<size_t>(version - 1)];
+        if (row.getText(2) != checksum(m.sql)) {
+          return fail(Error(ErrorCode::kFailedPrecondition,
+                            fmt::format("migration {} version {} (\"{}\") was changed after it "
+                                        "was applied; migrations must never be edited, add a new "
+                                        "one",
+                                        component, version, m.name)));
+        }
+      }
+      if (recorded.size() >= migrations.size()) return {};
+      const Migration& m = migrations[recorded.size()];
+      auto done = conn.raw(postgresSchemaSql(m.sql));
+      if (!done) {
+        return fail(Error(done.error().code,
+                          fmt::format("migration {} version {} (\"{}\") failed: {}", component,
+                                      m.version, m.name, done.error().message)));
+      }
+      PURSER_TRY(
+          tx.exec("INSERT INTO schema_migrations (component, version, name, checksum, applied_at)"
+                  " VALUES ($1, $2, $3, $4, $5)",
+                  {std::string(component), static_cast<int64_t>(m.version), m.name, checksum(m.sql),
+                   formatRfc3339(clock_.now())}));
+      applied_now = m;
+      return {};
+    });
+    if (!r) return fail(r.error());
+    if (!applied_now) return count;
+    spdlog::info("store: applied migration {} {} ({})", component, applied_now->version,
+                 applied_now->name);
+    ++count;
+  }
+}
+
+}  // namespace purser::store

@@ -1,0 +1,114 @@
+#include "fakes/postgres.h"
+
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+namespace purser::testing {
+
+namespace {
+
+std::string commandOutput(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  std::array<char, 512> buf{};
+  while (std::fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
+  ::pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+PostgresServer::PostgresServer() {
+  bindir_ = commandOutput("pg_config --bindir 2>/dev/null");
+  if (bindir_.empty() || !std::filesystem::exists(bindir_ + "/initdb") ||
+      !std::filesystem::exists(bindir_ + "/pg_ctl")) {
+    why_ =
+        "PostgreSQL's server is not installed (initdb and pg_ctl under `pg_config --bindir`); "
+        "scripts/setup installs the postgresql package";
+    return;
+  }
+  char tmpl[] = "/tmp/purser-pg-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) {
+    why_ = "cannot make a temporary directory";
+    return;
+  }
+  dir_ = tmpl;
+  if (::geteuid() == 0) {
+    const passwd* pg = ::getpwnam("postgres");
+    if (pg == nullptr) {
+      why_ = "running as root and there is no `postgres` user to run the server as";
+      return;
+    }
+    if (::chown(dir_.c_str(), pg->pw_uid, pg->pw_gid) != 0) {
+      why_ = "cannot give the temporary directory to the postgres user";
+      return;
+    }
+    as_postgres_ = true;
+  }
+  ::chmod(dir_.c_str(), 0700);
+  if (run(quote(bindir_ + "/initdb") + " -D " + quote(dir_ + "/data") +
+          " -A trust -U purser -E UTF8 --no-instructions > " + quote(dir_ + "/initdb.log") +
+          " 2>&1") != 0) {
+    why_ = "initdb failed: " + commandOutput("tail -5 " + quote(dir_ + "/initdb.log"));
+    return;
+  }
+  if (!start()) {
+    why_ = "the server did not start: " + commandOutput("tail -5 " + quote(dir_ + "/server.log"));
+    return;
+  }
+  available_ = true;
+}
+
+PostgresServer::~PostgresServer() {
+  if (dir_.empty()) return;
+  stop(/*immediate=*/true);
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+int PostgresServer::run(const std::string& command) const {
+  const std::string line =
+      as_postgres_ ? "runuser -u postgres -- sh -c " + quote(command) : command;
+  const int status = std::system(line.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+bool PostgresServer::start() {
+  // No TCP at all: the socket lives in the test's directory. fsync stays on: commits are as
+  // durable as in production.
+  const std::string options = "-c listen_addresses='' -k " + dir_ + " -p 5432";
+  return run(quote(bindir_ + "/pg_ctl") + " -D " + quote(dir_ + "/data") + " -l " +
+             quote(dir_ + "/server.log") + " -w -t 60 -o " + quote(options) +
+             " start > /dev/null") == 0;
+}
+
+bool PostgresServer::stop(bool immediate) {
+  return run(quote(bindir_ + "/pg_ctl") + " -D " + quote(dir_ + "/data") + " -w -t 60 -m " +
+             (immediate ? "immediate" : "fast") + " stop > /dev/null 2>&1") == 0;
+}
+
+std::string PostgresServer::url(const std::string& db) const {
+  return "host=" + dir_ + " port=5432 user=purser dbname=" + db;
+}
+
+bool PostgresServer::createDatabase(const std::string& name) {
+  return run(quote(bindir_ + "/createdb") + " -h " + quote(dir_) + " -p 5432 -U purser " +
+             quote(name)) == 0;
+}
+
+}  // namespace purser::testing
