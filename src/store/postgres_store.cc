@@ -62,8 +62,6 @@ struct ResultDeleter {
 };
 using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
 
-std::string checksum(std::string_view text) { return fnv1a64Hex(text); }
-
 std::optional<int64_t> parseInt(std::string_view text) {
   int64_t v = 0;
   const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -326,91 +324,43 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::open(PostgresOptions optio
 
 PostgresStore::PostgresStore(PostgresOptions options, const Clock& clock,
                              std::unique_ptr<PgConnection> writer)
-    : options_(std::move(options)), clock_(clock), writer_(std::move(writer)) {
-  writer_thread_ = std::thread([this] { writerLoop(); });
+    : options_(std::move(options)),
+      clock_(clock),
+      writer_(std::move(writer)),
+      readers_(options_.max_readers, [this] { return PgConnection::open(options_); }) {
+  queue_ = std::make_unique<WriteQueue>(
+      options_.max_batch, options_.max_queue,
+      [this](std::vector<WriteQueue::Job>& batch) { return runBatch(batch); });
 }
 
 PostgresStore::~PostgresStore() { close(); }
 
 void PostgresStore::close() {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_ && !writer_thread_.joinable()) return;
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (writer_thread_.joinable()) writer_thread_.join();
-  std::lock_guard lock(readers_mu_);
-  idle_readers_.clear();
+  queue_->close();
+  readers_.clear();
 }
 
-uint64_t PostgresStore::commitsForTest() const {
-  std::lock_guard lock(mu_);
-  return commits_;
-}
+uint64_t PostgresStore::commitsForTest() const { return queue_->batches(); }
 
 void PostgresStore::writeAsync(TxFn fn, std::function<void(Result<void>)> done) {
-  Error refused;
-  {
-    std::lock_guard lock(mu_);
-    if (!stopping_ && queue_.size() < options_.max_queue) {
-      queue_.push_back(Job{std::move(fn), std::move(done)});
-      cv_.notify_one();
-      return;
-    }
-    refused = stopping_ ? Error(ErrorCode::kUnavailable, "store: closed")
-                        : Error(ErrorCode::kResourceExhausted, "store: write queue is full");
-  }
-  done(fail(std::move(refused)));  // outside the lock: `done` may be arbitrary code
+  queue_->writeAsync(std::move(fn), std::move(done));
 }
 
-Result<void> PostgresStore::write(TxFn fn) {
-  std::promise<Result<void>> promise;
-  auto future = promise.get_future();
-  writeAsync(std::move(fn), [&promise](Result<void> r) { promise.set_value(std::move(r)); });
-  return future.get();
-}
+Result<void> PostgresStore::write(TxFn fn) { return queue_->write(std::move(fn)); }
 
-void PostgresStore::writerLoop() {
-  for (;;) {
-    std::vector<Job> batch;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued is committed
-      while (!queue_.empty() && batch.size() < options_.max_batch) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
-    runBatch(batch);
-  }
-}
-
-void PostgresStore::runBatch(std::vector<Job>& batch) {
+std::vector<Result<void>> PostgresStore::runBatch(std::vector<WriteQueue::Job>& batch) {
   PgConnection& db = *writer_;
   std::vector<Result<void>> results(batch.size());
-  const auto finish = [&] {
-    {
-      std::lock_guard lock(mu_);
-      ++commits_;
-    }
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].done) batch[i].done(std::move(results[i]));
-    }
-  };
   if (db.broken()) {
     if (auto r = db.reset(); !r) {
       for (auto& result : results) result = fail(r.error());
-      finish();
-      return;
+      return results;
     }
     spdlog::info("store: reconnected to PostgreSQL");
   }
   if (auto begun = db.raw("BEGIN"); !begun) {
     for (auto& result : results) result = fail(begun.error());
-    finish();
-    return;
+    return results;
   }
   bool lost = false;  // the connection broke: the transaction is gone
   for (size_t i = 0; i < batch.size() && !lost; ++i) {
@@ -453,49 +403,16 @@ void PostgresStore::runBatch(std::vector<Job>& batch) {
       }
     }
   }
-  finish();
-}
-
-Result<std::unique_ptr<PgConnection>> PostgresStore::acquireReader() {
-  std::unique_lock lock(readers_mu_);
-  readers_cv_.wait(lock,
-                   [&] { return !idle_readers_.empty() || open_readers_ < options_.max_readers; });
-  if (!idle_readers_.empty()) {
-    auto conn = std::move(idle_readers_.back());
-    idle_readers_.pop_back();
-    return conn;
-  }
-  ++open_readers_;
-  lock.unlock();
-  auto conn = PgConnection::open(options_);
-  if (!conn) {
-    std::lock_guard relock(readers_mu_);
-    --open_readers_;
-    readers_cv_.notify_one();
-  }
-  return conn;
-}
-
-void PostgresStore::releaseReader(std::unique_ptr<PgConnection> conn) {
-  std::lock_guard lock(readers_mu_);
-  if (conn->broken()) {
-    // Dropped, and the idle ones with it: the server went away (or restarted), and they were
-    // connected to it too. The next reads open fresh ones.
-    open_readers_ -= 1 + idle_readers_.size();
-    idle_readers_.clear();
-  } else {
-    idle_readers_.push_back(std::move(conn));
-  }
-  readers_cv_.notify_one();
+  return results;
 }
 
 Result<void> PostgresStore::read(TxFn fn) {
-  auto conn = PURSER_TRY_VALUE(acquireReader());
+  auto conn = PURSER_TRY_VALUE(readers_.acquire());
   Result<void> r = conn->raw("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
   if (!r && conn->broken()) {
     // A pooled connection the server dropped (it restarted): once more on a fresh one.
-    releaseReader(std::move(conn));
-    conn = PURSER_TRY_VALUE(acquireReader());
+    readers_.release(std::move(conn), /*broken=*/true);
+    conn = PURSER_TRY_VALUE(readers_.acquire());
     r = conn->raw("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
   }
   if (r) {
@@ -509,19 +426,14 @@ Result<void> PostgresStore::read(TxFn fn) {
     }
     (void)conn->raw(r ? "COMMIT" : "ROLLBACK");
   }
-  releaseReader(std::move(conn));
+  const bool broken = conn->broken();
+  readers_.release(std::move(conn), broken);
   return r;
 }
 
 Result<int> PostgresStore::migrate(std::string_view component,
                                    const std::vector<Migration>& migrations) {
-  for (size_t i = 0; i < migrations.size(); ++i) {
-    if (migrations[i].version != static_cast<int>(i) + 1) {
-      return fail(internalError(fmt::format(
-          "migrations of {} must be numbered 1, 2, 3, ... in order; found {} at position {}",
-          component, migrations[i].version, i + 1)));
-    }
-  }
+  PURSER_TRY(checkNumbering(component, migrations));
   int count = 0;
   // Each migration in its own transaction, under an advisory lock that replicas share: the
   // first to take it applies the migration; the others then find it recorded.
@@ -534,24 +446,7 @@ Result<int> PostgresStore::migrate(std::string_view component,
           PURSER_TRY_VALUE(tx.query("SELECT version, name, checksum FROM schema_migrations WHERE "
                                     "component = $1 ORDER BY version",
                                     {std::string(component)}));
-      for (const Row& row : recorded) {
-        const int64_t version = row.getInt(0);
-        if (version < 1 || version > static_cast<int64_t>(migrations.size())) {
-          return fail(Error(ErrorCode::kFailedPrecondition,
-                            fmt::format("the store has migration {} version {} (\"{}\"), which "
-                                        "this purser does not know: the data was written by a "
-                                        "newer version; upgrade purser to use it",
-                                        component, version, row.getText(1))));
-        }
-        const Migration& m = migrations[static_cast<size_t>(version - 1)];
-        if (row.getText(2) != checksum(m.sql)) {
-          return fail(Error(ErrorCode::kFailedPrecondition,
-                            fmt::format("migration {} version {} (\"{}\") was changed after it "
-                                        "was applied; migrations must never be edited, add a new "
-                                        "one",
-                                        component, version, m.name)));
-        }
-      }
+      PURSER_TRY(checkRecorded(component, migrations, recorded));
       if (recorded.size() >= migrations.size()) return {};
       const Migration& m = migrations[recorded.size()];
       auto done = conn.raw(postgresSchemaSql(m.sql));
@@ -563,8 +458,8 @@ Result<int> PostgresStore::migrate(std::string_view component,
       PURSER_TRY(
           tx.exec("INSERT INTO schema_migrations (component, version, name, checksum, applied_at)"
                   " VALUES ($1, $2, $3, $4, $5)",
-                  {std::string(component), static_cast<int64_t>(m.version), m.name, checksum(m.sql),
-                   formatRfc3339(clock_.now())}));
+                  {std::string(component), static_cast<int64_t>(m.version), m.name,
+                   migrationChecksum(m.sql), formatRfc3339(clock_.now())}));
       applied_now = m;
       return {};
     });

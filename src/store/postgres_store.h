@@ -17,16 +17,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/clock.h"
 #include "store/store.h"
+#include "store/write_queue.h"
 
 namespace purser::store {
 
@@ -68,30 +65,13 @@ class PostgresStore final : public Store {
 
  private:
   PostgresStore(PostgresOptions options, const Clock& clock, std::unique_ptr<PgConnection> writer);
-  void writerLoop();
-  struct Job {
-    TxFn fn;
-    std::function<void(Result<void>)> done;
-  };
-  void runBatch(std::vector<Job>& batch);
-  Result<std::unique_ptr<PgConnection>> acquireReader();
-  void releaseReader(std::unique_ptr<PgConnection> conn);
+  std::vector<Result<void>> runBatch(std::vector<WriteQueue::Job>& batch);
 
   const PostgresOptions options_;
   const Clock& clock_;
   std::unique_ptr<PgConnection> writer_;  // used only by the writer thread
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;  // guarded by mu_
-  bool stopping_ = false;  // guarded by mu_
-  uint64_t commits_ = 0;   // guarded by mu_
-  std::thread writer_thread_;
-
-  std::mutex readers_mu_;
-  std::condition_variable readers_cv_;
-  std::vector<std::unique_ptr<PgConnection>> idle_readers_;  // guarded by readers_mu_
-  size_t open_readers_ = 0;                                  // guarded by readers_mu_
+  ConnectionPool<PgConnection> readers_;
+  std::unique_ptr<WriteQueue> queue_;  // last: its thread stops before the rest goes
 };
 
 }  // namespace purser::store

@@ -45,8 +45,6 @@ Error sqliteError(sqlite3* db, int rc, std::string_view sql) {
   return Error(code, fmt::format("store: {} (in \"{}\")", msg, where));
 }
 
-std::string checksum(std::string_view text) { return fnv1a64Hex(text); }
-
 }  // namespace
 
 // One SQLite connection with its prepared-statement cache. Used by one thread at a time.
@@ -235,68 +233,32 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteOptions options, co
 
 SqliteStore::SqliteStore(SqliteOptions options, const Clock& clock,
                          std::unique_ptr<SqliteConnection> writer)
-    : options_(std::move(options)), clock_(clock), writer_(std::move(writer)) {
-  writer_thread_ = std::thread([this] { writerLoop(); });
+    : options_(std::move(options)),
+      clock_(clock),
+      writer_(std::move(writer)),
+      readers_(options_.max_readers,
+               [this] { return SqliteConnection::open(options_, /*read_only=*/true); }) {
+  queue_ = std::make_unique<WriteQueue>(
+      options_.max_batch, options_.max_queue,
+      [this](std::vector<WriteQueue::Job>& batch) { return runBatch(batch); });
 }
 
 SqliteStore::~SqliteStore() { close(); }
 
 void SqliteStore::close() {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_ && !writer_thread_.joinable()) return;
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (writer_thread_.joinable()) writer_thread_.join();
-  std::lock_guard lock(readers_mu_);
-  idle_readers_.clear();
+  queue_->close();
+  readers_.clear();
 }
 
-uint64_t SqliteStore::commitsForTest() const {
-  std::lock_guard lock(mu_);
-  return commits_;
-}
+uint64_t SqliteStore::commitsForTest() const { return queue_->batches(); }
 
 void SqliteStore::writeAsync(TxFn fn, std::function<void(Result<void>)> done) {
-  Error refused;
-  {
-    std::lock_guard lock(mu_);
-    if (!stopping_ && queue_.size() < options_.max_queue) {
-      queue_.push_back(Job{std::move(fn), std::move(done)});
-      cv_.notify_one();
-      return;
-    }
-    refused = stopping_ ? Error(ErrorCode::kUnavailable, "store: closed")
-                        : Error(ErrorCode::kResourceExhausted, "store: write queue is full");
-  }
-  done(fail(std::move(refused)));  // outside the lock: `done` may be arbitrary code
+  queue_->writeAsync(std::move(fn), std::move(done));
 }
 
-Result<void> SqliteStore::write(TxFn fn) {
-  std::promise<Result<void>> promise;
-  auto future = promise.get_future();
-  writeAsync(std::move(fn), [&promise](Result<void> r) { promise.set_value(std::move(r)); });
-  return future.get();
-}
+Result<void> SqliteStore::write(TxFn fn) { return queue_->write(std::move(fn)); }
 
-void SqliteStore::writerLoop() {
-  for (;;) {
-    std::vector<Job> batch;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued is committed
-      while (!queue_.empty() && batch.size() < options_.max_batch) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
-    runBatch(batch);
-  }
-}
-
-void SqliteStore::runBatch(std::vector<Job>& batch) {
+std::vector<Result<void>> SqliteStore::runBatch(std::vector<WriteQueue::Job>& batch) {
   SqliteConnection& db = *writer_;
   // Transaction control statements are prepared once and reused (they run for every job).
   const auto control = [&db](std::string_view sql) -> Result<void> {
@@ -352,43 +314,11 @@ void SqliteStore::runBatch(std::vector<Job>& batch) {
       failOpen(batch.size(), committed.error());
     }
   }
-  {
-    std::lock_guard lock(mu_);
-    ++commits_;
-  }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (batch[i].done) batch[i].done(std::move(results[i]));
-  }
-}
-
-Result<std::unique_ptr<SqliteConnection>> SqliteStore::acquireReader() {
-  std::unique_lock lock(readers_mu_);
-  readers_cv_.wait(lock,
-                   [&] { return !idle_readers_.empty() || open_readers_ < options_.max_readers; });
-  if (!idle_readers_.empty()) {
-    auto conn = std::move(idle_readers_.back());
-    idle_readers_.pop_back();
-    return conn;
-  }
-  ++open_readers_;
-  lock.unlock();
-  auto conn = SqliteConnection::open(options_, /*read_only=*/true);
-  if (!conn) {
-    std::lock_guard relock(readers_mu_);
-    --open_readers_;
-    readers_cv_.notify_one();
-  }
-  return conn;
-}
-
-void SqliteStore::releaseReader(std::unique_ptr<SqliteConnection> conn) {
-  std::lock_guard lock(readers_mu_);
-  idle_readers_.push_back(std::move(conn));
-  readers_cv_.notify_one();
+  return results;
 }
 
 Result<void> SqliteStore::read(TxFn fn) {
-  auto conn = PURSER_TRY_VALUE(acquireReader());
+  auto conn = PURSER_TRY_VALUE(readers_.acquire());
   Result<void> r = conn->raw("BEGIN");
   if (r) {
     try {
@@ -398,19 +328,13 @@ Result<void> SqliteStore::read(TxFn fn) {
     }
     (void)conn->raw(r ? "COMMIT" : "ROLLBACK");
   }
-  releaseReader(std::move(conn));
+  readers_.release(std::move(conn));
   return r;
 }
 
 Result<int> SqliteStore::migrate(std::string_view component,
                                  const std::vector<Migration>& migrations) {
-  for (size_t i = 0; i < migrations.size(); ++i) {
-    if (migrations[i].version != static_cast<int>(i) + 1) {
-      return fail(internalError(fmt::format(
-          "migrations of {} must be numbered 1, 2, 3, ... in order; found {} at position {}",
-          component, migrations[i].version, i + 1)));
-    }
-  }
+  PURSER_TRY(checkNumbering(component, migrations));
   // Check what is recorded against what this binary knows.
   Rows applied;
   PURSER_TRY(write([&](Tx& tx) -> Result<void> {
@@ -420,23 +344,7 @@ Result<int> SqliteStore::migrate(std::string_view component,
                                   {std::string(component)}));
     return {};
   }));
-  for (const Row& row : applied) {
-    const int64_t version = row.getInt(0);
-    if (version < 1 || version > static_cast<int64_t>(migrations.size())) {
-      return fail(Error(ErrorCode::kFailedPrecondition,
-                        fmt::format("the store has migration {} version {} (\"{}\"), which this "
-                                    "purser does not know: the data was written by a newer "
-                                    "version; upgrade purser to use it",
-                                    component, version, row.getText(1))));
-    }
-    const Migration& m = migrations[static_cast<size_t>(version - 1)];
-    if (row.getText(2) != checksum(m.sql)) {
-      return fail(Error(ErrorCode::kFailedPrecondition,
-                        fmt::format("migration {} version {} (\"{}\") was changed after it was "
-                                    "applied; migrations must never be edited, add a new one",
-                                    component, version, m.name)));
-    }
-  }
+  PURSER_TRY(checkRecorded(component, migrations, applied));
   int count = 0;
   for (size_t i = applied.size(); i < migrations.size(); ++i) {
     const Migration& m = migrations[i];
@@ -451,8 +359,8 @@ Result<int> SqliteStore::migrate(std::string_view component,
       PURSER_TRY(
           tx.exec("INSERT INTO schema_migrations (component, version, name, checksum, applied_at)"
                   " VALUES ($1, $2, $3, $4, $5)",
-                  {std::string(component), static_cast<int64_t>(m.version), m.name, checksum(m.sql),
-                   formatRfc3339(clock_.now())}));
+                  {std::string(component), static_cast<int64_t>(m.version), m.name,
+                   migrationChecksum(m.sql), formatRfc3339(clock_.now())}));
       return {};
     });
     if (!r) return fail(r.error());

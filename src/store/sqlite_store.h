@@ -9,16 +9,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/clock.h"
 #include "store/store.h"
+#include "store/write_queue.h"
 
 struct sqlite3;
 
@@ -52,30 +49,13 @@ class SqliteStore final : public Store {
 
  private:
   SqliteStore(SqliteOptions options, const Clock& clock, std::unique_ptr<SqliteConnection> writer);
-  void writerLoop();
-  struct Job {
-    TxFn fn;
-    std::function<void(Result<void>)> done;
-  };
-  void runBatch(std::vector<Job>& batch);
-  Result<std::unique_ptr<SqliteConnection>> acquireReader();
-  void releaseReader(std::unique_ptr<SqliteConnection> conn);
+  std::vector<Result<void>> runBatch(std::vector<WriteQueue::Job>& batch);
 
   const SqliteOptions options_;
   const Clock& clock_;
   std::unique_ptr<SqliteConnection> writer_;  // used only by the writer thread
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;  // guarded by mu_
-  bool stopping_ = false;  // guarded by mu_
-  uint64_t commits_ = 0;   // guarded by mu_
-  std::thread writer_thread_;
-
-  std::mutex readers_mu_;
-  std::condition_variable readers_cv_;
-  std::vector<std::unique_ptr<SqliteConnection>> idle_readers_;  // guarded by readers_mu_
-  size_t open_readers_ = 0;                                      // guarded by readers_mu_
+  ConnectionPool<SqliteConnection> readers_;
+  std::unique_ptr<WriteQueue> queue_;  // last: its thread stops before the rest goes
 };
 
 }  // namespace purser::store
