@@ -455,8 +455,16 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   if (top.present("http")) readHttp(top.map("http"), cfg.http);
   if (top.present("store")) {
     YamlReader::Map store = top.map("store");
-    store.optionalChoice("driver", cfg.store.driver, {"sqlite"});
+    store.optionalChoice("driver", cfg.store.driver, {"sqlite", "postgres"});
     store.optional("busy_timeout", cfg.store.busy_timeout);
+    store.optional("postgres", cfg.store.postgres);
+    store.optional("max_connections", cfg.store.max_connections, 1, 1000);
+    if (!cfg.store.postgres.empty()) cfg.store.driver = "postgres";
+    if (cfg.store.driver == "postgres" && cfg.store.postgres.empty()) {
+      reader.addError(top.get("store"), "store.postgres",
+                      "the postgres driver needs a connection string, such as "
+                      "\"postgresql://purser@db:5432/purser\"");
+    }
     store.finish();
   }
   if (top.present("ledger")) {

@@ -38,9 +38,14 @@ struct HttpConfig {
   std::optional<TlsConfig> tls;
 };
 
+// Where state lives: SQLite in the data directory (the default), or a PostgreSQL server
+// (`postgres`: a libpq connection string; a password may come from PGPASSWORD or ~/.pgpass
+// rather than the file).
 struct StoreConfig {
-  std::string driver = "sqlite";  // the only one so far; "postgres" arrives with its issue
-  Duration busy_timeout = std::chrono::seconds(5);
+  std::string driver = "sqlite";  // "sqlite" or "postgres" (set by `postgres`)
+  std::string postgres;
+  Duration busy_timeout = std::chrono::seconds(5);  // SQLite's
+  int64_t max_connections = 8;                      // PostgreSQL's readers (and one writer)
 };
 
 // The ledger's journal (DESIGN.md rule 3). `sync`: "batch" (the default: a response waits for its

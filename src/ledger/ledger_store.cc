@@ -164,8 +164,8 @@ Result<void> SpendBatch::write(store::Tx& tx) {
   for (const auto& [where, nanos] : sums_) {
     PURSER_TRY(
         tx.exec("INSERT INTO wallet_spend (wallet_id, minute, cost_nanos) VALUES ($1, $2, $3)"
-                " ON CONFLICT (wallet_id, minute) DO UPDATE SET cost_nanos = cost_nanos + "
-                "excluded.cost_nanos",
+                " ON CONFLICT (wallet_id, minute) DO UPDATE SET cost_nanos ="
+                " wallet_spend.cost_nanos + excluded.cost_nanos",
                 {where.first, where.second, nanos}));
   }
   sums_.clear();

@@ -50,6 +50,7 @@
 #include "server/data_dir.h"
 #include "server/observed_gpus.h"
 #include "server/observer.h"
+#include "store/postgres_store.h"
 #include "store/sqlite_store.h"
 
 namespace purser::server {
@@ -120,11 +121,21 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   const auto started_at = clock.now();
 
   auto data_dir = PURSER_TRY_VALUE(DataDir::open(config.data_dir));
-  auto store = PURSER_TRY_VALUE(store::SqliteStore::open(
-      {.path = data_dir->file("purser.db"),
-       .busy_timeout =
-           std::chrono::duration_cast<std::chrono::milliseconds>(config.store.busy_timeout)},
-      clock));
+  std::unique_ptr<store::Store> store;
+  if (config.store.driver == "postgres") {
+    store = PURSER_TRY_VALUE(store::PostgresStore::open(
+        {.url = config.store.postgres,
+         .max_readers =
+             static_cast<size_t>(std::max<int64_t>(1, config.store.max_connections - 1))},
+        clock));
+    spdlog::info("store: PostgreSQL");
+  } else {
+    store = PURSER_TRY_VALUE(store::SqliteStore::open(
+        {.path = data_dir->file("purser.db"),
+         .busy_timeout =
+             std::chrono::duration_cast<std::chrono::milliseconds>(config.store.busy_timeout)},
+        clock));
+  }
   PURSER_TRY(store->migrate("server", kServerMigrations));
   const std::string installation = PURSER_TRY_VALUE(installationId(*store, ids, clock));
 

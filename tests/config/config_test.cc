@@ -99,6 +99,10 @@ INSTANTIATE_TEST_SUITE_P(
             "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
             "data_dir, diagnose, fleet, gpu_prices, http, ledger, listen, log, observe, prices, "
             "providers, routes, store, threads"},
+        // PostgreSQL needs somewhere to connect to.
+        BadCase{"listen: 127.0.0.1:80\nstore: {driver: postgres}\n",
+                "purser.yaml:2:8: store.postgres: the postgres driver needs a connection string, "
+                "such as \"postgresql://purser@db:5432/purser\""},
         // The narrator names a route of this file.
         BadCase{"listen: 127.0.0.1:80\ndiagnose: {narrator: {route: summary}}\n",
                 "purser.yaml:2:30: diagnose.narrator.route: no route \"summary\" in routes"},
