@@ -23,7 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kReplayBatch = 1000;  // records per transaction while replaying
-constexpr auto kRetryAfter = std::chrono::milliseconds(100);
+constexpr auto kRetryAfter = std::chrono::milliseconds(100);  // doubling while it keeps failing
+constexpr auto kRetryAfterMax = std::chrono::seconds(5);
 constexpr auto kCatchUpLimit = std::chrono::seconds(30);
 
 void putU32(char* p, uint32_t v) {
@@ -325,7 +326,9 @@ void Journal::run() {
       if (abandoned_) break;
     }
     if (retry_wait && !stopping_) {
-      wake_.wait_for(lock, kRetryAfter, [&] { return stopping_; });
+      const auto wait = std::min<std::chrono::milliseconds>(
+          kRetryAfter * (int64_t{1} << std::min(apply_failures_ - 1, 10)), kRetryAfterMax);
+      wake_.wait_for(lock, wait, [&] { return stopping_; });
       if (abandoned_) break;
     }
     retry_wait = false;
@@ -429,12 +432,14 @@ void Journal::run() {
             if (r) {
               applied_through_ = through;
               apply_failed_ = false;
+              apply_failures_ = 0;
             } else {
               // Back to the front, in order, to be tried again before anything later.
               for (auto it = batch->rbegin(); it != batch->rend(); ++it) {
                 unapplied_.push_front(std::move(*it));
               }
               apply_failed_ = true;
+              ++apply_failures_;
             }
             caught_.notify_all();
             wake_.notify_one();

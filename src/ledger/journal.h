@@ -164,6 +164,7 @@ class Journal {
   bool closed_ = false;                            // mu_
   bool abandoned_ = false;                         // abandon(): stop without syncing; mu_
   bool apply_failed_ = false;                      // the last batch failed to apply; mu_
+  int apply_failures_ = 0;  // consecutive failed batches, for the retry's back-off; mu_
   std::thread thread_;
 };
 
