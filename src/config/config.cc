@@ -51,6 +51,13 @@ Result<std::pair<std::string, uint16_t>> parseListenAddress(std::string_view tex
   return std::pair{host, static_cast<uint16_t>(port)};
 }
 
+bool validReplicaName(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.';
+  });
+}
+
 namespace {
 
 // A Kubernetes quantity at `key` of `m`, in milli-units (cpu) or MiB (memory, rounded up).
@@ -459,6 +466,16 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     store.optional("busy_timeout", cfg.store.busy_timeout);
     store.optional("postgres", cfg.store.postgres);
     store.optional("max_connections", cfg.store.max_connections, 1, 1000);
+    store.optional("replica", cfg.store.replica);
+    store.optional("lease_ttl", cfg.store.lease_ttl, std::chrono::seconds(1));
+    if (cfg.store.lease_ttl > std::chrono::minutes(10)) {
+      reader.addError(store.get("lease_ttl"), "store.lease_ttl",
+                      "at most 10m: a dead replica's budget leases come back only after it");
+    }
+    if (!cfg.store.replica.empty() && !validReplicaName(cfg.store.replica)) {
+      reader.addError(store.get("replica"), "store.replica",
+                      "1 to 63 letters, digits, '-', '_' or '.'");
+    }
     if (!cfg.store.postgres.empty()) cfg.store.driver = "postgres";
     if (cfg.store.driver == "postgres" && cfg.store.postgres.empty()) {
       reader.addError(top.get("store"), "store.postgres",
@@ -489,6 +506,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   }
   if (top.present("fleet")) {
     YamlReader::Map fleet = top.map("fleet");
+    fleet.optional("enabled", cfg.fleet.enabled);
     fleet.optionalStrings("manifests", cfg.fleet.manifests);
     fleet.optionalChoice("cycle_mode", cfg.fleet.cycle_mode, {"drain", "kueue"});
     fleet.optional("metering_interval", cfg.fleet.metering_interval, std::chrono::seconds(1));

@@ -41,11 +41,18 @@ struct HttpConfig {
 // Where state lives: SQLite in the data directory (the default), or a PostgreSQL server
 // (`postgres`: a libpq connection string; a password may come from PGPASSWORD or ~/.pgpass
 // rather than the file).
+// A replica's name: 1 to 63 letters, digits, '-', '_' or '.'.
+bool validReplicaName(std::string_view name);
+
 struct StoreConfig {
   std::string driver = "sqlite";  // "sqlite" or "postgres" (set by `postgres`)
   std::string postgres;
   Duration busy_timeout = std::chrono::seconds(5);  // SQLite's
   int64_t max_connections = 8;                      // PostgreSQL's readers (and one writer)
+  // Several replicas sharing one PostgreSQL store: this one's name (default: made once and kept
+  // in data_dir/replica), and how long a budget lease outlives its replica (wallet_leases.h).
+  std::string replica;
+  Duration lease_ttl = std::chrono::seconds(30);
 };
 
 // The ledger's journal (DESIGN.md rule 3). `sync`: "batch" (the default: a response waits for its
@@ -178,6 +185,9 @@ struct NodeConfig {
 // WorkloadPriorityClass) loaded at start, before those applied through the API; and the
 // hardware workloads are placed on (none: admission by quota alone).
 struct FleetConfig {
+  // Whether this process runs the fleet engine. Replicas sharing one PostgreSQL run it on one
+  // only (the others set false); the one that runs it holds a lock in the database.
+  bool enabled = true;
   std::vector<std::string> manifests;  // files, relative to the configuration file
   std::string cycle_mode = "drain";    // drain, or kueue (one head per ClusterQueue per cycle)
   Duration metering_interval = std::chrono::seconds(60);  // GPU time charged at least this often

@@ -68,7 +68,12 @@ std::optional<Response> Gateway::Impl::reserve(Call& c) {
                     "You exceeded your budget: " + held.error().message + ".", {},
                     "budget_exceeded");
   }
-  return apiError(c.api, Fault::kUpstream, "The ledger is unavailable; try again.");
+  // The ledger could not record the reservation, or this replica's budget lease ran out while
+  // the shared store is unreachable: nothing ran, and a retry (here or on another replica) may
+  // succeed.
+  return apiError(c.api, Fault::kOverloaded,
+                  "The ledger is unavailable: " + held.error().message + "; try again.", {},
+                  "ledger_unavailable");
 }
 
 Response Gateway::Impl::rateLimited(const Call& c, const ledger::RateDecision& rate) const {

@@ -47,6 +47,23 @@ std::string_view keyRefusalMessage(KeyRefusal reason) {
 
 void Directory::load(Snapshot s) {
   std::unique_lock lock(mu_);
+  loadLocked(std::move(s));
+}
+
+uint64_t Directory::generation() const {
+  std::shared_lock lock(mu_);
+  return generation_;
+}
+
+bool Directory::loadIfUnchanged(Snapshot s, uint64_t since) {
+  std::unique_lock lock(mu_);
+  if (generation_ != since) return false;
+  loadLocked(std::move(s));
+  return true;
+}
+
+void Directory::loadLocked(Snapshot s) {
+  ++generation_;
   tenants_.clear();
   teams_.clear();
   users_.clear();
@@ -65,22 +82,27 @@ void Directory::load(Snapshot s) {
 
 void Directory::put(const Tenant& t) {
   std::unique_lock lock(mu_);
+  ++generation_;
   tenants_[t.id] = t;
 }
 void Directory::put(const Team& t) {
   std::unique_lock lock(mu_);
+  ++generation_;
   teams_[t.id] = t;
 }
 void Directory::put(const User& u) {
   std::unique_lock lock(mu_);
+  ++generation_;
   users_[u.id] = u;
 }
 void Directory::put(const ServiceAccount& s) {
   std::unique_lock lock(mu_);
+  ++generation_;
   accounts_[s.id] = s;
 }
 void Directory::put(const ApiKey& k) {
   std::unique_lock lock(mu_);
+  ++generation_;
   by_lookup_[k.lookup] = k.id;
   keys_[k.id] = k;
 }

@@ -53,6 +53,11 @@ class Directory {
   explicit Directory(const Clock& clock) : clock_(clock) {}
 
   void load(Snapshot snapshot);
+  // Changes made so far (every load and put counts one).
+  uint64_t generation() const;
+  // Loads `snapshot` only if nothing changed since generation `since` (read before the snapshot
+  // was): a snapshot read while this process wrote a row and put it must not undo the put.
+  bool loadIfUnchanged(Snapshot snapshot, uint64_t since);
   void put(const Tenant& t);
   void put(const Team& t);
   void put(const User& u);
@@ -90,8 +95,11 @@ class Directory {
  private:
   std::vector<const ApiKey*> chainLocked(const ApiKey& k) const;
 
+  void loadLocked(Snapshot snapshot);
+
   const Clock& clock_;
   mutable std::shared_mutex mu_;
+  uint64_t generation_ = 0;                                   // guarded by mu_
   std::unordered_map<std::string, Tenant> tenants_;           // guarded by mu_
   std::unordered_map<std::string, Team> teams_;               // guarded by mu_
   std::unordered_map<std::string, User> users_;               // guarded by mu_

@@ -308,15 +308,24 @@ Result<void> Journal::catchUp() {
 
 void Journal::run() {
   std::unique_lock lock(mu_);
-  bool retry_wait = false;
+  const Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock::instance();
   while (true) {
+    // After a failed batch, the retry waits out its back-off; syncing does not.
+    auto backing_off = [&] { return apply_failed_ && clock.monotonic() < retry_at_; };
     auto materialisable = [&] {
-      return !in_flight_ && !unapplied_.empty() && unapplied_.front().sequence <= synced_;
+      return !in_flight_ && !unapplied_.empty() && unapplied_.front().sequence <= synced_ &&
+             (stopping_ || !backing_off());
+    };
+    auto wanted = [&] {
+      return stopping_ || urgent_ || (!failed_ && next_ - 1 > synced_) || materialisable();
     };
     idle_ = true;
-    wake_.wait(lock, [&] {
-      return stopping_ || urgent_ || (!failed_ && next_ - 1 > synced_) || materialisable();
-    });
+    if (!in_flight_ && backing_off()) {
+      wake_.wait_for(lock, retry_at_ - clock.monotonic(), wanted);
+      if (!wanted()) continue;  // the back-off is over: look again
+    } else {
+      wake_.wait(lock, wanted);
+    }
     idle_ = false;
     if (abandoned_) break;
     if (options_.sync == SyncMode::kBatch && !stopping_ && !urgent_ && !failed_ &&
@@ -325,13 +334,6 @@ void Journal::run() {
       wake_.wait_for(lock, options_.sync_interval, [&] { return stopping_ || urgent_; });
       if (abandoned_) break;
     }
-    if (retry_wait && !stopping_) {
-      const auto wait = std::min<std::chrono::milliseconds>(
-          kRetryAfter * (int64_t{1} << std::min(apply_failures_ - 1, 10)), kRetryAfterMax);
-      wake_.wait_for(lock, wait, [&] { return stopping_; });
-      if (abandoned_) break;
-    }
-    retry_wait = false;
     urgent_ = false;
 
     // Sync what is appended: every segment holding a record past synced_.
@@ -416,16 +418,13 @@ void Journal::run() {
             for (const auto& p : *batch) records.emplace_back(p.record);
             return apply_(tx, records, /*replaying=*/false);
           },
-          [this, batch](Result<void> r) {
+          [this, batch, clock = &clock](Result<void> r) {
             const uint64_t through = batch->back().sequence;
             // The owner is told before the batch stops counting as in flight: close() and
             // abandon() wait for in_flight_ to clear and their caller may free the owner (and
             // this journal) right after, so nothing here may touch either once it is cleared.
             if (r) {
               if (applied_) applied_(through);
-            } else {
-              spdlog::error("ledger journal: materialising into the store failed: {}; retrying",
-                            r.error().message);
             }
             std::lock_guard g(mu_);
             in_flight_ = false;
@@ -440,13 +439,22 @@ void Journal::run() {
               }
               apply_failed_ = true;
               ++apply_failures_;
+              const auto wait = std::min<std::chrono::milliseconds>(
+                  kRetryAfter * (int64_t{1} << std::min(apply_failures_ - 1, 10)), kRetryAfterMax);
+              retry_at_ = clock->monotonic() + wait;
+              // Logged at the first failure and then as the back-off grows, at most every 5 s.
+              if (apply_failures_ <= 7 || apply_failures_ % 10 == 0) {
+                spdlog::error(
+                    "ledger journal: materialising into the store failed ({} time(s) in a row): "
+                    "{}; retrying in {} ms",
+                    apply_failures_, r.error().message, wait.count());
+              }
             }
             caught_.notify_all();
             wake_.notify_one();
           });
     }
     lock.lock();
-    if (apply_failed_ && !in_flight_) retry_wait = true;
     if (stop_now) break;
     if (stopping_ && in_flight_) {
       // Wait for the batch in flight before deciding whether anything is left.

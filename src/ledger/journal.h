@@ -61,6 +61,7 @@ struct JournalOptions {
   Duration sync_interval = std::chrono::milliseconds(5);  // kBatch: how often it syncs
   uint64_t segment_bytes = uint64_t{16} << 20;
   size_t max_unapplied = 100'000;
+  const Clock* clock = nullptr;  // for the retry's back-off; nullptr: SystemClock
 };
 
 class Journal {
@@ -165,6 +166,7 @@ class Journal {
   bool abandoned_ = false;                         // abandon(): stop without syncing; mu_
   bool apply_failed_ = false;                      // the last batch failed to apply; mu_
   int apply_failures_ = 0;  // consecutive failed batches, for the retry's back-off; mu_
+  MonoTime retry_at_{};     // a failed batch is not tried again before this; mu_
   std::thread thread_;
 };
 

@@ -56,6 +56,21 @@ const std::vector<store::Migration>& ledgerMigrations() {
        "END,"
        " SUM(cost_nanos) FROM usage_charges GROUP BY 1, 2;"
        "DROP TABLE usage_charges"},
+      {4, "replicas: whose intents are whose, wallet leases and shared rate limits",
+       // Each replica recovers only its own intents after a restart.
+       "ALTER TABLE usage_intents ADD COLUMN replica TEXT NOT NULL DEFAULT '';"
+       "CREATE INDEX usage_intents_replica ON usage_intents (replica, at_ms);"
+       // A replica's slice of a hard wallet in one window (wallet_leases.h): granted, and what
+       // of it was charged and shipped; the rest is free until the lease expires.
+       "CREATE TABLE wallet_leases (wallet_id TEXT NOT NULL, replica TEXT NOT NULL,"
+       " window_start_ms INTEGER NOT NULL, window_end_ms INTEGER NOT NULL,"
+       " granted_nanos INTEGER NOT NULL, used_nanos INTEGER NOT NULL,"
+       " expires_at_ms INTEGER NOT NULL, wanted_at_ms INTEGER NOT NULL,"
+       " PRIMARY KEY (wallet_id, replica, window_start_ms));"
+       "CREATE INDEX wallet_leases_replica ON wallet_leases (replica);"
+       // Rate limits shared by replicas (rate_leases.h): each bucket's theoretical arrival
+       // time in Unix nanoseconds.
+       "CREATE TABLE rate_buckets (key TEXT PRIMARY KEY, tat_ns INTEGER NOT NULL)"},
   };
   return kMigrations;
 }
@@ -162,6 +177,13 @@ void SpendBatch::add(const std::string& wallet_id, int64_t at_ms, int64_t cost_n
 
 Result<void> SpendBatch::write(store::Tx& tx) {
   for (const auto& [where, nanos] : sums_) {
+    if (!lease_replica_.empty() && nanos != 0) {
+      // Shipped: what this replica charged under its lease on a hard wallet is now spent.
+      PURSER_TRY(
+          tx.exec("UPDATE wallet_leases SET used_nanos = used_nanos + $1 WHERE wallet_id = $2 AND"
+                  " replica = $3 AND window_start_ms <= $4 AND window_end_ms > $4",
+                  {nanos, where.first, lease_replica_, where.second * kMinuteMs}));
+    }
     PURSER_TRY(
         tx.exec("INSERT INTO wallet_spend (wallet_id, minute, cost_nanos) VALUES ($1, $2, $3)"
                 " ON CONFLICT (wallet_id, minute) DO UPDATE SET cost_nanos ="

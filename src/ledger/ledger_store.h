@@ -30,13 +30,18 @@ Result<Money> spentSince(store::Tx& tx, const std::string& wallet_id, SystemTime
 
 // What events charged each wallet, summed per wallet and minute until write() adds it to
 // wallet_spend: one upsert per wallet and minute however many events a journal batch holds.
+//
+// With `lease_replica` (lease mode, wallet_leases.h) the same write marks the charges as used in
+// that replica's leases, so a charge and its lease's use reach the store together.
 class SpendBatch {
  public:
+  explicit SpendBatch(std::string lease_replica = {}) : lease_replica_(std::move(lease_replica)) {}
   void add(const std::string& wallet_id, int64_t at_ms, int64_t cost_nanos);
   // Adds everything to wallet_spend in `tx` and starts empty again.
   Result<void> write(store::Tx& tx);
 
  private:
+  std::string lease_replica_;
   std::map<std::pair<std::string, int64_t>, int64_t> sums_;
 };
 

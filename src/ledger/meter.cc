@@ -76,7 +76,8 @@ constexpr const char* kDeleteIntent = "DELETE FROM usage_intents WHERE event_id 
 constexpr const char* kEventExists = "SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1";
 constexpr const char* kInsertIntent =
     "INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, event, expires_at_ms,"
-    " external) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (event_id) DO NOTHING";
+    " external, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (event_id) DO"
+    " NOTHING";
 
 // Records the event unless its id is already recorded (a replayed record), adds its charges to
 // `spend`, and removes its intent. Returns whether it was recorded now.
@@ -111,6 +112,64 @@ Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
   }
   if (had_intent) PURSER_TRY(tx.exec(kDeleteIntent, {e.id}));
   return inserted > 0;
+}
+
+// Chunk sizes for statements that take many rows at once: few distinct texts, so the store's
+// prepared-statement cache stays small.
+constexpr size_t kChunks[] = {256, 64, 16, 4, 1};
+
+// "($1, ..., $n), ($n+1, ...)": `rows` groups of `width` placeholders.
+std::string placeholderRows(size_t rows, size_t width) {
+  std::string out;
+  size_t n = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    out += r == 0 ? "(" : ", (";
+    for (size_t c = 0; c < width; ++c) {
+      if (c > 0) out += ", ";
+      out += "$" + std::to_string(++n);
+    }
+    out += ")";
+  }
+  return out;
+}
+
+// Runs `emit(first, count)` over [0, n) in chunks of kChunks' sizes.
+template <typename F>
+Result<void> inChunks(size_t n, F&& emit) {
+  size_t at = 0;
+  for (size_t size : kChunks) {
+    while (n - at >= size) {
+      PURSER_TRY(emit(at, size));
+      at += size;
+    }
+  }
+  return {};
+}
+
+void appendEventValues(const UsageEvent& e, std::vector<store::Value>& v) {
+  v.insert(v.end(), {e.id,
+                     unixMillis(e.at),
+                     e.tenant_id,
+                     e.team_id,
+                     e.user_id,
+                     e.service_account_id,
+                     e.key_id,
+                     e.session_id,
+                     e.route,
+                     e.provider,
+                     e.model,
+                     e.tokens.input,
+                     e.tokens.output,
+                     e.tokens.cached_input,
+                     e.tokens.cache_write,
+                     e.tokens.reasoning,
+                     e.cost.nanos(),
+                     e.latency_ms,
+                     e.ttft_ms,
+                     int64_t{e.status},
+                     int64_t{e.estimated ? 1 : 0},
+                     int64_t{e.recovered ? 1 : 0},
+                     e.overage.nanos()});
 }
 
 UsageEvent eventFromRow(const store::Row& r) {
@@ -203,10 +262,11 @@ Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect d
 
 Result<std::unique_ptr<Meter>> Meter::open(store::Store& store, WalletBook& book,
                                            const Clock& clock, const AuditLog* audit,
-                                           JournalOptions journal) {
+                                           JournalOptions journal, std::string replica) {
   PURSER_TRY(store.migrate("ledger", ledgerMigrations()));
   PURSER_TRY(store.migrate("audit", AuditLog::migrations()));
   std::unique_ptr<Meter> m(new Meter(store, book, clock, audit));
+  m->replica_ = std::move(replica);
   Meter* raw = m.get();
   m->journal_ = PURSER_TRY_VALUE(Journal::open(
       std::move(journal), store,
@@ -236,7 +296,8 @@ Result<void> Meter::apply(store::Tx& tx, const std::vector<std::string_view>& re
   // in a replay, where an earlier batch may have written the intent.
   std::unordered_set<std::string_view> ended;
   std::unordered_set<std::string_view> unwritten;
-  SpendBatch spend;  // the batch's charges, one upsert per wallet and minute
+  SpendBatch spend(leaseReplica());        // the batch's charges, one upsert per wallet and minute
+  std::vector<const UsageRecord*> usages;  // recorded together at the end (recordMany)
   for (std::string_view bytes : records) {
     decoded.push_back(decodeRecord(bytes));
     if (!decoded.back()) continue;
@@ -265,21 +326,62 @@ Result<void> Meter::apply(store::Tx& tx, const std::vector<std::string_view>& re
         if (!replaying) unwritten.insert(in->draft.id);
         continue;
       }
-      // A replayed intent whose event is already recorded was settled since.
-      if (!PURSER_TRY_VALUE(tx.query(kEventExists, {in->draft.id})).empty()) continue;
+      // A replayed intent whose event is already recorded was settled since. (Appended now, an
+      // intent comes before its settlement, which is then in this batch or a later one.)
+      if (replaying && !PURSER_TRY_VALUE(tx.query(kEventExists, {in->draft.id})).empty()) {
+        continue;
+      }
       PURSER_TRY(tx.exec(kInsertIntent,
                          {in->draft.id, in->at_ms, in->amount.nanos(), writeJson(json(in->wallets)),
                           writeJson(intentJson(in->draft, in->external, in->token_estimate)),
-                          in->expires_ms, int64_t{in->external ? 1 : 0}}));
+                          in->expires_ms, int64_t{in->external ? 1 : 0}, replica_}));
     } else if (const auto* us = std::get_if<UsageRecord>(&record)) {
-      PURSER_TRY(recordIn(tx, us->event, us->wallets, !unwritten.contains(us->event.id), &spend));
+      usages.push_back(us);
     } else {
       for (const auto& id : std::get<ReleaseRecord>(record).ids) {
         if (!unwritten.contains(id)) PURSER_TRY(tx.exec(kDeleteIntent, {id}));
       }
     }
   }
+  PURSER_TRY(recordMany(tx, usages, unwritten, spend));
   return spend.write(tx);
+}
+
+Result<void> Meter::recordMany(store::Tx& tx, const std::vector<const UsageRecord*>& usages,
+                               const std::unordered_set<std::string_view>& unwritten,
+                               SpendBatch& spend) const {
+  // The events, many rows to a statement; those already recorded (a replay) are skipped, and
+  // only what is inserted now is charged to the wallets' spend.
+  std::unordered_set<std::string> inserted;
+  PURSER_TRY(inChunks(usages.size(), [&](size_t first, size_t count) -> Result<void> {
+    std::vector<store::Value> values;
+    values.reserve(count * 23);
+    for (size_t i = first; i < first + count; ++i) appendEventValues(usages[i]->event, values);
+    auto rows = PURSER_TRY_VALUE(
+        tx.query(std::string("INSERT INTO usage_events (") + kEventColumns + ") VALUES " +
+                     placeholderRows(count, 23) + " ON CONFLICT (id) DO NOTHING RETURNING id",
+                 values));
+    for (const auto& r : rows) inserted.insert(r.getText(0));
+    return {};
+  }));
+  std::vector<const std::string*> intents;  // of events whose intent an earlier batch wrote
+  for (const UsageRecord* us : usages) {
+    const UsageEvent& e = us->event;
+    if (!unwritten.contains(e.id)) intents.push_back(&e.id);
+    if (!inserted.contains(e.id)) continue;
+    for (const auto& w : us->wallets) spend.add(w, unixMillis(e.at), e.cost.nanos());
+    if (audit_ != nullptr && e.overage.isPositive()) PURSER_TRY(auditOverage(tx, e, us->wallets));
+  }
+  return inChunks(intents.size(), [&](size_t first, size_t count) -> Result<void> {
+    std::vector<store::Value> ids;
+    std::string sql = "DELETE FROM usage_intents WHERE event_id IN (";
+    for (size_t i = 0; i < count; ++i) {
+      sql += (i == 0 ? "$" : ", $") + std::to_string(i + 1);
+      ids.emplace_back(*intents[first + i]);
+    }
+    PURSER_TRY(tx.exec(sql + ")", ids));
+    return {};
+  });
 }
 
 Result<uint64_t> Meter::append(const LedgerRecord& record) {
@@ -327,6 +429,18 @@ Result<uint64_t> Meter::reserve(const UsageEvent& draft, const std::vector<std::
     if (recorded) return fail(used());
   }
   auto reserved = book_.reserve({draft.id, wallet_ids, amount, lease});
+  if (!reserved && reserved.error().code == ErrorCode::kResourceExhausted && leases_ != nullptr &&
+      !book_.shortfall(wallet_ids, amount).empty()) {
+    // This replica's lease is short, not necessarily the wallet: ask the store for more, once.
+    auto more = leases_->topUp(wallet_ids, amount);
+    if (!more && more.error().code == ErrorCode::kUnavailable) {
+      return fail(unavailable(
+          "this replica's budget lease is used up and the store cannot be reached to extend "
+          "it: " +
+          more.error().message));
+    }
+    reserved = book_.reserve({draft.id, wallet_ids, amount, lease});
+  }
   if (!reserved) {
     if (reserved.error().code == ErrorCode::kAlreadyExists) return fail(used());
     return fail(reserved.error());
@@ -385,28 +499,44 @@ store::TxFn Meter::recordWrite(UsageEvent event, std::vector<std::string> wallet
 Result<void> Meter::recordIn(store::Tx& tx, const UsageEvent& event,
                              const std::vector<std::string>& wallets, bool had_intent,
                              SpendBatch* spend) const {
-  SpendBatch own;
+  SpendBatch own(leaseReplica());
   const bool recorded =
       PURSER_TRY_VALUE(insertEvent(tx, event, wallets, had_intent, spend ? *spend : own));
   PURSER_TRY(own.write(tx));
   if (recorded && audit_ != nullptr && event.overage.isPositive()) {
-    AuditEntry e;
-    e.tenant_id = event.tenant_id;
-    e.actor = "ledger";
-    e.actor_role = "system";
-    e.action = "usage.overage";
-    e.target = "event:" + event.id;
-    e.after = writeJson(json{{"charged", event.cost.toString()},
-                             {"overage", event.overage.toString()},
-                             {"recovered", event.recovered},
-                             {"wallets", wallets}});
-    PURSER_TRY(audit_->append(tx, e));
+    PURSER_TRY(auditOverage(tx, event, wallets));
   }
   return {};
 }
 
+Result<void> Meter::auditOverage(store::Tx& tx, const UsageEvent& event,
+                                 const std::vector<std::string>& wallets) const {
+  AuditEntry e;
+  e.tenant_id = event.tenant_id;
+  e.actor = "ledger";
+  e.actor_role = "system";
+  e.action = "usage.overage";
+  e.target = "event:" + event.id;
+  e.after = writeJson(json{{"charged", event.cost.toString()},
+                           {"overage", event.overage.toString()},
+                           {"recovered", event.recovered},
+                           {"wallets", wallets}});
+  PURSER_TRY(audit_->append(tx, e));
+  return {};
+}
+
+void Meter::topUpFor(const std::vector<std::string>& wallet_ids, Money amount) {
+  if (leases_ == nullptr || book_.shortfall(wallet_ids, amount).empty()) return;
+  // What the store will not grant is charged as far as it goes, the rest recorded as overage.
+  if (auto r = leases_->topUp(wallet_ids, amount); !r) {
+    spdlog::warn("ledger: a budget lease for usage known after the fact was not extended: {}",
+                 r.error().message);
+  }
+}
+
 Result<Meter::Charge> Meter::charge(UsageEvent event, std::vector<std::string> wallet_ids) {
   if (event.at == SystemTime()) event.at = clock_.now();
+  topUpFor(wallet_ids, event.cost);
   auto charged = PURSER_TRY_VALUE(book_.charge(event.id, wallet_ids, event.cost));
   if (charged.duplicate) {
     return Charge{[](store::Tx&) -> Result<void> { return {}; }, {}, charged.charged, {}};
@@ -424,6 +554,7 @@ Result<Meter::Charge> Meter::record(UsageEvent event, std::vector<std::string> w
   }
   wallet_ids = book_.holding(wallet_ids, event.at);
   const Money cost = event.cost;
+  topUpFor(wallet_ids, cost);
   auto charged = PURSER_TRY_VALUE(book_.charge(event.id, wallet_ids, cost));
   event.cost = charged.charged;
   event.overage = cost.sub(charged.charged).value_or(Money::zero());
@@ -489,11 +620,20 @@ Result<void> Meter::quarantine(const std::string& event_id, const std::string& i
 }
 
 Result<Recovery> Meter::recover() {
+  if (!replica_.empty()) {
+    // Intents written before replicas had names are claimed by the first replica to start, so
+    // that exactly one recovers them.
+    PURSER_TRY(store_.write([&](store::Tx& tx) -> Result<void> {
+      PURSER_TRY(tx.exec("UPDATE usage_intents SET replica = $1 WHERE replica = ''", {replica_}));
+      return {};
+    }));
+  }
   store::Rows intents;
   PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
     intents = PURSER_TRY_VALUE(
         tx.query("SELECT event_id, amount_nanos, wallets, event, expires_at_ms, external"
-                 " FROM usage_intents ORDER BY at_ms"));
+                 " FROM usage_intents WHERE replica = $1 ORDER BY at_ms",
+                 {replica_}));
     return {};
   }));
   Recovery out;

@@ -38,6 +38,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -106,9 +107,11 @@ class Meter {
  public:
   // Brings the ledger's and the audit log's schema up to date and replays `journal` into the
   // store; call recover() next. `audit`, when given, records overages and quarantined intents.
+  // `replica` names this process among several sharing the store: its intents are its own to
+  // recover, and in lease mode its charges are marked used in its own leases.
   static Result<std::unique_ptr<Meter>> open(store::Store& store, WalletBook& book,
                                              const Clock& clock, const AuditLog* audit,
-                                             JournalOptions journal);
+                                             JournalOptions journal, std::string replica = {});
   ~Meter();
   Meter(const Meter&) = delete;
   Meter& operator=(const Meter&) = delete;
@@ -122,6 +125,11 @@ class Meter {
   // Charges the reservation `event.id` at `event.cost` (see WalletBook::settle) and appends the
   // usage event. The settlement's journal_sequence is its record's.
   Result<Settlement> settle(UsageEvent event);
+
+  // Lease mode: a reservation or charge this replica's leases cannot take asks `source` for
+  // more first (see WalletBook). Set before serving; `source` outlives the meter's use.
+  void setLeaseSource(LeaseSource* source) { leases_ = source; }
+  const std::string& replica() const { return replica_; }
 
   // `ledger.sync: always`: a response must wait for the sync that covers its record.
   bool syncsEachRecord() const { return journal_->mode() == SyncMode::kAlways; }
@@ -185,11 +193,23 @@ class Meter {
   Result<void> recordIn(store::Tx& tx, const UsageEvent& event,
                         const std::vector<std::string>& wallets, bool had_intent = true,
                         SpendBatch* spend = nullptr) const;
+  // The usage records of one journal batch, inserted many to a statement, charged to `spend`,
+  // their intents (unless in `unwritten`) removed.
+  Result<void> recordMany(store::Tx& tx, const std::vector<const UsageRecord*>& usages,
+                          const std::unordered_set<std::string_view>& unwritten,
+                          SpendBatch& spend) const;
+  Result<void> auditOverage(store::Tx& tx, const UsageEvent& event,
+                            const std::vector<std::string>& wallets) const;
   Result<void> quarantine(const std::string& event_id, const std::string& intent,
                           const std::string& reason);
 
+  std::string leaseReplica() const { return book_.leased() ? replica_ : std::string(); }
+  void topUpFor(const std::vector<std::string>& wallet_ids, Money amount);
+
   store::Store& store_;
   WalletBook& book_;
+  std::string replica_;
+  LeaseSource* leases_ = nullptr;
   const Clock& clock_;
   const AuditLog* audit_;
   std::unique_ptr<Journal> journal_;

@@ -20,6 +20,7 @@ __int128 ceilDiv(__int128 a, __int128 b) { return a <= 0 ? 0 : (a + b - 1) / b; 
 // theoretical arrival time (TAT) by P/L; scaling everything by L keeps it an integer. A cost c
 // is admitted when max(TAT, now) + c*P - now <= P*L, i.e. the bucket would not overflow.
 RateDecision RateLimiter::acquire(std::span<const BucketRequest> requests) {
+  if (SharedRateLimits* shared = shared_.load()) return shared->acquire(requests);
   const __int128 now = nowNs(clock_);
   std::lock_guard lock(mu_);
   if (++ops_ % 4096 == 0) sweepLocked(now);
@@ -73,6 +74,7 @@ RateDecision RateLimiter::acquire(std::span<const BucketRequest> requests) {
 
 void RateLimiter::adjust(const BucketRequest& bucket, int64_t delta) {
   if (bucket.limit <= 0 || delta == 0) return;
+  if (SharedRateLimits* shared = shared_.load()) return shared->adjust(bucket, delta);
   const __int128 now = nowNs(clock_);
   std::lock_guard lock(mu_);
   auto it = buckets_.find(bucket.key);

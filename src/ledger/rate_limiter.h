@@ -9,6 +9,7 @@
 // forgotten, so memory follows the number of recently active keys.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -41,9 +42,22 @@ struct RateDecision {
   bool never = false;       // refused because cost > limit: waiting will not help
 };
 
+// The limits kept in a store several replicas share (rate_leases.h), for RateLimiter to hand its
+// work to.
+class SharedRateLimits {
+ public:
+  virtual ~SharedRateLimits() = default;
+  virtual RateDecision acquire(std::span<const BucketRequest> requests) = 0;
+  virtual void adjust(const BucketRequest& bucket, int64_t delta) = 0;
+};
+
 class RateLimiter {
  public:
   explicit RateLimiter(const Clock& clock) : clock_(clock) {}
+
+  // From now on the buckets are `shared`'s, in the store (replicas sharing it); set before
+  // serving. `shared` outlives the limiter's use.
+  void share(SharedRateLimits* shared) { shared_ = shared; }
 
   // Takes every request's cost, or none of them.
   RateDecision acquire(std::span<const BucketRequest> requests);
@@ -63,6 +77,7 @@ class RateLimiter {
   void sweepLocked(__int128 now_ns);
 
   const Clock& clock_;
+  std::atomic<SharedRateLimits*> shared_{nullptr};
   mutable std::mutex mu_;
   std::unordered_map<std::string, Bucket> buckets_;  // guarded by mu_
   uint64_t ops_ = 0;                                 // guarded by mu_

@@ -37,6 +37,31 @@ void WalletBook::rollIfDue(WalletState& w, SystemTime now) const {
   w.window = periodWindow(w.spec.period, w.spec.zone, now);
   w.spent = Money::zero();
   w.fired.clear();
+  // A lease is the window's: the next one starts with none.
+  w.granted = Money::zero();
+  w.lease_charged = Money::zero();
+  w.valid_until = MonoTime::min();
+}
+
+namespace {
+Money nonNegative(Result<Money> m) { return (m && !m->isNegative()) ? *m : Money::zero(); }
+Money leftOf(Money limit, Money a, Money b) {
+  const auto used = a.add(b);
+  return used ? nonNegative(limit.sub(*used)) : Money::zero();
+}
+}  // namespace
+
+Money WalletBook::roomLocked(const WalletState& w) const {
+  Money room = leftOf(w.spec.limit, w.spent, w.reserved);
+  if (leased_ && w.spec.hard) room = std::min(room, leftOf(w.granted, w.lease_charged, w.reserved));
+  return room;
+}
+
+void WalletBook::noteDemand(WalletState& w, Money amount, MonoTime now) {
+  if (!leased_ || !w.spec.hard) return;
+  w.demand = w.demand.add(amount).value_or(Money::max());
+  if (amount > w.largest) w.largest = amount;
+  w.last_demand = now;
 }
 
 WalletStatus WalletBook::statusOf(const WalletState& w) const {
@@ -145,9 +170,9 @@ Result<void> WalletBook::reserve(const ReserveRequest& request) {
     WalletState& w = it->second;
     rollIfDue(w, now);
     if (w.spec.hard) {
-      const auto held = w.spent.add(w.reserved);
-      const auto after = held ? held->add(request.amount) : held;
-      if (!after || *after > w.spec.limit) {
+      noteDemand(w, request.amount, mono);
+      const bool lease_ok = !leased_ || mono < w.valid_until;
+      if (!lease_ok || request.amount > roomLocked(w)) {
         const WalletStatus s = statusOf(w);
         return fail(
             Error(ErrorCode::kResourceExhausted,
@@ -197,9 +222,8 @@ Result<Settlement> WalletBook::chargeLocked(const std::string& event_id,
     WalletState& w = it->second;
     rollIfDue(w, now);
     if (!w.spec.hard) continue;
-    const auto used = w.spent.add(w.reserved);
-    const auto left = used ? w.spec.limit.sub(*used) : Result<Money>(Money::zero());
-    const Money room = (left && !left->isNegative()) ? *left : Money::zero();
+    if (!cap) noteDemand(w, actual, clock_.monotonic());
+    const Money room = roomLocked(w);
     if (room < charged) charged = room;
   }
   out.charged = charged;
@@ -210,6 +234,8 @@ Result<Settlement> WalletBook::chargeLocked(const std::string& event_id,
     WalletState& w = it->second;
     auto spent = w.spent.add(charged);
     w.spent = spent ? *spent : Money::max();
+    if (leased_ && w.spec.hard)
+      w.lease_charged = w.lease_charged.add(charged).value_or(Money::max());
     if (w.spec.limit.isNegative() || w.spec.alert_at.empty()) continue;
     for (int threshold : w.spec.alert_at) {
       if (w.fired.contains(threshold)) continue;
@@ -313,6 +339,110 @@ std::vector<std::string> WalletBook::expireLeases() {
     }
     reservations_.erase(it);
     out.push_back(event_id);
+  }
+  return out;
+}
+
+int64_t windowMillis(SystemTime t) {
+  if (t == SystemTime::min()) return INT64_MIN;
+  if (t == SystemTime::max()) return INT64_MAX;
+  return unixMillis(t);
+}
+
+void WalletBook::enableLeases() {
+  std::lock_guard lock(mu_);
+  leased_ = true;
+}
+
+bool WalletBook::leased() const {
+  std::lock_guard lock(mu_);
+  return leased_;
+}
+
+std::vector<LeaseState> WalletBook::takeLeaseStates() {
+  const SystemTime now = clock_.now();
+  const MonoTime mono = clock_.monotonic();
+  std::lock_guard lock(mu_);
+  std::vector<LeaseState> out;
+  for (auto& [id, w] : wallets_) {
+    if (!w.spec.hard) continue;
+    rollIfDue(w, now);
+    // Wallets this replica never used hold no lease and need none.
+    if (!w.granted.isPositive() && !w.demand.isPositive() && !w.reserved.isPositive()) continue;
+    out.push_back({id, w.window, w.spec.limit, w.granted, w.lease_charged, w.reserved, w.demand,
+                   w.largest, mono < w.valid_until, w.last_demand});
+    w.demand = Money::zero();
+    w.largest = Money::zero();
+  }
+  std::sort(out.begin(), out.end(),
+            [](const LeaseState& a, const LeaseState& b) { return a.wallet_id < b.wallet_id; });
+  return out;
+}
+
+std::optional<LeaseState> WalletBook::leaseState(const std::string& wallet_id) const {
+  const SystemTime now = clock_.now();
+  const MonoTime mono = clock_.monotonic();
+  std::lock_guard lock(mu_);
+  auto it = wallets_.find(wallet_id);
+  if (it == wallets_.end() || !it->second.spec.hard) return std::nullopt;
+  WalletState& w = it->second;
+  rollIfDue(w, now);
+  return LeaseState{
+      wallet_id, w.window,  w.spec.limit,         w.granted,    w.lease_charged, w.reserved,
+      w.demand,  w.largest, mono < w.valid_until, w.last_demand};
+}
+
+void WalletBook::setLease(const std::string& wallet_id, int64_t window_start_ms, Money granted,
+                          MonoTime valid_until, Money store_spent, Money store_used, bool adopt) {
+  const SystemTime now = clock_.now();
+  std::lock_guard lock(mu_);
+  auto it = wallets_.find(wallet_id);
+  if (it == wallets_.end()) return;
+  WalletState& w = it->second;
+  rollIfDue(w, now);
+  if (windowMillis(w.window.start) != window_start_ms) return;
+  w.granted = granted;
+  w.valid_until = valid_until;
+  if (adopt) w.lease_charged = store_used;
+  // What the store knows was spent, and what this replica charged and has not shipped yet.
+  const Money unshipped = nonNegative(w.lease_charged.sub(store_used));
+  const Money spent = store_spent.add(unshipped).value_or(Money::max());
+  if (spent > w.spent) w.spent = spent;
+}
+
+bool WalletBook::giveBack(const std::string& wallet_id, int64_t window_start_ms, Money amount) {
+  std::lock_guard lock(mu_);
+  auto it = wallets_.find(wallet_id);
+  if (it == wallets_.end()) return false;
+  WalletState& w = it->second;
+  if (windowMillis(w.window.start) != window_start_ms || amount.isNegative()) return false;
+  if (leftOf(w.granted, w.lease_charged, w.reserved) < amount) return false;
+  w.granted = nonNegative(w.granted.sub(amount));
+  return true;
+}
+
+void WalletBook::renewLeases(MonoTime valid_until) {
+  std::lock_guard lock(mu_);
+  for (auto& [_, w] : wallets_) {
+    if (w.spec.hard && w.granted.isPositive()) w.valid_until = valid_until;
+  }
+}
+
+std::vector<std::pair<std::string, Money>> WalletBook::shortfall(
+    const std::vector<std::string>& wallet_ids, Money amount) const {
+  const SystemTime now = clock_.now();
+  const MonoTime mono = clock_.monotonic();
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<std::string, Money>> out;
+  if (!leased_) return out;
+  for (const auto& id : wallet_ids) {
+    auto it = wallets_.find(id);
+    if (it == wallets_.end() || !it->second.spec.hard) continue;
+    WalletState& w = it->second;
+    rollIfDue(w, now);
+    const Money free =
+        mono < w.valid_until ? leftOf(w.granted, w.lease_charged, w.reserved) : Money::zero();
+    if (free < amount) out.emplace_back(id, nonNegative(amount.sub(free)));
   }
   return out;
 }

@@ -17,6 +17,13 @@
 // Spending is counted per period window (see period.h); a new window starts with nothing spent
 // (holds carry over) and re-arms the alert thresholds, each of which fires once per window.
 //
+// Lease mode (several replicas sharing one store, see wallet_leases.h): a hard wallet also admits
+// a reservation only within this replica's lease on it — what the store granted it in the
+// current window (G), less what it charged under that lease (C) and holds now (R). The store
+// never grants more than a wallet's limit less its spend and every other replica's leases, so no
+// replica can overspend it whatever the others do. A lease that could not be renewed in time
+// admits nothing new; holds already taken still settle within it.
+//
 // Pure and in memory: time comes from the Clock, persistence is the caller's. Thread-safe: one
 // mutex guards the book; every operation holds it for a few hundred nanoseconds.
 #pragma once
@@ -88,6 +95,32 @@ struct Settlement {
   uint64_t journal_sequence = 0;        // the ledger journal's record of it (Meter::settle)
 };
 
+// A window bound in Unix milliseconds, the open ends of Period::kNone as INT64_MIN and INT64_MAX.
+int64_t windowMillis(SystemTime t);
+
+// A replica's lease on a hard wallet, as the book sees it (lease mode).
+struct LeaseState {
+  std::string wallet_id;
+  Window window;
+  Money limit;
+  Money granted;  // G: granted to this replica in the window
+  Money charged;  // C: charged under the lease in the window (shipped to the store or not)
+  Money reserved;
+  Money demand;        // reserved and charged since the last takeLeaseStates()
+  Money largest;       // the largest single reservation or charge since then
+  bool valid = false;  // renewed in time; an invalid lease admits nothing new
+  MonoTime last_demand;
+};
+
+// Extends a replica's leases when a reservation does not fit (lease mode): called by Meter
+// outside the book's lock, blocking for one store round trip. kResourceExhausted when the store
+// has no more to grant, kUnavailable when it cannot be reached.
+class LeaseSource {
+ public:
+  virtual ~LeaseSource() = default;
+  virtual Result<void> topUp(const std::vector<std::string>& wallet_ids, Money amount) = 0;
+};
+
 class WalletBook {
  public:
   explicit WalletBook(const Clock& clock) : clock_(clock) {}
@@ -130,6 +163,30 @@ class WalletBook {
   // Whether a reservation with this event id is outstanding.
   bool holds(const std::string& event_id) const;
 
+  // Lease mode (see the file comment); from then on hard wallets admit only within their lease.
+  void enableLeases();
+  bool leased() const;
+  // Every hard wallet's lease (the current window's); resets the demand counters.
+  std::vector<LeaseState> takeLeaseStates();
+  // One hard wallet's lease, leaving the counters as they are.
+  std::optional<LeaseState> leaseState(const std::string& wallet_id) const;
+  // What the store now grants this replica on `wallet_id` in the window starting at
+  // `window_start_ms` (windowMillis; ignored for another window), valid for new reservations until
+  // `valid_until`. `store_spent` is the window's spend the store knows of (every replica),
+  // `store_used` what of it is this replica's under the lease: the book's spent becomes the store's
+  // plus what this replica charged and has not shipped yet, when that is more than it knew. `adopt`
+  // (at start) also takes `store_used` as what this replica charged under the lease.
+  void setLease(const std::string& wallet_id, int64_t window_start_ms, Money granted,
+                MonoTime valid_until, Money store_spent, Money store_used, bool adopt = false);
+  // Lowers the grant by `amount` if that much of it is free (neither charged nor held) and
+  // returns true; the caller then gives it back in the store.
+  bool giveBack(const std::string& wallet_id, int64_t window_start_ms, Money amount);
+  // Renewed: leases granted before stay valid for new reservations until `valid_until`.
+  void renewLeases(MonoTime valid_until);
+  // Of `wallet_ids`, the hard wallets whose lease cannot take `amount` now, with the shortfall.
+  std::vector<std::pair<std::string, Money>> shortfall(const std::vector<std::string>& wallet_ids,
+                                                       Money amount) const;
+
   // The wallet chain: the wallets usage by `who` on `model` is charged to — those on any of its
   // scopes (scopesOf) with no model, or with exactly this model. Sorted by id. The one place a
   // chain is made; Budget and the fleet's metering both ask here.
@@ -142,6 +199,13 @@ class WalletBook {
     Money spent;
     Money reserved;
     std::set<int> fired;  // thresholds fired in this window
+    // Lease mode (hard wallets):
+    Money granted;
+    Money lease_charged;
+    MonoTime valid_until = MonoTime::min();
+    Money demand;
+    Money largest;
+    MonoTime last_demand = MonoTime::min();
   };
   struct Reservation {
     std::vector<std::string> wallet_ids;
@@ -151,6 +215,9 @@ class WalletBook {
   };
 
   void rollIfDue(WalletState& w, SystemTime now) const;
+  // What a hard wallet can still take: within its limit and, in lease mode, its lease.
+  Money roomLocked(const WalletState& w) const;
+  void noteDemand(WalletState& w, Money amount, MonoTime now);
   WalletStatus statusOf(const WalletState& w) const;
   // Charges min(actual, cap, room of the hard wallets) to `wallet_ids`.
   Result<Settlement> chargeLocked(const std::string& event_id,
@@ -160,6 +227,7 @@ class WalletBook {
 
   const Clock& clock_;
   mutable std::mutex mu_;
+  bool leased_ = false;                                           // guarded by mu_
   mutable std::unordered_map<std::string, WalletState> wallets_;  // guarded by mu_
   std::unordered_multimap<std::string, std::string> by_scope_;    // "kind:id" -> id; mu_
   std::unordered_map<std::string, Reservation> reservations_;     // guarded by mu_

@@ -3,12 +3,14 @@
 #include <utility>
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -43,19 +45,25 @@
 #include "identity/directory.h"
 #include "ledger/audit.h"
 #include "ledger/meter.h"
+#include "ledger/rate_leases.h"
 #include "ledger/rate_limiter.h"
 #include "ledger/wallet_book.h"
+#include "ledger/wallet_leases.h"
 #include "observe/self_scrape.h"
 #include "server/console.h"
 #include "server/data_dir.h"
 #include "server/observed_gpus.h"
 #include "server/observer.h"
+#include "server/replication.h"
 #include "store/postgres_store.h"
 #include "store/sqlite_store.h"
 
 namespace purser::server {
 
 namespace {
+
+// The advisory lock the replica that runs the fleet engine holds.
+constexpr int64_t kFleetLockKey = 7244000002;
 
 // The server's own schema: facts about this installation.
 const std::vector<store::Migration> kServerMigrations = {
@@ -92,6 +100,24 @@ void guardedTurn(const char* loop, F&& turn) {
   } catch (const std::exception& e) {
     spdlog::error("{}: a turn failed and was skipped; the loop goes on: {}", loop, e.what());
   }
+}
+
+// This replica's name among those sharing a store: the configured one, else one made at the
+// first start and kept in the data directory, so a restart adopts what it held before.
+Result<std::string> replicaName(const config::Config& c, const DataDir& dir, IdGenerator& ids) {
+  if (!c.store.replica.empty()) return c.store.replica;
+  const std::string path = dir.file("replica");
+  std::ifstream in(path);
+  std::string name;
+  if (in && std::getline(in, name) && config::validReplicaName(name)) return name;
+  name = "r-" + ids.next();
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  std::ofstream outf(path, std::ios::trunc);
+  outf << name << "\n";
+  outf.close();
+  if (!outf) return fail(unavailable("cannot write " + path));
+  return name;
 }
 
 http::ServerOptions serverOptions(const config::Config& c) {
@@ -141,6 +167,10 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
 
   identity::Directory directory(clock);
   ledger::WalletBook wallets(clock);
+  const std::string replica = PURSER_TRY_VALUE(replicaName(config, *data_dir, ids));
+  // Replicas sharing PostgreSQL spend hard wallets from leases (ledger/wallet_leases.h).
+  const bool shared_store = config.store.driver == "postgres";
+  if (shared_store) wallets.enableLeases();
   // The audit log is signed with a key kept outside the database, and anchored beside it.
   std::optional<std::string> audit_key_hex;
   if (const char* env = std::getenv("PURSER_AUDIT_KEY"); env != nullptr && *env != '\0') {
@@ -155,7 +185,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                           {.dir = data_dir->file("journal"),
                            .sync = config.ledger.sync == "always" ? ledger::SyncMode::kAlways
                                                                   : ledger::SyncMode::kBatch,
-                           .sync_interval = config.ledger.sync_interval}));
+                           .sync_interval = config.ledger.sync_interval},
+                          replica));
   ledger::Meter& meter = *meter_owner;
   if (meter.replayed().dropped_bytes > 0) {
     spdlog::warn(
@@ -190,6 +221,20 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   services.denials = &denials;
   PURSER_TRY(api::loadState(services));
   PURSER_TRY(audit.open(*store));
+  std::optional<ledger::WalletLeases> leases;
+  std::optional<ledger::RateLeases> rate_leases;
+  std::jthread lease_loop;
+  if (shared_store) {
+    leases.emplace(*store, wallets, clock,
+                   ledger::WalletLeaseOptions{.replica = replica, .ttl = config.store.lease_ttl});
+    PURSER_TRY(leases->adopt());
+    meter.setLeaseSource(&*leases);
+    // Rate limits are counted in the store too, so that N replicas admit what one would.
+    rate_leases.emplace(*store, clock);
+    limiter.share(&*rate_leases);
+    spdlog::info("store: replica {}; hard wallets are spent from leases (ttl {}s)", replica,
+                 std::chrono::duration_cast<std::chrono::seconds>(config.store.lease_ttl).count());
+  }
   {
     const ledger::Recovery recovery = PURSER_TRY_VALUE(meter.recover());
     api::restoreReservations(services, recovery.reservations);
@@ -207,6 +252,31 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
           "(see the audit log); the server starts anyway",
           recovery.quarantined);
     }
+  }
+  // Started once recovery has charged what the last stop cut off, within the leases taken
+  // over (a first turn would give an idle replica's free part back).
+  if (shared_store) {
+    // Refilled ahead of need, renewed and given back on a thread of its own: each turn may wait
+    // for the store.
+    lease_loop = std::jthread([&leases, &rate_leases](std::stop_token stop) {
+      bool failing = false;  // logged when it starts and when it ends, not every turn
+      while (!stop.stop_requested()) {
+        guardedTurn("budget leases", [&] {
+          auto r = leases->tick();
+          if (r) r = rate_leases->tick();
+          if (!r && !failing) {
+            spdlog::error(
+                "ledger: budget leases cannot be refreshed; new requests are served "
+                "from what this replica holds until it runs out or lapses: {}",
+                r.error().message);
+          } else if (r && failing) {
+            spdlog::info("ledger: budget leases are refreshed again");
+          }
+          failing = !r;
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
   }
   std::optional<std::string> admin_key;
   if (const char* env = std::getenv("PURSER_ADMIN_KEY"); env != nullptr && *env != '\0') {
@@ -228,12 +298,23 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   metrics.gauge("purser_start_time_seconds", "When this process started, in Unix seconds.")
       .set(static_cast<double>(unixMillis(started_at)) / 1000.0);
 
-  readiness.add("store", [&store]() -> Result<void> {
+  const auto store_check = [&store]() -> Result<void> {
     return store->read([](store::Tx& tx) -> Result<void> {
       PURSER_TRY(tx.query("SELECT 1"));
       return {};
     });
-  });
+  };
+  if (shared_store) {
+    // PostgreSQL down: every replica goes on serving from its budget leases and rate-limit units
+    // until they run out, so none is taken out of its load balancer for it; /readyz says
+    // "degraded" with the reason, and purser_store_up is 0.
+    readiness.addDegraded("store", store_check);
+    auto& up = metrics.gauge("purser_store_up",
+                             "1 when the last check reached the store, 0 when it did not.");
+    metrics.addCollector([&up, store_check] { up.set(store_check() ? 1 : 0); });
+  } else {
+    readiness.add("store", store_check);
+  }
   PURSER_TRY(http::addBuiltinRoutes(router, metrics, readiness,
                                     [&server] { return server && server->draining(); }));
   PURSER_TRY(router.add(http::Method::kGet, "/api/v1/info", [&](http::Request&) {
@@ -322,6 +403,34 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       }
     });
   }
+  // Replicas sharing PostgreSQL: how often this one goes to the store, and its leases.
+  if (shared_store) {
+    auto& trips = metrics.counter(
+        "purser_store_round_trips_total",
+        "Requests this process sent to PostgreSQL and had answered (statements, prepares, BEGIN, "
+        "COMMIT).");
+    auto& grants = metrics.counter("purser_ledger_lease_grants_total",
+                                   "Store transactions that granted budget leases.");
+    auto& top_ups = metrics.counter(
+        "purser_ledger_lease_top_ups_total",
+        "Budget leases extended because a request did not fit what this replica held.");
+    auto& refused =
+        metrics.counter("purser_ledger_lease_top_ups_refused_total",
+                        "Top-ups the store could not grant (the wallet had no more to lease).");
+    auto& takes = metrics.counter("purser_rate_limit_store_takes_total",
+                                  "Store transactions that took units of shared rate limits.");
+    metrics.addCollector([&, &wl = *leases, &rl = *rate_leases] {
+      const auto sync = [](http::Counter& c, uint64_t v) {
+        if (v > c.value()) c.inc(v - c.value());
+      };
+      sync(trips, store::postgresRoundTrips());
+      const auto l = wl.counters();
+      sync(grants, l.grants);
+      sync(top_ups, l.top_ups);
+      sync(refused, l.refused_top_ups);
+      sync(takes, rl.counters().takes);
+    });
+  }
   PURSER_TRY(gateway.addRoutes(router));
   // Provider keys replaced through the API are kept sealed (AES-256-GCM) and win over the
   // configuration's.
@@ -347,6 +456,21 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   // Requests waiting for a saturated route go on as soon as a scrape shows room.
   observer->onJudged([&gateway] { gateway.pumpQueues(); });
   services.provider_keys = &provider_keys;
+  // Replicas sharing PostgreSQL: what an admin changes on one reaches the others' memory.
+  std::jthread change_watch;
+  if (shared_store) {
+    PURSER_TRY(store->migrate("replicas", changeNoticeMigrations()));
+    change_watch = std::jthread([&](std::stop_token stop) {
+      watchChanges(stop, config.store.postgres, *store, [&] {
+        guardedTurn("replicas", [&] {
+          if (auto r = reloadShared(services, gateway, provider_keys); !r) {
+            spdlog::error("replicas: a change from another replica was not read: {}",
+                          r.error().message);
+          }
+        });
+      });
+    });
+  }
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
   PURSER_TRY(api::addConsoleApiRoutes(router, services));
@@ -499,14 +623,30 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                                                    SystemClock::instance());
     fleet_setup.gpu_utilisation = observed_gpus.get();
   }
-  auto fleet_api = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_setup)));
-  for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
-  PURSER_TRY(fleet_api->addRoutes(router));
-  fleet_api->addMetrics(metrics);
+  // Replicas sharing PostgreSQL run one fleet engine: the one that holds this lock (freed by
+  // PostgreSQL when its process dies).
+  std::optional<store::PgSessionLock> fleet_lock;
+  if (shared_store && config.fleet.enabled) {
+    fleet_lock.emplace(config.store.postgres, kFleetLockKey);
+    if (!PURSER_TRY_VALUE(fleet_lock->tryAcquire())) {
+      return fail(Error(ErrorCode::kFailedPrecondition,
+                        "another replica runs the fleet engine on this database; one replica runs "
+                        "it: set fleet.enabled: false on this one"));
+    }
+  }
+  std::unique_ptr<api::Fleet> fleet_api;
+  if (config.fleet.enabled) {
+    fleet_api = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_setup)));
+    for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
+    PURSER_TRY(fleet_api->addRoutes(router));
+    fleet_api->addMetrics(metrics);
+  } else {
+    spdlog::info("fleet: not run by this replica (fleet.enabled: false)");
+  }
   // Live diagnosis: the engine over the series, the fleet's events and the audit log.
   {
     api::DiagnoseOptions diagnose_options;
-    diagnose_options.fleet = &fleet_api->service();
+    diagnose_options.fleet = fleet_api ? &fleet_api->service() : nullptr;
     for (const auto& p : config.providers) {
       diagnose_options.providers.push_back({p.name, !p.metrics_url.empty(), p.gpus});
     }
@@ -704,7 +844,9 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   std::function<void(const boost::system::error_code&)> fleet_tick =
       [&](const boost::system::error_code& ec) {
         if (ec) return;
-        guardedTurn("fleet tick", [&] { fleet_api->tick(workers.context(0).get_executor()); });
+        guardedTurn("fleet tick", [&] {
+          if (fleet_api) fleet_api->tick(workers.context(0).get_executor());
+        });
         fleet_timer.expires_after(std::chrono::seconds(1));
         fleet_timer.async_wait(fleet_tick);
       };
@@ -726,9 +868,29 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   housekeeping.join();
   // The fleet service stops next (its pods keep running, to be adopted at the next start): after
   // it, nothing can queue more writes. Anchor the audit log, then flush the store last.
-  fleet_api->stop();
-  // The journal is synced and materialised before the store's last commit.
+  if (fleet_api) fleet_api->stop();
+  // The journal is synced and materialised before the store's last commit; the leases' free
+  // parts go back once what was charged under them is shipped.
+  if (lease_loop.joinable()) {
+    lease_loop.request_stop();
+    lease_loop.join();
+  }
+  if (change_watch.joinable()) {
+    change_watch.request_stop();
+    change_watch.join();
+  }
   meter.close();
+  if (rate_leases) {
+    if (auto r = rate_leases->giveBackAll(); !r) {
+      spdlog::warn("ledger: rate limit units not given back: {}", r.error().message);
+    }
+  }
+  if (leases) {
+    if (auto r = leases->giveBackAll(); !r) {
+      spdlog::warn("ledger: budget leases not given back (they lapse after store.lease_ttl): {}",
+                   r.error().message);
+    }
+  }
   if (auto anchored = audit.anchor(*store); !anchored) {
     spdlog::error("audit: {}", anchored.error().message);
   }

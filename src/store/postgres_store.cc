@@ -1,8 +1,12 @@
 #include "store/postgres_store.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 #include <libpq-fe.h>
 #include <spdlog/spdlog.h>
+
+#include <poll.h>
 
 #include <charconv>
 #include <future>
@@ -12,6 +16,106 @@
 #include "common/hash.h"
 
 namespace purser::store {
+
+namespace {
+// Every request to the server and its answer, over every connection of the process.
+std::atomic<uint64_t> g_round_trips{0};
+}  // namespace
+
+PgListener::PgListener(std::string url, std::string channel)
+    : url_(std::move(url)), channel_(std::move(channel)) {}
+
+PgListener::~PgListener() {
+  if (conn_ != nullptr) PQfinish(conn_);
+}
+
+Result<void> PgListener::connect() {
+  if (conn_ != nullptr) PQfinish(conn_);
+  const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
+  const char* values[] = {url_.c_str(), "5", "purser-listener", nullptr};
+  conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+    std::string why = conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    if (conn_ != nullptr) PQfinish(conn_);
+    conn_ = nullptr;
+    return fail(
+        Error(ErrorCode::kUnavailable, fmt::format("cannot connect to PostgreSQL: {}", why)));
+  }
+  char* quoted = PQescapeIdentifier(conn_, channel_.c_str(), channel_.size());
+  const std::string sql = std::string("LISTEN ") + (quoted != nullptr ? quoted : "\"\"");
+  PQfreemem(quoted);
+  g_round_trips.fetch_add(1, std::memory_order_relaxed);
+  PGresult* res = PQexec(conn_, sql.c_str());
+  const bool ok = res != nullptr && PQresultStatus(res) == PGRES_COMMAND_OK;
+  PQclear(res);
+  if (!ok) {
+    PQfinish(conn_);
+    conn_ = nullptr;
+    return fail(Error(ErrorCode::kUnavailable, "PostgreSQL refused to LISTEN on " + channel_));
+  }
+  return {};
+}
+
+Result<std::vector<std::string>> PgListener::wait(std::chrono::milliseconds timeout) {
+  std::vector<std::string> out;
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) PURSER_TRY(connect());
+  const auto collect = [&] {
+    while (PGnotify* n = PQnotifies(conn_)) {
+      out.emplace_back(n->extra != nullptr ? n->extra : "");
+      PQfreemem(n);
+    }
+  };
+  collect();
+  if (!out.empty()) return out;
+  pollfd fd{PQsocket(conn_), POLLIN, 0};
+  if (fd.fd < 0) {
+    PQfinish(conn_);
+    conn_ = nullptr;
+    return fail(Error(ErrorCode::kUnavailable, "the listening connection was lost"));
+  }
+  const int ready = ::poll(&fd, 1, static_cast<int>(timeout.count()));
+  if (ready > 0) {
+    if (PQconsumeInput(conn_) == 0) {
+      PQfinish(conn_);
+      conn_ = nullptr;
+      return fail(Error(ErrorCode::kUnavailable, "the listening connection was lost"));
+    }
+    collect();
+  }
+  return out;
+}
+
+PgSessionLock::~PgSessionLock() {
+  if (conn_ != nullptr) PQfinish(conn_);
+}
+
+Result<bool> PgSessionLock::tryAcquire() {
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+    if (conn_ != nullptr) PQfinish(conn_);
+    const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
+    const char* values[] = {url_.c_str(), "5", "purser-lock", nullptr};
+    conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+    if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+      std::string why = conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
+      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+      if (conn_ != nullptr) PQfinish(conn_);
+      conn_ = nullptr;
+      return fail(
+          Error(ErrorCode::kUnavailable, fmt::format("cannot connect to PostgreSQL: {}", why)));
+    }
+  }
+  const std::string sql = fmt::format("SELECT pg_try_advisory_lock({})", key_);
+  g_round_trips.fetch_add(1, std::memory_order_relaxed);
+  PGresult* res = PQexec(conn_, sql.c_str());
+  const bool ok = res != nullptr && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+  const bool held = ok && std::string_view(PQgetvalue(res, 0, 0)) == "t";
+  PQclear(res);
+  if (!ok) return fail(Error(ErrorCode::kUnavailable, "PostgreSQL did not answer a lock request"));
+  return held;
+}
+
+uint64_t postgresRoundTrips() { return g_round_trips.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -184,6 +288,7 @@ class PgConnection final : public Tx {
   // Statements without parameters, possibly several separated by ';'.
   Result<void> raw(std::string_view sql) {
     const std::string text(sql);
+    g_round_trips.fetch_add(1, std::memory_order_relaxed);
     PgResult res(PQexec(conn_, text.c_str()));
     const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_EMPTY_QUERY) {
@@ -271,6 +376,7 @@ class PgConnection final : public Tx {
       }
     }
     std::string name = fmt::format("p{}", ++prepared_);
+    g_round_trips.fetch_add(1, std::memory_order_relaxed);
     PgResult res(PQprepare(conn_, name.c_str(), std::string(sql).c_str(),
                            static_cast<int>(types.size()), types.empty() ? nullptr : types.data()));
     if (!res || PQresultStatus(res.get()) != PGRES_COMMAND_OK) {
@@ -309,6 +415,7 @@ class PgConnection final : public Tx {
       values[i] = text[i].c_str();
       lengths[i] = static_cast<int>(text[i].size());
     }
+    g_round_trips.fetch_add(1, std::memory_order_relaxed);
     PgResult res(PQexecPrepared(conn_, name->c_str(), static_cast<int>(params.size()),
                                 values.data(), lengths.data(), formats.data(), 0));
     const ExecStatusType st = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
@@ -361,6 +468,10 @@ void PostgresStore::writeAsync(TxFn fn, std::function<void(Result<void>)> done) 
 }
 
 Result<void> PostgresStore::write(TxFn fn) { return queue_->write(std::move(fn)); }
+
+Result<void> PostgresStore::writeAlone(TxFn fn) {
+  return queue_->write(std::move(fn), /*alone=*/true);
+}
 
 std::vector<Result<void>> PostgresStore::runBatch(std::vector<WriteQueue::Job>& batch) {
   PgConnection& db = *writer_;

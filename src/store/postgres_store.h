@@ -25,6 +25,8 @@
 #include "store/store.h"
 #include "store/write_queue.h"
 
+struct pg_conn;  // libpq's PGconn
+
 namespace purser::store {
 
 // A migration's SQL as PostgreSQL runs it. Schemas are written once, in SQLite's column types;
@@ -48,6 +50,49 @@ struct PostgresOptions {
 
 class PgConnection;
 
+// A connection that LISTENs on one channel, for changes other replicas make (NOTIFY). Used by one
+// thread; reconnects (and listens again) after the server was lost.
+class PgListener {
+ public:
+  PgListener(std::string url, std::string channel);
+  ~PgListener();
+  PgListener(const PgListener&) = delete;
+  PgListener& operator=(const PgListener&) = delete;
+
+  // Waits up to `timeout` for notifications: the payloads that came (empty when none did).
+  // kUnavailable when the server cannot be reached (the caller waits and asks again).
+  Result<std::vector<std::string>> wait(std::chrono::milliseconds timeout);
+
+ private:
+  Result<void> connect();
+
+  const std::string url_;
+  const std::string channel_;
+  ::pg_conn* conn_ = nullptr;
+};
+
+// A session-level advisory lock held on a connection of its own for as long as that stays open:
+// PostgreSQL frees it when the connection ends, so a process that dies frees it.
+class PgSessionLock {
+ public:
+  PgSessionLock(std::string url, int64_t key) : url_(std::move(url)), key_(key) {}
+  ~PgSessionLock();
+  PgSessionLock(const PgSessionLock&) = delete;
+  PgSessionLock& operator=(const PgSessionLock&) = delete;
+
+  // Takes the lock if no other session holds it: true when this one holds it now.
+  Result<bool> tryAcquire();
+
+ private:
+  const std::string url_;
+  const int64_t key_;
+  ::pg_conn* conn_ = nullptr;
+};
+
+// Requests sent to PostgreSQL and answered, by every connection of this process (statements,
+// prepares, BEGIN and COMMIT): what `purser_store_round_trips_total` reports.
+uint64_t postgresRoundTrips();
+
 class PostgresStore final : public Store {
  public:
   // Connects (the writer's connection is made at once, so a wrong URL or a server that is down
@@ -59,6 +104,7 @@ class PostgresStore final : public Store {
   Result<int> migrate(std::string_view component,
                       const std::vector<Migration>& migrations) override;
   Result<void> write(TxFn fn) override;
+  Result<void> writeAlone(TxFn fn) override;
   void writeAsync(TxFn fn, std::function<void(Result<void>)> done) override;
   Result<void> read(TxFn fn) override;
   void close() override;

@@ -83,6 +83,10 @@ class Store {
   // Runs `fn` in a write transaction and waits until it is durable. If `fn` returns an error
   // (or throws) nothing it did is kept, and that error is returned.
   virtual Result<void> write(TxFn fn) = 0;
+  // The same, in a transaction of its own rather than sharing a commit with other writes: for
+  // writes that lock rows other replicas lock too (in their own order), so that no other write
+  // of this process can hold a lock in the same transaction (no deadlock between replicas).
+  virtual Result<void> writeAlone(TxFn fn) { return write(std::move(fn)); }
   // The same without waiting: `done` runs on the writer thread once the outcome is known. It
   // must not block or call write().
   virtual void writeAsync(TxFn fn, std::function<void(Result<void>)> done) = 0;

@@ -30,12 +30,12 @@ uint64_t WriteQueue::batches() const {
   return batches_;
 }
 
-void WriteQueue::writeAsync(TxFn fn, std::function<void(Result<void>)> done) {
+void WriteQueue::writeAsync(TxFn fn, std::function<void(Result<void>)> done, bool alone) {
   Error refused;
   {
     std::lock_guard lock(mu_);
     if (!stopping_ && queue_.size() < max_queue_) {
-      queue_.push_back(Job{std::move(fn), std::move(done)});
+      queue_.push_back(Job{std::move(fn), std::move(done), alone});
       cv_.notify_one();
       return;
     }
@@ -45,10 +45,11 @@ void WriteQueue::writeAsync(TxFn fn, std::function<void(Result<void>)> done) {
   done(fail(std::move(refused)));  // outside the lock: `done` may be arbitrary code
 }
 
-Result<void> WriteQueue::write(TxFn fn) {
+Result<void> WriteQueue::write(TxFn fn, bool alone) {
   std::promise<Result<void>> promise;
   auto future = promise.get_future();
-  writeAsync(std::move(fn), [&promise](Result<void> r) { promise.set_value(std::move(r)); });
+  writeAsync(
+      std::move(fn), [&promise](Result<void> r) { promise.set_value(std::move(r)); }, alone);
   return future.get();
 }
 
@@ -60,8 +61,12 @@ void WriteQueue::loop() {
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything queued is committed
       while (!queue_.empty() && batch.size() < max_batch_) {
+        // A write that must be alone ends the batch before it, or is the batch.
+        if (queue_.front().alone && !batch.empty()) break;
+        const bool alone = queue_.front().alone;
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
+        if (alone) break;
       }
     }
     std::vector<Result<void>> results = run_(batch);

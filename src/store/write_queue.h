@@ -26,6 +26,7 @@ class WriteQueue {
   struct Job {
     TxFn fn;
     std::function<void(Result<void>)> done;
+    bool alone = false;  // committed in a transaction of its own
   };
   // Commits one batch and says how each of its writes ended (one result per job, in order).
   using RunBatch = std::function<std::vector<Result<void>>(std::vector<Job>& batch)>;
@@ -35,8 +36,8 @@ class WriteQueue {
 
   // A write that does not fit (the queue is full: kResourceExhausted; closed: kUnavailable) is
   // refused at once, on the caller's thread.
-  void writeAsync(TxFn fn, std::function<void(Result<void>)> done);
-  Result<void> write(TxFn fn);
+  void writeAsync(TxFn fn, std::function<void(Result<void>)> done, bool alone = false);
+  Result<void> write(TxFn fn, bool alone = false);
   // Commits what is queued, then stops the writer thread; later writes fail with kUnavailable.
   void close();
   uint64_t batches() const;  // batches run so far (each one commit)

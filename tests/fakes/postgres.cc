@@ -106,6 +106,12 @@ std::string PostgresServer::url(const std::string& db) const {
   return "host=" + dir_ + " port=5432 user=purser dbname=" + db;
 }
 
+std::string PostgresServer::query(const std::string& db, const std::string& sql) const {
+  // psql connects as `purser` over the socket (trust), so no runuser is needed.
+  return commandOutput(quote(bindir_ + "/psql") + " -X -A -t -q -h " + quote(dir_) +
+                       " -p 5432 -U purser -d " + quote(db) + " -c " + quote(sql) + " 2>/dev/null");
+}
+
 bool PostgresServer::createDatabase(const std::string& name) {
   return run(quote(bindir_ + "/createdb") + " -h " + quote(dir_) + " -p 5432 -U purser " +
              quote(name)) == 0;

