@@ -34,6 +34,7 @@ const body = JSON.stringify({ model, messages: [{ role: 'user', content: 'hello'
 const counts = { ok: 0, budget: 0, rate: 0, other: 0 };
 const admittedAt = [];
 let killed = false;
+let killedAt = null;
 let ran = false;
 let sent = 0;
 let next = 0;
@@ -71,7 +72,8 @@ function record(r) {
   else counts.other++;
   if (killPid && !killed && counts.ok >= killAfter) {
     killed = true;
-    try { process.kill(killPid, 'SIGKILL'); } catch { /* already gone */ }
+    killedAt = counts.ok;
+    try { process.kill(killPid, 'SIGKILL'); } catch (e) { process.stderr.write(`kill failed: ${e.message}\n`); }
   }
   if (runCommand && !ran && counts.ok >= runAfter) {
     ran = true;
@@ -105,7 +107,7 @@ async function openLoop() {
 
 if (rps > 0) await openLoop();
 else await Promise.all(Array.from({ length: concurrency }, worker));
-const out = { ...counts, elapsed_ms: Date.now() - started };
+const out = { ...counts, elapsed_ms: Date.now() - started, killed_at: killedAt };
 if (rps > 0) out.admitted_at_ms = admittedAt;
 console.log(JSON.stringify(out));
 agent.destroy();

@@ -4,7 +4,8 @@ import fs from 'node:fs';
 
 const [dir, cores] = process.argv.slice(2);
 const limitNanos = 1e9;
-const exact = fs.readFileSync(`${dir}/exact.txt`, 'utf8').trim().split('\n').filter(Boolean).map((line) => {
+const read = (f) => (fs.existsSync(`${dir}/${f}`) ? fs.readFileSync(`${dir}/${f}`, 'utf8') : '');
+const exact = read('exact.txt').trim().split('\n').filter(Boolean).map((line) => {
   const [n, variant, first, second, spent, over, leased, recorded, reserved] = line.split(' ');
   const a = JSON.parse(first);
   const b = JSON.parse(second);
@@ -12,7 +13,8 @@ const exact = fs.readFileSync(`${dir}/exact.txt`, 'utf8').trim().split('\n').fil
     replicas: Number(n), variant, answered: a.ok + b.ok, refused_budget: a.budget + b.budget,
     other: a.other + b.other + a.rate + b.rate, spent_nanos: Number(spent), spent_ratio: Number(spent) / limitNanos,
     over_used_nanos: Number(over), leased_after_nanos: Number(leased), recorded: Number(recorded),
-    reserved_after: reserved, elapsed_ms: a.elapsed_ms + b.elapsed_ms,
+    reserved_after: reserved, elapsed_ms: a.elapsed_ms + b.elapsed_ms, killed_at_answered: a.killed_at ?? null,
+    first_burst: a, second_burst: b,
   };
 });
 const one = exact.find((e) => e.replicas === 1 && e.variant === 'plain');
@@ -22,10 +24,11 @@ const rate = JSON.parse(fs.readFileSync(`${dir}/rate.json`, 'utf8'));
 const minutes = [];
 for (let m = 1; (m + 1) * 60000 <= Math.max(0, ...rate.admitted_at_ms) + 60000 && m < 60; m++) {
   const n = rate.admitted_at_ms.filter((t) => t >= m * 60000 && t < (m + 1) * 60000).length;
+  // Whole minutes only, the first (the bucket starts full) left out.
   if ((m + 1) * 60000 <= rate.elapsed_ms) minutes.push({ minute: m + 1, admitted: n });
 }
 
-const throughput = fs.readFileSync(`${dir}/throughput.txt`, 'utf8').trim().split('\n').filter(Boolean).map((line) => {
+const throughput = read('throughput.txt').trim().split('\n').filter(Boolean).map((line) => {
   const [db, n, rps, reqs, trips] = line.split(' ');
   return { store: db === 'sqlite' ? 'sqlite' : 'postgres', replicas: Number(n), rps: Number(rps),
     requests: Number(reqs), round_trips: Number(trips), round_trips_per_request: Number(trips) / Math.max(1, Number(reqs)) };
