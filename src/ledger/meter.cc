@@ -79,34 +79,42 @@ constexpr const char* kInsertIntent =
     " external, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (event_id) DO"
     " NOTHING";
 
+// The parameters of one usage_events row, in kEventColumns' order.
+void appendEventValues(const UsageEvent& e, std::vector<store::Value>& v) {
+  v.insert(v.end(), {e.id,
+                     unixMillis(e.at),
+                     e.tenant_id,
+                     e.team_id,
+                     e.user_id,
+                     e.service_account_id,
+                     e.key_id,
+                     e.session_id,
+                     e.route,
+                     e.provider,
+                     e.model,
+                     e.tokens.input,
+                     e.tokens.output,
+                     e.tokens.cached_input,
+                     e.tokens.cache_write,
+                     e.tokens.reasoning,
+                     e.cost.nanos(),
+                     e.latency_ms,
+                     e.ttft_ms,
+                     int64_t{e.status},
+                     int64_t{e.estimated ? 1 : 0},
+                     int64_t{e.recovered ? 1 : 0},
+                     e.overage.nanos()});
+}
+
 // Records the event unless its id is already recorded (a replayed record), adds its charges to
 // `spend`, and removes its intent. Returns whether it was recorded now.
 Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
                          const std::vector<std::string>& wallets, bool had_intent,
                          SpendBatch& spend) {
-  const int64_t inserted = PURSER_TRY_VALUE(tx.exec(kInsertEvent, {e.id,
-                                                                   unixMillis(e.at),
-                                                                   e.tenant_id,
-                                                                   e.team_id,
-                                                                   e.user_id,
-                                                                   e.service_account_id,
-                                                                   e.key_id,
-                                                                   e.session_id,
-                                                                   e.route,
-                                                                   e.provider,
-                                                                   e.model,
-                                                                   e.tokens.input,
-                                                                   e.tokens.output,
-                                                                   e.tokens.cached_input,
-                                                                   e.tokens.cache_write,
-                                                                   e.tokens.reasoning,
-                                                                   e.cost.nanos(),
-                                                                   e.latency_ms,
-                                                                   e.ttft_ms,
-                                                                   int64_t{e.status},
-                                                                   int64_t{e.estimated ? 1 : 0},
-                                                                   int64_t{e.recovered ? 1 : 0},
-                                                                   e.overage.nanos()}));
+  std::vector<store::Value> values;
+  values.reserve(23);
+  appendEventValues(e, values);
+  const int64_t inserted = PURSER_TRY_VALUE(tx.exec(kInsertEvent, values));
   if (inserted > 0) {
     for (const auto& w : wallets) spend.add(w, unixMillis(e.at), e.cost.nanos());
   }
@@ -144,32 +152,6 @@ Result<void> inChunks(size_t n, F&& emit) {
     }
   }
   return {};
-}
-
-void appendEventValues(const UsageEvent& e, std::vector<store::Value>& v) {
-  v.insert(v.end(), {e.id,
-                     unixMillis(e.at),
-                     e.tenant_id,
-                     e.team_id,
-                     e.user_id,
-                     e.service_account_id,
-                     e.key_id,
-                     e.session_id,
-                     e.route,
-                     e.provider,
-                     e.model,
-                     e.tokens.input,
-                     e.tokens.output,
-                     e.tokens.cached_input,
-                     e.tokens.cache_write,
-                     e.tokens.reasoning,
-                     e.cost.nanos(),
-                     e.latency_ms,
-                     e.ttft_ms,
-                     int64_t{e.status},
-                     int64_t{e.estimated ? 1 : 0},
-                     int64_t{e.recovered ? 1 : 0},
-                     e.overage.nanos()});
 }
 
 UsageEvent eventFromRow(const store::Row& r) {

@@ -20,6 +20,21 @@ namespace purser::store {
 namespace {
 // Every request to the server and its answer, over every connection of the process.
 std::atomic<uint64_t> g_round_trips{0};
+
+// A connection of its own (a listener's, a lock's), outside the store's writer and pool.
+Result<PGconn*> connectOwn(const std::string& url, const char* application) {
+  const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
+  const char* values[] = {url.c_str(), "5", application, nullptr};
+  PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
+  if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) {
+    std::string why = conn != nullptr ? PQerrorMessage(conn) : "out of memory";
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    if (conn != nullptr) PQfinish(conn);
+    return fail(
+        Error(ErrorCode::kUnavailable, fmt::format("cannot connect to PostgreSQL: {}", why)));
+  }
+  return conn;
+}
 }  // namespace
 
 PgListener::PgListener(std::string url, std::string channel)
@@ -31,17 +46,8 @@ PgListener::~PgListener() {
 
 Result<void> PgListener::connect() {
   if (conn_ != nullptr) PQfinish(conn_);
-  const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
-  const char* values[] = {url_.c_str(), "5", "purser-listener", nullptr};
-  conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
-  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
-    std::string why = conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
-    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-    if (conn_ != nullptr) PQfinish(conn_);
-    conn_ = nullptr;
-    return fail(
-        Error(ErrorCode::kUnavailable, fmt::format("cannot connect to PostgreSQL: {}", why)));
-  }
+  conn_ = nullptr;
+  conn_ = PURSER_TRY_VALUE(connectOwn(url_, "purser-listener"));
   char* quoted = PQescapeIdentifier(conn_, channel_.c_str(), channel_.size());
   const std::string sql = std::string("LISTEN ") + (quoted != nullptr ? quoted : "\"\"");
   PQfreemem(quoted);
@@ -93,17 +99,8 @@ PgSessionLock::~PgSessionLock() {
 Result<bool> PgSessionLock::tryAcquire() {
   if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
     if (conn_ != nullptr) PQfinish(conn_);
-    const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
-    const char* values[] = {url_.c_str(), "5", "purser-lock", nullptr};
-    conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
-    if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
-      std::string why = conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
-      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
-      if (conn_ != nullptr) PQfinish(conn_);
-      conn_ = nullptr;
-      return fail(
-          Error(ErrorCode::kUnavailable, fmt::format("cannot connect to PostgreSQL: {}", why)));
-    }
+    conn_ = nullptr;
+    conn_ = PURSER_TRY_VALUE(connectOwn(url_, "purser-lock"));
   }
   const std::string sql = fmt::format("SELECT pg_try_advisory_lock({})", key_);
   g_round_trips.fetch_add(1, std::memory_order_relaxed);
