@@ -12,6 +12,7 @@
 #include "fakes/raw_client.h"
 #include "fakes/serve.h"
 #include "fakes/temp_dir.h"
+#include "integration/fleet_harness.h"
 
 namespace purser {
 namespace {
@@ -25,28 +26,7 @@ TEST(ServePostgresTest, EveryComponentKeepsItsStateInPostgresAcrossARestart) {
   if (!pg.available()) GTEST_SKIP() << pg.why();
   ASSERT_TRUE(pg.createDatabase("purser"));
   testing::TempDir dir;
-  testing::writeFile(dir.file("fleet.yaml"), R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: research}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-    - coveredResources: [cpu, nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: cpu, nominalQuota: 64}
-            - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: research}
-spec: {clusterQueue: research}
-)");
+  testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
   Process sim(
       {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
   auto line = sim.waitForStdout("listening on ");
