@@ -253,8 +253,9 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
 
   // --- What exists, and what the caller may ask about ------------------------------------------
   FleetPart fleet;
-  if (ctx.o.fleet != nullptr) {
-    fleet = co_await ctx.o.fleet->call(
+  const std::shared_ptr<FleetService> fleet_service = ctx.o.fleet ? ctx.o.fleet() : nullptr;
+  if (fleet_service) {
+    fleet = co_await fleet_service->call(
         [&](FleetService& f) -> FleetPart { return gatherFleet(f, s, who, kind, name, end_ms); });
   }
   std::map<std::string, const ProviderFacts*> facts;
@@ -345,8 +346,8 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
 
   // --- Events ----------------------------------------------------------------------------------
   std::vector<diagnose::Event> events = fleet.pending;
-  if (ctx.o.fleet != nullptr) {
-    auto rows = ctx.o.fleet->events(scheduler::Visibility{}, std::nullopt);
+  if (fleet_service) {
+    auto rows = fleet_service->events(scheduler::Visibility{}, std::nullopt);
     if (!rows) co_return problem(rows.error());
     for (const auto& row : *rows) {
       auto e = fleetEvent(row);

@@ -26,6 +26,8 @@
 // Thread-safety: as admin_api.h.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,7 +46,8 @@ struct ProviderFacts {
 };
 
 struct DiagnoseOptions {
-  scheduler::FleetService* fleet = nullptr;  // none: no workloads, queues or fleet events
+  // The fleet this replica leads now; none (or null): no workloads, queues or fleet events.
+  std::function<std::shared_ptr<scheduler::FleetService>()> fleet;
   std::vector<ProviderFacts> providers;
   size_t max_case_bytes = 48u << 20;  // format=case: a larger case is refused (422)
   // Narration (diagnose_narrate.h): the route whose model summarises the findings, through the

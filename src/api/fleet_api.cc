@@ -495,6 +495,10 @@ void Fleet::tick(const boost::asio::any_io_executor& executor) {
 }
 
 void Fleet::addMetrics(http::MetricsRegistry& metrics) {
+  addMetrics(metrics, [this] { return std::shared_ptr<Fleet>(std::shared_ptr<Fleet>(), this); });
+}
+
+void Fleet::addMetrics(http::MetricsRegistry& metrics, Current current) {
   auto& pending = metrics.gaugeFamily("purser_fleet_pending_workloads",
                                       "Workloads waiting in each ClusterQueue.", {"cluster_queue"});
   auto& admitted =
@@ -508,9 +512,10 @@ void Fleet::addMetrics(http::MetricsRegistry& metrics) {
   auto& nominal = metrics.gaugeFamily("purser_fleet_quota_nominal",
                                       "Nominal quota, by ClusterQueue, flavor and resource.",
                                       {"cluster_queue", "flavor", "resource"});
-  FleetService* f = service_.get();
-  metrics.addCollector([f, &pending, &admitted, &used, &nominal] {
-    for (const auto& q : f->queueSnapshot()) {
+  metrics.addCollector([current = std::move(current), &pending, &admitted, &used, &nominal] {
+    const std::shared_ptr<Fleet> f = current();
+    if (!f) return;
+    for (const auto& q : f->service().queueSnapshot()) {
       pending.labels({q.name}).set(static_cast<double>(q.pending));
       admitted.labels({q.name}).set(static_cast<double>(q.admitted));
       for (const auto& u : q.usage) {
@@ -526,12 +531,36 @@ void Fleet::stop() { service_->stop(); }
 const std::vector<std::string>& Fleet::warnings() const { return service_->warnings(); }
 
 Result<void> Fleet::addRoutes(http::Router& router) {
-  const Services* s = &s_;
-  FleetService* svc = service_.get();
-  using Handler = asio::awaitable<Response> (*)(const Services&, FleetService&, Request&);
+  return addRoutes(
+      router, s_, [this] { return std::shared_ptr<Fleet>(std::shared_ptr<Fleet>(), this); },
+      nullptr);
+}
+
+namespace {
+
+using Handler = asio::awaitable<Response> (*)(const Services&, FleetService&, Request&);
+
+// One request, answered by the fleet current now (kept alive until it is answered).
+asio::awaitable<Response> answerByCurrent(const Services* s, Fleet::Current current,
+                                          http::AsyncHandler otherwise, Handler handler,
+                                          Request& req) {
+  const std::shared_ptr<Fleet> f = current();
+  if (!f) {
+    if (otherwise) co_return co_await otherwise(req);
+    co_return problem(503, "the fleet is not running on this replica");
+  }
+  co_return co_await handler(*s, f->service(), req);
+}
+
+}  // namespace
+
+Result<void> Fleet::addRoutes(http::Router& router, const Services& services, Current current,
+                              http::AsyncHandler otherwise) {
+  const Services* s = &services;
   const auto route = [&](Method m, const char* path, Handler handler) {
-    return router.addAsync(m, path,
-                           [s, svc, handler](Request& req) { return handler(*s, *svc, req); });
+    return router.addAsync(m, path, [s, current, otherwise, handler](Request& req) {
+      return answerByCurrent(s, current, otherwise, handler, req);
+    });
   };
   PURSER_TRY(route(Method::kPost, "/api/v1/workloads", &submit));
   PURSER_TRY(route(Method::kGet, "/api/v1/workloads", &list));

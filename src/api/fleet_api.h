@@ -44,6 +44,7 @@
 // renders. Handlers hand the service their work and await it; they never block a worker.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,6 +89,15 @@ class Fleet {
   // Registers the fleet's gauges (pending and admitted workloads, quota used and nominal per
   // ClusterQueue, flavor and resource), refreshed at every scrape.
   void addMetrics(http::MetricsRegistry& metrics);
+
+  // The fleet that `current` returns, which may change (replicas sharing a store: the one that
+  // leads the fleet now). Each request is answered by the fleet current when it comes, or, when
+  // there is none, by `otherwise` (forwarded to the replica that leads).
+  using Current = std::function<std::shared_ptr<Fleet>()>;
+  static Result<void> addRoutes(http::Router& router, const Services& services, Current current,
+                                http::AsyncHandler otherwise);
+  // The gauges of the fleet current at each scrape (none while there is none).
+  static void addMetrics(http::MetricsRegistry& metrics, Current current);
 
   // Posts the budget alerts that charging GPU time raised (from `executor`, the calling
   // worker's). Call every second or so; the service meters and schedules on its own thread.

@@ -468,6 +468,11 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     store.optional("max_connections", cfg.store.max_connections, 1, 1000);
     store.optional("replica", cfg.store.replica);
     store.optional("lease_ttl", cfg.store.lease_ttl, std::chrono::seconds(1));
+    store.optional("ship_interval", cfg.store.ship_interval);
+    if (cfg.store.ship_interval > std::chrono::seconds(5)) {
+      reader.addError(store.get("ship_interval"), "store.ship_interval",
+                      "at most 5s: usage and spend reach the store this late");
+    }
     if (cfg.store.lease_ttl > std::chrono::minutes(10)) {
       reader.addError(store.get("lease_ttl"), "store.lease_ttl",
                       "at most 10m: a dead replica's budget leases come back only after it");
@@ -507,6 +512,14 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   if (top.present("fleet")) {
     YamlReader::Map fleet = top.map("fleet");
     fleet.optional("enabled", cfg.fleet.enabled);
+    fleet.optional("advertise", cfg.fleet.advertise);
+    if (!cfg.fleet.advertise.empty() && !cfg.fleet.advertise.starts_with("http://") &&
+        !cfg.fleet.advertise.starts_with("https://")) {
+      reader.addError(fleet.get("advertise"), "fleet.advertise",
+                      "expected the URL the other replicas reach this one at, such as "
+                      "\"http://gateway-1:8080\"");
+    }
+    fleet.optional("leader_check", cfg.fleet.leader_check, std::chrono::milliseconds(100));
     fleet.optionalStrings("manifests", cfg.fleet.manifests);
     fleet.optionalChoice("cycle_mode", cfg.fleet.cycle_mode, {"drain", "kueue"});
     fleet.optional("metering_interval", cfg.fleet.metering_interval, std::chrono::seconds(1));
@@ -527,6 +540,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       local.optional("max_memory_bytes", cfg.fleet.local_max_memory_bytes, 0, INT64_MAX);
       local.optional("max_cpu_seconds", cfg.fleet.local_max_cpu_seconds, 0, INT64_MAX);
       local.optional("working_dir", cfg.fleet.local_working_dir);
+      local.optional("log_dir", cfg.fleet.local_log_dir);
       local.optional("max_pods", cfg.fleet.local_max_pods, 1, 1'000'000);
       local.finish();
     }

@@ -53,6 +53,10 @@ struct StoreConfig {
   // in data_dir/replica), and how long a budget lease outlives its replica (wallet_leases.h).
   std::string replica;
   Duration lease_ttl = std::chrono::seconds(30);
+  // PostgreSQL: how often a replica ships its journal to the store (usage events, spend). Longer
+  // carries more requests per transaction (fewer round trips each); usage queries on a replica
+  // ship what it holds first, and budgets are kept by leases, so neither waits for it.
+  Duration ship_interval = std::chrono::milliseconds(100);
 };
 
 // The ledger's journal (DESIGN.md rule 3). `sync`: "batch" (the default: a response waits for its
@@ -185,9 +189,15 @@ struct NodeConfig {
 // WorkloadPriorityClass) loaded at start, before those applied through the API; and the
 // hardware workloads are placed on (none: admission by quota alone).
 struct FleetConfig {
-  // Whether this process runs the fleet engine. Replicas sharing one PostgreSQL run it on one
-  // only (the others set false); the one that runs it holds a lock in the database.
+  // Whether this process may run the fleet engine. Replicas sharing one PostgreSQL run it on
+  // one at a time: the one holding a lock in the database leads; the others with `enabled`
+  // follow, forward the fleet's API to the leader, and one of them takes the lead when it dies.
   bool enabled = true;
+  // Replicas sharing PostgreSQL: where the others reach this one ("http://host:port"); empty:
+  // made from `listen` (the machine's host name when it listens on every address).
+  std::string advertise;
+  // How often a follower tries to take the lead, and the leader checks that it holds it.
+  Duration leader_check = std::chrono::seconds(1);
   std::vector<std::string> manifests;  // files, relative to the configuration file
   std::string cycle_mode = "drain";    // drain, or kueue (one head per ClusterQueue per cycle)
   Duration metering_interval = std::chrono::seconds(60);  // GPU time charged at least this often
@@ -201,7 +211,10 @@ struct FleetConfig {
   int64_t local_max_memory_bytes = 0;             // address space per process; 0: no limit
   int64_t local_max_cpu_seconds = 0;              // CPU time per process; 0: no limit
   std::string local_working_dir;                  // where pods without workingDir run
-  int64_t local_max_pods = 1024;                  // pods running at once on this machine
+  // Where local pods' logs, ends and pids are kept; empty: "pods" in the data directory.
+  // Replicas on one machine that may take the fleet over from one another share one.
+  std::string local_log_dir;
+  int64_t local_max_pods = 1024;  // pods running at once on this machine
   // A Slurm cluster that runs the workloads of some ResourceFlavors (fleet.slurm).
   struct Slurm {
     std::vector<std::string> flavors;  // whose workloads it runs

@@ -38,6 +38,11 @@ struct PodLaunch {
   std::string existing;
   // The nodes of every pod set's placements, in order (to release an existing object whole).
   std::map<std::string, std::vector<std::string>> placement;
+  // Names this start, so that starting it again is not a second pod: an executor that honours it
+  // (the local one) gives the pod a handle made from it, and a start under a key it finds
+  // already started takes that pod back instead (a fleet taken over after its leader died in the
+  // middle of a start). Empty: every start is a new pod.
+  std::string key;
 };
 
 // Work users handed an engine directly, for the fleet to queue and run there (Kubernetes Jobs

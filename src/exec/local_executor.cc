@@ -47,11 +47,14 @@ Error unknownPod(const std::string& handle) {
 // The bytes of a string that execve would cut short.
 bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
-// A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7".
+// A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7";
+// under a key, the same for every start under it: "ml.train-1.workers.0.k<key>".
 std::string handleFor(const PodLaunch& pod, int64_t ms, int64_t seq) {
   std::string workload = pod.workload;
   std::replace(workload.begin(), workload.end(), '/', '.');
-  std::string out = fmt::format("{}.{}.{}.{}-{}", workload, pod.pod_set, pod.index, ms, seq);
+  std::string out = pod.key.empty()
+                        ? fmt::format("{}.{}.{}.{}-{}", workload, pod.pod_set, pod.index, ms, seq)
+                        : fmt::format("{}.{}.{}.k{}", workload, pod.pod_set, pod.index, pod.key);
   for (char& c : out) {
     const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                       c == '.' || c == '-' || c == '_';
@@ -384,6 +387,14 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
                                     options_.max_pods)));
     }
     p->handle = handleFor(pod, unixMillis(clock_.now()), ++next_);
+    if (!pod.key.empty() && pods_.count(p->handle) != 0) return p->handle;  // started already
+  }
+  // A keyed start claims its key with the pod's pid file; a key claimed before is that pod.
+  int pid_fd = -1;
+  if (!pod.key.empty()) {
+    auto claimed = PURSER_TRY_VALUE(claim(p->handle));
+    if (!claimed) return p->handle;  // taken back
+    pid_fd = *claimed;
   }
   const std::string log_path = pathOf(p->handle, ".log");
   const std::string log_prev_path = pathOf(p->handle, ".log.1");
@@ -400,6 +411,9 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   // Descriptors the children use are kept above 2, so moving them onto 0, 1 and 2 is safe.
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd < 0) {
+    const int e = errno;
+    unclaim(pid_fd, p->handle);
+    errno = e;
     return fail(unavailable(
         fmt::format("cannot open the pod's log {}: {}", log_path, std::strerror(errno))));
   }
@@ -409,10 +423,11 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     const int e = errno;
     closeFd(log_fd), closeFd(null_fd), closeFd(err[0]), closeFd(err[1]);
     ::unlink(log_path.c_str());
+    unclaim(pid_fd, p->handle);
     return fail(unavailable(fmt::format("cannot start the pod: {}", std::strerror(e))));
   }
-  for (int* fd : {&log_fd, &null_fd, &err[1]}) {
-    if (*fd <= 2) {
+  for (int* fd : {&log_fd, &null_fd, &err[1], &pid_fd}) {
+    if (*fd >= 0 && *fd <= 2) {
       const int moved = ::fcntl(*fd, F_DUPFD_CLOEXEC, 3);
       ::close(*fd);
       *fd = moved;
@@ -424,6 +439,14 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     // The supervisor: a group of its own; /dev/null, the log and the error pipe as 0, 1 and 2;
     // nothing else of Purser's open (not its listening sockets); deaf to the polite signals.
     ::setpgid(0, 0);
+    if (pid_fd >= 0) {
+      // The key's pod is this group from now on, whatever becomes of Purser.
+      char text[24];
+      size_t len = 0;
+      putNumber(text, &len, ::getpid());
+      text[len++] = '\n';
+      (void)!::write(pid_fd, text, len);
+    }
     ::dup2(null_fd, 0);
     ::dup2(log_fd, 1);
     ::dup2(err[1], 2);
@@ -484,9 +507,11 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   closeFd(null_fd);
   closeFd(log_fd);
   closeFd(err[1]);
+  closeFd(pid_fd);
   if (pid < 0) {
     closeFd(err[0]);
     ::unlink(log_path.c_str());
+    ::unlink(pathOf(p->handle, ".pid").c_str());
     return fail(
         unavailable(fmt::format("cannot start the pod: fork: {}", std::strerror(fork_errno))));
   }
@@ -503,7 +528,7 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     int st = 0;
     while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
-    for (const char* suffix : {".log", ".log.1", ".exit", ".exit.tmp"}) {
+    for (const char* suffix : {".log", ".log.1", ".exit", ".exit.tmp", ".pid"}) {
       ::unlink(pathOf(p->handle, suffix).c_str());
     }
     return fail(
@@ -607,6 +632,46 @@ Result<std::string> LocalExecutor::logTail(const std::string& handle, size_t max
   std::string tail = fileTail(path, max_bytes);
   if (tail.size() < max_bytes) tail = fileTail(path + ".1", max_bytes - tail.size()) + tail;
   return tail;
+}
+
+Result<std::optional<int>> LocalExecutor::claim(const std::string& handle) {
+  const std::string path = pathOf(handle, ".pid");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) return std::optional<int>(fd);
+    if (errno != EEXIST) {
+      return fail(unavailable(
+          fmt::format("cannot write the pod's pid file {}: {}", path, std::strerror(errno))));
+    }
+    // Claimed before: its supervisor writes its pid as its first act, so an empty file that
+    // stays empty for a second is a start that never forked (its Purser died first).
+    for (int wait = 0; wait < 100; ++wait) {
+      std::ifstream in(path);
+      int64_t pid = 0;
+      if (in >> pid && pid > 1) {
+        struct stat st {};
+        const SystemTime at = ::stat(path.c_str(), &st) == 0
+                                  ? SystemTime(std::chrono::seconds(st.st_mtim.tv_sec) +
+                                               std::chrono::nanoseconds(st.st_mtim.tv_nsec))
+                                  : clock_.now();
+        // Its start time now, when the process is there (else it ended: its .exit says how).
+        const int64_t start = startTimeOf(static_cast<pid_t>(pid));
+        PURSER_TRY(adopt(Adopted{handle, pid, start, at}));
+        spdlog::info("local executor: pod {} was started before (process group {}); taken back",
+                     handle, pid);
+        return std::optional<int>();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::unlink(path.c_str());
+  }
+  return fail(unavailable(fmt::format("cannot claim the pod's pid file {}", path)));
+}
+
+void LocalExecutor::unclaim(int& pid_fd, const std::string& handle) {
+  if (pid_fd < 0) return;
+  closeFd(pid_fd);
+  ::unlink(pathOf(handle, ".pid").c_str());
 }
 
 Result<void> LocalExecutor::adopt(const Adopted& a) {

@@ -8,9 +8,11 @@
 // any earlier one, and a new one begins), and, once the pod has exited, writes how it ended to
 // <handle>.exit and kills whatever the pod left in its group. So a pod outlives a Purser that
 // dies or restarts: its output still reaches its log, its end is still known, and a new executor
-// adopt()s it by the process group and start time recorded at start. Memory (address space) and
-// CPU time are limited with rlimits where configured. Exit code 0 is kSucceeded; any other, or
-// death by a signal, kFailed.
+// adopt()s it by the process group and start time recorded at start. A start under a key
+// (PodLaunch::key) writes the supervisor's pid to <handle>.pid before anything else, so a second
+// start under that key (another Purser taking over the directory) adopts the pod instead. Memory
+// (address space) and CPU time are limited with rlimits where configured. Exit code 0 is
+// kSucceeded; any other, or death by a signal, kFailed.
 //
 // A thread waits on the pods' pidfds to tell on_change at once when one ends.
 //
@@ -66,6 +68,11 @@ class LocalExecutor final : public Executor {
 
  private:
   struct Pod;
+  // Claims a keyed start's handle: its pid file, open for the supervisor to write its pid to; or
+  // nullopt when it was claimed before, and that pod is adopted.
+  Result<std::optional<int>> claim(const std::string& handle);
+  // Lets go of a claim whose pod did not start.
+  void unclaim(int& pid_fd, const std::string& handle);
   void refreshLocked(Pod& pod);
   void escalateLocked(Pod& pod);
   std::string pathOf(const std::string& handle, const char* suffix) const;

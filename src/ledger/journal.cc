@@ -24,6 +24,8 @@ namespace fs = std::filesystem;
 
 constexpr size_t kReplayBatch = 1000;  // records per transaction while replaying
 constexpr auto kRetryAfter = std::chrono::milliseconds(100);  // doubling while it keeps failing
+// A backlog this long is materialised without waiting for apply_interval.
+constexpr size_t kShipAtOnce = 4096;
 constexpr auto kRetryAfterMax = std::chrono::seconds(5);
 constexpr auto kCatchUpLimit = std::chrono::seconds(30);
 
@@ -274,7 +276,7 @@ Result<uint64_t> Journal::append(std::string_view record) {
 
 void Journal::whenSynced(uint64_t sequence, std::function<void(bool)> done) {
   std::unique_lock lock(mu_);
-  if (sequence <= synced_) {
+  if (sequence <= (options_.ack_after_store ? applied_through_ : synced_)) {
     lock.unlock();
     done(true);
     return;
@@ -295,6 +297,7 @@ Result<void> Journal::catchUp() {
   if (applied_through_ >= target) return {};
   if (closed_) return fail(unavailable("the ledger is shut down"));
   urgent_ = true;
+  ship_now_ = true;
   wake_.notify_one();
   const bool caught = caught_.wait_for(
       lock, kCatchUpLimit, [&] { return applied_through_ >= target || failed_ || closed_; });
@@ -312,10 +315,21 @@ void Journal::run() {
   while (true) {
     // After a failed batch, the retry waits out its back-off; syncing does not.
     auto backing_off = [&] { return apply_failed_ && clock.monotonic() < retry_at_; };
-    auto materialisable = [&] {
+    // How long the next batch waits for more records to join it (zero: it may start now).
+    auto pacing = [&]() -> Duration {
+      if (options_.apply_interval <= Duration::zero() || stopping_ || ship_now_ ||
+          unapplied_.size() >= kShipAtOnce || (options_.ack_after_store && !waiters_.empty())) {
+        return Duration::zero();
+      }
+      const MonoTime now = clock.monotonic();
+      const MonoTime next = last_batch_at_ + options_.apply_interval;
+      return next > now ? std::chrono::duration_cast<Duration>(next - now) : Duration::zero();
+    };
+    auto synced_work = [&] {
       return !in_flight_ && !unapplied_.empty() && unapplied_.front().sequence <= synced_ &&
              (stopping_ || !backing_off());
     };
+    auto materialisable = [&] { return synced_work() && pacing() <= Duration::zero(); };
     auto wanted = [&] {
       return stopping_ || urgent_ || (!failed_ && next_ - 1 > synced_) || materialisable();
     };
@@ -323,6 +337,9 @@ void Journal::run() {
     if (!in_flight_ && backing_off()) {
       wake_.wait_for(lock, retry_at_ - clock.monotonic(), wanted);
       if (!wanted()) continue;  // the back-off is over: look again
+    } else if (synced_work() && pacing() > Duration::zero()) {
+      wake_.wait_for(lock, pacing(), wanted);
+      if (!wanted()) continue;  // the interval is over: look again
     } else {
       wake_.wait(lock, wanted);
     }
@@ -375,7 +392,8 @@ void Journal::run() {
         synced_ = target;
       }
     }
-    for (auto it = waiters_.begin(); it != waiters_.end() && (failed_ || it->first <= synced_);) {
+    const uint64_t acked = options_.ack_after_store ? applied_through_ : synced_;
+    for (auto it = waiters_.begin(); it != waiters_.end() && (failed_ || it->first <= acked);) {
       ready.push_back(std::move(it->second));
       it = waiters_.erase(it);
     }
@@ -389,6 +407,8 @@ void Journal::run() {
         unapplied_.pop_front();
       }
       in_flight_ = true;
+      ship_now_ = false;
+      last_batch_at_ = clock.monotonic();
     }
     // Segments wholly in the store go (never the one taking appends).
     std::vector<std::shared_ptr<Segment>> gone;
@@ -402,7 +422,7 @@ void Journal::run() {
         (failed_ || (next_ - 1 == synced_ && unapplied_.empty() && !in_flight_ && !batch) ||
          apply_failed_);
     lock.unlock();
-    for (auto& w : ready) w.done(!failed_ || w.sequence <= synced_);
+    for (auto& w : ready) w.done(!failed_ || w.sequence <= acked);
     for (const auto& s : gone) {
       ::close(s->fd);
       if (::unlink(s->path.c_str()) != 0) {
@@ -425,6 +445,18 @@ void Journal::run() {
             // this journal) right after, so nothing here may touch either once it is cleared.
             if (r) {
               if (applied_) applied_(through);
+              if (options_.ack_after_store) {
+                // Waiters for these records are answered now that the store has them.
+                std::vector<Waiter> ready;
+                {
+                  std::lock_guard g(mu_);
+                  for (auto it = waiters_.begin(); it != waiters_.end() && it->first <= through;) {
+                    ready.push_back(std::move(it->second));
+                    it = waiters_.erase(it);
+                  }
+                }
+                for (auto& w : ready) w.done(true);
+              }
             }
             std::lock_guard g(mu_);
             in_flight_ = false;
@@ -467,9 +499,9 @@ void Journal::run() {
   std::vector<Waiter> left;
   for (auto& [_, w] : waiters_) left.push_back(std::move(w));
   waiters_.clear();
-  const uint64_t synced = synced_;
+  const uint64_t acked = options_.ack_after_store ? applied_through_ : synced_;
   lock.unlock();
-  for (auto& w : left) w.done(w.sequence <= synced);
+  for (auto& w : left) w.done(w.sequence <= acked);
   caught_.notify_all();
 }
 

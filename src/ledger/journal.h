@@ -62,6 +62,16 @@ struct JournalOptions {
   uint64_t segment_bytes = uint64_t{16} << 20;
   size_t max_unapplied = 100'000;
   const Clock* clock = nullptr;  // for the retry's back-off; nullptr: SystemClock
+  // The least time between the starts of two materialising batches (0: each as soon as the one
+  // before is done). Longer, more records share a batch and fewer reach the store at all (an
+  // intent settled within the interval is never written): replicas on PostgreSQL ship every
+  // store.ship_interval. A reader that catches up (catchUp()) ships at once, and so does a
+  // backlog of kShipAtOnce records.
+  Duration apply_interval = Duration::zero();
+  // whenSynced() answers once the record is in the store, not only on disk (replicas on
+  // PostgreSQL with ledger.sync: always: what is acknowledged is committed there first). Its
+  // waiters wait, through retries, while the store cannot be reached.
+  bool ack_after_store = false;
 };
 
 class Journal {
@@ -98,9 +108,9 @@ class Journal {
   // Appends one record; returns its sequence once the bytes are in the kernel.
   Result<uint64_t> append(std::string_view record);
 
-  // Runs `done` once `sequence` is on disk: at once on this thread if it already is, else on the
-  // sync thread (it must not block). With a false argument when the journal failed or closed
-  // first.
+  // Runs `done` once `sequence` is on disk (with ack_after_store: in the store): at once on this
+  // thread if it already is, else on the sync thread or the store's writer (it must not block).
+  // With a false argument when the journal failed or closed first.
   void whenSynced(uint64_t sequence, std::function<void(bool)> done);
 
   // Waits until every record appended before the call is in the store (syncing at once rather
@@ -159,14 +169,16 @@ class Journal {
   std::multimap<uint64_t, Waiter> waiters_;        // mu_
   bool in_flight_ = false;                         // a batch is being applied; mu_
   bool urgent_ = false;                            // someone waits: sync now; mu_
-  bool idle_ = false;                              // the sync thread waits for work; mu_
-  bool stopping_ = false;                          // mu_
-  bool failed_ = false;                            // an fdatasync failed; mu_
-  bool closed_ = false;                            // mu_
-  bool abandoned_ = false;                         // abandon(): stop without syncing; mu_
-  bool apply_failed_ = false;                      // the last batch failed to apply; mu_
-  int apply_failures_ = 0;  // consecutive failed batches, for the retry's back-off; mu_
-  MonoTime retry_at_{};     // a failed batch is not tried again before this; mu_
+  bool ship_now_ = false;      // a reader catches up: materialise without waiting the interval; mu_
+  MonoTime last_batch_at_{};   // when the last materialising batch started; mu_
+  bool idle_ = false;          // the sync thread waits for work; mu_
+  bool stopping_ = false;      // mu_
+  bool failed_ = false;        // an fdatasync failed; mu_
+  bool closed_ = false;        // mu_
+  bool abandoned_ = false;     // abandon(): stop without syncing; mu_
+  bool apply_failed_ = false;  // the last batch failed to apply; mu_
+  int apply_failures_ = 0;     // consecutive failed batches, for the retry's back-off; mu_
+  MonoTime retry_at_{};        // a failed batch is not tried again before this; mu_
   std::thread thread_;
 };
 

@@ -74,10 +74,9 @@ constexpr const char* kInsertEvent =
     " $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (id) DO NOTHING";
 constexpr const char* kDeleteIntent = "DELETE FROM usage_intents WHERE event_id = $1";
 constexpr const char* kEventExists = "SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1";
-constexpr const char* kInsertIntent =
+constexpr const char* kInsertIntents =
     "INSERT INTO usage_intents (event_id, at_ms, amount_nanos, wallets, event, expires_at_ms,"
-    " external, replica) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (event_id) DO"
-    " NOTHING";
+    " external, replica) VALUES ";
 
 // The parameters of one usage_events row, in kEventColumns' order.
 void appendEventValues(const UsageEvent& e, std::vector<store::Value>& v) {
@@ -152,6 +151,20 @@ Result<void> inChunks(size_t n, F&& emit) {
     }
   }
   return {};
+}
+
+// Deletes the intents of `ids`, many to a statement.
+Result<void> deleteIntents(store::Tx& tx, const std::vector<const std::string*>& ids) {
+  return inChunks(ids.size(), [&](size_t first, size_t count) -> Result<void> {
+    std::vector<store::Value> values;
+    std::string sql = "DELETE FROM usage_intents WHERE event_id IN (";
+    for (size_t i = 0; i < count; ++i) {
+      sql += (i == 0 ? "$" : ", $") + std::to_string(i + 1);
+      values.emplace_back(*ids[first + i]);
+    }
+    PURSER_TRY(tx.exec(sql + ")", values));
+    return {};
+  });
 }
 
 UsageEvent eventFromRow(const store::Row& r) {
@@ -280,6 +293,8 @@ Result<void> Meter::apply(store::Tx& tx, const std::vector<std::string_view>& re
   std::unordered_set<std::string_view> unwritten;
   SpendBatch spend(leaseReplica());        // the batch's charges, one upsert per wallet and minute
   std::vector<const UsageRecord*> usages;  // recorded together at the end (recordMany)
+  std::vector<const IntentRecord*> intents;  // written together at the end
+  std::vector<const std::string*> released;  // intents of earlier batches to delete
   for (std::string_view bytes : records) {
     decoded.push_back(decodeRecord(bytes));
     if (!decoded.back()) continue;
@@ -313,18 +328,33 @@ Result<void> Meter::apply(store::Tx& tx, const std::vector<std::string_view>& re
       if (replaying && !PURSER_TRY_VALUE(tx.query(kEventExists, {in->draft.id})).empty()) {
         continue;
       }
-      PURSER_TRY(tx.exec(kInsertIntent,
-                         {in->draft.id, in->at_ms, in->amount.nanos(), writeJson(json(in->wallets)),
-                          writeJson(intentJson(in->draft, in->external, in->token_estimate)),
-                          in->expires_ms, int64_t{in->external ? 1 : 0}, replica_}));
+      intents.push_back(in);
     } else if (const auto* us = std::get_if<UsageRecord>(&record)) {
       usages.push_back(us);
     } else {
       for (const auto& id : std::get<ReleaseRecord>(record).ids) {
-        if (!unwritten.contains(id)) PURSER_TRY(tx.exec(kDeleteIntent, {id}));
+        if (!unwritten.contains(id)) released.push_back(&id);
       }
     }
   }
+  // Intents of requests still running at the batch's end, many rows to a statement (none of
+  // them is released in this batch, so their order against the deletes does not matter).
+  PURSER_TRY(inChunks(intents.size(), [&](size_t first, size_t count) -> Result<void> {
+    std::vector<store::Value> values;
+    values.reserve(count * 8);
+    for (size_t i = first; i < first + count; ++i) {
+      const IntentRecord* in = intents[i];
+      values.insert(values.end(),
+                    {in->draft.id, in->at_ms, in->amount.nanos(), writeJson(json(in->wallets)),
+                     writeJson(intentJson(in->draft, in->external, in->token_estimate)),
+                     in->expires_ms, int64_t{in->external ? 1 : 0}, replica_});
+    }
+    PURSER_TRY(tx.exec(std::string(kInsertIntents) + placeholderRows(count, 8) +
+                           " ON CONFLICT (event_id) DO NOTHING",
+                       values));
+    return {};
+  }));
+  PURSER_TRY(deleteIntents(tx, released));
   PURSER_TRY(recordMany(tx, usages, unwritten, spend));
   return spend.write(tx);
 }
@@ -354,16 +384,7 @@ Result<void> Meter::recordMany(store::Tx& tx, const std::vector<const UsageRecor
     for (const auto& w : us->wallets) spend.add(w, unixMillis(e.at), e.cost.nanos());
     if (audit_ != nullptr && e.overage.isPositive()) PURSER_TRY(auditOverage(tx, e, us->wallets));
   }
-  return inChunks(intents.size(), [&](size_t first, size_t count) -> Result<void> {
-    std::vector<store::Value> ids;
-    std::string sql = "DELETE FROM usage_intents WHERE event_id IN (";
-    for (size_t i = 0; i < count; ++i) {
-      sql += (i == 0 ? "$" : ", $") + std::to_string(i + 1);
-      ids.emplace_back(*intents[first + i]);
-    }
-    PURSER_TRY(tx.exec(sql + ")", ids));
-    return {};
-  });
+  return deleteIntents(tx, intents);
 }
 
 Result<uint64_t> Meter::append(const LedgerRecord& record) {

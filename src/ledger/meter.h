@@ -133,8 +133,9 @@ class Meter {
 
   // `ledger.sync: always`: a response must wait for the sync that covers its record.
   bool syncsEachRecord() const { return journal_->mode() == SyncMode::kAlways; }
-  // Runs `done(true)` once `sequence` is on disk (at once when it is), done(false) if it never
-  // will be (the journal failed or closed). See Journal::whenSynced.
+  // Runs `done(true)` once `sequence` is on disk (replicas on PostgreSQL: in the store; at once
+  // when it is), done(false) if it never will be (the journal failed or closed). See
+  // Journal::whenSynced.
   void whenDurable(uint64_t sequence, std::function<void(bool)> done) {
     journal_->whenSynced(sequence, std::move(done));
   }

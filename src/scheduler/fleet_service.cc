@@ -94,6 +94,8 @@ std::string endOf(const PodRun& p) {
 
 }  // namespace
 
+const std::vector<store::Migration>& fleetMigrations() { return kFleetMigrations; }
+
 // --- Opening and closing ------------------------------------------------------------------------
 
 FleetService::FleetService(Deps deps, Options options, Executors executors)
@@ -213,7 +215,7 @@ Result<void> FleetService::load() {
   placer_ = std::move(built.placer);
   adopt();
   auto write = schedule();
-  if (write) PURSER_TRY(d_.store.write(*write));
+  if (write) PURSER_TRY(d_.store.write(fenced(std::move(*write))));
   spdlog::info("fleet: {} ClusterQueue(s), {} workload(s) restored", base_.cluster_queues.size(),
                records_.size());
   return {};
@@ -847,42 +849,52 @@ void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
 }
 
 // The write for everything changed since the last one.
+namespace {
+
+// A workload's row as one write records it.
+struct WorkloadRow {
+  std::string name, state, tenant_id, team_id, record;
+  int64_t seq, version;
+};
+
+WorkloadRow rowOf(Record& r) {
+  ++r.version;
+  return {r.spec.name, r.state, r.tenant_id, r.team_id, recordText(r), r.seq, r.version};
+}
+
+Result<void> writeRow(store::Tx& tx, const WorkloadRow& r, const std::string& at) {
+  // A write retried after a failure must not undo a newer one that landed since.
+  PURSER_TRY(
+      tx.exec("INSERT INTO fleet_workloads (name, seq, version, state, tenant_id, team_id, record, "
+              "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO UPDATE "
+              "SET seq = excluded.seq, version = excluded.version, state = excluded.state, "
+              "tenant_id = excluded.tenant_id, team_id = excluded.team_id, record = "
+              "excluded.record, updated_at = excluded.updated_at WHERE excluded.seq > "
+              "fleet_workloads.seq OR (excluded.seq = fleet_workloads.seq AND excluded.version > "
+              "fleet_workloads.version)",
+              {r.name, r.seq, r.version, r.state, r.tenant_id, r.team_id, r.record, at}));
+  return {};
+}
+
+}  // namespace
+
 std::optional<store::TxFn> FleetService::flush() {
   if (dirty_.empty() && new_events_.empty() && metering_.empty() && ended_.empty()) {
     return std::nullopt;
   }
-  struct Row {
-    std::string name, state, tenant_id, team_id, record;
-    int64_t seq, version;
-  };
-  std::vector<Row> rows;
+  std::vector<WorkloadRow> rows;
   const std::string at = formatRfc3339(d_.clock.now());
-  const auto row = [&](Record& r) {
-    ++r.version;
-    rows.push_back({r.spec.name, r.state, r.tenant_id, r.team_id, recordText(r), r.seq, r.version});
-  };
   for (const auto& name : dirty_) {
     auto it = records_.find(name);
-    if (it != records_.end()) row(it->second);
+    if (it != records_.end()) rows.push_back(rowOf(it->second));
   }
-  for (auto& r : ended_) row(r);
+  for (auto& r : ended_) rows.push_back(rowOf(r));
   dirty_.clear();
   ended_.clear();
   return [rows = std::move(rows), events = std::move(new_events_), metering = std::move(metering_),
           at](store::Tx& tx) -> Result<void> {
     for (const auto& m : metering) PURSER_TRY(m(tx));
-    for (const auto& r : rows) {
-      // A write retried after a failure must not undo a newer one that landed since.
-      PURSER_TRY(tx.exec(
-          "INSERT INTO fleet_workloads (name, seq, version, state, tenant_id, team_id, record, "
-          "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO UPDATE "
-          "SET seq = excluded.seq, version = excluded.version, state = excluded.state, "
-          "tenant_id = excluded.tenant_id, team_id = excluded.team_id, record = "
-          "excluded.record, updated_at = excluded.updated_at WHERE excluded.seq > "
-          "fleet_workloads.seq OR (excluded.seq = fleet_workloads.seq AND excluded.version > "
-          "fleet_workloads.version)",
-          {r.name, r.seq, r.version, r.state, r.tenant_id, r.team_id, r.record, at}));
-    }
+    for (const auto& r : rows) PURSER_TRY(writeRow(tx, r, at));
     for (const auto& e : events) {
       PURSER_TRY(tx.exec(
           "INSERT INTO fleet_events (at, kind, workload, cluster_queue, reason, message, "
@@ -897,7 +909,16 @@ std::optional<store::TxFn> FleetService::flush() {
 
 // Enqueues `fn` now (so writes land in the order they were made); `done`, when given, learns
 // when it is durable.
+store::TxFn FleetService::fenced(store::TxFn fn) const {
+  if (!options_.fence) return fn;
+  return [fence = options_.fence, fn = std::move(fn)](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(fence(tx));
+    return fn(tx);
+  };
+}
+
 void FleetService::enqueue(store::TxFn fn, Done done) {
+  fn = fenced(std::move(fn));
   auto retry = std::make_shared<store::TxFn>(fn);
   d_.store.writeAsync(std::move(fn), [this, done = std::move(done), retry](Result<void> r) {
     if (!r) {
@@ -1121,7 +1142,28 @@ bool FleetService::blocked(const Record& r) const {
 
 void FleetService::startPods(Record& r, int64_t now) {
   dirty_.insert(r.spec.name);
-  ++r.runs;
+  // A run written as launching by a leader that died is started again under the same keys.
+  const bool resumed = r.launching;
+  if (!resumed) ++r.runs;
+  if (options_.fence && !resumed) {
+    // Replicas share the store: the run is recorded (fenced) before any pod is asked to start,
+    // so whoever leads next knows it may have begun.
+    r.launching = true;
+    const std::string at = formatRfc3339(d_.clock.now());
+    WorkloadRow row = rowOf(r);
+    auto wrote = d_.store.write(
+        fenced([&row, &at](store::Tx& tx) -> Result<void> { return writeRow(tx, row, at); }));
+    if (!wrote) {
+      r.launching = false;
+      --r.runs;
+      if (r.reason != "WaitingForStore") {
+        r.reason = "WaitingForStore";
+        r.message = "its start could not be recorded: " + wrote.error().message;
+        spdlog::warn("fleet: {} not started yet: {}", r.spec.name, r.message);
+      }
+      return;
+    }
+  }
   r.pods.clear();
   const std::string queue = r.admission ? r.admission->cluster_queue : "";
   std::string failure;
@@ -1169,6 +1211,7 @@ void FleetService::startPods(Record& r, int64_t now) {
       launch.image = ps.image;
       launch.queue = r.spec.local_queue;
       launch.time_limit_seconds = r.spec.max_execution_seconds;
+      if (options_.fence) launch.key = fmt::format("{}-{}", r.seq, r.runs);
       if (!r.external.empty()) launch.existing = r.external.substr(r.external.find(':') + 1);
       if (r.admission) {
         for (const auto& a : r.admission->pod_sets) {
@@ -1183,7 +1226,9 @@ void FleetService::startPods(Record& r, int64_t now) {
           stopping_.push_back({r.spec.name, p.executor, p.handle, std::nullopt});
         }
         r.pods.clear();
-        --r.runs;
+        // With a fence the run keeps its number: its keys were claimed by the pods let go.
+        if (!options_.fence) --r.runs;
+        r.launching = false;
         if (r.reason != "WaitingForExecutor") {
           r.reason = "WaitingForExecutor";
           r.message = handle.error().message;
@@ -1212,12 +1257,14 @@ void FleetService::startPods(Record& r, int64_t now) {
   if (!failure.empty()) {
     for (auto& p : r.pods) (void)executor->stop(p.handle, Duration::zero());
     r.pods.clear();
+    r.launching = false;
     r.started_ms = now;
     r.metered_until_ms = now;
     endRun(r, /*failed=*/true, "StartFailed", failure);
     return;
   }
   r.state = "running";
+  r.launching = false;
   r.started_ms = now;
   for (const auto& p : r.pods) r.started_ms = std::min(r.started_ms, p.started_ms);
   r.metered_until_ms = r.started_ms;

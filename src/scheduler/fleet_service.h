@@ -122,7 +122,15 @@ struct Options {
   size_t log_tail_bytes = 4096;
   // ResourceFlavor → the executor its workloads run on (those not listed: "local").
   std::map<std::string, std::string> flavor_executors;
+  // Replicas sharing the store, one leading the fleet: run inside every write of the fleet, an
+  // error once this one no longer leads (so a replica that lost the lead changes nothing). With
+  // it, a run is written before its pods are asked to start, under keys that make a second
+  // start of them (by the next leader) take them back. Empty: one replica, no fence.
+  std::function<Result<void>(store::Tx&)> fence;
 };
+
+// The fleet's schema, which open() applies (and `purser migrate` applies in PostgreSQL).
+const std::vector<store::Migration>& fleetMigrations();
 
 // The executors by name: "local", "slurm", ...
 using Executors = std::map<std::string, std::unique_ptr<exec::Executor>>;
@@ -330,6 +338,8 @@ class FleetService {
   void processEvents(int64_t now, std::vector<std::string>& stops);
   std::optional<store::TxFn> flush();
   void enqueue(store::TxFn fn, Done done);
+  // `fn` behind options_.fence (when there is one).
+  store::TxFn fenced(store::TxFn fn) const;
   void publishQueues();
 
   // Pods.

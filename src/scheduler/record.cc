@@ -225,6 +225,7 @@ std::string recordText(const Record& r) {
                         {"log_tail", r.log_tail},
                         {"pods", pods},
                         {"runs", r.runs},
+                        {"launching", r.launching},
                         {"charged_nanos", r.charged.nanos()},
                         {"preemptions", r.preemptions},
                         {"hold", r.hold},
@@ -267,6 +268,7 @@ Result<Record> recordFrom(const std::string& text) {
       for (const auto& p : j.at("pods")) r.pods.push_back(podFrom(p));
     }
     r.runs = j.value("runs", int64_t{0});
+    r.launching = j.value("launching", false);
     r.charged = Money::fromNanos(j.at("charged_nanos").get<int64_t>());
     r.preemptions = j.at("preemptions").get<int64_t>();
     r.hold = j.value("hold", "");

@@ -62,6 +62,10 @@ struct Record {
   std::string log_tail;          // the end of that pod's output, once it ended
   std::vector<PodRun> pods;      // of the current run
   int64_t runs = 0;              // how many times its pods were started
+  // Run `runs` was written before its pods were asked to start, and their start is not known to
+  // have finished (replicas sharing the store): whoever leads the fleet next starts that run
+  // again under the same keys, which takes back the pods that did start.
+  bool launching = false;
   Money charged;
   int64_t preemptions = 0;
   std::string hold;     // the budget hold's message while held

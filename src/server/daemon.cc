@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
@@ -52,6 +54,7 @@
 #include "observe/self_scrape.h"
 #include "server/console.h"
 #include "server/data_dir.h"
+#include "server/fleet_leader.h"
 #include "server/observed_gpus.h"
 #include "server/observer.h"
 #include "server/replication.h"
@@ -61,9 +64,6 @@
 namespace purser::server {
 
 namespace {
-
-// The advisory lock the replica that runs the fleet engine holds.
-constexpr int64_t kFleetLockKey = 7244000002;
 
 // The server's own schema: facts about this installation.
 const std::vector<store::Migration> kServerMigrations = {
@@ -180,13 +180,16 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       audit_key_hex, "PURSER_AUDIT_KEY", data_dir->file("audit.key"), SystemRandom::instance()));
   ledger::AuditLog audit(clock, audit_key, data_dir->file("audit.anchor"));
   // The ledger's journal is replayed into the store before anything reads what was spent.
-  auto meter_owner = PURSER_TRY_VALUE(
-      ledger::Meter::open(*store, wallets, clock, &audit,
-                          {.dir = data_dir->file("journal"),
-                           .sync = config.ledger.sync == "always" ? ledger::SyncMode::kAlways
-                                                                  : ledger::SyncMode::kBatch,
-                           .sync_interval = config.ledger.sync_interval},
-                          replica));
+  auto meter_owner = PURSER_TRY_VALUE(ledger::Meter::open(
+      *store, wallets, clock, &audit,
+      {.dir = data_dir->file("journal"),
+       .sync =
+           config.ledger.sync == "always" ? ledger::SyncMode::kAlways : ledger::SyncMode::kBatch,
+       .sync_interval = config.ledger.sync_interval,
+       .apply_interval =
+           config.store.driver == "postgres" ? config.store.ship_interval : Duration::zero(),
+       .ack_after_store = config.store.driver == "postgres" && config.ledger.sync == "always"},
+      replica));
   ledger::Meter& meter = *meter_owner;
   if (meter.replayed().dropped_bytes > 0) {
     spdlog::warn(
@@ -486,7 +489,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_options.termination_grace = config.fleet.termination_grace;
   fleet_options.inventory_refresh = config.fleet.inventory_refresh;
   // The local executor's pods write their output under the data directory.
-  const std::string pod_logs = data_dir->file("pods");
+  const std::string pod_logs =
+      config.fleet.local_log_dir.empty() ? data_dir->file("pods") : config.fleet.local_log_dir;
   if (std::error_code ec; !std::filesystem::create_directories(pod_logs, ec) && ec) {
     return fail(unavailable(fmt::format("cannot create {}: {}", pod_logs, ec.message())));
   }
@@ -623,30 +627,55 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                                                    SystemClock::instance());
     fleet_setup.gpu_utilisation = observed_gpus.get();
   }
-  // Replicas sharing PostgreSQL run one fleet engine: the one that holds this lock (freed by
-  // PostgreSQL when its process dies).
-  std::optional<store::PgSessionLock> fleet_lock;
-  if (shared_store && config.fleet.enabled) {
-    fleet_lock.emplace(config.store.postgres, kFleetLockKey);
-    if (!PURSER_TRY_VALUE(fleet_lock->tryAcquire())) {
-      return fail(Error(ErrorCode::kFailedPrecondition,
-                        "another replica runs the fleet engine on this database; one replica runs "
-                        "it: set fleet.enabled: false on this one"));
+  // The fleet runs here (one replica), or on the replica that leads it (replicas sharing
+  // PostgreSQL: fleet_leader.h); the API answers with the fleet current at each request.
+  std::shared_ptr<api::Fleet> fleet_api;
+  std::unique_ptr<FleetLeadership> leadership;
+  api::Fleet::Current current_fleet = [] { return std::shared_ptr<api::Fleet>(); };
+  if (config.fleet.enabled && shared_store) {
+    FleetLeadershipOptions lo;
+    lo.url = config.store.postgres;
+    lo.replica = replica;
+    lo.interval = config.fleet.leader_check;
+    leadership = PURSER_TRY_VALUE(FleetLeadership::create(
+        *store, std::move(lo),
+        [&services,
+         fleet_setup](FleetLeadership::Fence fence) -> Result<std::unique_ptr<api::Fleet>> {
+          api::FleetOptions options = fleet_setup;
+          options.service.fence = std::move(fence);
+          return api::Fleet::open(services, std::move(options));
+        },
+        clock));
+    if (!PURSER_TRY_VALUE(leadership->tryLead())) {
+      spdlog::info(
+          "fleet: another replica leads the fleet; this one follows (forwards the fleet's "
+          "API to it, and takes the lead if it goes)");
     }
-  }
-  std::unique_ptr<api::Fleet> fleet_api;
-  if (config.fleet.enabled) {
+    FleetLeadership* l = leadership.get();
+    current_fleet = [l] { return l->current(); };
+    http::WorkerLocal<http::HttpClient>* clients = &http_clients;
+    PURSER_TRY(api::Fleet::addRoutes(
+        router, services, current_fleet,
+        [l, clients](http::Request& req) { return l->forward(req, clients->current()); }));
+    api::Fleet::addMetrics(metrics, current_fleet);
+    leadership->addMetrics(metrics);
+  } else if (config.fleet.enabled) {
     fleet_api = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_setup)));
     for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
     PURSER_TRY(fleet_api->addRoutes(router));
     fleet_api->addMetrics(metrics);
+    current_fleet = [&fleet_api] { return fleet_api; };
   } else {
     spdlog::info("fleet: not run by this replica (fleet.enabled: false)");
   }
   // Live diagnosis: the engine over the series, the fleet's events and the audit log.
   {
     api::DiagnoseOptions diagnose_options;
-    diagnose_options.fleet = fleet_api ? &fleet_api->service() : nullptr;
+    diagnose_options.fleet = [current_fleet]() -> std::shared_ptr<scheduler::FleetService> {
+      auto f = current_fleet();
+      if (!f) return nullptr;
+      return std::shared_ptr<scheduler::FleetService>(f, &f->service());
+    };
     for (const auto& p : config.providers) {
       diagnose_options.providers.push_back({p.name, !p.metrics_url.empty(), p.gpus});
     }
@@ -661,6 +690,22 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   server = std::make_unique<http::Server>(serverOptions(config), router, workers, metrics, clock);
   PURSER_TRY(server->listen());
   server->start();
+  if (leadership) {
+    // The other replicas forward the fleet's API here while this one leads.
+    std::string address = config.fleet.advertise;
+    if (address.empty()) {
+      std::string host = config.host;
+      if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+        char name[256] = {};
+        host = ::gethostname(name, sizeof name - 1) == 0 ? name : "localhost";
+      }
+      if (host.find(':') != std::string::npos && !host.starts_with('[')) host = "[" + host + "]";
+      address = fmt::format("http://{}:{}", host, server->port());
+    }
+    while (address.ends_with('/')) address.pop_back();
+    leadership->setAddress(std::move(address));
+    leadership->start();
+  }
 
   // The first SIGTERM/SIGINT drains; a second one stops at once (exit code 1).
   boost::asio::signal_set signals(workers.context(0), SIGINT, SIGTERM);
@@ -845,7 +890,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       [&](const boost::system::error_code& ec) {
         if (ec) return;
         guardedTurn("fleet tick", [&] {
-          if (fleet_api) fleet_api->tick(workers.context(0).get_executor());
+          if (auto f = current_fleet()) f->tick(workers.context(0).get_executor());
         });
         fleet_timer.expires_after(std::chrono::seconds(1));
         fleet_timer.async_wait(fleet_tick);
@@ -868,6 +913,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   housekeeping.join();
   // The fleet service stops next (its pods keep running, to be adopted at the next start): after
   // it, nothing can queue more writes. Anchor the audit log, then flush the store last.
+  if (leadership) leadership->stop();
   if (fleet_api) fleet_api->stop();
   // The journal is synced and materialised before the store's last commit; the leases' free
   // parts go back once what was charged under them is shipped.

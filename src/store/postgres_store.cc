@@ -100,7 +100,20 @@ Result<bool> PgSessionLock::tryAcquire() {
   if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
     if (conn_ != nullptr) PQfinish(conn_);
     conn_ = nullptr;
-    conn_ = PURSER_TRY_VALUE(connectOwn(url_, "purser-lock"));
+    PGconn* conn = PURSER_TRY_VALUE(connectOwn(url_, "purser-lock"));
+    // The server probes this connection after 5 s of silence, every 2 s, 4 times.
+    g_round_trips.fetch_add(1, std::memory_order_relaxed);
+    PGresult* set = PQexec(conn,
+                           "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; "
+                           "SET tcp_keepalives_count = 4");
+    const bool set_ok = set != nullptr && PQresultStatus(set) == PGRES_COMMAND_OK;
+    PQclear(set);
+    if (!set_ok) {
+      PQfinish(conn);
+      return fail(
+          Error(ErrorCode::kUnavailable, "PostgreSQL refused the lock connection's settings"));
+    }
+    conn_ = conn;
   }
   const std::string sql = fmt::format("SELECT pg_try_advisory_lock({})", key_);
   g_round_trips.fetch_add(1, std::memory_order_relaxed);
@@ -110,6 +123,27 @@ Result<bool> PgSessionLock::tryAcquire() {
   PQclear(res);
   if (!ok) return fail(Error(ErrorCode::kUnavailable, "PostgreSQL did not answer a lock request"));
   return held;
+}
+
+void PgSessionLock::release() {
+  if (conn_ != nullptr) PQfinish(conn_);
+  conn_ = nullptr;
+}
+
+Result<void> PgSessionLock::check() {
+  if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+    return fail(Error(ErrorCode::kUnavailable, "the lock's connection to PostgreSQL is closed"));
+  }
+  g_round_trips.fetch_add(1, std::memory_order_relaxed);
+  PGresult* res = PQexec(conn_, "SELECT 1");
+  const bool ok = res != nullptr && PQresultStatus(res) == PGRES_TUPLES_OK;
+  PQclear(res);
+  if (!ok) {
+    PQfinish(conn_);
+    conn_ = nullptr;
+    return fail(Error(ErrorCode::kUnavailable, "the lock's connection to PostgreSQL was lost"));
+  }
+  return {};
 }
 
 uint64_t postgresRoundTrips() { return g_round_trips.load(std::memory_order_relaxed); }

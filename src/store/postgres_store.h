@@ -80,8 +80,15 @@ class PgSessionLock {
   PgSessionLock(const PgSessionLock&) = delete;
   PgSessionLock& operator=(const PgSessionLock&) = delete;
 
-  // Takes the lock if no other session holds it: true when this one holds it now.
+  // Takes the lock if no other session holds it: true when this one holds it now. The
+  // connection asks PostgreSQL to probe it every few seconds (TCP keepalives), so the lock of a
+  // machine that vanished without closing it is freed in about 15 s, not hours.
   Result<bool> tryAcquire();
+  // Whether the lock taken is still held: its connection still answers (one round trip). An error
+  // once the connection is lost (PostgreSQL freed the lock then); tryAcquire() again after.
+  Result<void> check();
+  // Lets go of the lock (closes its connection).
+  void release();
 
  private:
   const std::string url_;

@@ -301,5 +301,42 @@ TEST_F(LocalExecutorTest, APodOutlivesItsExecutorAndANewOneAdoptsItWithItsOutput
   EXPECT_FALSE(next.adopt(Adopted{"../escape", 42, 0, started_at}));
 }
 
+TEST_F(LocalExecutorTest, AKeyedStartMadeAgainByAnotherExecutorTakesThePodBackInsteadOfASecond) {
+  // The pod counts its starts in a file and waits for a gate, so it still runs when its first
+  // executor goes away (a fleet leader killed) and a second executor starts it under the same key.
+  const std::string gate = dir.file("gate");
+  const std::string count = dir.file("starts");
+  PodLaunch p = shell("echo started >> '" + count + "'; while [ ! -e '" + gate +
+                      "' ]; do sleep 0.05; done; exit 3");
+  p.key = "12-1";
+  const std::string h = started(p);
+  EXPECT_EQ(h, "ml.train.workers.0.k12-1") << "a keyed start's handle is made from its key";
+  EXPECT_EQ(started(p), h) << "the same executor knows the key already";
+  while (testing::readFile(count).empty()) std::this_thread::yield();
+  const auto id = executor->identity(h);
+  ASSERT_TRUE(id.has_value());
+  executor.reset();  // killed: the pod keeps running
+
+  LocalExecutor next(clock, LocalExecutorOptions{.log_dir = dir.path()});
+  auto again = next.start(p);
+  ASSERT_TRUE(again.has_value()) << again.error().toString();
+  EXPECT_EQ(*again, h);
+  EXPECT_EQ(next.identity(h)->first, id->first) << "the same process group, taken back";
+  EXPECT_EQ(next.status(h)->phase, PodPhase::kRunning);
+  writeGate(gate);
+  auto done = next.wait(h);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->exit_code, 3);
+  EXPECT_EQ(testing::readFile(count), "started\n") << "started once";
+
+  // Another key is another pod; an unkeyed start never collides with a keyed one.
+  PodLaunch other = p;
+  other.key = "12-2";
+  other.argv = {"/bin/true"};
+  const std::string h2 = *next.start(other);
+  EXPECT_NE(h2, h);
+  EXPECT_EQ(next.wait(h2)->phase, PodPhase::kSucceeded);
+}
+
 }  // namespace
 }  // namespace purser::exec

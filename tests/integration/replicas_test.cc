@@ -7,8 +7,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "common/json.h"
@@ -17,6 +20,7 @@
 #include "fakes/raw_client.h"
 #include "fakes/serve.h"
 #include "fakes/temp_dir.h"
+#include "integration/fleet_harness.h"
 
 namespace purser {
 namespace {
@@ -270,6 +274,153 @@ TEST(ReplicasTest, WithPostgresDownReplicasServeFromTheirLeasesThenRefuseClearly
             0);
 }
 
+// Two replicas may run the fleet: A leads, B follows and forwards the fleet's API to A. A is
+// killed with SIGKILL while workloads run and right after more were submitted; B takes the lead,
+// adopts the pods A started, starts what A had not, and no workload starts twice or is lost.
+TEST(ReplicasTest, WhenTheFleetLeaderIsKilledAnotherTakesOverAndNoWorkloadStartsTwiceOrIsLost) {
+  testing::PostgresServer pg;
+  if (!pg.available()) GTEST_SKIP() << pg.why();
+  ASSERT_TRUE(pg.createDatabase("purser"));
+  testing::TempDir shared;  // the local pods' directory both replicas use, and what pods write
+  const std::string starts = shared.file("starts.txt");
+  const std::string config = fmt::format(
+      "store: {{postgres: \"{}\"}}\n"
+      "fleet:\n  manifests: [fleet.yaml]\n  leader_check: 200ms\n"
+      "  local: {{log_dir: \"{}\"}}\n",
+      pg.url("purser"), shared.path());
+  testing::TempDir dir_a, dir_b;
+  for (const auto* d : {&dir_a, &dir_b}) {
+    testing::writeFile(d->file("fleet.yaml"), testing::fleetManifests(64));
+  }
+  testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
+  ASSERT_NE(a.port, 0) << a.process->err();
+  const testing::Member member = testing::seedMember(a.port, kAdminKey);
+  ASSERT_FALSE(member.key.empty());
+  testing::Served b = testing::startServe(PURSER_BINARY, dir_b, config, kAdminKey);
+  ASSERT_NE(b.port, 0) << b.process->err();
+  const auto leads = [](uint16_t port) {
+    auto m = testing::callJson(port, "GET", "/metrics", {});
+    return m.body.find("\npurser_fleet_leader 1") != std::string::npos;
+  };
+  EXPECT_TRUE(leads(a.port));
+  EXPECT_FALSE(leads(b.port));
+
+  const std::string auth = "Authorization: Bearer " + member.key;
+  // Each pod notes its start in the shared file, then runs for a while.
+  const auto workload = [&](const std::string& name, int seconds) {
+    return writeJson(
+        Json{{"name", name},
+             {"queue", "research"},
+             {"pod_sets",
+              {{{"name", "main"},
+                {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}},
+                {"command",
+                 {"sh", "-c", fmt::format("echo {} >> {}; sleep {}", name, starts, seconds)}}}}}});
+  };
+  // Submitted through B: forwarded to A, which leads.
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i) {
+    names.push_back(fmt::format("early-{}", i));
+    auto r =
+        testing::callJson(b.port, "POST", "/api/v1/workloads", {auth}, workload(names.back(), 4));
+    ASSERT_LT(r.status, 300) << r.body;
+    EXPECT_EQ(r.header("x-purser-fleet-leader").empty(), false) << "forwarded to the leader";
+  }
+  const auto state_on = [&](uint16_t port, const std::string& name) {
+    auto r = testing::callJson(port, "GET", "/api/v1/workloads/ml/" + name, {auth});
+    return parseJsonOrDiscarded(r.body).value("state",
+                                              std::string("?(") + std::to_string(r.status) + ")");
+  };
+  // Bounded by work: at most 400 looks, 25 ms apart.
+  const auto until = [&](uint16_t port, const std::string& name, const std::string& want) {
+    std::string seen;
+    for (int i = 0; i < 400; ++i) {
+      seen = state_on(port, name);
+      if (seen == want) return seen;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return seen;
+  };
+  for (const auto& n : names) ASSERT_EQ(until(a.port, n, "running"), "running") << n;
+
+  // More work goes to A directly, one after another, and A is killed while it comes in: some of
+  // it acknowledged, some cut off mid-submission.
+  std::atomic<int> acknowledged{0};
+  std::vector<std::string> late_acked, late_tried;
+  std::thread submitter([&] {
+    for (int i = 0; i < 40; ++i) {
+      const std::string name = fmt::format("late-{}", i);
+      late_tried.push_back(name);
+      auto r = testing::callJson(a.port, "POST", "/api/v1/workloads", {auth}, workload(name, 2));
+      if (r.status == 0) break;  // A is gone
+      if (r.status < 300) {
+        late_acked.push_back(name);
+        ++acknowledged;
+      }
+    }
+  });
+  for (int i = 0; i < 4000 && acknowledged < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  a.process->signal(SIGKILL);
+  (void)a.process->wait();
+  submitter.join();
+  ASSERT_GE(late_acked.size(), 2u);
+  const auto killed_at = std::chrono::steady_clock::now();
+  int looks = 0;
+  while (!leads(b.port) && looks < 2000) {
+    ++looks;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - killed_at);
+  ASSERT_TRUE(leads(b.port)) << b.process->err();
+  fmt::print(stderr, "fleet fail-over: replica B led {} ms after A was killed\n", took.count());
+
+  // Every acknowledged workload ends, having started once; one cut off mid-submission either
+  // is known and does the same, or is unknown and never started.
+  for (const auto& n : late_acked) names.push_back(n);
+  for (const auto& n : names) EXPECT_EQ(until(b.port, n, "succeeded"), "succeeded") << n;
+  std::vector<std::string> unknown;
+  for (const auto& n : late_tried) {
+    if (std::find(late_acked.begin(), late_acked.end(), n) != late_acked.end()) continue;
+    const std::string st = state_on(b.port, n);
+    if (st.starts_with("?")) {
+      unknown.push_back(n);
+    } else {
+      EXPECT_EQ(until(b.port, n, "succeeded"), "succeeded") << n;
+      names.push_back(n);
+    }
+  }
+  std::map<std::string, int> started;
+  {
+    std::istringstream lines(testing::readFile(starts));
+    for (std::string l; std::getline(lines, l);) ++started[l];
+  }
+  const auto times = [&](const std::string& n) {
+    auto it = started.find(n);
+    return it == started.end() ? 0 : it->second;
+  };
+  for (const auto& n : names) EXPECT_EQ(times(n), 1) << n << " started " << times(n) << " times";
+  for (const auto& n : unknown) EXPECT_EQ(times(n), 0) << n << " is unknown yet started";
+  EXPECT_EQ(started.size(), names.size()) << "only the workloads known ran";
+  fmt::print(stderr,
+             "fleet fail-over: {} workloads ran once each ({} acknowledged by A just "
+             "before it died), {} cut off unknown\n",
+             names.size(), late_acked.size(), unknown.size());
+
+  // A comes back as a follower; B keeps the lead, and A forwards to it.
+  a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
+  ASSERT_NE(a.port, 0) << a.process->err();
+  EXPECT_FALSE(leads(a.port));
+  EXPECT_TRUE(leads(b.port));
+  EXPECT_EQ(state_on(a.port, names[0]), "succeeded");
+  for (auto* s : {&a, &b}) {
+    s->process->signal(SIGTERM);
+    EXPECT_EQ(s->process->wait(), 0) << s->process->err();
+  }
+}
+
 TEST(ReplicasTest, WhatAnAdminChangesOnOneReplicaTakesEffectOnTheOthers) {
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
@@ -287,12 +438,6 @@ TEST(ReplicasTest, WhatAnAdminChangesOnOneReplicaTakesEffectOnTheOthers) {
   testing::TempDir dir_a, dir_c;
   testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
   ASSERT_NE(a.port, 0) << a.process->err();
-  // A second replica that would run the fleet engine too refuses to start, saying why.
-  testing::TempDir dir_x;
-  testing::Served x = testing::startServe(PURSER_BINARY, dir_x, config, kAdminKey);
-  EXPECT_EQ(x.port, 0);
-  EXPECT_NE(x.process->wait(), 0);
-  EXPECT_NE(x.process->err().find("fleet.enabled: false"), std::string::npos) << x.process->err();
   testing::Served c =
       testing::startServe(PURSER_BINARY, dir_c, config + "fleet: {enabled: false}\n", kAdminKey);
   ASSERT_NE(c.port, 0) << c.process->err();

@@ -301,5 +301,43 @@ TEST_F(JournalTest, AlwaysModeTellsEachWaiterOnceItsRecordIsOnDisk) {
   EXPECT_TRUE(now);
 }
 
+TEST_F(JournalTest, WithAnApplyIntervalRecordsWaitForItUnlessAReaderCatchesUp) {
+  open({.dir = dir.file("journal"), .clock = &clock, .apply_interval = std::chrono::hours(1)});
+  ASSERT_TRUE(journal->append(payload(0)).has_value());
+  ASSERT_TRUE(journal->catchUp().has_value());
+  EXPECT_EQ(stored(), std::vector<std::string>{payload(0)});
+  uint64_t last = 0;
+  for (int i = 1; i < 10; ++i) last = *journal->append(payload(i));
+  waitSynced(last);
+  // On disk, and held back for the interval (the clock does not move): one batch so far.
+  EXPECT_EQ(stored().size(), 1u);
+  // A reader that must see them has them shipped at once.
+  ASSERT_TRUE(journal->catchUp().has_value());
+  EXPECT_EQ(stored().size(), 10u);
+}
+
+TEST_F(JournalTest, AckAfterStoreAnswersAWaiterOnlyOnceItsRecordIsInTheStore) {
+  open({.dir = dir.file("journal"),
+        .sync = SyncMode::kAlways,
+        .clock = &clock,
+        .ack_after_store = true});
+  failing = true;  // the store refuses every batch
+  auto seq = journal->append(payload(0));
+  ASSERT_TRUE(seq.has_value());
+  std::promise<bool> told;
+  auto answer = told.get_future();
+  journal->whenSynced(*seq, [&told](bool ok) { told.set_value(ok); });
+  // On disk, but not in the store: the waiter is not answered (bounded look).
+  EXPECT_EQ(answer.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  EXPECT_TRUE(stored().empty());
+  // The store is back and the back-off is over: the record lands, and then its waiter hears.
+  failing = false;
+  clock.advance(std::chrono::minutes(1));
+  ASSERT_TRUE(journal->append(payload(1)).has_value());  // wakes the materialiser
+  EXPECT_TRUE(answer.get());
+  EXPECT_FALSE(stored().empty());
+  EXPECT_EQ(stored().front(), payload(0));
+}
+
 }  // namespace
 }  // namespace purser::ledger

@@ -11,7 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <exception>
+#include <functional>
 #include <future>
 #include <limits>
 #include <map>
@@ -115,6 +117,7 @@ class FleetUtilisationTest : public ::testing::Test {
     node.memory_mib = 512 * 1024;
     for (int i = 0; i < 2; ++i) node.gpus.push_back({i, "", "H100", 81'920, 0, -1, false});
     options.inventory = {node};
+    options.fence = fence;
     auto opened = FleetService::open(std::move(deps), std::move(options), {});
     ASSERT_TRUE(opened.has_value()) << opened.error().toString();
     service = std::move(*opened);
@@ -225,8 +228,49 @@ class FleetUtilisationTest : public ::testing::Test {
   std::unique_ptr<ledger::Meter> meter;
   const ledger::PriceBook prices{{}, {{"h100", *Money::parse("3.60")}}};
   FakeGpus gpus{clock};
+  std::function<Result<void>(store::Tx&)> fence;  // none: one replica
   std::unique_ptr<FleetService> service;
 };
+
+// Replicas sharing a store: once the fence says this replica no longer leads, nothing the fleet
+// does reaches the store, and a submission is refused rather than acknowledged.
+TEST_F(FleetUtilisationTest, BehindAFenceThatNoLongerHoldsTheFleetWritesNothing) {
+  service->stop();
+  service.reset();
+  std::atomic<bool> leads{true};
+  std::atomic<int> checked{0};
+  fence = [&](store::Tx&) -> Result<void> {
+    ++checked;
+    if (leads) return {};
+    return fail(Error(ErrorCode::kFailedPrecondition, "this replica no longer leads the fleet"));
+  };
+  open(&gpus);
+  EXPECT_GE(submit("a"), 0);
+  EXPECT_GT(checked.load(), 0) << "the fence is checked inside the fleet's writes";
+  leads = false;
+  Record r;
+  r.tenant_id = "tenant-1";
+  r.team_id = "team-1";
+  r.owner_kind = "user";
+  r.owner_id = "user-1";
+  r.spec.name = "ml/b";
+  r.spec.namespace_ = "ml";
+  r.spec.local_queue = "research";
+  fleet::PodSet ps;
+  ps.name = "main";
+  ps.count = 1;
+  ps.requests = {{"nvidia.com/gpu", 1000}};
+  r.spec.pod_sets = {ps};
+  auto durable = std::make_shared<std::promise<Result<void>>>();
+  onService([&](FleetService& f) {
+    return f.submit(r, [durable](Result<void> w) { durable->set_value(std::move(w)); }).has_value();
+  });
+  auto wrote = durable->get_future().get();
+  ASSERT_FALSE(wrote.has_value()) << "a fenced-off fleet acknowledged a submission";
+  EXPECT_EQ(wrote.error().code, ErrorCode::kFailedPrecondition);
+  EXPECT_EQ(query("SELECT COUNT(*) FROM fleet_workloads WHERE name = 'ml/b'")[0].getInt(0), 0);
+  EXPECT_EQ(query("SELECT COUNT(*) FROM fleet_workloads WHERE name = 'ml/a'")[0].getInt(0), 1);
+}
 
 TEST_F(FleetUtilisationTest, BusyAndAllocatedGpuTimeAreRecordedWithTheChargeAndIdlenessFlagged) {
   const int64_t t0 = unixMillis(clock.now());
