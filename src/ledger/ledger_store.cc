@@ -1,7 +1,10 @@
 #include "ledger/ledger_store.h"
 #include "common/json.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <chrono>
 
 namespace purser::ledger {
 
@@ -73,6 +76,57 @@ const std::vector<store::Migration>& ledgerMigrations() {
        "CREATE TABLE rate_buckets (key TEXT PRIMARY KEY, tat_ns INTEGER NOT NULL)"},
   };
   return kMigrations;
+}
+
+const std::vector<store::Migration>& usagePartitionMigrations() {
+  static const std::vector<store::Migration> kMigrations = {
+      {1, "usage events partitioned by month",
+       "ALTER TABLE usage_events RENAME TO usage_events_flat;"
+       "ALTER INDEX usage_events_tenant_at RENAME TO usage_events_flat_tenant_at;"
+       "CREATE TABLE usage_events (LIKE usage_events_flat INCLUDING DEFAULTS)"
+       " PARTITION BY RANGE (at_ms);"
+       "ALTER TABLE usage_events ADD PRIMARY KEY (id, at_ms);"
+       "CREATE INDEX usage_events_tenant_at ON usage_events (tenant_id, at_ms);"
+       "CREATE TABLE usage_events_default PARTITION OF usage_events DEFAULT;"
+       // A partition for every month the events already span.
+       "DO $do$ DECLARE m timestamp; BEGIN"
+       " FOR m IN SELECT DISTINCT date_trunc('month', to_timestamp(at_ms / 1000.0)"
+       " AT TIME ZONE 'UTC') FROM usage_events_flat LOOP"
+       " EXECUTE format('CREATE TABLE usage_events_%s PARTITION OF usage_events"
+       " FOR VALUES FROM (%s) TO (%s)', to_char(m, 'YYYYMM'),"
+       " (extract(epoch FROM m AT TIME ZONE 'UTC') * 1000)::bigint,"
+       " (extract(epoch FROM (m + interval '1 month') AT TIME ZONE 'UTC') * 1000)::bigint);"
+       " END LOOP; END $do$;"
+       "INSERT INTO usage_events SELECT * FROM usage_events_flat;"
+       "DROP TABLE usage_events_flat"},
+  };
+  return kMigrations;
+}
+
+const char* usageEventConflict(store::Dialect dialect) {
+  return dialect == store::Dialect::kPostgres ? "(id, at_ms)" : "(id)";
+}
+
+Result<void> ensureUsagePartitions(store::Store& store, SystemTime now) {
+  using namespace std::chrono;
+  const year_month_day today{floor<days>(now)};
+  year_month month = today.year() / today.month();
+  for (int i = 0; i < 2; ++i, month += months(1)) {
+    const year_month next = month + months(1);
+    const auto start = sys_days(month / 1);
+    const auto end = sys_days(next / 1);
+    const std::string sql = fmt::format(
+        "CREATE TABLE IF NOT EXISTS usage_events_{:04d}{:02d} PARTITION OF usage_events FOR "
+        "VALUES FROM ({}) TO ({})",
+        static_cast<int>(month.year()), static_cast<unsigned>(month.month()),
+        duration_cast<milliseconds>(start.time_since_epoch()).count(),
+        duration_cast<milliseconds>(end.time_since_epoch()).count());
+    PURSER_TRY(store.writeAlone([&](store::Tx& tx) -> Result<void> {
+      PURSER_TRY(tx.exec(sql));
+      return {};
+    }));
+  }
+  return {};
 }
 
 Result<void> insertWallet(store::Tx& tx, const WalletSpec& w, const std::string& created_at) {

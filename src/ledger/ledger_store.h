@@ -15,6 +15,18 @@ namespace purser::ledger {
 
 const std::vector<store::Migration>& ledgerMigrations();
 
+// PostgreSQL only, after ledgerMigrations(): usage_events becomes a table partitioned by month
+// of at_ms (UTC), keyed by (id, at_ms) — an event's id and time never change, so a replayed
+// event still conflicts with itself. Rows already there move into a partition per month they
+// fall in; a default partition takes what no month's partition covers. Old months can then be
+// detached, archived or dropped whole (docs/operations.md).
+const std::vector<store::Migration>& usagePartitionMigrations();
+// The conflict target that makes an event insert idempotent in `dialect`: "(id)" on SQLite,
+// "(id, at_ms)" on PostgreSQL (partitioned).
+const char* usageEventConflict(store::Dialect dialect);
+// PostgreSQL: makes sure the partitions of the month of `now` and of the next month exist.
+Result<void> ensureUsagePartitions(store::Store& store, SystemTime now);
+
 Result<void> insertWallet(store::Tx& tx, const WalletSpec& w, const std::string& created_at);
 Result<std::vector<WalletSpec>> loadWallets(store::Store& store);
 

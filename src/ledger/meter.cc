@@ -71,7 +71,7 @@ constexpr const char* kInsertEvent =
     " session_id, route, provider, model, input_tokens, output_tokens, cached_input_tokens,"
     " cache_write_tokens, reasoning_tokens, cost_nanos, latency_ms, ttft_ms, status, estimated,"
     " recovered, overage_nanos) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
-    " $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (id) DO NOTHING";
+    " $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT ";
 constexpr const char* kDeleteIntent = "DELETE FROM usage_intents WHERE event_id = $1";
 constexpr const char* kEventExists = "SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1";
 constexpr const char* kInsertIntents =
@@ -107,13 +107,14 @@ void appendEventValues(const UsageEvent& e, std::vector<store::Value>& v) {
 
 // Records the event unless its id is already recorded (a replayed record), adds its charges to
 // `spend`, and removes its intent. Returns whether it was recorded now.
-Result<bool> insertEvent(store::Tx& tx, const UsageEvent& e,
+Result<bool> insertEvent(store::Tx& tx, store::Dialect dialect, const UsageEvent& e,
                          const std::vector<std::string>& wallets, bool had_intent,
                          SpendBatch& spend) {
   std::vector<store::Value> values;
   values.reserve(23);
   appendEventValues(e, values);
-  const int64_t inserted = PURSER_TRY_VALUE(tx.exec(kInsertEvent, values));
+  const int64_t inserted = PURSER_TRY_VALUE(
+      tx.exec(std::string(kInsertEvent) + usageEventConflict(dialect) + " DO NOTHING", values));
   if (inserted > 0) {
     for (const auto& w : wallets) spend.add(w, unixMillis(e.at), e.cost.nanos());
   }
@@ -259,6 +260,10 @@ Result<std::unique_ptr<Meter>> Meter::open(store::Store& store, WalletBook& book
                                            const Clock& clock, const AuditLog* audit,
                                            JournalOptions journal, std::string replica) {
   PURSER_TRY(store.migrate("ledger", ledgerMigrations()));
+  if (store.dialect() == store::Dialect::kPostgres) {
+    PURSER_TRY(store.migrate("usage_partitions", usagePartitionMigrations()));
+    PURSER_TRY(ensureUsagePartitions(store, clock.now()));
+  }
   PURSER_TRY(store.migrate("audit", AuditLog::migrations()));
   std::unique_ptr<Meter> m(new Meter(store, book, clock, audit));
   m->replica_ = std::move(replica);
@@ -371,7 +376,8 @@ Result<void> Meter::recordMany(store::Tx& tx, const std::vector<const UsageRecor
     for (size_t i = first; i < first + count; ++i) appendEventValues(usages[i]->event, values);
     auto rows = PURSER_TRY_VALUE(
         tx.query(std::string("INSERT INTO usage_events (") + kEventColumns + ") VALUES " +
-                     placeholderRows(count, 23) + " ON CONFLICT (id) DO NOTHING RETURNING id",
+                     placeholderRows(count, 23) + " ON CONFLICT " +
+                     usageEventConflict(store_.dialect()) + " DO NOTHING RETURNING id",
                  values));
     for (const auto& r : rows) inserted.insert(r.getText(0));
     return {};
@@ -503,8 +509,8 @@ Result<void> Meter::recordIn(store::Tx& tx, const UsageEvent& event,
                              const std::vector<std::string>& wallets, bool had_intent,
                              SpendBatch* spend) const {
   SpendBatch own(leaseReplica());
-  const bool recorded =
-      PURSER_TRY_VALUE(insertEvent(tx, event, wallets, had_intent, spend ? *spend : own));
+  const bool recorded = PURSER_TRY_VALUE(
+      insertEvent(tx, store_.dialect(), event, wallets, had_intent, spend ? *spend : own));
   PURSER_TRY(own.write(tx));
   if (recorded && audit_ != nullptr && event.overage.isPositive()) {
     PURSER_TRY(auditOverage(tx, event, wallets));

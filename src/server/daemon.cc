@@ -46,6 +46,7 @@
 #include "http/workers.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
+#include "ledger/ledger_store.h"
 #include "ledger/meter.h"
 #include "ledger/rate_leases.h"
 #include "ledger/rate_limiter.h"
@@ -863,6 +864,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   // The audit log's anchor follows its newest entry every few seconds, written off the I/O
   // workers (a file write and fsync).
   boost::asio::thread_pool housekeeping(1);
+  MonoTime next_partition_check = clock.monotonic() + std::chrono::hours(1);  // housekeeping's
   boost::asio::steady_timer anchor_timer(workers.context(0));
   std::atomic<bool> anchoring{false};
   std::function<void(const boost::system::error_code&)> anchor_audit =
@@ -875,6 +877,18 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                 spdlog::error("audit: {}", anchored.error().message);
               }
             });
+            // PostgreSQL: next month's partition of the usage events is made well before it
+            // begins (every hour; the statement does nothing once it exists).
+            if (shared_store && clock.monotonic() >= next_partition_check) {
+              next_partition_check = clock.monotonic() + std::chrono::hours(1);
+              guardedTurn("usage partitions", [&] {
+                if (auto made = ledger::ensureUsagePartitions(*store, clock.now()); !made) {
+                  next_partition_check = clock.monotonic() + std::chrono::minutes(1);
+                  spdlog::warn("ledger: the usage events' partitions were not made: {}",
+                               made.error().message);
+                }
+              });
+            }
             anchoring = false;
           });
         }
