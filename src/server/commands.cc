@@ -10,6 +10,7 @@
 #include "cli/diagnose_command.h"
 #include "config/config.h"
 #include "server/daemon.h"
+#include "server/migrate.h"
 #include "sim/sim_command.h"
 
 namespace purser::server {
@@ -57,8 +58,8 @@ void registerServe(CLI::App& root, int& exit_code) {
 }  // namespace
 
 std::vector<cli::CommandRegistrar> allCommands() {
-  return {registerServe, cli::registerAdminCommands, cli::registerDiagnoseCommand,
-          sim::registerSimCommands};
+  return {registerServe, registerMigrateCommand, cli::registerAdminCommands,
+          cli::registerDiagnoseCommand, sim::registerSimCommands};
 }
 
 }  // namespace purser::server

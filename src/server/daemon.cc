@@ -141,6 +141,8 @@ http::ServerOptions serverOptions(const config::Config& c) {
 
 }  // namespace
 
+const std::vector<store::Migration>& serverMigrations() { return kServerMigrations; }
+
 Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader reload) {
   PURSER_TRY(setupLogging(config.log));
   const Clock& clock = SystemClock::instance();

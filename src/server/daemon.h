@@ -24,6 +24,7 @@
 
 #include "common/result.h"
 #include "config/config.h"
+#include "store/store.h"
 
 namespace purser::server {
 
@@ -35,5 +36,8 @@ using ConfigLoader = std::function<Result<config::Config>()>;
 // everything else in the file takes effect at the next start.
 // Returns the process exit code, or an error that stopped it from starting.
 Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader reload = {});
+
+// The server's own schema (installation facts), applied by serve() and by `purser migrate`.
+const std::vector<store::Migration>& serverMigrations();
 
 }  // namespace purser::server

@@ -35,6 +35,8 @@ bool passedOn(std::string_view name) {
 
 }  // namespace
 
+const std::vector<store::Migration>& fleetLeaderMigrations() { return kLeaderMigrations; }
+
 Result<std::unique_ptr<FleetLeadership>> FleetLeadership::create(store::Store& store,
                                                                  FleetLeadershipOptions options,
                                                                  Open open, const Clock& clock) {

@@ -42,6 +42,9 @@
 
 namespace purser::server {
 
+// The leadership's schema (PostgreSQL only), which create() applies (and `purser migrate` too).
+const std::vector<store::Migration>& fleetLeaderMigrations();
+
 struct FleetLeadershipOptions {
   std::string url;      // PostgreSQL (libpq connection string)
   std::string replica;  // this replica's name
