@@ -13,6 +13,33 @@
 
 namespace purser::store {
 
+void sqliteRowValues(sqlite3_stmt* stmt, std::vector<Value>& values) {
+  const int n = sqlite3_column_count(stmt);
+  values.clear();
+  values.reserve(static_cast<size_t>(n));
+  for (int c = 0; c < n; ++c) {
+    switch (sqlite3_column_type(stmt, c)) {
+      case SQLITE_NULL:
+        values.emplace_back(std::monostate{});
+        break;
+      case SQLITE_INTEGER:
+        values.emplace_back(static_cast<int64_t>(sqlite3_column_int64(stmt, c)));
+        break;
+      case SQLITE_BLOB: {
+        const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt, c));
+        values.emplace_back(Blob{std::string(p == nullptr ? "" : p,
+                                             static_cast<size_t>(sqlite3_column_bytes(stmt, c)))});
+        break;
+      }
+      default: {  // TEXT, and REAL as its text (Purser stores no floating point)
+        const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, c));
+        values.emplace_back(
+            std::string(p == nullptr ? "" : p, static_cast<size_t>(sqlite3_column_bytes(stmt, c))));
+      }
+    }
+  }
+}
+
 namespace {
 
 Error sqliteError(sqlite3* db, int rc, std::string_view sql) {
@@ -189,30 +216,8 @@ class SqliteConnection final : public Tx {
       if (rc == SQLITE_DONE) return {};
       if (rc != SQLITE_ROW) return fail(sqliteError(db_, rc, sql));
       if (rows == nullptr) continue;
-      const int n = sqlite3_column_count(stmt);
       std::vector<Value> values;
-      values.reserve(static_cast<size_t>(n));
-      for (int c = 0; c < n; ++c) {
-        switch (sqlite3_column_type(stmt, c)) {
-          case SQLITE_NULL:
-            values.emplace_back(std::monostate{});
-            break;
-          case SQLITE_INTEGER:
-            values.emplace_back(static_cast<int64_t>(sqlite3_column_int64(stmt, c)));
-            break;
-          case SQLITE_BLOB: {
-            const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt, c));
-            values.emplace_back(Blob{std::string(
-                p == nullptr ? "" : p, static_cast<size_t>(sqlite3_column_bytes(stmt, c)))});
-            break;
-          }
-          default: {  // TEXT, and REAL as its text (Purser stores no floating point)
-            const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, c));
-            values.emplace_back(std::string(p == nullptr ? "" : p,
-                                            static_cast<size_t>(sqlite3_column_bytes(stmt, c))));
-          }
-        }
-      }
+      sqliteRowValues(stmt, values);
       rows->emplace_back(std::move(values));
     }
   }

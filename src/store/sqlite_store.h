@@ -18,8 +18,13 @@
 #include "store/write_queue.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace purser::store {
+
+// The values of the row `stmt` stands on (after sqlite3_step gave SQLITE_ROW), into `values`:
+// integers, text (REAL as its text) and blobs as the store reads them, NULL as monostate.
+void sqliteRowValues(sqlite3_stmt* stmt, std::vector<Value>& values);
 
 struct SqliteOptions {
   std::string path;  // the database file; created if missing

@@ -1,5 +1,7 @@
 #include "store/store_copy.h"
 
+#include "store/sqlite_store.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -413,30 +415,7 @@ Result<void> SqliteSource::run(const std::string& sql, const std::vector<std::st
     rc = sqlite3_step(stmt);
     if (rc == SQLITE_DONE) return {};
     if (rc != SQLITE_ROW) return fail(sqliteError(db_, rc, path_));
-    const int n = sqlite3_column_count(stmt);
-    values.clear();
-    values.reserve(static_cast<size_t>(n));
-    for (int c = 0; c < n; ++c) {
-      switch (sqlite3_column_type(stmt, c)) {
-        case SQLITE_NULL:
-          values.emplace_back(std::monostate{});
-          break;
-        case SQLITE_INTEGER:
-          values.emplace_back(static_cast<int64_t>(sqlite3_column_int64(stmt, c)));
-          break;
-        case SQLITE_BLOB: {
-          const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt, c));
-          values.emplace_back(Blob{std::string(
-              p == nullptr ? "" : p, static_cast<size_t>(sqlite3_column_bytes(stmt, c)))});
-          break;
-        }
-        default: {  // TEXT, and REAL as its text, as SqliteStore reads them
-          const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, c));
-          values.emplace_back(std::string(p == nullptr ? "" : p,
-                                          static_cast<size_t>(sqlite3_column_bytes(stmt, c))));
-        }
-      }
-    }
+    sqliteRowValues(stmt, values);
     PURSER_TRY(row(values));
   }
 }

@@ -143,7 +143,7 @@ class FleetUtilisationTest : public ::testing::Test {
 
   // Submits a workload of one whole GPU that runs nothing (it holds its GPU, and is charged for
   // it, from admission until it is deleted); the GPU it was placed on.
-  int submit(const std::string& name) {
+  Record gpuWorkload(const std::string& name) {
     Record r;
     r.tenant_id = "tenant-1";
     r.team_id = "team-1";
@@ -159,6 +159,11 @@ class FleetUtilisationTest : public ::testing::Test {
     ps.count = 1;
     ps.requests = {{"nvidia.com/gpu", 1000}};
     r.spec.pod_sets = {ps};
+    return r;
+  }
+
+  int submit(const std::string& name) {
+    const Record r = gpuWorkload(name);
     auto durable = std::make_shared<std::promise<Result<void>>>();
     auto admitted = onService([&](FleetService& f) -> std::optional<Record> {
       auto done = f.submit(r, [durable](Result<void> w) { durable->set_value(std::move(w)); });
@@ -248,19 +253,7 @@ TEST_F(FleetUtilisationTest, BehindAFenceThatNoLongerHoldsTheFleetWritesNothing)
   EXPECT_GE(submit("a"), 0);
   EXPECT_GT(checked.load(), 0) << "the fence is checked inside the fleet's writes";
   leads = false;
-  Record r;
-  r.tenant_id = "tenant-1";
-  r.team_id = "team-1";
-  r.owner_kind = "user";
-  r.owner_id = "user-1";
-  r.spec.name = "ml/b";
-  r.spec.namespace_ = "ml";
-  r.spec.local_queue = "research";
-  fleet::PodSet ps;
-  ps.name = "main";
-  ps.count = 1;
-  ps.requests = {{"nvidia.com/gpu", 1000}};
-  r.spec.pod_sets = {ps};
+  const Record r = gpuWorkload("b");
   auto durable = std::make_shared<std::promise<Result<void>>>();
   onService([&](FleetService& f) {
     return f.submit(r, [durable](Result<void> w) { durable->set_value(std::move(w)); }).has_value();
