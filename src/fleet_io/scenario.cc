@@ -47,7 +47,7 @@ json outcome(const Engine& engine, const CycleResult& r) {
 
 }  // namespace
 
-Result<json> runScenario(const Scenario& s) {
+Result<json> runScenario(const Scenario& s, CycleMode mode, RunStats* stats) {
   World world;
   world.flavors = s.flavors;
   world.namespaces = s.namespaces;
@@ -55,16 +55,24 @@ Result<json> runScenario(const Scenario& s) {
   world.cluster_queues = s.cluster_queues;
   world.local_queues = s.local_queues;
   EngineOptions options;
-  options.mode = CycleMode::kKueue;  // conformance: Kueue's cycles exactly
+  options.mode = mode;  // conformance: Kueue's cycles exactly
   options.partial_admission = s.features.partial_admission;
   options.fair_sharing = s.features.fair_sharing;
   options.priority_sorting_within_cohort = s.features.priority_sorting_within_cohort;
   auto engine = PURSER_TRY_VALUE(Engine::create(world, options));
   for (const auto& w : s.admitted) PURSER_TRY(engine->addAdmitted(w));
   for (const auto& w : s.pending) PURSER_TRY(engine->submit(w));
+  // Counts what each run of the engine decided.
+  const auto counted = [&](CycleResult r) {
+    if (stats != nullptr) {
+      stats->decisions += static_cast<int64_t>(r.admitted.size() + r.preempted.size());
+      stats->cycles = engine->cycles();
+    }
+    return r;
+  };
   switch (s.mode) {
     case Mode::kSingleCycle:
-      return outcome(*engine, engine->cycle());
+      return outcome(*engine, counted(engine->cycle()));
     case Mode::kPreemptionTargets: {
       GivenAssignment given;
       for (const auto& [ps, a] : s.incoming->assignment) {
@@ -81,12 +89,12 @@ Result<json> runScenario(const Scenario& s) {
           {"admitted", json::object()}, {"preempted", preempted}, {"pending", json::object()}};
     }
     case Mode::kUntilStable: {
-      json out = outcome(*engine, engine->runUntilStable());
+      json out = outcome(*engine, counted(engine->runUntilStable()));
       json steps = json::array();
       for (const auto& step : s.steps) {
         for (const auto& name : step.finish) PURSER_TRY(engine->finish(name));
         for (const auto& w : step.create) PURSER_TRY(engine->submit(w));
-        steps.push_back(outcome(*engine, engine->runUntilStable()));
+        steps.push_back(outcome(*engine, counted(engine->runUntilStable())));
       }
       out["steps"] = steps;
       return out;

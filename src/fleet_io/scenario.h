@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "fleet/engine.h"
 #include "fleet/model.h"
 
 namespace purser::fleet {
@@ -71,7 +72,17 @@ struct Scenario {
 Result<Scenario> parseScenario(std::string_view yaml, const std::string& file_name);
 Result<Scenario> loadScenario(const std::string& path);
 
+// What a run took: scheduling cycles, and decisions (admissions and preemptions).
+struct RunStats {
+  int64_t cycles = 0;
+  int64_t decisions = 0;
+};
+
 // Runs the scenario and returns the outcome as the JSON object `purser sim admission` prints.
-Result<nlohmann::json> runScenario(const Scenario& scenario);
+// `mode`: Kueue's cycles (one head per ClusterQueue, as the conformance cases expect) or the
+// drain mode `purser serve` runs (each cycle admits until nothing more fits; the same final state
+// once run until stable, fewer cycles). `stats`, when given, learns what the run took.
+Result<nlohmann::json> runScenario(const Scenario& scenario, CycleMode mode = CycleMode::kKueue,
+                                   RunStats* stats = nullptr);
 
 }  // namespace purser::fleet

@@ -156,6 +156,45 @@ TEST_P(ConformanceTest, MatchesKueue) {
   if (HasFailure()) ADD_FAILURE() << "outcome: " << out->dump(1);
 }
 
+// The drain mode `purser serve` runs reaches the state Kueue's cycles reach, on every case that
+// runs cycles: run until stable in both modes (each step too), the same workloads are admitted
+// with the same flavors and usage, the same are preempted and the same are left pending.
+TEST(ConformanceCases, TheDrainModeReachesTheStateKueuesCyclesReach) {
+  int compared = 0;
+  for (const auto& file : caseFiles()) {
+    auto scenario = loadScenario(file);
+    ASSERT_TRUE(scenario.has_value()) << scenario.error().toString();
+    if (scenario->mode == Mode::kPreemptionTargets) continue;  // victims only: no cycle runs
+    Scenario s = *scenario;
+    s.mode = Mode::kUntilStable;
+    RunStats kueue_stats, drain_stats;
+    auto kueue = runScenario(s, CycleMode::kKueue, &kueue_stats);
+    auto drain = runScenario(s, CycleMode::kDrain, &drain_stats);
+    ASSERT_TRUE(kueue.has_value()) << file << ": " << kueue.error().toString();
+    ASSERT_TRUE(drain.has_value()) << file << ": " << drain.error().toString();
+    const auto names = [](const json& o, const char* key) {
+      std::set<std::string> out;
+      const json part = o.value(key, json::object());
+      for (const auto& [name, _] : part.items()) out.insert(name);
+      return out;
+    };
+    const auto same = [&](const json& k, const json& d, const std::string& where) {
+      EXPECT_EQ(k.value("admitted", json::object()), d.value("admitted", json::object())) << where;
+      EXPECT_EQ(names(k, "preempted"), names(d, "preempted")) << where;
+      EXPECT_EQ(names(k, "pending"), names(d, "pending")) << where;
+    };
+    same(*kueue, *drain, file);
+    const json ks = kueue->value("steps", json::array());
+    const json ds = drain->value("steps", json::array());
+    ASSERT_EQ(ks.size(), ds.size()) << file;
+    for (size_t i = 0; i < ks.size(); ++i) same(ks[i], ds[i], file + " step " + std::to_string(i));
+    EXPECT_GT(kueue_stats.cycles, 0) << file;
+    EXPECT_GT(drain_stats.cycles, 0) << file;
+    ++compared;
+  }
+  EXPECT_GE(compared, 10) << "too few cases run cycles for the comparison to say much";
+}
+
 std::string caseName(const ::testing::TestParamInfo<std::string>& info) {
   std::string name = fs::path(info.param).stem().string();
   for (char& c : name) {
