@@ -1683,54 +1683,109 @@ class Engine::Impl {
     return x.name < y.name;
   }
 
-  // Fair sharing: the next entry by the dominant-resource-share tournament over each tree.
-  int fairNext(const std::vector<Entry>& entries, const std::vector<bool>& done) {
+  // Fair sharing: the next entry, by Kueue's tournament. Each cohort compares its direct
+  // children (ClusterQueues and sub-cohorts) by the child's dominant resource share with the
+  // child's candidate admitted; the winner of each subtree competes one level up, and the root's
+  // winner is next. Ties: not borrowing first, then priority (when sorting by it), then queue
+  // order, then name. Trees do not share quota, so which tree goes first changes nothing; the
+  // tree winners are taken by their ClusterQueue's share, as within a tree.
+  struct FairCandidate {
+    int entry = -1;
+    // The share of each node on the path from the entry's ClusterQueue (first) to the child of
+    // the root, with the entry admitted: at[k] is what the node's parent compares.
+    std::vector<Share> at;
+    std::vector<int> path;  // those nodes
+  };
+
+  bool fairBefore(const FairCandidate& a, size_t ka, const FairCandidate& b, size_t kb,
+                  const std::vector<Entry>& entries) const {
+    const Share& x = a.at[ka];
+    const Share& y = b.at[kb];
+    if (x.borrowing != y.borrowing) return !x.borrowing;
+    if (const int c = compareShare(x, y); c != 0) return c < 0;
+    const Workload& wa = wls_[u(entries[u(a.entry)].wl)].spec;
+    const Workload& wb = wls_[u(entries[u(b.entry)].wl)].spec;
+    if (options_.priority_sorting_within_cohort && wa.priority != wb.priority) {
+      return wa.priority > wb.priority;
+    }
+    const Wl& oa = wls_[u(entries[u(a.entry)].wl)];
+    const Wl& ob = wls_[u(entries[u(b.entry)].wl)];
+    if (orderedBefore(oa, ob) || orderedBefore(ob, oa)) return orderedBefore(oa, ob);
+    return wa.name < wb.name;
+  }
+
+  // The winner among the candidates under `node` (an index into cands, or -1), compared at the
+  // level of `node`'s children.
+  int tournament(int node, const std::vector<FairCandidate>& cands,
+                 const std::map<int, std::vector<int>>& by_node,
+                 const std::vector<Entry>& entries) const {
     int best = -1;
-    bool best_borrowing = false;
-    Share best_share;
-    std::vector<int> best_path;
+    size_t best_k = 0;
+    const auto consider = [&](int c) {
+      // The level at which `node` compares: the index of its child on c's path.
+      const FairCandidate& fc = cands[u(c)];
+      size_t k = 0;
+      while (k + 1 < fc.path.size() && nodes_[u(fc.path[k])].parent != node) ++k;
+      if (best < 0 || fairBefore(fc, k, cands[u(best)], best_k, entries)) {
+        best = c;
+        best_k = k;
+      }
+    };
+    for (int child : nodes_[u(node)].children) {
+      if (nodes_[u(child)].is_cq) {
+        auto it = by_node.find(child);
+        if (it == by_node.end()) continue;
+        for (int c : it->second) consider(c);
+      } else if (const int w = tournament(child, cands, by_node, entries); w >= 0) {
+        consider(w);
+      }
+    }
+    return best;
+  }
+
+  int fairNext(const std::vector<Entry>& entries, const std::vector<bool>& done) {
+    std::vector<FairCandidate> cands;
+    std::map<int, std::vector<int>> by_node;  // ClusterQueue node -> its candidates
+    std::map<int, std::vector<int>> by_root;  // root node -> candidates in its tree
     for (size_t i = 0; i < entries.size(); ++i) {
       if (done[i]) continue;
       const Entry& e = entries[i];
       if (e.inadmissible) return static_cast<int>(i);  // takes nothing; settle it first
       const int node = cqs_[u(e.cq)].node;
-      // Simulate the entry's admission; collect its shares along the path.
+      FairCandidate fc;
+      fc.entry = static_cast<int>(i);
+      // Simulate the entry's admission; the shares along its path include it.
       for (const auto& [f, v] : e.assignment().usage) addUsage(node, f, v);
-      bool borrowing = false;
-      const Node& n = nodes_[u(node)];
-      for (const auto& [f, v] : e.assignment().usage) {
-        borrowing = borrowing || n.usage[u(f)] > n.subtree[u(f)];
+      int root = node;
+      for (int n = node; n >= 0; n = nodes_[u(n)].parent) {
+        root = n;
+        if (nodes_[u(n)].parent < 0 && n != node) break;
+        fc.path.push_back(n);
+        fc.at.push_back(drs(n));
       }
-      const Share s = drs(node);
       for (const auto& [f, v] : e.assignment().usage) removeUsage(node, f, v);
-      if (n.parent < 0) borrowing = false;
-      bool better = best < 0;
-      if (!better) {
-        if (borrowing != best_borrowing) {
-          better = !borrowing;
-        } else if (compareShare(s, best_share) != 0) {
-          better = compareShare(s, best_share) < 0;
-        } else {
-          const Workload& x = wls_[u(e.wl)].spec;
-          const Workload& y = wls_[u(entries[u(best)].wl)].spec;
-          const Wl& wx = wls_[u(e.wl)];
-          const Wl& wy = wls_[u(entries[u(best)].wl)];
-          if (options_.priority_sorting_within_cohort && x.priority != y.priority) {
-            better = x.priority > y.priority;
-          } else if (orderedBefore(wx, wy) || orderedBefore(wy, wx)) {
-            better = orderedBefore(wx, wy);
-          } else {
-            better = x.name < y.name;
-          }
+      const int c = static_cast<int>(cands.size());
+      cands.push_back(std::move(fc));
+      by_node[node].push_back(c);
+      by_root[root].push_back(c);
+    }
+    int best = -1;
+    for (const auto& [root, members] : by_root) {
+      // A ClusterQueue without a cohort is a tree of its own: its candidates compete directly.
+      int winner = -1;
+      if (nodes_[u(root)].is_cq) {
+        for (int c : members) {
+          if (winner < 0 || fairBefore(cands[u(c)], 0, cands[u(winner)], 0, entries)) winner = c;
         }
+      } else {
+        winner = tournament(root, cands, by_node, entries);
       }
-      if (better) {
-        best = static_cast<int>(i);
-        best_borrowing = borrowing;
-        best_share = s;
+      if (winner >= 0 &&
+          (best < 0 || fairBefore(cands[u(winner)], 0, cands[u(best)], 0, entries))) {
+        best = winner;
       }
     }
-    return best;
+    return best < 0 ? -1 : cands[u(best)].entry;
   }
 
   CycleResult cycle() {

@@ -45,6 +45,11 @@ std::vector<std::string> yamlFiles(const fs::path& dir) {
 
 std::vector<std::string> caseFiles() { return yamlFiles(casesDir()); }
 
+// Purser's own cases in the same format (not copied from the shared specs).
+std::vector<std::string> hierarchicalCaseFiles() {
+  return yamlFiles(fs::path(PURSER_SOURCE_DIR) / "tests" / "fleet" / "hierarchical-cases");
+}
+
 std::string readAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -161,7 +166,9 @@ TEST_P(ConformanceTest, MatchesKueue) {
 // with the same flavors and usage, the same are preempted and the same are left pending.
 TEST(ConformanceCases, TheDrainModeReachesTheStateKueuesCyclesReach) {
   int compared = 0;
-  for (const auto& file : caseFiles()) {
+  std::vector<std::string> files = caseFiles();
+  for (const auto& f : hierarchicalCaseFiles()) files.push_back(f);
+  for (const auto& file : files) {
     auto scenario = loadScenario(file);
     ASSERT_TRUE(scenario.has_value()) << scenario.error().toString();
     if (scenario->mode == Mode::kPreemptionTargets) continue;  // victims only: no cycle runs
@@ -205,6 +212,10 @@ std::string caseName(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AdmissionCases, ConformanceTest, ::testing::ValuesIn(caseFiles()),
                          caseName);
+// Purser's own cases in the same format: fair sharing over nested cohorts, where the tournament
+// compares cohorts, not ClusterQueues (derived from Kueue's tournament; see each file's notes).
+INSTANTIATE_TEST_SUITE_P(HierarchicalCases, ConformanceTest,
+                         ::testing::ValuesIn(hierarchicalCaseFiles()), caseName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ConformanceTest);
 
 TEST(ConformanceCases, ArePresent) {
