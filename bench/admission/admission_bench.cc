@@ -3,6 +3,7 @@
 //
 //   admission_bench SHAPE [MODE]      SHAPE: baseline | large; MODE: drain (default) | kueue
 //   admission_bench cycle-scaling     one cycle with 10^3 .. 10^6 pending workloads
+//   admission_bench scenario SHAPE    the shape as a `purser sim admission` scenario (stdout)
 //
 // The shapes (from Kueue's test/performance/scheduler configs): every ClusterQueue has nominal
 // 20 cpu, borrowing limit 100, reclaimWithinCohort Any, withinClusterQueue LowerPriority, and
@@ -247,10 +248,50 @@ int cycleScaling() {
   return 0;
 }
 
+// The shape as a `purser sim admission` scenario (until_stable): its ClusterQueues, and every
+// workload pending at once, created in the order of its arrival (`created` in seconds, relative).
+// For timing the command end to end: reading, the engine, and printing the outcome.
+int writeScenario(const std::string& shape_name) {
+  const Shape shape = shapeOf(shape_name);
+  std::string out;
+  out += "id: \"bench-" + shape_name + "\"\nname: kueue-performance-shape-" + shape_name +
+         "\nmode: until_stable\nflavors: [{name: default}]\nnamespaces: {ns: {}}\n"
+         "cluster_queues:\n";
+  std::string lqs = "local_queues:\n";
+  for (int c = 0; c < shape.cohorts; ++c) {
+    for (int q = 0; q < shape.queues_per_cohort; ++q) {
+      const std::string name = "cohort-" + std::to_string(c) + "-cq-" + std::to_string(q);
+      out += "  - name: " + name + "\n    cohort: cohort-" + std::to_string(c) +
+             "\n    preemption: {within_cluster_queue: LowerPriority, reclaim_within_cohort: "
+             "Any}\n    resource_groups:\n      - covered: [cpu]\n        flavors: [{flavor: "
+             "default, resources: {cpu: {nominal: \"20\", borrowing_limit: \"100\"}}}]\n";
+      lqs += "  - {namespace: ns, name: " + name + ", cluster_queue: " + name + "}\n";
+    }
+  }
+  out += lqs + "pending:\n";
+  std::fputs(out.c_str(), stdout);
+  for (int c = 0; c < shape.cohorts; ++c) {
+    for (int q = 0; q < shape.queues_per_cohort; ++q) {
+      const std::string queue = "cohort-" + std::to_string(c) + "-cq-" + std::to_string(q);
+      for (const auto& k : shape.classes) {
+        for (int i = 0; i < k.count; ++i) {
+          std::printf(
+              "  - {name: ns/%s-%s-%d, local_queue: %s, priority: %d, created: %.3f, pod_sets: "
+              "[{name: main, count: 1, requests: {cpu: \"%lldm\"}}]}\n",
+              queue.c_str(), k.name, i, queue.c_str(), k.priority,
+              static_cast<double>(k.interval_ms * i) / 1000.0, static_cast<long long>(k.cpu_milli));
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "baseline";
   if (what == "cycle-scaling") return cycleScaling();
+  if (what == "scenario") return writeScenario(argc > 2 ? argv[2] : "large");
   return runShape(what, argc > 2 ? argv[2] : "drain");
 }
