@@ -191,7 +191,7 @@ gpu_prices:
 
 TEST(ConfigTest, ReadsProvidersAndRoutesOfTheContract) {
   auto c = parseConfig(R"(
-listen: 127.0.0.1:8080
+listen: 127.0.0.1:0
 providers:
   - {name: sim-a, kind: openai, base_url: http://127.0.0.1:9001/v1, api_keys: [sk-test-1]}
   - {name: sim-b, kind: anthropic, base_url: http://127.0.0.1:9002, api_keys: [sk-test-2, sk-3]}
@@ -217,7 +217,7 @@ prices:
   EXPECT_EQ(c->routes[1].allow_teams, std::vector<std::string>{"ml"});
 
   auto bad = parseConfig(R"(
-listen: 127.0.0.1:8080
+listen: 127.0.0.1:0
 providers:
   - {name: a, kind: grpc, base_url: ftp://x}
 routes:
@@ -238,7 +238,7 @@ routes:
 
 TEST(ConfigTest, ReadsWhatIsScrapedAndHowTargetsAreJudged) {
   auto c = parseConfig(R"(
-listen: 127.0.0.1:8080
+listen: 127.0.0.1:0
 providers:
   - {name: a, kind: openai, base_url: http://10.0.0.5:8000/v1,
      metrics_url: http://10.0.0.5:8000/metrics, engine: sglang}
@@ -286,7 +286,7 @@ observe:
   EXPECT_EQ(plain->observe.max_series, 20000u);
 
   auto bad = parseConfig(R"(
-listen: 127.0.0.1:8080
+listen: 127.0.0.1:0
 providers:
   - {name: a, kind: openai, base_url: http://x/v1, engine: triton}
 routes:

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <thread>
 
+#include "backend_test.h"
 #include "fakes/postgres.h"
 #include "fakes/temp_dir.h"
 #include "ledger/ledger_store.h"
@@ -17,7 +18,7 @@
 namespace purser::ledger {
 namespace {
 
-class RateLeasesTest : public ::testing::TestWithParam<store::Dialect> {
+class RateLeasesTest : public BackendTest {
  protected:
   struct Replica {
     std::unique_ptr<store::Store> own_store;
@@ -25,39 +26,11 @@ class RateLeasesTest : public ::testing::TestWithParam<store::Dialect> {
     std::unique_ptr<RateLimiter> limiter;
   };
 
-  static void TearDownTestSuite() {
-    delete postgres;
-    postgres = nullptr;
-  }
-
-  void SetUp() override {
-    if (GetParam() == store::Dialect::kPostgres) {
-      if (postgres == nullptr) postgres = new testing::PostgresServer();
-      if (!postgres->available()) GTEST_SKIP() << postgres->why();
-      db = "rates" + std::to_string(++databases);
-      ASSERT_TRUE(postgres->createDatabase(db));
-    }
-    shared = openStore();
-    ASSERT_NE(shared, nullptr);
-    ASSERT_TRUE(shared->migrate("ledger", ledgerMigrations()).has_value());
-  }
-
   void TearDown() override {
     for (auto& r : replicas) {
       if (r->own_store) r->own_store->close();
     }
     if (shared) shared->close();
-  }
-
-  std::unique_ptr<store::Store> openStore() {
-    if (GetParam() == store::Dialect::kPostgres) {
-      auto s = store::PostgresStore::open({.url = postgres->url(db)}, clock);
-      EXPECT_TRUE(s.has_value()) << s.error().toString();
-      return s ? std::move(*s) : nullptr;
-    }
-    auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
-    EXPECT_TRUE(s.has_value()) << s.error().toString();
-    return s ? std::move(*s) : nullptr;
   }
 
   Replica& start() {
@@ -91,12 +64,6 @@ class RateLeasesTest : public ::testing::TestWithParam<store::Dialect> {
     return admitted;
   }
 
-  static inline testing::PostgresServer* postgres = nullptr;
-  static inline int databases = 0;
-  std::string db;
-  testing::TempDir dir;
-  ManualClock clock;
-  std::unique_ptr<store::Store> shared;
   std::vector<std::unique_ptr<Replica>> replicas;
 };
 
@@ -171,9 +138,7 @@ TEST_P(RateLeasesTest, TokensUsedBeyondTheEstimateAreOwedToTheSharedBucket) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, RateLeasesTest,
                          ::testing::Values(store::Dialect::kSqlite, store::Dialect::kPostgres),
-                         [](const auto& info) {
-                           return info.param == store::Dialect::kSqlite ? "Sqlite" : "Postgres";
-                         });
+                         backendName);
 
 }  // namespace
 }  // namespace purser::ledger

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 
+#include "backend_test.h"
 #include "fakes/postgres.h"
 #include "fakes/temp_dir.h"
 #include "ledger/ledger_store.h"
@@ -22,7 +23,7 @@ namespace {
 
 constexpr int64_t kCent = 10'000'000;  // nanos
 
-class WalletLeasesTest : public ::testing::TestWithParam<store::Dialect> {
+class WalletLeasesTest : public BackendTest {
  protected:
   struct Replica {
     std::string name;
@@ -34,37 +35,9 @@ class WalletLeasesTest : public ::testing::TestWithParam<store::Dialect> {
     std::unique_ptr<WalletLeases> leases;
   };
 
-  static void TearDownTestSuite() {
-    delete postgres;
-    postgres = nullptr;
-  }
-
-  void SetUp() override {
-    if (GetParam() == store::Dialect::kPostgres) {
-      if (postgres == nullptr) postgres = new testing::PostgresServer();
-      if (!postgres->available()) GTEST_SKIP() << postgres->why();
-      db = "leases" + std::to_string(++databases);
-      ASSERT_TRUE(postgres->createDatabase(db));
-    }
-    shared = openStore();
-    ASSERT_NE(shared, nullptr);
-    ASSERT_TRUE(shared->migrate("ledger", ledgerMigrations()).has_value());
-  }
-
   void TearDown() override {
     for (auto& r : replicas) stop(*r);
     if (shared) shared->close();
-  }
-
-  std::unique_ptr<store::Store> openStore() {
-    if (GetParam() == store::Dialect::kPostgres) {
-      auto s = store::PostgresStore::open({.url = postgres->url(db)}, clock);
-      EXPECT_TRUE(s.has_value()) << s.error().toString();
-      return s ? std::move(*s) : nullptr;
-    }
-    auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
-    EXPECT_TRUE(s.has_value()) << s.error().toString();
-    return s ? std::move(*s) : nullptr;
   }
 
   // Starts (or restarts) replica `name` as `purser serve` does: replay, wallets, adopt.
@@ -181,12 +154,6 @@ class WalletLeasesTest : public ::testing::TestWithParam<store::Dialect> {
     return a;
   }
 
-  static inline testing::PostgresServer* postgres = nullptr;
-  static inline int databases = 0;
-  std::string db;
-  testing::TempDir dir;
-  ManualClock clock;
-  std::unique_ptr<store::Store> shared;
   std::vector<std::unique_ptr<Replica>> replicas;
 };
 
@@ -355,9 +322,7 @@ TEST_P(WalletLeasesTest, ARestartedReplicaAdoptsItsLeaseAndRecoversOnlyItsOwnInt
 
 INSTANTIATE_TEST_SUITE_P(Backends, WalletLeasesTest,
                          ::testing::Values(store::Dialect::kSqlite, store::Dialect::kPostgres),
-                         [](const auto& info) {
-                           return info.param == store::Dialect::kSqlite ? "Sqlite" : "Postgres";
-                         });
+                         backendName);
 
 }  // namespace
 }  // namespace purser::ledger
