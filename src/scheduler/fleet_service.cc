@@ -918,9 +918,9 @@ store::TxFn FleetService::fenced(store::TxFn fn) const {
 }
 
 void FleetService::enqueue(store::TxFn fn, Done done) {
-  fn = fenced(std::move(fn));
+  // The retry keeps the write as it was made: enqueue() puts it behind the fence again.
   auto retry = std::make_shared<store::TxFn>(fn);
-  d_.store.writeAsync(std::move(fn), [this, done = std::move(done), retry](Result<void> r) {
+  d_.store.writeAsync(fenced(std::move(fn)), [this, done = std::move(done), retry](Result<void> r) {
     if (!r) {
       // Kept to be written again at the next tick; a newer write of the same workload wins
       // over it (versions), and its usage events and charges go with it.

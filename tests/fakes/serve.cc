@@ -21,6 +21,13 @@ Served startServe(const std::string& binary, const TempDir& dir, const std::stri
   return s;
 }
 
+std::string chatRouteConfig(uint16_t upstream_port) {
+  return "providers:\n  - {name: p, kind: openai, base_url: http://127.0.0.1:" +
+         std::to_string(upstream_port) +
+         "/v1}\nroutes:\n  - {model: chat, targets: [{provider: p, model: m}]}\nprices:\n  - "
+         "{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}\n";
+}
+
 Member seedMember(uint16_t port, const std::string& admin_key) {
   const auto admin = [&](const std::string& path, const nlohmann::json& body,
                          const char* field) -> std::string {

@@ -22,6 +22,11 @@ struct Served {
 Served startServe(const std::string& binary, const TempDir& dir, const std::string& config,
                   const std::string& admin_key);
 
+// Configuration for one route, "chat", to model "m" of an OpenAI-compatible server on
+// 127.0.0.1:PORT (`purser sim llm`), priced 10 and 100 per million input and output tokens:
+// the providers, routes and prices keys.
+std::string chatRouteConfig(uint16_t upstream_port);
+
 struct Member {
   std::string tenant, team, user, key;
 };

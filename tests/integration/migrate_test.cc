@@ -69,12 +69,7 @@ class MigrateTest : public ::testing::Test {
         PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
     auto line = sim->waitForStdout("listening on ");
     ASSERT_TRUE(line.has_value()) << sim->err();
-    config = fmt::format(
-        "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
-        "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
-        "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: "
-        "\"100\"}}\n",
-        testing::portFromListeningLine(*line));
+    config = testing::chatRouteConfig(testing::portFromListeningLine(*line));
   }
 
   testing::RawResponse admin(uint16_t port, const std::string& method, const std::string& path,

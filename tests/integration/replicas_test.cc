@@ -46,12 +46,9 @@ TEST(ReplicasTest, ReplicasOnOnePostgresNeverOverspendAHardWalletEvenWhenOneIsKi
   auto line = sim.waitForStdout("listening on ");
   ASSERT_TRUE(line.has_value()) << sim.err();
   const uint16_t up = testing::portFromListeningLine(*line);
-  const std::string config = fmt::format(
-      "store: {{postgres: \"{}\", lease_ttl: 20s}}\n"
-      "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
-      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
-      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}}\n",
-      pg.url("purser"), up);
+  const std::string config =
+      fmt::format("store: {{postgres: \"{}\", lease_ttl: 20s}}\n", pg.url("purser")) +
+      testing::chatRouteConfig(up);
 
   constexpr int kReplicas = 3;
   std::vector<std::unique_ptr<testing::TempDir>> dirs;
@@ -190,12 +187,9 @@ TEST(ReplicasTest, WithPostgresDownReplicasServeFromTheirLeasesThenRefuseClearly
       {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
   auto line = sim.waitForStdout("listening on ");
   ASSERT_TRUE(line.has_value()) << sim.err();
-  const std::string config = fmt::format(
-      "store: {{postgres: \"{}\", lease_ttl: 60s}}\n"
-      "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
-      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
-      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}}\n",
-      pg.url("purser"), testing::portFromListeningLine(*line));
+  const std::string config =
+      fmt::format("store: {{postgres: \"{}\", lease_ttl: 60s}}\n", pg.url("purser")) +
+      testing::chatRouteConfig(testing::portFromListeningLine(*line));
   testing::TempDir dir_a, dir_b;
   testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
   ASSERT_NE(a.port, 0) << a.process->err();
@@ -429,12 +423,8 @@ TEST(ReplicasTest, WhatAnAdminChangesOnOneReplicaTakesEffectOnTheOthers) {
       {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
   auto line = sim.waitForStdout("listening on ");
   ASSERT_TRUE(line.has_value()) << sim.err();
-  const std::string config = fmt::format(
-      "store: {{postgres: \"{}\"}}\n"
-      "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
-      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
-      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}}\n",
-      pg.url("purser"), testing::portFromListeningLine(*line));
+  const std::string config = fmt::format("store: {{postgres: \"{}\"}}\n", pg.url("purser")) +
+                             testing::chatRouteConfig(testing::portFromListeningLine(*line));
   testing::TempDir dir_a, dir_c;
   testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
   ASSERT_NE(a.port, 0) << a.process->err();

@@ -32,13 +32,10 @@ TEST(ServePostgresTest, EveryComponentKeepsItsStateInPostgresAcrossARestart) {
   auto line = sim.waitForStdout("listening on ");
   ASSERT_TRUE(line.has_value()) << sim.err();
   const uint16_t up = testing::portFromListeningLine(*line);
-  const std::string config = fmt::format(
-      "store: {{postgres: \"{}\"}}\n"
-      "providers:\n  - {{name: p, kind: openai, base_url: http://127.0.0.1:{}/v1}}\n"
-      "routes:\n  - {{model: chat, targets: [{{provider: p, model: m}}]}}\n"
-      "prices:\n  - {{provider: p, model: m, input_per_mtok: \"10\", output_per_mtok: \"100\"}}\n"
-      "fleet:\n  manifests: [fleet.yaml]\n",
-      pg.url("purser"), up);
+  const std::string config =
+      fmt::format("store: {{postgres: \"{}\"}}\nfleet:\n  manifests: [fleet.yaml]\n",
+                  pg.url("purser")) +
+      testing::chatRouteConfig(up);
 
   testing::Served served = testing::startServe(PURSER_BINARY, dir, config, kAdminKey);
   ASSERT_NE(served.port, 0) << served.process->err();
