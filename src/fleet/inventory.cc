@@ -221,6 +221,7 @@ const std::vector<placement::TypicalPod>& Placer::typical() {
   // Recomputed as the mix drifts, not on every placement.
   if (recent_changes_ > 0 && (typical_.empty() || recent_changes_ >= 64)) {
     typical_ = placement::typicalPods(recent_);
+    pressure_ = placement::modelPressure(typical_, shapes_);
     recent_changes_ = 0;
   }
   return typical_;
@@ -533,7 +534,7 @@ class Placer::Attempt {
               const std::vector<placement::TypicalPod>& typical) {
     if (p_.policy_ == placement::Policy::kRandom) return 0;
     if (p_.policy_ == placement::Policy::kClustering) {
-      return placement::score(p_.policy_, p_.shapes_[u(i)], s, p.pod(i), typical);
+      return placement::score(p_.policy_, p_.shapes_[u(i)], s, p.pod(i), typical, p_.pressure_);
     }
     // A 64-bit mix of the key (type, pod shape, CPU, memory, GPU left): alike nodes collide by
     // design, different ones with odds near 2^-64.
@@ -550,7 +551,8 @@ class Placer::Attempt {
     for (int64_t l : s.left) put(l);
     auto it = p.scores.find(h);
     if (it != p.scores.end()) return it->second;
-    const int sc = placement::score(p_.policy_, p_.shapes_[u(i)], s, p.pod(i), typical);
+    const int sc =
+        placement::score(p_.policy_, p_.shapes_[u(i)], s, p.pod(i), typical, p_.pressure_);
     p.scores.emplace(h, sc);
     return sc;
   }

@@ -153,6 +153,7 @@ class Placer {
   size_t recent_next_ = 0;
   size_t recent_changes_ = 0;
   std::vector<placement::TypicalPod> typical_;
+  placement::ModelPressure pressure_;  // of typical_ over shapes_
 };
 
 // The admission engine's placement hook over a Placer: pod sets go where their admitted flavors'

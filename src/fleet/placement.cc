@@ -67,6 +67,15 @@ double cpuStrandedGrowth(const NodeState& s, const Pod& pod,
          cpuStranded(L, cpu, r);
 }
 
+// The demand of model-restricted pods that `pod` displaces on the node: the milli-GPU it takes
+// times the pressure on the node's model (at most 1: a GPU taken displaces at most itself).
+double displacedDemand(const Node& node, const Pod& pod, const ModelPressure& pressure) {
+  if (pod.totalGpu() == 0) return 0;
+  const auto it = pressure.find(node.model);
+  if (it == pressure.end()) return 0;
+  return std::min(1.0, it->second) * static_cast<double>(pod.totalGpu());
+}
+
 }  // namespace
 
 NodeState NodeState::of(const Node& node) {
@@ -142,6 +151,39 @@ std::vector<TypicalPod> typicalPods(const std::vector<Pod>& pods) {
                    static_cast<double>(n)});
   }
   for (auto& t : out) t.freq /= static_cast<double>(cumulative);
+  return out;
+}
+
+ModelPressure modelPressure(const std::vector<TypicalPod>& typical,
+                            const std::vector<Node>& nodes) {
+  std::map<std::string, double> capacity;
+  double total_capacity = 0;
+  for (const auto& n : nodes) {
+    if (n.gpus <= 0) continue;
+    capacity[n.model] += static_cast<double>(n.gpus) * kMilliPerGpu;
+    total_capacity += static_cast<double>(n.gpus) * kMilliPerGpu;
+  }
+  double demand = 0;
+  for (const auto& t : typical) demand += t.freq * static_cast<double>(t.gpu_milli * t.num_gpu);
+  ModelPressure out;
+  if (total_capacity <= 0 || demand <= 0) return out;
+  for (const auto& t : typical) {
+    if (t.models.empty() || t.num_gpu == 0 || t.gpu_milli == 0) continue;
+    // A constraint may name a model twice; and models the fleet lacks hold nothing.
+    std::vector<std::string> allowed = t.models;
+    std::sort(allowed.begin(), allowed.end());
+    allowed.erase(std::unique(allowed.begin(), allowed.end()), allowed.end());
+    double share = 0;
+    for (const auto& m : allowed) {
+      const auto it = capacity.find(m);
+      if (it != capacity.end()) share += it->second / total_capacity;
+    }
+    if (share <= 0) continue;
+    const double claim = t.freq * static_cast<double>(t.gpu_milli * t.num_gpu) / demand / share;
+    for (const auto& m : allowed) {
+      if (capacity.count(m) != 0) out[m] += claim;
+    }
+  }
   return out;
 }
 
@@ -257,7 +299,7 @@ std::vector<std::pair<int, int64_t>> chooseGpus(const Node& node, const NodeStat
 }
 
 int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
-          const std::vector<TypicalPod>& typical) {
+          const std::vector<TypicalPod>& typical, const ModelPressure& pressure) {
   const int64_t L = s.gpuLeft();
   switch (policy) {
     case Policy::kRandom:
@@ -316,12 +358,13 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
     }
     case Policy::kFgd:
     case Policy::kDefault: {
-      // kDefault: FGD's score, with the growth of the GPU capacity stranded for lack of CPU
-      // counted as fragmentation too. It does not depend on which GPU a share takes, so the GPU
-      // choice stays FGD's.
+      // kDefault: FGD's score, with the growth of the GPU capacity stranded for lack of CPU, and
+      // the restricted pods' demand displaced, counted as fragmentation too. Neither depends on
+      // which GPU a share takes, so the GPU choice stays FGD's.
       const double before = fragmentation(node, s, typical);
-      const double stranding =
-          policy == Policy::kDefault ? cpuStrandedGrowth(s, pod, typical) : 0.0;
+      const double stranding = policy == Policy::kDefault ? cpuStrandedGrowth(s, pod, typical) +
+                                                                displacedDemand(node, pod, pressure)
+                                                          : 0.0;
       if (pod.sharing()) {
         int best = 0;
         for (size_t i = 0; i < s.left.size(); ++i) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -53,8 +54,10 @@ struct NodeState {
 };
 
 // kDefault is Purser's own policy: FGD's score, where the fragmentation after placing also
-// counts the growth of the node's GPU capacity that the CPU it has left cannot feed at the
-// typical GPU pods' CPU per milli-GPU r (max(0, L - cpu_left / r)). GPU choice as FGD's.
+// counts (1) the growth of the node's GPU capacity that the CPU it has left cannot feed at the
+// typical GPU pods' CPU per milli-GPU r (max(0, L - cpu_left / r)), and (2) the demand of pods
+// restricted to GPU models that the placement displaces: the GPUs it takes times the node
+// model's pressure, at most 1 (see modelPressure). GPU choice as FGD's.
 // kBinpack and kSpread are the plain rules platform teams know: the node left fullest (GPU, or
 // CPU for pods without GPUs) after placing, or the emptiest.
 enum class Policy {
@@ -84,6 +87,15 @@ struct TypicalPod {
 // The most frequent shapes that together make up 95 % of `pods`, by count.
 std::vector<TypicalPod> typicalPods(const std::vector<Pod>& pods);
 
+// Per GPU model, how much of its capacity the typical pods restricted to GPU models claim: for
+// each restricted shape, its share of the typical pods' GPU demand over the share of the fleet's
+// GPU capacity its allowed models hold, summed over the shapes the model may serve. At 1 or more
+// the restricted pods alone would fill the model's GPUs at full load, so every GPU another pod
+// takes there is one a restricted pod will miss. Models no typical pod is restricted to are
+// absent (pressure 0).
+using ModelPressure = std::map<std::string, double>;
+ModelPressure modelPressure(const std::vector<TypicalPod>& typical, const std::vector<Node>& nodes);
+
 // The node's fragmentation in milli-GPU: the GPU capacity the typical pods could not use.
 double fragmentation(const Node& node, const NodeState& state,
                      const std::vector<TypicalPod>& typical);
@@ -97,9 +109,10 @@ std::vector<std::pair<int, int64_t>> chooseGpus(const Node& node, const NodeStat
                                                 const std::vector<TypicalPod>& typical,
                                                 std::mt19937_64& rng);
 
-// The policy's score (0..100) for placing `pod` on a feasible node.
+// The policy's score (0..100) for placing `pod` on a feasible node. `pressure` (kDefault only):
+// modelPressure of `typical` over the fleet.
 int score(Policy policy, const Node& node, const NodeState& state, const Pod& pod,
-          const std::vector<TypicalPod>& typical);
+          const std::vector<TypicalPod>& typical, const ModelPressure& pressure = {});
 
 // Takes the pod's CPU, memory and GPUs from the state.
 void place(NodeState& state, const Pod& pod, const std::vector<std::pair<int, int64_t>>& gpus);

@@ -187,6 +187,7 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
   if (gpus == 0) return fail(invalidArgument("the cluster has no GPUs"));
   const double capacity = static_cast<double>(gpus * kMilliPerGpu);
   const std::vector<TypicalPod> typical = typicalPods(pods);
+  const ModelPressure pressure = modelPressure(typical, nodes);
 
   // 1. The workload in name order, then shuffled.
   std::vector<Pod> workload = pods;
@@ -266,9 +267,10 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
           for (int64_t l : sorted) key += fmt::format("{},", l);
           for (const auto& t : s.tags) key += t + ";";
           auto it = memo.find(key);
-          const int sc = it != memo.end()
-                             ? it->second
-                             : (memo[key] = score(options.policy, nodes[u(n)], s, pod, typical));
+          const int sc =
+              it != memo.end()
+                  ? it->second
+                  : (memo[key] = score(options.policy, nodes[u(n)], s, pod, typical, pressure));
           if (chosen < 0 || sc > best_score || (sc == best_score && rank[u(n)] < rank[u(chosen)])) {
             best_score = sc;
             chosen = n;

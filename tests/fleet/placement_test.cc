@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,58 @@ TEST(PlacementScoreTest, DefaultCountsGpuCapacityStrandedForWantOfCpu) {
   EXPECT_EQ(score(Policy::kDefault, roomy, a, cpu_only, typical),
             score(Policy::kFgd, roomy, a, cpu_only, typical));
   EXPECT_EQ(score(Policy::kDefault, tight, b, cpu_only, typical), 26);  // sigmoid(-1) = 0.269
+}
+
+// A model's pressure: the restricted shapes' share of the GPU demand over the share of the
+// fleet's GPUs their allowed models hold, summed per model.
+TEST(PlacementPressureTest, WeighsRestrictedDemandAgainstTheCapacityItMayUse) {
+  // 4 of 16 GPUs are T4s (25 %), 12 are G2s.
+  const std::vector<Node> nodes = {gpuNode("t1", 2, "T4"),
+                                   gpuNode("t2", 2, "T4"),
+                                   gpuNode("g1", 8, "G2"),
+                                   gpuNode("g2", 4, "G2"),
+                                   {"cpu", 64000, 262144, 0, ""}};
+  const std::vector<TypicalPod> typical = {
+      {8000, 1000, 1, {"T4"}, 0.25},                    // 25 % of the GPU demand, T4 only
+      {8000, 500, 2, {"G2", "T4", "T4", "A100"}, 0.2},  // 20 %, anywhere the fleet has
+      {8000, 1000, 1, {}, 0.55},                        // 55 %, unrestricted
+      {4000, 0, 0, {"T4"}, 0.5},                        // no GPU: claims none
+  };
+  const ModelPressure p = modelPressure(typical, nodes);
+  ASSERT_EQ(p.size(), 2U);
+  EXPECT_DOUBLE_EQ(p.at("T4"), 0.25 / 0.25 + 0.2 / 1.0);
+  EXPECT_DOUBLE_EQ(p.at("G2"), 0.2 / 1.0);
+  EXPECT_TRUE(modelPressure({{8000, 1000, 1, {}, 1.0}}, nodes).empty());
+  EXPECT_TRUE(modelPressure(typical, {{"cpu", 64000, 262144, 0, ""}}).empty());
+}
+
+// The default policy counts the restricted demand a placement displaces: an unrestricted pod
+// on a pressed model costs the GPUs it takes (pressure at most 1), elsewhere what FGD says.
+TEST(PlacementScoreTest, DefaultCountsTheRestrictedDemandAPlacementDisplaces) {
+  const Node t4 = gpuNode("t4", 2, "T4");
+  const Node g2 = gpuNode("g2", 2, "G2");
+  const std::vector<TypicalPod> typical = {{8000, 1000, 1, {"T4"}, 0.5}, {8000, 1000, 1, {}, 0.5}};
+  const ModelPressure pressure = {{"T4", 2.0}, {"G2", 0.25}};
+  const Pod free_pod = pod(8000, 1, 1000);
+  const NodeState s4 = NodeState::of(t4), s2 = NodeState::of(g2);
+  const auto expected = [&](const Node& n, const NodeState& s, double displaced) {
+    NodeState a = s;
+    place(a, free_pod, {{0, 1000}});
+    const double delta = fragmentation(n, s, typical) - fragmentation(n, a, typical) - displaced;
+    return static_cast<int>(100.0 / (1.0 + std::exp(-delta / 1000.0)));
+  };
+  EXPECT_EQ(score(Policy::kDefault, t4, s4, free_pod, typical, pressure),
+            expected(t4, s4, 1000.0));  // capped at one GPU's worth
+  EXPECT_EQ(score(Policy::kDefault, g2, s2, free_pod, typical, pressure), expected(g2, s2, 250.0));
+  EXPECT_EQ(score(Policy::kFgd, t4, s4, free_pod, typical, pressure), expected(t4, s4, 0.0));
+  // Without pressure the default is FGD here (the CPU is plentiful).
+  EXPECT_EQ(score(Policy::kDefault, t4, s4, free_pod, typical),
+            score(Policy::kFgd, t4, s4, free_pod, typical));
+  EXPECT_GT(score(Policy::kDefault, g2, s2, free_pod, typical, pressure),
+            score(Policy::kDefault, t4, s4, free_pod, typical, pressure));
+  // A pod without GPUs displaces nothing.
+  EXPECT_EQ(score(Policy::kDefault, t4, s4, pod(8000, 0, 0), typical, pressure),
+            score(Policy::kDefault, t4, s4, pod(8000, 0, 0), typical));
 }
 
 TEST(PlacementFragmentationTest, CountsWhatTypicalPodsCannotUse) {
