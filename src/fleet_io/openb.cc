@@ -240,6 +240,7 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
   };
   std::vector<Sample> samples;
   samples.reserve(arrivals.size());
+  ReplayResult r;
   double arrived = 0, used = 0;
   int64_t failed = 0;
   std::vector<int> feasible_nodes;
@@ -281,6 +282,10 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
     arrived += static_cast<double>(pod.totalGpu());
     if (chosen < 0) {
       ++failed;
+      if (std::lround(arrived / capacity * 100.0) <= 100) {
+        ++r.failed_100;
+        r.failed_gpus_100 += static_cast<double>(pod.totalGpu()) / kMilliPerGpu;
+      }
     } else {
       NodeState& s = states[u(chosen)];
       const auto taken = chooseGpus(nodes[u(chosen)], s, pod, options.policy, typical, rng);
@@ -308,7 +313,6 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
     }
     return {0, 0};
   };
-  ReplayResult r;
   r.policy = options.policy;
   r.seed = options.seed;
   r.nodes = static_cast<int64_t>(nodes.size());
@@ -318,6 +322,9 @@ Result<ReplayResult> replay(const std::vector<Node>& nodes, const std::vector<Po
   std::tie(r.allocation_ratio_100, r.fragmentation_100) = at(100);
   std::tie(r.allocation_ratio_130, r.fragmentation_130) =
       at(static_cast<int>(std::lround(options.tune * 100.0)));
+  for (int ratio = 10; ratio <= std::lround(options.tune * 100.0); ratio += 10) {
+    r.fragmentation_by_arrival.emplace_back(ratio, at(ratio).second);
+  }
   r.unallocated_gpus_130 = static_cast<double>(gpus) * (1.0 - r.allocation_ratio_130 / 100.0);
   r.runtime_s = std::chrono::duration<double>(clock.monotonic() - started).count();
   return r;

@@ -33,11 +33,18 @@ struct ReplayResult {
   int64_t gpus = 0;
   int64_t arrivals = 0;
   int64_t failed = 0;
+  // Pods that found no node before arrived demand passed 100 % (arrive ratio <= 100), and the
+  // GPUs they asked for: what a scheduler would leave pending at full load.
+  int64_t failed_100 = 0;
+  double failed_gpus_100 = 0;
   double allocation_ratio_100 = 0;
   double allocation_ratio_130 = 0;
   double unallocated_gpus_130 = 0;
   double fragmentation_100 = 0;
   double fragmentation_130 = 0;
+  // The cluster's fragmentation (% of GPU capacity) at 10 %, 20 %, ... of arrived demand, up to
+  // the tuned load: (arrive ratio, fragmentation), measured as the *_100 and *_130 figures are.
+  std::vector<std::pair<int, double>> fragmentation_by_arrival;
   double runtime_s = 0;
 };
 

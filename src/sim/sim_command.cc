@@ -223,12 +223,19 @@ int runPlacement(const Options& o) {
                         {"gpus", r->gpus},
                         {"arrivals", r->arrivals},
                         {"failed", r->failed},
+                        {"failed_100", r->failed_100},
+                        {"failed_gpus_100", round2(r->failed_gpus_100)},
                         {"allocation_ratio_100", round2(r->allocation_ratio_100)},
                         {"allocation_ratio_130", round2(r->allocation_ratio_130)},
                         {"unallocated_gpus_130", round2(r->unallocated_gpus_130)},
                         {"fragmentation_100", round2(r->fragmentation_100)},
                         {"fragmentation_130", round2(r->fragmentation_130)},
                         {"runtime_s", round2(r->runtime_s)}};
+  nlohmann::json curve = nlohmann::json::array();
+  for (const auto& [ratio, frag] : r->fragmentation_by_arrival) {
+    curve.push_back({ratio, round2(frag)});
+  }
+  out["fragmentation_by_arrival"] = curve;
   std::cout << writeJson(out) << "\n";
   return 0;
 }

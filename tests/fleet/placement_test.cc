@@ -304,6 +304,20 @@ TEST(OpenbReplayTest, IsDeterministicForASeedAndTunesTheArrivals) {
     EXPECT_LE(a->allocation_ratio_130, 100.0);
     EXPECT_GT(a->allocation_ratio_130, 50.0);
   }
+  // What is left pending at full load, and fragmentation over time: a tenth of the load at a
+  // time up to the tuned 130 %, its last point the figure at 130 %.
+  auto r = replay(nodes, pods, {Policy::kFgd, 7, 1.3});
+  ASSERT_TRUE(r);
+  EXPECT_LE(r->failed_100, r->failed);
+  // Every pod asks 0.3 GPU or a whole one.
+  EXPECT_GE(r->failed_gpus_100, 0.3 * static_cast<double>(r->failed_100));
+  EXPECT_LE(r->failed_gpus_100, 1.0 * static_cast<double>(r->failed_100));
+  ASSERT_EQ(r->fragmentation_by_arrival.size(), 13U);
+  for (size_t i = 0; i < 13; ++i) {
+    EXPECT_EQ(r->fragmentation_by_arrival[i].first, static_cast<int>(10 * (i + 1)));
+  }
+  EXPECT_EQ(r->fragmentation_by_arrival.back().second, r->fragmentation_130);
+  EXPECT_EQ(r->fragmentation_by_arrival[9].second, r->fragmentation_100);
   // Tuning down: a trace larger than the target loses pods.
   auto down = replay(nodes, pods, {Policy::kBestFit, 7, 0.2});
   ASSERT_TRUE(down);
