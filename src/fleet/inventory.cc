@@ -168,6 +168,10 @@ Placer::Placer(std::vector<InventoryNode> nodes, placement::Policy policy, uint6
     shares_.emplace_back(n.gpus.size());
     cores_used_.emplace_back(n.gpus.size(), 0);
     index_[n.name] = static_cast<int>(i);
+    if (!n.gpus.empty() &&
+        std::find(models_.begin(), models_.end(), n.gpus.front().model) == models_.end()) {
+      models_.push_back(n.gpus.front().model);
+    }
   }
   idle_ = states_;
 }
@@ -719,11 +723,22 @@ Result<void> Placer::take(const std::string& owner, const std::vector<PlacementR
                       fmt::format("\"{}\": its placement is no longer free", owner)));
   }
   for (size_t r = 0; r < requests.size(); ++r) {
+    // A request that may use only some of the fleet's GPU models (useGpuType, noUseGpuType) is
+    // remembered with them: the fragmentation-aware policies weigh what such pods need.
+    std::vector<std::string> allowed;
+    for (const auto& m : models_) {
+      if ((requests[r].use_gpu_types.empty() || typeMatches(m, requests[r].use_gpu_types)) &&
+          !typeMatches(m, requests[r].nouse_gpu_types)) {
+        allowed.push_back(m);
+      }
+    }
+    if (allowed.size() == models_.size()) allowed.clear();
     for (const auto& pp : placements[r]) {
       Pod pod;
       pod.cpu_milli = amount(requests[r].per_pod, "cpu");
       pod.num_gpu = static_cast<int>(pp.gpus.size());
       pod.gpu_milli = pp.gpus.empty() ? 0 : pp.gpu_milli;
+      if (pod.num_gpu > 0) pod.models = allowed;
       remember(pod);
     }
   }

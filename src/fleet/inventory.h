@@ -135,6 +135,7 @@ class Placer {
 
   std::vector<InventoryNode> nodes_;
   std::vector<placement::Node> shapes_;  // per node, for the policies
+  std::vector<std::string> models_;      // the fleet's GPU models, each once
   std::vector<placement::NodeState> states_;
   std::vector<placement::NodeState> idle_;  // every node free
   std::vector<int> types_;                  // per node: nodes alike in shape share a type

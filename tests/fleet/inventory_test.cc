@@ -193,6 +193,28 @@ TEST(InventoryTest, DefaultKeepsCpuForTheGpusWhereBinpackDoesNot) {
             std::set<std::string>{"roomy"});
 }
 
+// Pods that may use only one GPU model (useGpuType) press on it: with such pods common, the
+// default policy keeps other pods off that model even where the CPU argues for it.
+TEST(InventoryTest, DefaultKeepsOtherPodsOffAModelThatRestrictedPodsNeed) {
+  const auto setup = [](bool restricted) {
+    // The T4 node has CPU to spare; the A100 node little (18 CPUs for 2 GPUs).
+    auto p = placer({gpuNode("t4", 2, "T4", 64), gpuNode("a100", 2, "A100", 18)}, Policy::kDefault);
+    for (int i = 0; i < 4; ++i) {  // the common shape: 1 GPU and 8 CPUs, 3 of 4 on T4s only
+      const std::string name = "t" + std::to_string(i);
+      PlacementRequest r = pods(name, 1, 8, 1);
+      if (restricted && i < 3) r.use_gpu_types = {"T4"};
+      EXPECT_TRUE(p->take(name, {r}, {{{"t4", {0}, 1000}}}));
+      p->free(name);
+    }
+    return p;
+  };
+  // A pod of 1 GPU and 16 CPUs would leave the A100 node 2 CPUs for its other GPU. Without
+  // restricted pods that weighs most: it goes to the T4 node.
+  EXPECT_EQ(nodesOf(setup(false)->place({pods("etl", 1, 16, 1)})), std::set<std::string>{"t4"});
+  // With them, the T4's pressure (3/4 of the demand on half the capacity) outweighs it.
+  EXPECT_EQ(nodesOf(setup(true)->place({pods("etl", 1, 16, 1)})), std::set<std::string>{"a100"});
+}
+
 TEST(InventoryTest, NvlinkAwareGpuSetOnAnEightGpuNodeWithTwoDomains) {
   // Domains {0,1,2,3} and {4,5,6,7}; GPU 0 is taken.
   auto p = placer({gpuNode("dgx", 8, "H100", 128, 4)});
