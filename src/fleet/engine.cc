@@ -1219,17 +1219,60 @@ class Engine::Impl {
         prev = n;
       }
     }
-    const auto byOrder = [&](std::vector<Cand>& v) {
-      std::sort(v.begin(), v.end(),
-                [&](const Cand& a, const Cand& b) { return candidateBefore(cq, a.wl, b.wl); });
+    // Kueue's candidate order: hierarchical reclaims, then other queues', then the queue's own,
+    // each by candidateBefore. The fields it reads are copied beside each candidate first: a
+    // cohort can hold thousands, and the comparisons would otherwise each reach into two
+    // workloads' records. Sorted only as far as it is read: a preemption usually takes a few.
+    struct Keyed {
+      bool evicting;
+      bool own;
+      int32_t priority;
+      int64_t admitted_seq;
+      int wl;
+      size_t index;  // into `ordered`
     };
-    byOrder(same);
-    byOrder(hierarchy);
-    byOrder(priority);
     std::vector<Cand> ordered;
+    ordered.reserve(hierarchy.size() + priority.size() + same.size());
+    std::vector<Keyed> keys;
+    keys.reserve(ordered.capacity());
+    std::vector<std::pair<size_t, size_t>> segments;  // [begin, end) of each, in `keys`
     for (auto* seg : {&hierarchy, &priority, &same}) {
-      for (const auto& c : *seg) ordered.push_back(c);
+      segments.emplace_back(keys.size(), keys.size() + seg->size());
+      for (const Cand& c : *seg) {
+        const Wl& w = wls_[u(c.wl)];
+        keys.push_back(
+            {w.evicting, w.cq == cq, w.spec.priority, w.admitted_seq, c.wl, ordered.size()});
+        ordered.push_back(c);
+      }
     }
+    const auto before = [&](const Keyed& a, const Keyed& b) {
+      if (a.evicting != b.evicting) return a.evicting;
+      if (a.own != b.own) return b.own;
+      if (a.priority != b.priority) return a.priority < b.priority;
+      if (a.admitted_seq != b.admitted_seq) return a.admitted_seq > b.admitted_seq;
+      return candidateBefore(cq, a.wl, b.wl);  // the same up to here: by uid, then name
+    };
+    size_t sorted_to = 0;  // keys[0, sorted_to) is in its final order
+    const auto candidate = [&](size_t i) -> const Cand& {
+      while (i >= sorted_to) {
+        const auto seg = std::find_if(segments.begin(), segments.end(),
+                                      [&](const auto& s) { return sorted_to < s.second; });
+        // Double what is sorted of this segment (at least 32 more); the rest stays unordered.
+        const size_t upto =
+            std::min(seg->second, sorted_to + std::max<size_t>(32, sorted_to - seg->first));
+        const auto first = keys.begin() + static_cast<std::ptrdiff_t>(sorted_to);
+        const auto middle = keys.begin() + static_cast<std::ptrdiff_t>(upto);
+        const auto last = keys.begin() + static_cast<std::ptrdiff_t>(seg->second);
+        if (middle == last) {
+          std::sort(first, last, before);
+        } else {
+          std::nth_element(first, middle, last, before);
+          std::sort(first, middle, before);
+        }
+        sorted_to = upto;
+      }
+      return ordered[keys[i].index];
+    };
     const bool bwc_forbidden = policy.borrow_within_cohort == BorrowWithinCohort::kNever;
     bool under_nominal = true;
     for (int f : need) {
@@ -1259,7 +1302,8 @@ class Engine::Impl {
     for (bool borrow : attempts) {
       std::vector<Cand> taken;
       bool done = false;
-      for (const auto& c : ordered) {
+      for (size_t i = 0; i < ordered.size(); ++i) {
+        const Cand& c = candidate(i);
         if (!valid(c, borrow)) continue;
         removeWorkloadUsage(c.wl);
         taken.push_back(c);
