@@ -1222,7 +1222,8 @@ class Engine::Impl {
     // Kueue's candidate order: hierarchical reclaims, then other queues', then the queue's own,
     // each by candidateBefore. The fields it reads are copied beside each candidate first: a
     // cohort can hold thousands, and the comparisons would otherwise each reach into two
-    // workloads' records. Sorted only as far as it is read: a preemption usually takes a few.
+    // workloads' records. Sorted only as far as the search reads: a preemption usually takes a
+    // few, and a search that borrows never reads the candidates only reclaimable without it.
     struct Keyed {
       bool evicting;
       bool own;
@@ -1233,17 +1234,17 @@ class Engine::Impl {
     };
     std::vector<Cand> ordered;
     ordered.reserve(hierarchy.size() + priority.size() + same.size());
-    std::vector<Keyed> keys;
-    keys.reserve(ordered.capacity());
-    std::vector<std::pair<size_t, size_t>> segments;  // [begin, end) of each, in `keys`
+    std::vector<Keyed> all_keys;
+    all_keys.reserve(ordered.capacity());
+    std::vector<size_t> segment_ends;  // in `all_keys`
     for (auto* seg : {&hierarchy, &priority, &same}) {
-      segments.emplace_back(keys.size(), keys.size() + seg->size());
       for (const Cand& c : *seg) {
         const Wl& w = wls_[u(c.wl)];
-        keys.push_back(
+        all_keys.push_back(
             {w.evicting, w.cq == cq, w.spec.priority, w.admitted_seq, c.wl, ordered.size()});
         ordered.push_back(c);
       }
+      segment_ends.push_back(all_keys.size());
     }
     const auto before = [&](const Keyed& a, const Keyed& b) {
       if (a.evicting != b.evicting) return a.evicting;
@@ -1252,26 +1253,54 @@ class Engine::Impl {
       if (a.admitted_seq != b.admitted_seq) return a.admitted_seq > b.admitted_seq;
       return candidateBefore(cq, a.wl, b.wl);  // the same up to here: by uid, then name
     };
-    size_t sorted_to = 0;  // keys[0, sorted_to) is in its final order
-    const auto candidate = [&](size_t i) -> const Cand& {
-      while (i >= sorted_to) {
-        const auto seg = std::find_if(segments.begin(), segments.end(),
-                                      [&](const auto& s) { return sorted_to < s.second; });
+    // The candidates a search may take, in order, sorted as they are read. A search that may
+    // take any reads (and sorts, within each segment) the full list in place.
+    struct Order {
+      std::vector<Keyed>* keys;
+      std::vector<std::pair<size_t, size_t>> segments;  // [begin, end) of each, in `keys`
+      size_t sorted_to = 0;                             // keys[0, sorted_to) is final
+    };
+    std::vector<Keyed> filtered;
+    const auto orderFor = [&](bool borrow) {
+      Order o{borrow ? &filtered : &all_keys, {}, 0};
+      size_t from = 0;
+      filtered.clear();
+      for (size_t end : segment_ends) {
+        if (!borrow) {
+          o.segments.emplace_back(from, end);
+          from = end;
+          continue;
+        }
+        const size_t begin = filtered.size();
+        for (size_t i = from; i < end; ++i) {
+          if (ordered[all_keys[i].index].variant != Variant::kReclaimWithoutBorrowing) {
+            filtered.push_back(all_keys[i]);
+          }
+        }
+        o.segments.emplace_back(begin, filtered.size());
+        from = end;
+      }
+      return o;
+    };
+    const auto candidate = [&](Order& o, size_t i) -> const Cand& {
+      while (i >= o.sorted_to) {
+        const auto seg = std::find_if(o.segments.begin(), o.segments.end(),
+                                      [&](const auto& s) { return o.sorted_to < s.second; });
         // Double what is sorted of this segment (at least 32 more); the rest stays unordered.
         const size_t upto =
-            std::min(seg->second, sorted_to + std::max<size_t>(32, sorted_to - seg->first));
-        const auto first = keys.begin() + static_cast<std::ptrdiff_t>(sorted_to);
-        const auto middle = keys.begin() + static_cast<std::ptrdiff_t>(upto);
-        const auto last = keys.begin() + static_cast<std::ptrdiff_t>(seg->second);
+            std::min(seg->second, o.sorted_to + std::max<size_t>(32, o.sorted_to - seg->first));
+        const auto first = o.keys->begin() + static_cast<std::ptrdiff_t>(o.sorted_to);
+        const auto middle = o.keys->begin() + static_cast<std::ptrdiff_t>(upto);
+        const auto last = o.keys->begin() + static_cast<std::ptrdiff_t>(seg->second);
         if (middle == last) {
           std::sort(first, last, before);
         } else {
           std::nth_element(first, middle, last, before);
           std::sort(first, middle, before);
         }
-        sorted_to = upto;
+        o.sorted_to = upto;
       }
-      return ordered[keys[i].index];
+      return ordered[(*o.keys)[i].index];
     };
     const bool bwc_forbidden = policy.borrow_within_cohort == BorrowWithinCohort::kNever;
     bool under_nominal = true;
@@ -1302,8 +1331,9 @@ class Engine::Impl {
     for (bool borrow : attempts) {
       std::vector<Cand> taken;
       bool done = false;
-      for (size_t i = 0; i < ordered.size(); ++i) {
-        const Cand& c = candidate(i);
+      Order order = orderFor(borrow);
+      for (size_t i = 0; i < order.keys->size(); ++i) {
+        const Cand& c = candidate(order, i);
         if (!valid(c, borrow)) continue;
         removeWorkloadUsage(c.wl);
         taken.push_back(c);
