@@ -362,9 +362,9 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
       // the restricted pods' demand displaced, counted as fragmentation too. Neither depends on
       // which GPU a share takes, so the GPU choice stays FGD's.
       const double before = fragmentation(node, s, typical);
-      const double stranding = policy == Policy::kDefault ? cpuStrandedGrowth(s, pod, typical) +
-                                                                displacedDemand(node, pod, pressure)
-                                                          : 0.0;
+      const double added = policy == Policy::kDefault ? cpuStrandedGrowth(s, pod, typical) +
+                                                            displacedDemand(node, pod, pressure)
+                                                      : 0.0;
       if (pod.sharing()) {
         int best = 0;
         for (size_t i = 0; i < s.left.size(); ++i) {
@@ -374,7 +374,7 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
               fgdScore(before,
                        fragmentation(node, after(s, pod, {{static_cast<int>(i), pod.gpu_milli}}),
                                      typical) +
-                           stranding));
+                           added));
         }
         return best;
       }
@@ -385,7 +385,7 @@ int score(Policy policy, const Node& node, const NodeState& s, const Pod& pod,
           g.emplace_back(fit[u(i)], pod.gpu_milli);
         }
       }
-      return fgdScore(before, fragmentation(node, after(s, pod, g), typical) + stranding);
+      return fgdScore(before, fragmentation(node, after(s, pod, g), typical) + added);
     }
   }
   return 0;
