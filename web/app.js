@@ -32,6 +32,7 @@ function ServerStatus() {
         const info = await (await fetch("/api/v1/info")).json();
         next.version = `v${info.version} · ${info.commit}`;
         next.installation = info.installation_id;
+        next.warnings = info.warnings ?? [];
       } catch (e) {
         next.version = "unreachable";
       }
@@ -59,6 +60,9 @@ function ServerStatus() {
       <dt>Version</dt><dd id="version">${s.version ?? "—"}</dd>
       <dt>Installation</dt><dd id="installation">${s.installation ?? "—"}</dd>
     </dl>
+    ${(s.warnings ?? []).length > 0 && html`<ul id="warnings" class="warnings" role="alert">
+      ${s.warnings.map((w) => html`<li>${w}</li>`)}
+    </ul>`}
   </section>`;
 }
 

@@ -127,6 +127,7 @@ json workloadView(const FleetService& svc, const Record& r) {
                     {"serving", p.serving},
                     {"exit_code", p.exit_code ? json(*p.exit_code) : json(nullptr)},
                     {"signal", p.signal ? json(*p.signal) : json(nullptr)},
+                    {"reason", p.reason.empty() ? json(nullptr) : json(p.reason)},
                     {"started_at", timeOrNull(p.started_ms)},
                     {"finished_at", timeOrNull(p.finished_ms)}});
   }

@@ -542,7 +542,27 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       local.optional("working_dir", cfg.fleet.local_working_dir);
       local.optional("log_dir", cfg.fleet.local_log_dir);
       local.optional("max_pods", cfg.fleet.local_max_pods, 1, 1'000'000);
+      local.optionalChoice("isolation", cfg.fleet.local_isolation, {"auto", "none"});
+      local.optionalStrings("read_only_paths", cfg.fleet.local_read_only_paths);
+      for (size_t i = 0; i < cfg.fleet.local_read_only_paths.size(); ++i) {
+        const std::string& path = cfg.fleet.local_read_only_paths[i];
+        if (path.empty() || path[0] != '/') {
+          reader.addError(local.get("read_only_paths"),
+                          fmt::format("fleet.local.read_only_paths[{}]", i),
+                          fmt::format("\"{}\" is not an absolute path", path));
+        }
+      }
+      local.optional("uid_base", cfg.fleet.local_uid_base, 1000, int64_t{1} << 31);
+      local.optional("uid_count", cfg.fleet.local_uid_count, 1, int64_t{1} << 24);
+      local.optional("pids_limit", cfg.fleet.local_pids_limit, 0, 4'194'304);
+      if (auto v = quantityAt(reader, local, "tmp_size", false)) {
+        cfg.fleet.local_tmp_bytes = *v / 1000;
+      }
       local.finish();
+      if (cfg.fleet.local_uid_base + cfg.fleet.local_uid_count > (int64_t{1} << 32) - 2) {
+        reader.addError(local.node(), "fleet.local.uid_count",
+                        "uid_base + uid_count must stay below 4294967294");
+      }
     }
     if (fleet.present("slurm")) {
       YamlReader::Map slurm = fleet.map("slurm");

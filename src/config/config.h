@@ -210,11 +210,22 @@ struct FleetConfig {
   int64_t local_max_log_bytes = 8 * 1024 * 1024;  // per log file; a pod keeps two
   int64_t local_max_memory_bytes = 0;             // address space per process; 0: no limit
   int64_t local_max_cpu_seconds = 0;              // CPU time per process; 0: no limit
-  std::string local_working_dir;                  // where pods without workingDir run
+  // The teams' workspaces: a team's pods work in <working_dir>/<team>; empty: "workspaces" in
+  // the data directory (pods see only their own team's).
+  std::string local_working_dir;
   // Where local pods' logs, ends and pids are kept; empty: "pods" in the data directory.
   // Replicas on one machine that may take the fleet over from one another share one.
   std::string local_log_dir;
   int64_t local_max_pods = 1024;  // pods running at once on this machine
+  // The wall around local pods: "auto" (root: an account per team and namespaces; otherwise user
+  // namespaces; refused where neither is possible) or "none" (pods run as Purser, seeing what it
+  // sees: warned at start, in /readyz and in the console).
+  std::string local_isolation = "auto";
+  std::vector<std::string> local_read_only_paths;  // shown read-only to every pod, besides /usr...
+  int64_t local_uid_base = 200000;                 // the first team account's uid (and gid)
+  int64_t local_uid_count = 65536;                 // how many team accounts there may be
+  int64_t local_pids_limit = 4096;                 // processes and threads of one pod at once
+  int64_t local_tmp_bytes = int64_t{1} << 30;      // each pod's /tmp and /dev/shm, at most
   // A Slurm cluster that runs the workloads of some ResourceFlavors (fleet.slurm).
   struct Slurm {
     std::vector<std::string> flavors;  // whose workloads it runs

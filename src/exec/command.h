@@ -33,7 +33,8 @@ std::string shellQuote(const std::string& text);
 bool httpOk(const std::string& host, int port, const std::string& path, Duration timeout,
             const Clock& clock = SystemClock::instance());
 
-// The last `max_bytes` of a file ("" when it is not there): the end of a pod's log.
+// The last `max_bytes` of a regular file ("" when it is not there, or is a link): the end of a
+// pod's log.
 std::string fileTail(const std::string& path, size_t max_bytes);
 
 }  // namespace purser::exec

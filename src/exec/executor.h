@@ -43,6 +43,14 @@ struct PodLaunch {
   // already started takes that pod back instead (a fleet taken over after its leader died in the
   // middle of a start). Empty: every start is a new pod.
   std::string key;
+  // Who runs it and where, for executors that run it on this machine (the local one): its team
+  // (the workspace it works in), that team's account, the memory and CPU it is held to (its
+  // template's limits; 0: the request's memory, no CPU cap) and the device indices of its GPUs.
+  std::string team;
+  int64_t uid = 0;  // 0: the executor's default (nobody)
+  int64_t memory_limit_bytes = 0;
+  int64_t cpu_limit_milli = 0;
+  std::vector<int> gpu_indices;
 };
 
 // Work users handed an engine directly, for the fleet to queue and run there (Kubernetes Jobs
@@ -59,6 +67,9 @@ struct PodStatus {
   PodPhase phase = PodPhase::kRunning;
   std::optional<int> exit_code;  // once it exited
   std::optional<int> signal;     // once it was ended by a signal
+  // Why it ended, where the engine says more than the code: "OOMKilled" (its memory limit ended
+  // it; exit_code 137, as Kubernetes reports it).
+  std::string reason;
   SystemTime started_at{};
   std::optional<SystemTime> finished_at;
   bool stopping = false;  // asked to stop, not yet gone

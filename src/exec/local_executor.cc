@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <optional>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -46,6 +48,17 @@ Error unknownPod(const std::string& handle) {
 
 // The bytes of a string that execve would cut short.
 bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
+
+// An environment variable's name as a shell can use it: [A-Za-z_][A-Za-z0-9_]*.
+bool validEnvName(const std::string& name) {
+  if (name.empty() || name.size() > 256 || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 // A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7";
 // under a key, the same for every start under it: "ml.train-1.workers.0.k<key>".
@@ -127,6 +140,24 @@ void writeAll(int fd, const char* data, size_t size) {
   }
 }
 
+// What a start that failed in a child reports through the error pipe: an errno and the step
+// (SandboxPlan's, or one of these).
+struct StartFailure {
+  int err = 0;
+  int step = 0;
+};
+constexpr int kStepExec = -100;
+constexpr int kStepClone = -101;
+constexpr int kStepCgroup = -102;
+constexpr int kStepChdirNone = -103;
+constexpr int kStepPipe = -104;
+constexpr int kStepFork = -105;
+
+void report(int fd, int err, int step) {
+  const StartFailure f{err, step};
+  writeAll(fd, reinterpret_cast<const char*>(&f), sizeof f);
+}
+
 struct SupervisorPlan {
   const char* log_path;
   const char* log_prev_path;
@@ -152,9 +183,11 @@ bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes) {
       size = plan.max_log_bytes;
     }
     if (*log_bytes + size > plan.max_log_bytes) {
-      // The bound reached: this file becomes the previous one; a new one begins, as fd 1.
+      // The bound reached: this file becomes the previous one; a new one begins, as fd 1. The
+      // directory is Purser's alone, and the files are never followed through a link.
       ::rename(plan.log_path, plan.log_prev_path);
-      const int fd = ::open(plan.log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600);
+      const int fd =
+          ::open(plan.log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW, 0600);
       if (fd >= 0 && fd != 1) {
         ::dup2(fd, 1);
         ::close(fd);
@@ -166,9 +199,10 @@ bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes) {
   }
 }
 
-// The supervisor's life: runs with the log as fd 1; `child` is the pod's process, `out` the read
-// end of its output. Never returns.
-[[noreturn]] void supervise(const SupervisorPlan& plan, pid_t child, int out) {
+// The supervisor's life: runs with the log as fd 1; `init` is the pod's init, `out` the read
+// end of the pod's output, `status` where init tells how the pod's first process ended. Never
+// returns.
+[[noreturn]] void supervise(const SupervisorPlan& plan, pid_t init, int out, int status_fd) {
   size_t log_bytes = 0;
   struct stat st {};
   if (::fstat(1, &st) == 0) log_bytes = static_cast<size_t>(st.st_size);
@@ -187,11 +221,18 @@ bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes) {
     }
     pid_t w;
     do {
-      w = ::waitpid(child, &status, open_out ? WNOHANG : 0);
+      w = ::waitpid(init, &status, open_out ? WNOHANG : 0);
     } while (w < 0 && errno == EINTR);
-    if (w == child) break;
+    if (w == init) break;
   }
   if (open_out) (void)copyOutput(plan, out, &log_bytes);  // what it wrote last
+  // The pod's own end, as its init saw it; else init's (killed before it could say).
+  int pod_status = 0;
+  ssize_t n;
+  do {
+    n = ::read(status_fd, &pod_status, sizeof pod_status);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof pod_status)) status = pod_status;
   // How it ended, then its group (leftovers, and this supervisor) goes.
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
@@ -207,13 +248,114 @@ bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes) {
   putText(line, &len, " ");
   putNumber(line, &len, static_cast<int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000);
   putText(line, &len, "\n");
-  const int fd = ::open(plan.exit_tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const int fd = ::open(plan.exit_tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
   if (fd >= 0) {
     writeAll(fd, line, len);
     ::close(fd);
     ::rename(plan.exit_tmp_path, plan.exit_path);
   }
   ::kill(0, SIGKILL);
+  ::_exit(0);
+}
+
+// The pod's init: PID 1 of its namespaces under isolation. Raises the view, starts the pod and
+// reaps until the pod's first process has ended; tells the supervisor how, then ends (taking
+// what is left in its namespace with it). Never returns.
+struct InitPlan {
+  const SandboxPlan* sandbox;
+  int sync_fd;    // a byte once the supervisor has put this process in the pod's cgroups
+  int status_fd;  // the pod's wait status goes here
+  int out_fd;     // the pod's stdout and stderr
+  const char* dir;  // without isolation: the working directory ("" none)
+  uint64_t rlimit_as, rlimit_cpu;
+  char* const* argv;
+  char* const* envp;
+  uintptr_t args[2], env[2];
+};
+
+[[noreturn]] void podInit(const InitPlan& plan) {
+  // Nothing of Purser's in what the pod can read of this process (/proc/1/cmdline, environ).
+  for (const uintptr_t* area : {plan.args, plan.env}) {
+    if (area[0] != 0 && area[1] > area[0]) {
+      std::memset(reinterpret_cast<void*>(area[0]), 0, area[1] - area[0]);
+    }
+  }
+  if (plan.args[0] != 0 && plan.args[1] - plan.args[0] > 16) {
+    std::memcpy(reinterpret_cast<void*>(plan.args[0]), "purser-pod-init", 16);
+  }
+  char byte = 0;
+  ssize_t n;
+  do {
+    n = ::read(plan.sync_fd, &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  ::close(plan.sync_fd);
+  if (n != 1) ::_exit(127);  // the supervisor could not place it; it has said why
+  int step = 0;
+  if (const int e = plan.sandbox->raise(&step); e != 0) {
+    report(2, e, step);
+    ::_exit(127);
+  }
+  const pid_t pod = ::fork();
+  if (pod < 0) {
+    report(2, errno, kStepFork);
+    ::_exit(127);
+  }
+  if (pod == 0) {
+    // The pod: its output into the pipe, its limits, signals as a fresh process has them, its
+    // account, then the program. The error pipe moves up, closed by a successful exec.
+    const int err = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
+    ::dup2(plan.out_fd, 1);
+    ::dup2(plan.out_fd, 2);
+    ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    if (plan.dir[0] != '\0' && ::chdir(plan.dir) != 0) {
+      report(err, errno, kStepChdirNone);
+      ::_exit(127);
+    }
+    if (plan.rlimit_as > 0) {
+      const rlimit r{plan.rlimit_as, plan.rlimit_as};
+      ::setrlimit(RLIMIT_AS, &r);
+    }
+    if (plan.rlimit_cpu > 0) {
+      const rlimit r{plan.rlimit_cpu, plan.rlimit_cpu + 5};
+      ::setrlimit(RLIMIT_CPU, &r);
+    }
+    // Under memory pressure a pod goes before Purser does.
+    if (const int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC); fd >= 0) {
+      writeAll(fd, "1000", 4);
+      ::close(fd);
+    }
+    if (const int e = plan.sandbox->enter(&step); e != 0) {
+      report(err, e, step);
+      ::_exit(127);
+    }
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+    }
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // The program is found on the pod's own PATH (execvpe searches the caller's environment).
+    environ = const_cast<char**>(plan.envp);
+    ::execvpe(plan.argv[0], plan.argv, plan.envp);
+    report(err, errno, kStepExec);
+    ::_exit(127);
+  }
+  ::close(plan.out_fd);
+  ::close(2);  // the pod's exec closes the last copy of the error pipe: the start succeeded
+  int pod_status = 0;
+  while (true) {
+    int st = 0;
+    const pid_t w = ::waitpid(-1, &st, 0);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) break;
+    if (w == pod) {
+      pod_status = st;
+      break;
+    }
+  }
+  writeAll(plan.status_fd, reinterpret_cast<const char*>(&pod_status), sizeof pod_status);
   ::_exit(0);
 }
 
@@ -261,6 +403,29 @@ LocalExecutor::LocalExecutor(const Clock& clock, LocalExecutorOptions options)
     : clock_(clock), options_(std::move(options)) {
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw std::runtime_error(fmt::format("local executor: pipe: {}", std::strerror(errno)));
+  }
+  view_base_ = options_.log_dir + "/.view";
+  if (options_.isolation != Isolation::kNone && ::mkdir(view_base_.c_str(), 0700) != 0 &&
+      errno != EEXIST) {
+    spdlog::warn("local executor: cannot make {}: {}", view_base_, std::strerror(errno));
+  }
+  // Where this process's arguments and environment lie (fields 48 to 51 of /proc/self/stat).
+  {
+    std::ifstream in("/proc/self/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream rest(stat.substr(close + 1));
+      std::string field;
+      for (int i = 3; i <= 51 && rest >> field; ++i) {
+        const uintptr_t v = static_cast<uintptr_t>(std::strtoull(field.c_str(), nullptr, 10));
+        if (i == 48) args_[0] = v;
+        if (i == 49) args_[1] = v;
+        if (i == 50) env_[0] = v;
+        if (i == 51) env_[1] = v;
+      }
+    }
   }
   watcher_ = std::thread([this] { watchLoop(); });
 }
@@ -339,7 +504,159 @@ std::string LocalExecutor::pathOf(const std::string& handle, const char* suffix)
   return options_.log_dir + "/" + handle + suffix;
 }
 
+namespace {
+
+// Is `name` a safe single directory entry (a team's workspace)?
+bool validEntry(const std::string& name) {
+  if (name.empty() || name.size() > 200 || name[0] == '.') return false;
+  for (char c : name) {
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '-' || c == '_' || c == '@';
+    if (!safe) return false;
+  }
+  return true;
+}
+
+// An absolute path's components, or nullopt when it is not absolute or holds "." or "..".
+std::optional<std::vector<std::string>> componentsOf(const std::string& path) {
+  if (path.empty() || path[0] != '/') return std::nullopt;
+  std::vector<std::string> out;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(start, end - start);
+    if (part == "." || part == "..") return std::nullopt;
+    if (!part.empty()) out.push_back(std::move(part));
+    start = end + 1;
+  }
+  return out;
+}
+
+// Opens directory `name` under `dir` without following a link, making it (owned by uid:gid when
+// they are given, mode `mode`) when missing. An O_PATH descriptor, or -1 with errno.
+int openOrMakeDir(int dir, const std::string& name, int64_t uid, mode_t mode) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = ::openat(dir, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT) return fd;
+    if (::mkdirat(dir, name.c_str(), mode) != 0 && errno != EEXIST) return -1;
+    if (uid > 0 && ::fchownat(dir, name.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid),
+                              AT_SYMLINK_NOFOLLOW) != 0) {
+      return -1;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+Result<int> LocalExecutor::openWorkspace(const std::string& team, int64_t uid) {
+  if (!validEntry(team)) {
+    return fail(invalidArgument(fmt::format("\"{}\" cannot name a team's workspace", team)));
+  }
+  const int root = ::open(options_.workspace_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) {
+    return fail(unavailable(fmt::format("cannot open the workspaces' root {}: {}",
+                                        options_.workspace_root, std::strerror(errno))));
+  }
+  const bool accounts = options_.isolation == Isolation::kAccounts;
+  const int fd = openOrMakeDir(root, team, accounts ? uid : 0, 0700);
+  const int e = errno;
+  ::close(root);
+  if (fd < 0) {
+    return fail(unavailable(fmt::format("cannot open the workspace {}/{}: {}",
+                                        options_.workspace_root, team, std::strerror(e))));
+  }
+  if (accounts && uid > 0) {
+    // A workspace belongs to its team's account alone (it may have been made before it had one).
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && (st.st_uid != static_cast<uid_t>(uid) || (st.st_mode & 077))) {
+      const std::string path = fmt::format("/proc/self/fd/{}", fd);
+      if (::chown(path.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) != 0 ||
+          ::chmod(path.c_str(), 0700) != 0) {
+        const int ce = errno;
+        ::close(fd);
+        return fail(unavailable(fmt::format("cannot give {}/{} to its team's account: {}",
+                                            options_.workspace_root, team, std::strerror(ce))));
+      }
+    }
+  }
+  return fd;
+}
+
+Result<std::string> LocalExecutor::workspaceOf(const std::string& team, int64_t uid) {
+  if (options_.workspace_root.empty()) return fail(Error(ErrorCode::kNotFound, "no workspaces"));
+  const int fd = PURSER_TRY_VALUE(openWorkspace(team, uid));
+  ::close(fd);
+  return options_.workspace_root + "/" + team;
+}
+
+Result<std::pair<int, std::string>> LocalExecutor::openWorkingDir(const PodLaunch& pod) {
+  const bool sandboxed = options_.isolation != Isolation::kNone;
+  if (options_.workspace_root.empty() || pod.team.empty()) {
+    // No workspaces (an executor of its own, in tests and tools): the directory as given.
+    const std::string dir =
+        pod.working_dir.empty() ? options_.default_working_dir : pod.working_dir;
+    if (dir.empty()) return std::make_pair(-1, std::string());
+    if (dir[0] != '/') {
+      return fail(invalidArgument(fmt::format("workingDir \"{}\" is not an absolute path", dir))
+                      .withField("workingDir"));
+    }
+    const int fd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      return fail(invalidArgument(fmt::format("working directory \"{}\" is not a directory", dir))
+                      .withField("workingDir"));
+    }
+    if (!sandboxed) ::close(fd);
+    return std::make_pair(sandboxed ? fd : -1, dir);
+  }
+  const std::string home = options_.workspace_root + "/" + pod.team;
+  auto refuse = [&](const std::string& why) {
+    return fail(invalidArgument(fmt::format("workingDir \"{}\" {}; a pod of team \"{}\" works in "
+                                            "its team's workspace {} or a directory inside it",
+                                            pod.working_dir, why, pod.team, home))
+                    .withField("workingDir"));
+  };
+  std::vector<std::string> rest;
+  if (!pod.working_dir.empty()) {
+    auto parts = componentsOf(pod.working_dir);
+    if (!parts) return refuse("is not an absolute path without \".\" or \"..\"");
+    auto root = componentsOf(home);
+    if (!root || parts->size() < root->size() ||
+        !std::equal(root->begin(), root->end(), parts->begin())) {
+      return refuse("is outside the team's workspace");
+    }
+    rest.assign(parts->begin() + static_cast<std::ptrdiff_t>(root->size()), parts->end());
+  }
+  int fd = PURSER_TRY_VALUE(openWorkspace(pod.team, pod.uid));
+  std::string path = home;
+  const int64_t owner = options_.isolation == Isolation::kAccounts ? pod.uid : 0;
+  for (const auto& part : rest) {
+    // Each step is opened without following a link: a pod may have left links behind.
+    const int next = openOrMakeDir(fd, part, owner, 0755);
+    const int e = errno;
+    ::close(fd);
+    if (next < 0) {
+      return e == ELOOP || e == ENOTDIR
+                 ? refuse(fmt::format("passes through \"{}\", which is not a directory", part))
+                 : fail(unavailable(fmt::format("cannot open the working directory {}/{}: {}",
+                                                path, part, std::strerror(e))));
+    }
+    fd = next;
+    path += "/" + part;
+  }
+  if (!sandboxed) {
+    ::close(fd);
+    return std::make_pair(-1, path);
+  }
+  return std::make_pair(fd, path);
+}
+
 Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
+  if (!options_.refused.empty()) {
+    return fail(Error(ErrorCode::kFailedPrecondition,
+                      "local pods are refused on this machine: " + options_.refused));
+  }
   if (pod.argv.empty() || pod.argv[0].empty()) {
     return fail(invalidArgument("a pod needs a command to run").withField("command"));
   }
@@ -347,19 +664,12 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     if (hasNul(a)) return fail(invalidArgument("a command or argument holds a NUL byte"));
   }
   for (const auto& [k, v] : pod.env) {
-    if (k.empty() || k.find('=') != std::string::npos || hasNul(k) || hasNul(v)) {
+    if (!validEnvName(k) || hasNul(v)) {
       return fail(invalidArgument(fmt::format("\"{}\" is not a usable environment variable", k))
                       .withField("env"));
     }
   }
-  const std::string dir = pod.working_dir.empty() ? options_.default_working_dir : pod.working_dir;
-  if (!dir.empty()) {
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return fail(invalidArgument(fmt::format("working directory \"{}\" is not a directory", dir))
-                      .withField("workingDir"));
-    }
-  }
+  const bool sandboxed = options_.isolation != Isolation::kNone;
   // Everything the children need, made before fork(): after it, only async-signal-safe calls.
   std::vector<char*> argv;
   for (const auto& a : pod.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -389,6 +699,12 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     p->handle = handleFor(pod, unixMillis(clock_.now()), ++next_);
     if (!pod.key.empty() && pods_.count(p->handle) != 0) return p->handle;  // started already
   }
+  // Where it works: checked (and made) now without following links; its init opens it again
+  // the same way to show it.
+  auto [workdir_fd, dir] = PURSER_TRY_VALUE(openWorkingDir(pod));
+  closeFd(workdir_fd);
+  const std::string workdir_root =
+      options_.workspace_root.empty() || pod.team.empty() ? dir : options_.workspace_root;
   // A keyed start claims its key with the pod's pid file; a key claimed before is that pod.
   int pid_fd = -1;
   if (!pod.key.empty()) {
@@ -396,6 +712,34 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     if (!claimed) return p->handle;  // taken back
     pid_fd = *claimed;
   }
+  // Its limits: cgroups where Purser has them; else RLIMIT_AS stands in for the memory limit.
+  const int64_t memory_limit = pod.memory_limit_bytes > 0 ? pod.memory_limit_bytes
+                                                          : pod.memory_bytes;
+  PodGroups groups;
+  if (options_.cgroups.version() != PodCgroups::Version::kNone) {
+    auto made = options_.cgroups.create(
+        p->handle, PodLimits{memory_limit, pod.cpu_limit_milli, options_.pids_limit});
+    if (!made) {
+      unclaim(pid_fd, p->handle);
+      return fail(made.error());
+    }
+    groups = std::move(*made);
+  }
+  uint64_t rlimit_as = options_.max_memory_bytes;
+  if (!options_.cgroups.hasMemory() && memory_limit > 0 &&
+      (rlimit_as == 0 || static_cast<uint64_t>(memory_limit) < rlimit_as)) {
+    rlimit_as = static_cast<uint64_t>(memory_limit);
+  }
+  std::string hostname = pod.workload.substr(pod.workload.find('/') + 1) + "-" + pod.pod_set +
+                         "-" + std::to_string(pod.index);
+  const SandboxPlan sandbox = SandboxPlan::make(
+      options_.isolation, options_.sandbox, view_base_, workdir_root, dir, pod.gpu_indices, pod.uid, pod.uid, hostname,
+      memory_limit > 0 ? std::min<int64_t>(memory_limit, options_.tmp_bytes) : options_.tmp_bytes);
+  std::vector<std::string> procs_text;
+  std::vector<const char*> procs;
+  for (const auto& f : groups.procs) procs_text.push_back(f);
+  for (const auto& f : procs_text) procs.push_back(f.c_str());
+
   const std::string log_path = pathOf(p->handle, ".log");
   const std::string log_prev_path = pathOf(p->handle, ".log.1");
   const std::string exit_path = pathOf(p->handle, ".exit");
@@ -408,22 +752,29 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
                             options_.max_log_bytes,
                             buf.data(),
                             buf.size()};
+  auto undo = [&] {
+    for (const char* suffix : {".log", ".log.1", ".exit", ".exit.tmp", ".pid"}) {
+      ::unlink(pathOf(p->handle, suffix).c_str());
+    }
+    PodCgroups::remove(groups);
+  };
   // Descriptors the children use are kept above 2, so moving them onto 0, 1 and 2 is safe.
-  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  int log_fd = ::open(log_path.c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (log_fd < 0) {
     const int e = errno;
     unclaim(pid_fd, p->handle);
-    errno = e;
+    PodCgroups::remove(groups);
     return fail(unavailable(
-        fmt::format("cannot open the pod's log {}: {}", log_path, std::strerror(errno))));
+        fmt::format("cannot open the pod's log {}: {}", log_path, std::strerror(e))));
   }
   int err[2] = {-1, -1};
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (::pipe2(err, O_CLOEXEC) != 0 || null_fd < 0) {
     const int e = errno;
     closeFd(log_fd), closeFd(null_fd), closeFd(err[0]), closeFd(err[1]);
-    ::unlink(log_path.c_str());
     unclaim(pid_fd, p->handle);
+    undo();
     return fail(unavailable(fmt::format("cannot start the pod: {}", std::strerror(e))));
   }
   for (int* fd : {&log_fd, &null_fd, &err[1], &pid_fd}) {
@@ -433,7 +784,18 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
       *fd = moved;
     }
   }
-  const uint64_t mem = options_.max_memory_bytes, cpu = options_.max_cpu_seconds;
+  const int clone_flags = sandboxCloneFlags(options_.isolation);
+  InitPlan init_plan{&sandbox,
+                     -1,
+                     -1,
+                     -1,
+                     sandboxed ? "" : dir.c_str(),
+                     rlimit_as,
+                     options_.max_cpu_seconds,
+                     argv.data(),
+                     envp.data(),
+                     {args_[0], args_[1]},
+                     {env_[0], env_[1]}};
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The supervisor: a group of its own; /dev/null, the log and the error pipe as 0, 1 and 2;
@@ -457,51 +819,50 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    int out[2] = {-1, -1};
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-      const int e = errno;
-      (void)!::write(2, &e, sizeof e);
+    int out[2] = {-1, -1}, sync[2] = {-1, -1}, status[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(sync, O_CLOEXEC) != 0 ||
+        ::pipe2(status, O_CLOEXEC) != 0) {
+      report(2, errno, kStepPipe);
       ::_exit(127);
     }
-    const pid_t child = ::fork();
-    if (child < 0) {
-      const int e = errno;
-      (void)!::write(2, &e, sizeof e);
+    // The pod's init, in the pod's namespaces.
+    const long init = ::syscall(SYS_clone, clone_flags | SIGCHLD, nullptr, nullptr, nullptr, 0);
+    if (init < 0) {
+      report(2, errno, kStepClone);
       ::_exit(127);
     }
-    if (child == 0) {
-      // The pod: its output into the pipe, its limits, signals as a fresh process has them,
-      // then the program. The error pipe moves up, closed by a successful exec.
-      const int report = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
-      ::dup2(out[1], 1);
-      ::dup2(out[1], 2);
-      ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-      if (!dir.empty() && ::chdir(dir.c_str()) != 0) {
-        const int e = errno;
-        (void)!::write(report, &e, sizeof e);
+    if (init == 0) {
+      ::close(out[0]);
+      ::close(sync[1]);
+      ::close(status[0]);
+      init_plan.sync_fd = sync[0];
+      init_plan.status_fd = status[1];
+      init_plan.out_fd = out[1];
+      podInit(init_plan);
+    }
+    ::close(out[1]);
+    ::close(sync[0]);
+    ::close(status[1]);
+    // Into its cgroups before it starts anything; then it may go on.
+    char text[24];
+    size_t len = 0;
+    putNumber(text, &len, init);
+    text[len] = '\0';
+    for (const char* file : procs) {
+      const int fd = ::open(file, O_WRONLY | O_CLOEXEC);
+      const bool placed = fd >= 0 && ::write(fd, text, len) == static_cast<ssize_t>(len);
+      const int e = errno;
+      if (fd >= 0) ::close(fd);
+      if (!placed) {
+        report(2, e, kStepCgroup);
+        ::kill(static_cast<pid_t>(init), SIGKILL);
         ::_exit(127);
       }
-      if (mem > 0) {
-        const rlimit r{mem, mem};
-        ::setrlimit(RLIMIT_AS, &r);
-      }
-      if (cpu > 0) {
-        const rlimit r{cpu, cpu + 5};
-        ::setrlimit(RLIMIT_CPU, &r);
-      }
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int sig = 1; sig < NSIG; ++sig) {
-        if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
-      }
-      ::execvpe(argv[0], argv.data(), envp.data());
-      const int e = errno;
-      (void)!::write(report, &e, sizeof e);
-      ::_exit(127);
     }
+    writeAll(sync[1], "x", 1);
+    ::close(sync[1]);
     ::close(2);
-    ::close(out[1]);
-    supervise(plan, child, out[0]);
+    supervise(plan, static_cast<pid_t>(init), out[0], status[0]);
   }
   const int fork_errno = errno;
   closeFd(null_fd);
@@ -510,31 +871,54 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   closeFd(pid_fd);
   if (pid < 0) {
     closeFd(err[0]);
-    ::unlink(log_path.c_str());
-    ::unlink(pathOf(p->handle, ".pid").c_str());
+    undo();
     return fail(
         unavailable(fmt::format("cannot start the pod: fork: {}", std::strerror(fork_errno))));
   }
   ::setpgid(pid, pid);  // also here, so the group exists whichever runs first
-  // The pod's exec closes the error pipe; an errno in it means the program never ran.
-  int child_errno = 0;
+  // The pod's exec closes the error pipe; a failure in it means the program never ran.
+  StartFailure failure;
   ssize_t n;
   do {
-    n = ::read(err[0], &child_errno, sizeof child_errno);
+    n = ::read(err[0], &failure, sizeof failure);
   } while (n < 0 && errno == EINTR);
   closeFd(err[0]);
-  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+  if (n == static_cast<ssize_t>(sizeof failure)) {
     ::kill(-pid, SIGKILL);
     int st = 0;
     while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
-    for (const char* suffix : {".log", ".log.1", ".exit", ".exit.tmp", ".pid"}) {
-      ::unlink(pathOf(p->handle, suffix).c_str());
+    undo();
+    const std::string where = dir.empty() ? "" : " in " + dir;
+    switch (failure.step) {
+      case kStepExec:
+        return fail(invalidArgument(
+                        fmt::format("cannot run \"{}\"{}: {}{}", pod.argv[0], where,
+                                    std::strerror(failure.err),
+                                    sandboxed && failure.err == ENOENT
+                                        ? " (a local pod sees the system's directories, its "
+                                          "working directory and fleet.local.read_only_paths)"
+                                        : ""))
+                        .withField("command"));
+      case kStepChdirNone:
+        return fail(invalidArgument(fmt::format("cannot enter the working directory {}: {}", dir,
+                                                std::strerror(failure.err)))
+                        .withField("workingDir"));
+      case kStepClone:
+        return fail(unavailable(fmt::format("cannot make the pod's namespaces: {}",
+                                            std::strerror(failure.err))));
+      case kStepCgroup:
+        return fail(unavailable(
+            fmt::format("cannot put the pod in its cgroups: {}", std::strerror(failure.err))));
+      case kStepPipe:
+      case kStepFork:
+        return fail(
+            unavailable(fmt::format("cannot start the pod: {}", std::strerror(failure.err))));
+      default:
+        return fail(unavailable(fmt::format("cannot build the pod's sandbox ({}): {}",
+                                            sandbox.stepName(failure.step),
+                                            std::strerror(failure.err))));
     }
-    return fail(
-        invalidArgument(fmt::format("cannot run \"{}\"{}: {}", pod.argv[0],
-                                    dir.empty() ? "" : " in " + dir, std::strerror(child_errno)))
-            .withField("command"));
   }
   p->pid = pid;
   p->pid_start = startTimeOf(pid);
@@ -566,7 +950,16 @@ void LocalExecutor::refreshLocked(Pod& pod) {
     gone = start == 0 || (pod.pid_start != 0 && start != pod.pid_start);
   }
   auto ending = readEnding(pathOf(pod.handle, ".exit"));
-  if (!gone && !ending) return;
+  if (!gone && !ending) {
+    // A process of the pod killed for memory ends the whole pod, as cgroup v2's memory.oom.group
+    // has the kernel do (v1 has no such thing: it is done here).
+    if (options_.cgroups.hasMemory() && !pod.killed &&
+        PodCgroups::oomKills(options_.cgroups.of(pod.handle)) > 0) {
+      ::kill(-pod.pid, SIGKILL);
+      pod.killed = true;
+    }
+    return;
+  }
   if (!gone && ending) {
     // Its supervisor wrote the end and is killing its group: as good as gone.
     ::kill(-pod.pid, SIGKILL);
@@ -586,6 +979,18 @@ void LocalExecutor::refreshLocked(Pod& pod) {
   pod.status.phase = pod.status.exit_code == 0 ? PodPhase::kSucceeded : PodPhase::kFailed;
   // Anything left in the group goes too.
   ::kill(-pod.pid, SIGKILL);
+  // Its memory limit ended it when the kernel killed one of its processes for it (as Kubernetes
+  // has it: OOMKilled, 137); its groups go once empty.
+  if (options_.cgroups.version() != PodCgroups::Version::kNone) {
+    const PodGroups groups = options_.cgroups.of(pod.handle);
+    if (PodCgroups::oomKills(groups) > 0) {
+      pod.status.reason = "OOMKilled";
+      pod.status.exit_code = 137;
+      pod.status.signal.reset();
+      pod.status.phase = PodPhase::kFailed;
+    }
+    PodCgroups::remove(groups);
+  }
 }
 
 void LocalExecutor::escalateLocked(Pod& pod) {

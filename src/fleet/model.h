@@ -145,6 +145,9 @@ struct PodSet {
   std::vector<std::string> command;
   std::string working_dir;
   std::map<std::string, std::string> env;
+  // What each pod is held to where it runs (its first container's limits: memory, cpu); the
+  // engine never reads it (limits stand in for missing requests in `requests`).
+  Resources limits;
   std::string image;  // the container image, for executors that run images (Kubernetes)
 };
 

@@ -1037,6 +1037,10 @@ class WorkloadParser {
       counts(m, "count", "min_count", ps);
       if (m.present("requests"))
         ps.requests = o_.resourceList(m.get("requests"), m.child("requests"));
+      if (m.present("limits")) {
+        ps.limits = o_.resourceList(m.get("limits"), m.child("limits"));
+        for (const auto& [name, v] : ps.limits) ps.requests.emplace(name, v);  // as Kueue does
+      }
       if (m.present("tolerations")) {
         ps.tolerations = o_.tolerations(m.get("tolerations"), m.child("tolerations"));
       }
@@ -1238,6 +1242,15 @@ class WorkloadParser {
     return requests;
   }
 
+  // A container's limits alone (what a local pod is held to). Errors are containerRequests'.
+  Resources containerLimits(const YAML::Node& c, const std::string& path) {
+    if (!c.IsMap()) return {};
+    const YAML::Node res = c["resources"];
+    if (!res.IsDefined() || !res.IsMap() || !res["limits"].IsDefined()) return {};
+    YamlReader quiet(r_.file());
+    return readResources(quiet, res["limits"], path + ".resources.limits", /*whole_extended=*/true);
+  }
+
   bool add(Resources& into, const Resources& more, const YAML::Node& at, const std::string& path) {
     for (const auto& [name, v] : more) {
       if (!addChecked(into[name], v)) {
@@ -1310,7 +1323,10 @@ class WorkloadParser {
   void podSpec(Map s, PodSet& ps) {
     Resources containers, sidecars, init_peak;
     const YAML::Node cs = s.get("containers");
-    if (cs.IsSequence() && cs.size() > 0) runs(cs[0], s.child("containers") + "[0]", ps);
+    if (cs.IsSequence() && cs.size() > 0) {
+      runs(cs[0], s.child("containers") + "[0]", ps);
+      ps.limits = containerLimits(cs[0], s.child("containers") + "[0]");
+    }
     for (size_t i = 0; cs.IsSequence() && i < cs.size(); ++i) {
       const std::string at = fmt::format("{}[{}]", s.child("containers"), i);
       if (!add(containers, containerRequests(cs[i], at), cs[i], at)) return;

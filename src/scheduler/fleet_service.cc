@@ -44,6 +44,10 @@ const std::vector<store::Migration> kFleetMigrations = {
      " busy_gpu_ms INTEGER NOT NULL);"
      "CREATE INDEX gpu_utilisation_at ON gpu_utilisation (at_ms);"
      "CREATE INDEX gpu_utilisation_workload ON gpu_utilisation (workload, at_ms)"},
+    // The account each team's local pods run as (uid = gid), made at its first pod.
+    {3, "local pods' accounts",
+     "CREATE TABLE fleet_accounts (team_id TEXT PRIMARY KEY, uid INTEGER NOT NULL UNIQUE,"
+     " created_at TEXT NOT NULL)"},
 };
 
 constexpr const char* kGpu = "nvidia.com/gpu";
@@ -88,6 +92,10 @@ void merge(fleet::ManifestSet& into, fleet::ManifestSet set) {
 
 // How a pod's end reads: "exited with code 3", "was killed by signal 9".
 std::string endOf(const PodRun& p) {
+  if (p.reason == "OOMKilled") {
+    return fmt::format("was killed for going over its memory limit (OOMKilled, exit code {})",
+                       p.exit_code.value_or(137));
+  }
   if (p.signal) return fmt::format("was ended by signal {}", *p.signal);
   return fmt::format("exited with code {}", p.exit_code.value_or(-1));
 }
@@ -192,6 +200,10 @@ Result<void> FleetService::load() {
     records = PURSER_TRY_VALUE(
         tx.query("SELECT record FROM fleet_workloads WHERE state NOT IN ('finished', "
                  "'succeeded', 'failed') ORDER BY seq"));
+    for (const auto& row :
+         PURSER_TRY_VALUE(tx.query("SELECT team_id, uid FROM fleet_accounts"))) {
+      accounts_[row.getText(0)] = row.getInt(1);
+    }
     auto max_seq = PURSER_TRY_VALUE(tx.query("SELECT MAX(seq) FROM fleet_workloads"));
     if (!max_seq.empty() && std::holds_alternative<int64_t>(max_seq[0].at(0))) {
       next_seq_ = max_seq[0].getInt(0) + 1;
@@ -1140,6 +1152,37 @@ bool FleetService::blocked(const Record& r) const {
   return false;
 }
 
+Result<int64_t> FleetService::accountOf(const std::string& team_id) {
+  if (auto it = accounts_.find(team_id); it != accounts_.end()) return it->second;
+  int64_t uid = 0;
+  const std::string at = formatRfc3339(d_.clock.now());
+  const int64_t base = options_.account_uid_base, count = options_.account_uid_count;
+  PURSER_TRY(d_.store.write(fenced([&](store::Tx& tx) -> Result<void> {
+    // Another leader may have made it meanwhile; else the next uid in the range.
+    auto have = PURSER_TRY_VALUE(
+        tx.query("SELECT uid FROM fleet_accounts WHERE team_id = $1", {team_id}));
+    if (!have.empty()) {
+      uid = have[0].getInt(0);
+      return {};
+    }
+    auto top = PURSER_TRY_VALUE(tx.query(
+        "SELECT MAX(uid) FROM fleet_accounts WHERE uid >= $1 AND uid < $2", {base, base + count}));
+    uid = !top.empty() && std::holds_alternative<int64_t>(top[0].at(0)) ? top[0].getInt(0) + 1
+                                                                        : base;
+    if (uid >= base + count) {
+      return fail(Error(ErrorCode::kResourceExhausted,
+                        fmt::format("every account of fleet.local's {} (from uid {}) is some "
+                                    "team's; raise fleet.local.uid_count",
+                                    count, base)));
+    }
+    PURSER_TRY(tx.exec("INSERT INTO fleet_accounts (team_id, uid, created_at) VALUES ($1, $2, $3)",
+                       {team_id, uid, at}));
+    return {};
+  })));
+  accounts_[team_id] = uid;
+  return uid;
+}
+
 void FleetService::startPods(Record& r, int64_t now) {
   dirty_.insert(r.spec.name);
   // A run written as launching by a leader that died is started again under the same keys.
@@ -1211,7 +1254,30 @@ void FleetService::startPods(Record& r, int64_t now) {
       launch.image = ps.image;
       launch.queue = r.spec.local_queue;
       launch.time_limit_seconds = r.spec.max_execution_seconds;
-      if (options_.fence) launch.key = fmt::format("{}-{}", r.seq, r.runs);
+      if (options_.fence) {
+        launch.key = fmt::format("{}-{}-{}", options_.installation, r.seq, r.runs);
+      }
+      launch.team = r.spec.namespace_;
+      if (auto l = ps.limits.find("memory"); l != ps.limits.end()) {
+        launch.memory_limit_bytes = l->second / 1000;
+      }
+      if (auto l = ps.limits.find("cpu"); l != ps.limits.end()) launch.cpu_limit_milli = l->second;
+      if (r.admission) {
+        for (const auto& a : r.admission->pod_sets) {
+          if (a.name == ps.name && static_cast<size_t>(i) < a.placements.size()) {
+            launch.gpu_indices = a.placements[static_cast<size_t>(i)].gpus;
+          }
+        }
+      }
+      if (executor_name == "local") {
+        auto uid = accountOf(r.team_id.empty() ? "namespace:" + r.spec.namespace_ : r.team_id);
+        if (!uid) {
+          failure = fmt::format("pod {}-{} has no account to run as: {}", ps.name, i,
+                                uid.error().message);
+          break;
+        }
+        launch.uid = *uid;
+      }
       if (!r.external.empty()) launch.existing = r.external.substr(r.external.find(':') + 1);
       if (r.admission) {
         for (const auto& a : r.admission->pod_sets) {
@@ -1362,6 +1428,7 @@ void FleetService::pollPods() {
           p.phase = st->phase == exec::PodPhase::kSucceeded ? "succeeded" : "failed";
           p.exit_code = st->exit_code;
           p.signal = st->signal;
+          p.reason = st->reason;
           p.finished_ms = st->finished_at ? unixMillis(*st->finished_at) : nowMs();
           dirty_.insert(name);
         }
@@ -1406,7 +1473,7 @@ void FleetService::pollPods() {
       }
     }
     if (decisive != nullptr) {
-      endRun(r, true, "PodFailed",
+      endRun(r, true, decisive->reason == "OOMKilled" ? "OOMKilled" : "PodFailed",
              fmt::format("pod {}-{} {}", decisive->pod_set, decisive->index, endOf(*decisive)));
     } else {
       endRun(r, false, "Completed", fmt::format("{} pod(s) exited with code 0", r.pods.size()));

@@ -127,6 +127,13 @@ struct Options {
   // it, a run is written before its pods are asked to start, under keys that make a second
   // start of them (by the next leader) take them back. Empty: one replica, no fence.
   std::function<Result<void>(store::Tx&)> fence;
+  // This installation's id (its database's): keyed starts carry it, so that the files of pods
+  // another database started are never taken for this one's.
+  std::string installation;
+  // The accounts (uid = gid) local pods run as: one per team, from account_uid_base up, made the
+  // first time a team's pod starts and kept in fleet_accounts.
+  int64_t account_uid_base = 200000;
+  int64_t account_uid_count = 65536;
 };
 
 // The fleet's schema, which open() applies (and `purser migrate` applies in PostgreSQL).
@@ -345,6 +352,8 @@ class FleetService {
   // Pods.
   bool blocked(const Record& r) const;
   void startPods(Record& r, int64_t now);
+  // The account (uid) the pods of `team_id` run as on this machine, made when it has none.
+  Result<int64_t> accountOf(const std::string& team_id);
   void stopPods(Record& r, const std::string& why);
   void pollPods();
   void endRun(Record& r, bool failed, const std::string& reason, const std::string& message);
@@ -374,6 +383,7 @@ class FleetService {
   std::map<std::string, Record> records_;  // live workloads by name
   std::vector<Stopping> stopping_;
   int64_t next_seq_ = 1;
+  std::map<std::string, int64_t> accounts_;  // team id -> the uid its local pods run as
   int64_t hold_seq_ = 0;  // GPU holds taken
   int64_t last_tick_ms_ = 0;
   std::atomic<bool> closing_{false};

@@ -89,6 +89,7 @@ json specJson(const Workload& w) {
                     {"use_gpu_types", ps.use_gpu_types},
                     {"nouse_gpu_types", ps.nouse_gpu_types},
                     {"command", ps.command},
+                    {"limits", ps.limits},
                     {"working_dir", ps.working_dir},
                     {"env", ps.env},
                     {"image", ps.image}});
@@ -161,6 +162,7 @@ Workload specFrom(const json& j) {
     // Records written before workloads carried what they run have none of these.
     if (ps.contains("command")) out.command = ps.at("command").get<std::vector<std::string>>();
     if (ps.contains("working_dir")) out.working_dir = ps.at("working_dir").get<std::string>();
+    if (ps.contains("limits")) out.limits = ps.at("limits").get<std::map<std::string, Amount>>();
     if (ps.contains("env")) out.env = ps.at("env").get<std::map<std::string, std::string>>();
     if (ps.contains("image")) out.image = ps.at("image").get<std::string>();
     w.pod_sets.push_back(std::move(out));
@@ -176,6 +178,7 @@ json podJson(const PodRun& p) {
           {"phase", p.phase},
           {"exit_code", p.exit_code ? json(*p.exit_code) : json(nullptr)},
           {"signal", p.signal ? json(*p.signal) : json(nullptr)},
+          {"reason", p.reason},
           {"started_ms", p.started_ms},
           {"finished_ms", p.finished_ms},
           {"pid", p.pid},
@@ -191,6 +194,7 @@ PodRun podFrom(const json& j) {
   p.phase = j.at("phase").get<std::string>();
   if (!j.at("exit_code").is_null()) p.exit_code = j.at("exit_code").get<int>();
   if (!j.at("signal").is_null()) p.signal = j.at("signal").get<int>();
+  if (j.contains("reason")) p.reason = j.at("reason").get<std::string>();
   p.started_ms = j.at("started_ms").get<int64_t>();
   p.finished_ms = j.at("finished_ms").get<int64_t>();
   p.pid = j.value("pid", int64_t{0});

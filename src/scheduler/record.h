@@ -36,6 +36,7 @@ struct PodRun {
   std::string phase = "running";   // running, succeeded, failed, stopped (preempted or deleted)
   std::optional<int> exit_code;
   std::optional<int> signal;
+  std::string reason;  // why it ended where its executor says more: "OOMKilled"
   int64_t started_ms = 0, finished_ms = 0;
   int64_t pid = 0;          // the local executor's process group, to adopt it after a restart
   int64_t pid_start = 0;    // and when that process started (guards against a reused pid)

@@ -2,9 +2,11 @@
 
 #include <utility>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -12,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -35,6 +39,9 @@
 #include "common/secret_key.h"
 #include "config/kubeconfig.h"
 #include "config/route_changes.h"
+#include "exec/cgroups.h"
+#include "exec/local_executor.h"
+#include "exec/sandbox.h"
 #include "gateway/admission.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
@@ -121,6 +128,112 @@ Result<std::string> replicaName(const config::Config& c, const DataDir& dir, IdG
   return name;
 }
 
+// A secret handed in through the environment, read once and then gone from it: scrubbed from
+// the memory /proc/<pid>/environ shows, and unset, so that no child and no reader of that file
+// sees it.
+std::optional<std::string> takeSecretEnv(const char* name) {
+  char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  std::optional<std::string> out;
+  if (*value != '\0') out = std::string(value);
+  std::memset(value, 0, std::strlen(value));
+  ::unsetenv(name);
+  return out;
+}
+
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  auto p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
+
+// The wall around local pods (exec/sandbox.h), as fleet.local asks and this machine allows:
+// what the executor is given, and what to warn of (the log, /readyz, the console).
+Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_dir,
+                            const std::string& pod_logs, exec::LocalExecutorOptions& local,
+                            std::vector<std::string>& warnings) {
+  const std::string data = absolute(data_dir.path());
+  local.workspace_root = absolute(config.fleet.local_working_dir.empty()
+                                      ? data_dir.file("workspaces")
+                                      : config.fleet.local_working_dir);
+  if (local.workspace_root == data || (data.starts_with(local.workspace_root + "/"))) {
+    return fail(invalidArgument(fmt::format(
+        "fleet.local.working_dir {} holds Purser's data directory; give the teams' workspaces a "
+        "directory of their own",
+        local.workspace_root)));
+  }
+  if (std::error_code ec; !std::filesystem::create_directories(local.workspace_root, ec) && ec) {
+    return fail(unavailable(fmt::format("cannot create {}: {}", local.workspace_root, ec.message())));
+  }
+  ::chmod(local.workspace_root.c_str(), 0700);
+  ::chmod(pod_logs.c_str(), 0700);
+  local.pids_limit = config.fleet.local_pids_limit;
+  local.tmp_bytes = config.fleet.local_tmp_bytes;
+  local.cgroups = exec::PodCgroups::detect();
+  spdlog::info("fleet: local pods' limits: {}", local.cgroups.describe());
+  if (config.fleet.local_isolation == "none") {
+    local.isolation = exec::Isolation::kNone;
+    warnings.push_back(
+        "fleet.local.isolation is none: local pods run as Purser's own user and can read its "
+        "keys, its data directory and other teams' files");
+    spdlog::warn("fleet: {}", warnings.back());
+    return {};
+  }
+  local.isolation = ::geteuid() == 0 ? exec::Isolation::kAccounts : exec::Isolation::kUserNamespace;
+  exec::SandboxOptions& box = local.sandbox;
+  for (const auto& p : config.fleet.local_read_only_paths) box.read_only_paths.push_back(absolute(p));
+  box.hidden_paths = {data, absolute(pod_logs), local.workspace_root};
+  if (const auto& slurm = config.fleet.slurm) {
+    box.hidden_paths.push_back(absolute(slurm->log_dir.empty() ? data_dir.file("slurm") : slurm->log_dir));
+  }
+  if (!config.file.empty()) {
+    // The configuration may hold provider keys, and what lies beside it often holds more
+    // (certificates, token files): its directory is hidden, unless that is a system directory.
+    const std::string file = absolute(config.file);
+    const std::string dir = std::filesystem::path(file).parent_path().string();
+    box.hidden_paths.push_back(file);
+    const bool system = std::find(box.system_paths.begin(), box.system_paths.end(), dir) !=
+                            box.system_paths.end() || dir == "/";
+    if (!system) box.masked_paths.push_back(dir);
+  }
+  if (const auto& k = config.fleet.kubernetes) {
+    for (const auto& f : {k->kubeconfig, k->token_file, k->ca_file}) {
+      if (!f.empty()) box.hidden_paths.push_back(absolute(f));
+    }
+  }
+  if (config.http.tls) {
+    box.hidden_paths.push_back(absolute(config.http.tls->key_file));
+  }
+  for (const auto& p : box.read_only_paths) {
+    for (const auto& h : box.hidden_paths) {
+      if (p == h || h.starts_with(p + "/") || p.starts_with(h + "/")) {
+        spdlog::warn("fleet: fleet.local.read_only_paths {} holds {}, which pods never see; "
+                     "they see the rest of it", p, h);
+      }
+    }
+  }
+  std::error_code ec;
+  box.self_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  const std::string base = pod_logs + "/.view";
+  if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail(unavailable(fmt::format("cannot create {}: {}", base, std::strerror(errno))));
+  }
+  if (auto probe = exec::probeSandbox(local.isolation, box, base); !probe) {
+    local.refused = fmt::format(
+        "{} isolation is not possible here ({}); fix that, or write fleet.local.isolation: none "
+        "to run local pods as Purser itself",
+        exec::isolationName(local.isolation), probe.error().message);
+    warnings.push_back("local pods are refused: " + local.refused);
+    spdlog::error("fleet: {}", warnings.back());
+    return {};
+  }
+  spdlog::info("fleet: local pods run isolated ({}): {}", exec::isolationName(local.isolation),
+               local.isolation == exec::Isolation::kAccounts
+                   ? "an account per team, namespaces of their own"
+                   : "user namespaces mapped to Purser's own user, namespaces of their own");
+  return {};
+}
+
 http::ServerOptions serverOptions(const config::Config& c) {
   http::ServerOptions o;
   o.host = c.host;
@@ -148,6 +261,20 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   const Clock& clock = SystemClock::instance();
   IdGenerator ids(clock, SystemRandom::instance());
   const auto started_at = clock.now();
+  // Nothing of this process is another's to read — its memory, its environment, its open files —
+  // not even a process of its own user (a pod in a user namespace is one): not dumpable.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  const std::optional<std::string> audit_env = takeSecretEnv("PURSER_AUDIT_KEY");
+  const std::optional<std::string> admin_env = takeSecretEnv("PURSER_ADMIN_KEY");
+  const std::optional<std::string> master_env = takeSecretEnv("PURSER_MASTER_KEY");
+  if (!config.file.empty()) {
+    if (struct stat st {}; ::stat(config.file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      spdlog::warn("{} can be read by other users than Purser's; it may hold provider keys "
+                   "(chmod 600 it)",
+                   config.file);
+    }
+  }
+  std::vector<std::string> warnings;  // for /api/v1/info (the console) and /readyz
 
   auto data_dir = PURSER_TRY_VALUE(DataDir::open(config.data_dir));
   std::unique_ptr<store::Store> store;
@@ -175,10 +302,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   const bool shared_store = config.store.driver == "postgres";
   if (shared_store) wallets.enableLeases();
   // The audit log is signed with a key kept outside the database, and anchored beside it.
-  std::optional<std::string> audit_key_hex;
-  if (const char* env = std::getenv("PURSER_AUDIT_KEY"); env != nullptr && *env != '\0') {
-    audit_key_hex = env;
-  }
+  const std::optional<std::string>& audit_key_hex = audit_env;
   const SecretKey audit_key = PURSER_TRY_VALUE(loadOrCreateSecretKey(
       audit_key_hex, "PURSER_AUDIT_KEY", data_dir->file("audit.key"), SystemRandom::instance()));
   ledger::AuditLog audit(clock, audit_key, data_dir->file("audit.anchor"));
@@ -284,10 +408,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       }
     });
   }
-  std::optional<std::string> admin_key;
-  if (const char* env = std::getenv("PURSER_ADMIN_KEY"); env != nullptr && *env != '\0') {
-    admin_key = env;
-  }
+  const std::optional<std::string>& admin_key = admin_env;
   const auto generated = PURSER_TRY_VALUE(api::bootstrap(services, admin_key));
 
   http::MetricsRegistry metrics;
@@ -331,6 +452,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
         {"installation_id", installation},
         {"started_at", formatRfc3339(started_at)},
         {"workers", workers.size()},
+        {"warnings", warnings},
     };
     return http::Response::json(200, writeJson(body));
   }));
@@ -440,10 +562,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(gateway.addRoutes(router));
   // Provider keys replaced through the API are kept sealed (AES-256-GCM) and win over the
   // configuration's.
-  std::optional<std::string> master_key;
-  if (const char* env = std::getenv("PURSER_MASTER_KEY"); env != nullptr && *env != '\0') {
-    master_key = env;
-  }
+  const std::optional<std::string>& master_key = master_env;
   auto sealer = PURSER_TRY_VALUE(
       gateway::Sealer::open(master_key, data_dir->file("master.key"), SystemRandom::instance()));
   PURSER_TRY(store->migrate("gateway", gateway::ProviderKeyStore::migrations()));
@@ -501,8 +620,16 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_setup.local.max_log_bytes = static_cast<size_t>(config.fleet.local_max_log_bytes);
   fleet_setup.local.max_memory_bytes = static_cast<uint64_t>(config.fleet.local_max_memory_bytes);
   fleet_setup.local.max_cpu_seconds = static_cast<uint64_t>(config.fleet.local_max_cpu_seconds);
-  fleet_setup.local.default_working_dir = config.fleet.local_working_dir;
   fleet_setup.local.max_pods = static_cast<size_t>(config.fleet.local_max_pods);
+  PURSER_TRY(setUpLocalPods(config, *data_dir, pod_logs, fleet_setup.local, warnings));
+  if (!warnings.empty()) {
+    // Ready (nothing else is amiss), but degraded: said in every answer until it is fixed.
+    readiness.addDegraded("fleet.local", [&warnings]() -> Result<void> {
+      return fail(unavailable(fmt::format("{}", fmt::join(warnings, "; "))));
+    });
+  }
+  fleet_options.account_uid_base = config.fleet.local_uid_base;
+  fleet_options.account_uid_count = config.fleet.local_uid_count;
   if (const auto& slurm = config.fleet.slurm) {
     exec::SlurmExecutorOptions so;
     so.log_dir = slurm->log_dir.empty() ? data_dir->file("slurm") : slurm->log_dir;

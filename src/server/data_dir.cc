@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,11 @@ Result<std::unique_ptr<DataDir>> DataDir::open(const std::string& path) {
   if (ec) {
     return fail(
         unavailable(fmt::format("cannot create data directory \"{}\": {}", path, ec.message())));
+  }
+  // Purser's alone: nothing in it is for another user (keys, the ledger, pods' logs).
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && st.st_uid == ::geteuid() &&
+                         (st.st_mode & 077) != 0) {
+    ::chmod(path.c_str(), 0700);
   }
   const std::string lock_path = path + "/purser.lock";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);

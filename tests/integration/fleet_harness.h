@@ -83,10 +83,14 @@ class FleetServer {
 
   // Starts it; false (with the server's stderr in `why`) when it did not come up.
   bool start(std::string* why = nullptr) {
-    process_ = std::make_unique<Process>(
-        std::vector<std::string>{PURSER_BINARY, "serve", "--config", dir_.file("purser.yaml"),
-                                 "--data", dir_.file("var")},
-        "", std::vector<std::string>{"PURSER_ADMIN_KEY=" + admin_key_});
+    std::vector<std::string> argv = prefix_;
+    for (const std::string& a : {binary_, std::string("serve"), std::string("--config"),
+                                 dir_.file("purser.yaml"), std::string("--data"), dir_.file("var")}) {
+      argv.push_back(a);
+    }
+    std::vector<std::string> env = {"PURSER_ADMIN_KEY=" + admin_key_};
+    env.insert(env.end(), env_.begin(), env_.end());
+    process_ = std::make_unique<Process>(argv, "", env);
     auto line = process_->waitForStdout("purser: listening on ");
     if (!line) {
       if (why) *why = process_->err();
@@ -147,6 +151,15 @@ class FleetServer {
   }
 
   uint16_t port() const { return port_; }
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
+  // Runs it as `prefix` says (setpriv, to run it as another user), `binary` instead of this
+  // build's, with `env` ("NAME=value") besides its admin key.
+  void runAs(std::vector<std::string> prefix, std::string binary,
+             std::vector<std::string> env = {}) {
+    prefix_ = std::move(prefix);
+    binary_ = std::move(binary);
+    env_ = std::move(env);
+  }
 
   // Runs the CLI against this server as `key`; its exit code and what it printed.
   std::pair<int, std::string> cli(const std::vector<std::string>& args, const std::string& key) {
@@ -226,6 +239,9 @@ class FleetServer {
   const std::string admin_key_;
   std::unique_ptr<Process> process_;
   uint16_t port_ = 0;
+  std::vector<std::string> prefix_;
+  std::string binary_ = PURSER_BINARY;
+  std::vector<std::string> env_;
 };
 
 }  // namespace purser::testing

@@ -40,12 +40,15 @@ class FleetRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
+    // The gates the pods wait for are shown to them (read-only); nothing else of the test's.
+    std::filesystem::create_directories(dir.file("gates"));
     // 3600.00 per GPU-hour: one GPU-second costs 1.00.
     testing::writeFile(dir.file("purser.yaml"),
                        "listen: 127.0.0.1:0\nthreads: 1\n"
                        "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
                        "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
-                       "  termination_grace: 30s\n");
+                       "  termination_grace: 30s\n"
+                       "  local: {read_only_paths: [\"" + dir.file("gates") + "\"]}\n");
     std::string why;
     ASSERT_TRUE(server.start(&why)) << why;
     key = server.member();

@@ -1,0 +1,291 @@
+// The hostile member, end to end: two tenants on one `purser serve` (the embedded default), a
+// member key each, and a job of one member that tries everything a workload could do to Purser
+// and to the other tenant — read Purser's environment, keys, ledger, configuration and the other
+// tenant's logs and files; forge the other tenant's pod's end; kill Purser; work in Purser's data
+// directory; outgrow its memory. Every attempt must fail with what the member sees named, and
+// Purser and the other tenant's job must go on untouched.
+//
+// Run twice: Purser as root (each team's pods under an account of their own), and Purser as an
+// unprivileged user (pods in user namespaces). PURSER_TEST_BINARY runs the suite against another
+// build (to show that it fails against one without the walls).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "fakes/temp_dir.h"
+#include "integration/fleet_harness.h"
+
+namespace purser {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using nlohmann::json;
+
+constexpr const char* kAdminKey = "walls-test-admin-key-0123456789abcdef";
+constexpr const char* kMasterKey =
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+constexpr uid_t kNobody = 65534;
+
+enum class Mode { kRoot, kUnprivileged };
+
+std::string binary() {
+  const char* other = std::getenv("PURSER_TEST_BINARY");
+  return other != nullptr && *other != '\0' ? other : PURSER_BINARY;
+}
+
+// ClusterQueue shared, open to every namespace, with a LocalQueue in each team's.
+std::string manifests() {
+  return R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: cpu}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: shared}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+    - coveredResources: [cpu, memory]
+      flavors:
+        - name: cpu
+          resources:
+            - {name: cpu, nominalQuota: 16}
+            - {name: memory, nominalQuota: 64Gi}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: ml, name: jobs}
+spec: {clusterQueue: shared}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: research, name: jobs}
+spec: {clusterQueue: shared}
+)";
+}
+
+class WallsTest : public ::testing::TestWithParam<Mode> {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) {
+      GTEST_SKIP() << "starting Purser as root and as another user needs root";
+    }
+    ::chmod(dir.path().c_str(), 0755);
+    testing::writeFile(dir.file("fleet.yaml"), manifests());
+    testing::writeFile(dir.file("purser.yaml"),
+                       "listen: 127.0.0.1:0\nthreads: 1\n"
+                       "providers:\n  - {name: upstream, kind: openai, base_url: "
+                       "\"http://127.0.0.1:9\", api_keys: [sk-provider-secret-in-config]}\n"
+                       "fleet:\n  manifests: [fleet.yaml]\n  termination_grace: 1s\n");
+    ::chmod(dir.file("purser.yaml").c_str(), 0600);
+    std::string program = binary();
+    if (GetParam() == Mode::kUnprivileged) {
+      // Everything of this Purser is its user's; its program must be one that user may run.
+      std::filesystem::create_directories(dir.file("var"));
+      std::filesystem::create_directories(dir.file("bin"));
+      std::filesystem::copy_file(program, dir.file("bin/purser"));
+      ::chmod(dir.file("bin/purser").c_str(), 0755);
+      program = dir.file("bin/purser");
+      for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+        ::lchown(e.path().c_str(), kNobody, kNobody);
+      }
+      ::chown(dir.path().c_str(), kNobody, kNobody);
+      server.runAs({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                    "--inh-caps=-all", "--"},
+                   program, {std::string("PURSER_MASTER_KEY=") + kMasterKey});
+    } else {
+      server.runAs({}, program, {std::string("PURSER_MASTER_KEY=") + kMasterKey});
+    }
+    std::string why;
+    ASSERT_TRUE(server.start(&why)) << why;
+    alice = member("acme", "ml", "alice");
+    bob = member("globex", "research", "bob");
+    ASSERT_FALSE(alice.empty());
+    ASSERT_FALSE(bob.empty());
+  }
+  void TearDown() override {
+    for (const auto& [team, path] : gates_) testing::writeFile(path, "");
+    server.stop();
+  }
+
+  std::string member(const std::string& tenant, const std::string& team,
+                     const std::string& user) {
+    server.call("POST", "/api/v1/tenants", kAdminKey, json{{"name", tenant}}.dump());
+    server.call("POST", "/api/v1/teams", kAdminKey,
+                json{{"name", team}, {"tenant", tenant}}.dump());
+    json u = server.call("POST", "/api/v1/users", kAdminKey,
+                         json{{"name", user}, {"tenant", tenant}, {"team", team}}.dump());
+    json k = server.call(
+        "POST", "/api/v1/keys", kAdminKey,
+        json{{"name", "laptop"}, {"owner", {{"kind", "user"}, {"id", u["id"]}}}}.dump());
+    return k.value("key", "");
+  }
+
+  // Submits a job of `ns` running `script`; the answer's status.
+  int submit(const std::string& key, const std::string& ns, const std::string& name,
+             const std::string& script, const json& extra = json::object()) {
+    json ps = {{"name", "main"},
+               {"requests", {{"cpu", "1"}, {"memory", "256Mi"}}},
+               {"command", {"/bin/sh", "-c", script}}};
+    for (const auto& [k, v] : extra.items()) ps[k] = v;
+    json w = {{"name", name}, {"namespace", ns}, {"queue", "jobs"}, {"pod_sets", {ps}}};
+    int status = 0;
+    json out = server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
+    EXPECT_EQ(status, 201) << out.dump();
+    return status;
+  }
+  json get(const std::string& key, const std::string& ns, const std::string& name) {
+    return server.call("GET", "/api/v1/workloads/" + ns + "/" + name, key);
+  }
+  json waitFor(const std::string& key, const std::string& ns, const std::string& name,
+               const std::vector<std::string>& states) {
+    json w;
+    for (int i = 0; i < 3000; ++i) {
+      w = get(key, ns, name);
+      for (const auto& s : states) {
+        if (w.is_object() && w.value("state", "") == s) return w;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << name << " never reached " << states[0] << ": " << w.dump();
+    return w;
+  }
+  std::string logs(const std::string& key, const std::string& ns, const std::string& name) {
+    json l = server.call("GET", "/api/v1/workloads/" + ns + "/" + name + "/logs", key);
+    return l.is_string() ? l.get<std::string>() : l.dump();
+  }
+  std::string workspace(const std::string& ns) { return dir.file("var/workspaces/" + ns); }
+  // A gate the job of `ns` waits for (a file in its workspace), opened at the end at the latest.
+  std::string gate(const std::string& ns) {
+    gates_[ns] = workspace(ns) + "/gate";
+    return "while [ ! -e gate ]; do sleep 0.02; done";
+  }
+  bool alive() {
+    int status = 0;
+    server.call("GET", "/api/v1/whoami", alice, "", "application/json", &status);
+    return status == 200 && ::kill(server.pid(), 0) == 0;
+  }
+
+  testing::TempDir dir;
+  testing::FleetServer server{dir, kAdminKey};
+  std::string alice, bob;
+  std::map<std::string, std::string> gates_;
+};
+
+TEST_P(WallsTest, AMembersJobCanReachNothingOfPurserNorOfTheOtherTenant) {
+  // Bob's job: a secret in its environment, a log of its own; it waits for its gate.
+  ASSERT_EQ(submit(bob, "research", "victim",
+                   "echo bob-log-line; " + gate("research") + "; echo bob-finished",
+                   {{"env", {{"BOB_TOKEN", "bob-secret-token"}}}}),
+            201);
+  waitFor(bob, "research", "victim", {"running"});
+  const std::string d = dir.file("var");
+  const std::string pid = std::to_string(server.pid());
+  // Alice's job tries everything, and says what it saw.
+  const std::string attack =
+      "P=" + pid + "; D=" + d + "; "
+      "echo \"environ=$(cat /proc/$P/environ 2>&1 | head -c 100)\"; "
+      "echo \"anyenv=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
+      "grep -c -e PURSER_ADMIN_KEY -e PURSER_MASTER_KEY -e BOB_TOKEN)\"; "
+      "echo \"cmdline=$(tr '\\0' ' ' < /proc/1/cmdline)\"; "
+      "echo \"auditkey=$(cat $D/audit.key 2>&1 | head -c 100)\"; "
+      "echo \"masterkey=$(cat $D/master.key 2>&1 | head -c 100)\"; "
+      "echo \"db=$(head -c 15 $D/purser.db 2>&1 | head -c 100)\"; "
+      "echo \"config=$(cat " + dir.file("purser.yaml") + " 2>&1 | head -c 100)\"; "
+      "echo \"logs=$(cat $D/pods/*.log 2>&1 | head -c 100)\"; "
+      "echo \"forge=$( (echo 'exit 0 0' > $D/pods/research.victim.main.0.exit) 2>&1 | head -c 100)\"; "
+      "echo \"theirs=$(ls " + workspace("research") + " 2>&1 | head -c 100)\"; "
+      "echo \"kill=$(kill -9 $P 2>&1 | head -c 100)\"; "
+      "echo attack-over";
+  ASSERT_EQ(submit(alice, "ml", "attack", attack), 201);
+  json done = waitFor(alice, "ml", "attack", {"succeeded", "failed"});
+  const std::string seen = logs(alice, "ml", "attack");
+  ASSERT_THAT(seen, HasSubstr("attack-over")) << done.dump();
+  EXPECT_THAT(seen, HasSubstr("environ=cat: /proc/" + pid + "/environ: No such file"));
+  EXPECT_THAT(seen, HasSubstr("anyenv=0\n"));
+  EXPECT_THAT(seen, HasSubstr("cmdline=purser-pod-init\n"));
+  EXPECT_THAT(seen, HasSubstr("auditkey=cat: " + d + "/audit.key: No such file"));
+  EXPECT_THAT(seen, HasSubstr("masterkey=cat: " + d + "/master.key: No such file"));
+  EXPECT_THAT(seen, HasSubstr("db=head: cannot open '" + d + "/purser.db'"));
+  EXPECT_THAT(seen, HasSubstr("config=cat: " + dir.file("purser.yaml") + ": No such file"));
+  EXPECT_THAT(seen, HasSubstr("logs=cat: '" + d + "/pods/*.log': No such file"));
+  EXPECT_THAT(seen, HasSubstr("forge=sh: 1: cannot create " + d + "/pods/"));
+  EXPECT_THAT(seen, Not(HasSubstr("sk-provider-secret")));
+  EXPECT_THAT(seen, Not(HasSubstr("bob-secret-token")));
+  EXPECT_THAT(seen, Not(HasSubstr(kAdminKey)));
+  EXPECT_THAT(seen, HasSubstr("theirs=ls: cannot access '" + workspace("research") + "'"));
+  EXPECT_THAT(seen, HasSubstr("kill=sh: 1: kill: No such process"));
+  // Purser runs on; Bob's job runs on, its log its own, and ends its own way.
+  EXPECT_TRUE(alive());
+  EXPECT_EQ(get(bob, "research", "victim").value("state", ""), "running");
+  testing::writeFile(gates_["research"], "");
+  json victim = waitFor(bob, "research", "victim", {"succeeded", "failed"});
+  EXPECT_EQ(victim.value("state", ""), "succeeded") << victim.dump();
+  EXPECT_THAT(logs(bob, "research", "victim"), HasSubstr("bob-finished"));
+  // What Purser keeps is as it was: the key files are there and Purser's own.
+  struct stat st {};
+  ASSERT_EQ(::stat((d + "/master.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, GetParam() == Mode::kRoot ? 0u : kNobody);
+  ASSERT_EQ(::stat(d.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u) << "the data directory is Purser's alone";
+}
+
+TEST_P(WallsTest, AJobCannotWorkInPursersDataDirectoryNorInAnotherTeamsWorkspace) {
+  for (const std::string& where : {dir.file("var"), workspace("research"), std::string("/"),
+                                   std::string("relative")}) {
+    const std::string name = "wd" + std::to_string(gates_.size() + where.size());
+    ASSERT_EQ(submit(alice, "ml", name, "echo ran; ls", {{"working_dir", where}}), 201);
+    json w = waitFor(alice, "ml", name, {"failed", "succeeded"});
+    EXPECT_EQ(w.value("state", ""), "failed") << where << ": " << w.dump();
+    EXPECT_EQ(w.value("reason", ""), "StartFailed") << w.dump();
+    EXPECT_THAT(w.value("message", ""), HasSubstr("workingDir")) << w.dump();
+    EXPECT_THAT(logs(alice, "ml", name), Not(HasSubstr("ran")));
+  }
+  // Its own workspace it may use, and a directory inside it.
+  ASSERT_EQ(submit(alice, "ml", "inside", "pwd", {{"working_dir", workspace("ml") + "/runs/1"}}),
+            201);
+  json w = waitFor(alice, "ml", "inside", {"succeeded", "failed"});
+  EXPECT_EQ(w.value("state", ""), "succeeded") << w.dump();
+  EXPECT_THAT(logs(alice, "ml", "inside"), HasSubstr(workspace("ml") + "/runs/1"));
+  EXPECT_TRUE(alive());
+}
+
+TEST_P(WallsTest, AJobOverItsMemoryLimitIsOOMKilledWhileTheOtherTenantAndPurserGoOn) {
+  if (GetParam() == Mode::kUnprivileged) {
+    GTEST_SKIP() << "an unprivileged Purser has no cgroups of its own here; its pods' memory is "
+                    "bounded by RLIMIT_AS instead, which fails allocations rather than killing";
+  }
+  ASSERT_EQ(submit(bob, "research", "steady", "echo steady; " + gate("research") + "; echo ok"),
+            201);
+  waitFor(bob, "research", "steady", {"running"});
+  ASSERT_EQ(submit(alice, "ml", "hog", "echo start; head -c 500000000 /dev/zero | tail -n 1",
+                   {{"limits", {{"memory", "64Mi"}}}}),
+            201);
+  json hog = waitFor(alice, "ml", "hog", {"failed", "succeeded"});
+  EXPECT_EQ(hog.value("state", ""), "failed") << hog.dump();
+  EXPECT_EQ(hog.value("reason", ""), "OOMKilled") << hog.dump();
+  EXPECT_EQ(hog.value("exit_code", 0), 137) << hog.dump();
+  EXPECT_THAT(hog.value("message", ""), HasSubstr("memory limit"));
+  EXPECT_TRUE(alive());
+  EXPECT_EQ(get(bob, "research", "steady").value("state", ""), "running");
+  testing::writeFile(gates_["research"], "");
+  EXPECT_EQ(waitFor(bob, "research", "steady", {"succeeded", "failed"}).value("state", ""),
+            "succeeded");
+}
+
+INSTANTIATE_TEST_SUITE_P(Purser, WallsTest, ::testing::Values(Mode::kRoot, Mode::kUnprivileged),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return info.param == Mode::kRoot ? std::string("AsRoot")
+                                                            : std::string("Unprivileged");
+                         });
+
+}  // namespace
+}  // namespace purser
