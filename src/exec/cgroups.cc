@@ -61,9 +61,16 @@ bool exists(const std::string& path) {
 
 // Makes `dir` (a group); true when it is there afterwards.
 bool makeGroup(const std::string& dir, std::string* why) {
-  if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return true;
-  if (why) *why = fmt::format("cannot make {}: {}", dir, std::strerror(errno));
-  return false;
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (why) *why = fmt::format("cannot make {}: {}", dir, std::strerror(errno));
+    return false;
+  }
+  // Made before (by another Purser, or as another user): this one must be able to use it.
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    if (why) *why = fmt::format("cannot make groups in {}: {}", dir, std::strerror(errno));
+    return false;
+  }
+  return true;
 }
 
 // One line of /proc/self/mountinfo: its mount point, the mount's root, its type and options.

@@ -195,7 +195,7 @@ TEST_P(WallsTest, AMembersJobCanReachNothingOfPurserNorOfTheOtherTenant) {
       "echo \"environ=$(cat /proc/$P/environ 2>&1 | head -c 100)\"; "
       "echo \"anyenv=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
       "grep -c -e PURSER_ADMIN_KEY -e PURSER_MASTER_KEY -e BOB_TOKEN)\"; "
-      "echo \"cmdline=$(tr '\\0' ' ' < /proc/1/cmdline)\"; "
+      "echo \"cmdline=$(tr -d '\\0' < /proc/1/cmdline)\"; "
       "echo \"auditkey=$(cat $D/audit.key 2>&1 | head -c 100)\"; "
       "echo \"masterkey=$(cat $D/master.key 2>&1 | head -c 100)\"; "
       "echo \"db=$(head -c 15 $D/purser.db 2>&1 | head -c 100)\"; "
@@ -217,12 +217,12 @@ TEST_P(WallsTest, AMembersJobCanReachNothingOfPurserNorOfTheOtherTenant) {
   EXPECT_THAT(seen, HasSubstr("db=head: cannot open '" + d + "/purser.db'"));
   EXPECT_THAT(seen, HasSubstr("config=cat: " + dir.file("purser.yaml") + ": No such file"));
   EXPECT_THAT(seen, HasSubstr("logs=cat: '" + d + "/pods/*.log': No such file"));
-  EXPECT_THAT(seen, HasSubstr("forge=sh: 1: cannot create " + d + "/pods/"));
+  EXPECT_THAT(seen, HasSubstr("forge=/bin/sh: 1: cannot create " + d + "/pods/"));
   EXPECT_THAT(seen, Not(HasSubstr("sk-provider-secret")));
   EXPECT_THAT(seen, Not(HasSubstr("bob-secret-token")));
   EXPECT_THAT(seen, Not(HasSubstr(kAdminKey)));
   EXPECT_THAT(seen, HasSubstr("theirs=ls: cannot access '" + workspace("research") + "'"));
-  EXPECT_THAT(seen, HasSubstr("kill=sh: 1: kill: No such process"));
+  EXPECT_THAT(seen, HasSubstr("kill=/bin/sh: 1: kill: No such process"));
   // Purser runs on; Bob's job runs on, its log its own, and ends its own way.
   EXPECT_TRUE(alive());
   EXPECT_EQ(get(bob, "research", "victim").value("state", ""), "running");
@@ -232,7 +232,7 @@ TEST_P(WallsTest, AMembersJobCanReachNothingOfPurserNorOfTheOtherTenant) {
   EXPECT_THAT(logs(bob, "research", "victim"), HasSubstr("bob-finished"));
   // What Purser keeps is as it was: the key files are there and Purser's own.
   struct stat st {};
-  ASSERT_EQ(::stat((d + "/master.key").c_str(), &st), 0);
+  ASSERT_EQ(::stat((d + "/audit.key").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, GetParam() == Mode::kRoot ? 0u : kNobody);
   ASSERT_EQ(::stat(d.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 077, 0u) << "the data directory is Purser's alone";
