@@ -366,9 +366,19 @@ Result<void> SlurmExecutor::stop(const std::string& handle, Duration grace) {
 
 Result<std::string> SlurmExecutor::logTail(const std::string& handle, size_t max_bytes) {
   if (!safeName(handle) || !jobId(handle)) return fail(unknownJob(handle));
-  const std::string path = options_.log_dir + "/" + handle + ".log";
+  std::string path = options_.log_dir + "/" + handle + ".log";
+  // The handle's name is a link Purser made to the job's output file beside it; the output file
+  // itself is the job's, so it is read without following a link (a job that swapped its log for
+  // a link to another file reads as empty).
+  char target[512];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+  if (n > 0) {
+    const std::string name(target, static_cast<size_t>(n));
+    if (name.find('/') != std::string::npos || !safeName(name)) return fail(unknownJob(handle));
+    path = options_.log_dir + "/" + name;
+  }
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return fail(unknownJob(handle));
+  if (::lstat(path.c_str(), &st) != 0) return fail(unknownJob(handle));
   return fileTail(path, max_bytes);
 }
 

@@ -630,6 +630,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   }
   fleet_options.account_uid_base = config.fleet.local_uid_base;
   fleet_options.account_uid_count = config.fleet.local_uid_count;
+  fleet_options.installation = installation;
   if (const auto& slurm = config.fleet.slurm) {
     exec::SlurmExecutorOptions so;
     so.log_dir = slurm->log_dir.empty() ? data_dir->file("slurm") : slurm->log_dir;

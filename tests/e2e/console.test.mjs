@@ -137,6 +137,30 @@ test("the console loads with no outside requests, small and fast, and shows the 
   await page.close();
 });
 
+test("a Purser whose local pods run unisolated says so in the console and in /readyz", async () => {
+  // The first console (isolated pods) shows no warning; this one, told isolation: none, does.
+  const plain = await openPage();
+  await plain.page.goto(purser.url + "/");
+  await plain.page.locator("#ready").filter({ hasText: "ready" }).waitFor();
+  assert.equal(await plain.page.locator("#warnings").count(), 0);
+  await plain.page.close();
+  const unwalled = await startPurser("fleet:\n  local: {isolation: none}\n", { PURSER_ADMIN_KEY: ADMIN_KEY });
+  try {
+    const ready = await fetch(unwalled.url + "/readyz");
+    assert.equal(ready.status, 200);
+    assert.match(await ready.text(), /^ready, degraded\nfleet\.local: fleet\.local\.isolation is none/);
+    const { page } = await openPage();
+    await page.goto(unwalled.url + "/");
+    const banner = page.locator("#warnings");
+    await banner.filter({ hasText: "isolation is none" }).waitFor();
+    assert.match(await banner.textContent(), /run as Purser's own user/);
+    await page.screenshot({ path: join(shots, "unisolated-warning.png"), fullPage: true });
+    await page.close();
+  } finally {
+    await unwalled.stop();
+  }
+});
+
 test("a platform admin sees every tenant, the 62 % wallet, and Dana in red", async () => {
   const { page, watch } = await openPage();
   await signIn(page, ADMIN_KEY);

@@ -279,13 +279,15 @@ TEST(ReplicasTest, WhenTheFleetLeaderIsKilledAnotherTakesOverAndNoWorkloadStarts
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
   ASSERT_TRUE(pg.createDatabase("purser"));
-  testing::TempDir shared;  // the local pods' directory both replicas use, and what pods write
-  const std::string starts = shared.file("starts.txt");
+  // The local pods' logs and the teams' workspaces, both replicas' (a pod notes its start in its
+  // team's workspace).
+  testing::TempDir shared;
+  const std::string starts = shared.file("work/ml/starts.txt");
   const std::string config = fmt::format(
       "store: {{postgres: \"{}\"}}\n"
       "fleet:\n  manifests: [fleet.yaml]\n  leader_check: 200ms\n"
-      "  local: {{log_dir: \"{}\"}}\n",
-      pg.url("purser"), shared.path());
+      "  local: {{log_dir: \"{}\", working_dir: \"{}\"}}\n",
+      pg.url("purser"), shared.file("pods"), shared.file("work"));
   testing::TempDir dir_a, dir_b;
   for (const auto* d : {&dir_a, &dir_b}) {
     testing::writeFile(d->file("fleet.yaml"), testing::fleetManifests(64));
@@ -313,7 +315,7 @@ TEST(ReplicasTest, WhenTheFleetLeaderIsKilledAnotherTakesOverAndNoWorkloadStarts
               {{{"name", "main"},
                 {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}},
                 {"command",
-                 {"sh", "-c", fmt::format("echo {} >> {}; sleep {}", name, starts, seconds)}}}}}});
+                 {"sh", "-c", fmt::format("echo {} >> starts.txt; sleep {}", name, seconds)}}}}}});
   };
   // Submitted through B: forwarded to A, which leads.
   std::vector<std::string> names;
