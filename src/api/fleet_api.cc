@@ -84,7 +84,7 @@ asio::awaitable<Response> submit(const Services& s, FleetService& svc, Request& 
   if (req.body.empty()) {
     co_return problem(400, "send a workload: a batch/v1 Job, Kueue's Workload or the short form");
   }
-  auto parsed = fleet::parseWorkload(req.body, "request", req.max_nesting);
+  auto parsed = fleet::parseWorkload(req.body, "request", req.max_nesting, svc.options().bounds);
   if (!parsed) co_return problem(400, parsed.error().toString());
   Workload w = std::move(parsed->workload);
   // The namespace: the caller's team unless the caller may name another.

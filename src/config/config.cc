@@ -534,6 +534,8 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     if (fleet.present("nodes")) readNodes(reader, fleet.get("nodes"), "fleet.nodes", cfg.fleet);
     fleet.optional("termination_grace", cfg.fleet.termination_grace, std::chrono::seconds(0));
     fleet.optional("inventory_refresh", cfg.fleet.inventory_refresh, std::chrono::seconds(1));
+    fleet.optional("max_pods_per_set", cfg.fleet.max_pods_per_set, 1, 1'000'000);
+    if (auto v = quantityAt(reader, fleet, "min_pod_cpu", false)) cfg.fleet.min_pod_cpu_milli = *v;
     if (fleet.present("local")) {
       YamlReader::Map local = fleet.map("local");
       local.optional("max_log_bytes", cfg.fleet.local_max_log_bytes, 4096, int64_t{1} << 40);

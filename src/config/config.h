@@ -251,6 +251,10 @@ struct FleetConfig {
     int64_t gpu_memory_mib = 0;  // GPU memory where a Node's labels do not say
   };
   std::optional<Kubernetes> kubernetes;
+  // What one workload may ask for: pods per pod set, and the least CPU a pod that runs a command
+  // must request (in thousandths; a pod of no CPU would hold an executor's slot for nothing).
+  int64_t max_pods_per_set = 10000;
+  int64_t min_pod_cpu_milli = 1;
   // How often the engines' nodes are read again (fleet.slurm.inventory, ...).
   Duration inventory_refresh = std::chrono::seconds(30);
 };

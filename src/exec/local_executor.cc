@@ -49,16 +49,6 @@ Error unknownPod(const std::string& handle) {
 // The bytes of a string that execve would cut short.
 bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
-// An environment variable's name as a shell can use it: [A-Za-z_][A-Za-z0-9_]*.
-bool validEnvName(const std::string& name) {
-  if (name.empty() || name.size() > 256 || (name[0] >= '0' && name[0] <= '9')) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7";
 // under a key, the same for every start under it: "ml.train-1.workers.0.k<key>".
@@ -664,7 +654,7 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     if (hasNul(a)) return fail(invalidArgument("a command or argument holds a NUL byte"));
   }
   for (const auto& [k, v] : pod.env) {
-    if (!validEnvName(k) || hasNul(v)) {
+    if (k.empty() || k.find('=') != std::string::npos || hasNul(k) || hasNul(v)) {
       return fail(invalidArgument(fmt::format("\"{}\" is not a usable environment variable", k))
                       .withField("env"));
     }

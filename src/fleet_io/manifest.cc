@@ -69,6 +69,15 @@ YAML::Mark keyMark(const Map& m, const std::string& key) {
   return m.node().Mark();
 }
 
+// A URL path as RFC 3986 has it (pchar and "/"), starting with "/", at most 256 bytes.
+bool isUrlPath(const std::string& p) {
+  if (p.empty() || p[0] != '/' || p.starts_with("//") || p.size() > 256) return false;
+  return std::all_of(p.begin(), p.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("-._~!$&'()*+,;=:@%/").find(c) != std::string_view::npos;
+  });
+}
+
 Error combine(const std::vector<Error>& errors) {
   if (errors.size() == 1) return errors.front();
   std::string message = fmt::format("{} errors:", errors.size());
@@ -1081,12 +1090,17 @@ class WorkloadParser {
     } else if (auto p = o_.integer(m, "port", 1, 65535)) {
       s.port = *p;
     }
-    if (!s.health.empty() && s.health[0] != '/') {
-      r_.addError(m.get("health"), m.child("health"), "expected a path such as /health");
+    // Paths on the replica's own address and port: "/" and URL path characters, nothing that
+    // could end the request line (a CR, an LF, a space) or add a query or a host.
+    if (!s.health.empty() && !isUrlPath(s.health)) {
+      r_.addError(m.get("health"), m.child("health"),
+                  "expected a path such as /health: \"/\" then letters, digits and "
+                  "-._~!$&'()*+,;=:@%/, at most 256 bytes");
     }
-    if (!s.metrics.empty() && s.metrics[0] != '/') {
+    if (!s.metrics.empty() && !isUrlPath(s.metrics)) {
       r_.addError(m.get("metrics"), m.child("metrics"),
-                  "expected a path such as /metrics, or \"\" for none");
+                  "expected a path such as /metrics (\"/\" then letters, digits and "
+                  "-._~!$&'()*+,;=:@%/, at most 256 bytes), or \"\" for none");
     }
     m.finish();
     return s;
@@ -1427,8 +1441,63 @@ nlohmann::json jsonOf(const YAML::Node& n) {
 
 }  // namespace
 
+namespace {
+
+// An environment variable's name as a shell and Kubernetes' C_IDENTIFIER rule have it.
+bool validEnvName(const std::string& name) {
+  if (name.empty() || name.size() > 256 || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// What a workload may ask for, past its shape: pod sets, pods, environment names, CPU.
+void checkBounds(const Workload& w, const WorkloadBounds& bounds, std::vector<Error>& errors) {
+  if (w.pod_sets.size() > bounds.max_pod_sets) {
+    errors.push_back(invalidArgument(fmt::format(
+        "a workload has at most {} pod sets (Kueue's limit); this one has {}",
+        bounds.max_pod_sets, w.pod_sets.size())).withField("pod_sets"));
+  }
+  for (const auto& ps : w.pod_sets) {
+    if (ps.count > bounds.max_pods_per_set) {
+      errors.push_back(
+          invalidArgument(fmt::format("pod set \"{}\" asks for {} pods; at most {} may run in "
+                                      "one pod set (fleet.max_pods_per_set)",
+                                      ps.name, ps.count, bounds.max_pods_per_set))
+              .withField("pod_sets"));
+    }
+    for (const auto& [name, value] : ps.env) {
+      if (!validEnvName(name)) {
+        std::string shown;
+        for (char c : name.substr(0, 64)) {
+          shown += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+                       ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                       : std::string(1, c);
+        }
+        errors.push_back(invalidArgument(fmt::format("pod set \"{}\": \"{}\" is not an "
+                                                     "environment variable's name (letters, "
+                                                     "digits and _, not first a digit)",
+                                                     ps.name, shown))
+                             .withField("env"));
+      }
+    }
+    if (bounds.min_pod_cpu_milli > 0 && !ps.command.empty()) {
+      auto cpu = ps.requests.find("cpu");
+      const int64_t milli = cpu == ps.requests.end() ? 0 : cpu->second;
+      if (milli < bounds.min_pod_cpu_milli) {
+        errors.push_back(invalidArgument(fmt::format(
+            "pod set \"{}\" runs a command and must request at least {}m of CPU per pod "
+            "(fleet.min_pod_cpu); it requests {}m",
+            ps.name, bounds.min_pod_cpu_milli, milli)).withField("requests"));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std::string& file_name,
-                                     size_t max_nesting) {
+                                     size_t max_nesting, const WorkloadBounds& bounds) {
   std::vector<YAML::Node> docs =
       PURSER_TRY_VALUE(config::parseYamlStream(yaml_or_json, file_name, max_nesting));
   std::erase_if(docs, [](const YAML::Node& d) { return isNull(d); });
@@ -1460,6 +1529,7 @@ Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std:
   }
   std::vector<Error> errors;
   o.moveErrorsTo(errors);
+  if (errors.empty()) checkBounds(out.workload, bounds, errors);
   if (!errors.empty()) return fail(combine(errors));
   return out;
 }

@@ -92,7 +92,16 @@ struct ParsedWorkload {
 // The namespace defaults to "default"; Workload::name becomes "namespace/name". Extended
 // resources (nvidia.com/gpu, nvidia.com/gpumem, ...) must be whole numbers, as in Kubernetes.
 // JSON is valid YAML, so request bodies in JSON are read by the same function.
+// What a workload may ask for at most, checked by parseWorkload besides its shape.
+struct WorkloadBounds {
+  size_t max_pod_sets = 8;          // Kueue's limit
+  int64_t max_pods_per_set = 10000; // parallelism, completions, count, replicas × their pods
+  // The least CPU each pod of a pod set that runs a command must request, in thousandths (1: any
+  // positive request); 0: none needed.
+  int64_t min_pod_cpu_milli = 0;
+};
+
 Result<ParsedWorkload> parseWorkload(const std::string& yaml_or_json, const std::string& file_name,
-                                     size_t max_nesting = 128);
+                                     size_t max_nesting = 128, const WorkloadBounds& bounds = {});
 
 }  // namespace purser::fleet

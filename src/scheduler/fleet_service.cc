@@ -1577,7 +1577,9 @@ void FleetService::found(const std::string& executor, const exec::Found& f) {
       spdlog::warn("fleet: {} {} is not queued: {}", executor, f.key, why);
     }
   };
-  auto parsed = fleet::parseWorkload(f.manifest, executor + " " + f.key);
+  fleet::WorkloadBounds bounds = options_.bounds;
+  bounds.min_pod_cpu_milli = 0;  // its engine places it, not the local executor's slots
+  auto parsed = fleet::parseWorkload(f.manifest, executor + " " + f.key, 128, bounds);
   if (!parsed) return refuse(parsed.error().message);
   fleet::Workload w = std::move(parsed->workload);
   const std::string ns = w.namespace_;

@@ -134,6 +134,8 @@ struct Options {
   // first time a team's pod starts and kept in fleet_accounts.
   int64_t account_uid_base = 200000;
   int64_t account_uid_count = 65536;
+  // What a submitted workload may ask for (pod sets, pods per set, the least CPU per pod).
+  fleet::WorkloadBounds bounds;
 };
 
 // The fleet's schema, which open() applies (and `purser migrate` applies in PostgreSQL).

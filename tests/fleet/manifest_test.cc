@@ -2,6 +2,7 @@
 #include "fleet_io/manifest.h"
 
 #include <gmock/gmock.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -1050,6 +1051,43 @@ TEST(ManifestWorkloadTest, RejectsBadWorkloads) {
               HasSubstr("body:1:"));
 }
 
+TEST(ManifestWorkloadTest, RefusesWhatNoWorkloadMayAskFor) {
+  const WorkloadBounds bounds{.max_pod_sets = 8, .max_pods_per_set = 100, .min_pod_cpu_milli = 1};
+  const auto errorOf = [&](const std::string& text) {
+    auto w = parseWorkload(text, "body", 128, bounds);
+    return w ? std::string("no error") : w.error().toString();
+  };
+  // Nine pod sets: Kueue takes eight at most.
+  std::string nine = "name: w\nqueue: q\npod_sets:\n";
+  for (int i = 0; i < 9; ++i) nine += fmt::format("  - {{name: p{}, requests: {{cpu: 1}}}}\n", i);
+  EXPECT_THAT(errorOf(nine), HasSubstr("at most 8 pod sets (Kueue's limit); this one has 9"));
+  // A Job of 2^31 - 1 pods, as parallelism and completions; a JobSet's replicas times its pods.
+  EXPECT_THAT(errorOf("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n  labels: "
+                      "{kueue.x-k8s.io/queue-name: q}\nspec:\n  parallelism: 2147483647\n"
+                      "  completions: 2147483647\n  template: {spec: {containers: [{name: c, "
+                      "resources: {requests: {cpu: 1}}}]}}\n"),
+              HasSubstr("asks for 2147483647 pods; at most 100"));
+  EXPECT_THAT(errorOf("name: w\nqueue: q\npod_sets: [{name: m, count: 101, requests: {cpu: 1}}]\n"),
+              HasSubstr("pod set \"m\" asks for 101 pods"));
+  EXPECT_EQ(errorOf("name: w\nqueue: q\npod_sets: [{name: m, count: 100, requests: {cpu: 1}}]\n"),
+            "no error");
+  // Environment names a shell could not use, a newline among them.
+  EXPECT_THAT(errorOf("{\"name\": \"w\", \"queue\": \"q\", \"pod_sets\": [{\"name\": \"m\", "
+                      "\"requests\": {\"cpu\": 1}, \"env\": {\"A\\nB\": \"x\"}}]}"),
+              HasSubstr("\"A\\x0aB\" is not an environment variable's name"));
+  EXPECT_THAT(errorOf("name: w\nqueue: q\npod_sets: [{name: m, requests: {cpu: 1}, "
+                      "env: {9LIVES: x}}]\n"),
+              HasSubstr("\"9LIVES\" is not"));
+  // A pod that runs a command holds an executor's slot: it must ask for some CPU.
+  EXPECT_THAT(errorOf("name: w\nqueue: q\npod_sets: [{name: m, requests: {cpu: \"0\"}, "
+                      "command: [sleep, \"1\"]}]\n"),
+              HasSubstr("must request at least 1m of CPU per pod (fleet.min_pod_cpu); it "
+                        "requests 0m"));
+  EXPECT_EQ(errorOf("name: w\nqueue: q\npod_sets: [{name: m, requests: {nvidia.com/gpu: 1}}]\n"),
+            "no error")
+      << "a pod set that runs nothing holds quota only";
+}
+
 }  // namespace
 }  // namespace purser::fleet
 
@@ -1118,6 +1156,30 @@ spec:
   const std::string text = bad.error().toString();
   EXPECT_NE(text.find("expected a path such as /metrics"), std::string::npos) << text;
   EXPECT_NE(text.find("vllm, sglang"), std::string::npos) << text;
+}
+
+TEST(ManifestWorkloadTest, AServedModelsHealthAndMetricsArePathsAndNothingMore) {
+  const auto serve = [](const std::string& field, const std::string& value) {
+    nlohmann::json w = {{"name", "s"},
+                        {"queue", "q"},
+                        {"serve", {{"route", "chat"}, {"port", 8000}, {"model", "m"}}},
+                        {"pod_sets", {{{"name", "r"}, {"requests", {{"cpu", "1"}}}}}}};
+    w["serve"][field] = value;
+    return parseWorkload(w.dump(), "body");
+  };
+  for (const char* field : {"health", "metrics"}) {
+    EXPECT_TRUE(serve(field, "/v1/health;ok")) << field;
+    // A request smuggled after the path, a query, a host, a space, a path past 256 bytes.
+    for (const std::string& bad :
+         {std::string("/health HTTP/1.1\r\nHost: x\r\n\r\nPOST /sleep"),
+          std::string("/health\nGET /"), std::string("/health?x=1"), std::string("//evil:1/"),
+          std::string("http://127.0.0.1:9/"), std::string("/a b"), "/" + std::string(256, 'a')}) {
+      auto r = serve(field, bad);
+      ASSERT_FALSE(r) << field << " " << bad;
+      EXPECT_NE(r.error().toString().find(std::string("serve.") + field), std::string::npos)
+          << r.error().toString();
+    }
+  }
 }
 
 }  // namespace
