@@ -167,11 +167,14 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
       for (size_t i = 0; i < all.size(); ++i) {
         const gateway::Target* t = all[i];
         Stats& st = by_target[{r->alias, t->provider->name(), t->model}];
+        // Another tenant's replica is shown as one, never by its workload's name or model.
+        const bool theirs = !t->owner_tenant.empty() && who->role != Role::kPlatformAdmin &&
+                            t->owner_tenant != who->tenant_id;
         json target = {
-            {"provider", t->provider->name()},
+            {"provider", theirs ? std::string("a replica of another tenant") : t->provider->name()},
             {"kind",
              t->provider->kind() == gateway::ProviderKind::kOpenAi ? "openai" : "anthropic"},
-            {"model", t->model},
+            {"model", theirs ? std::string() : t->model},
             {"weight", t->weight.load(std::memory_order_relaxed)},
             {"health", health(*t, now, st.requests)},
             {"in_flight", t->health.in_flight.load(std::memory_order_relaxed)},
@@ -229,7 +232,9 @@ asio::awaitable<Response> targetSeries(const Services& s, Request& req) {
     for (const gateway::Route* r : s.gateway->routes()) {
       if (!routeVisible(*r, *who)) continue;
       for (const gateway::Target* t : gateway::allTargets(*r)) {
-        visible = visible || (t->provider != nullptr && t->provider->name() == provider);
+        const bool theirs = !t->owner_tenant.empty() && who->role != Role::kPlatformAdmin &&
+                            t->owner_tenant != who->tenant_id;
+        visible = visible || (!theirs && t->provider != nullptr && t->provider->name() == provider);
       }
     }
   }

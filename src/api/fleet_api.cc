@@ -152,6 +152,10 @@ asio::awaitable<Response> submit(const Services& s, FleetService& svc, Request& 
       if (done.error().code == ErrorCode::kAlreadyExists) {
         return problem(409, done.error().message, "name");
       }
+      if (done.error().code == ErrorCode::kPermissionDenied) {
+        return problem(403, done.error().message, "serve.route");
+      }
+
       // Said in the tenant's own names.
       std::string message = done.error().message;
       for (size_t at = message.find(internal); internal != ns && at != std::string::npos;

@@ -371,6 +371,7 @@ void readRoutes(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
                         "must be between 0s and 10m (how long a request may wait for a replica)");
       }
     }
+    m.optionalStrings("served_by", r.served_by);
     if (m.present("allow")) {
       YamlReader::Map allow = m.map("allow");
       allow.optionalStrings("tenants", r.allow_tenants);

@@ -114,6 +114,9 @@ struct RouteConfig {
   std::vector<TargetConfig> targets;
   std::vector<std::string> allow_tenants;  // empty: every tenant
   std::vector<std::string> allow_teams;    // empty: every team
+  // Whose fleet workloads may serve it as replicas: tenants ("acme") and teams ("acme/ml"), by
+  // name or id; empty: none (a route is never served by a member's pods unless it says so).
+  std::vector<std::string> served_by;
   int64_t max_tokens = 4096;               // the output cap reserved for when a request sets none
   int64_t retries = 1;                     // retries per target before falling back
   // Service-level objectives its targets are judged by (0: none), and when a target counts as

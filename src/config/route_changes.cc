@@ -56,6 +56,9 @@ std::string describe(const RouteConfig& a, const RouteConfig& b) {
   if (a.allow_teams != b.allow_teams) {
     parts.push_back(fmt::format("allow_teams {} -> {}", list(a.allow_teams), list(b.allow_teams)));
   }
+  if (a.served_by != b.served_by) {
+    parts.push_back(fmt::format("served_by {} -> {}", list(a.served_by), list(b.served_by)));
+  }
   if (a.slo_ttft_p95 != b.slo_ttft_p95) {
     parts.push_back(
         fmt::format("slo ttft_p95 {} -> {}", millis(a.slo_ttft_p95), millis(b.slo_ttft_p95)));

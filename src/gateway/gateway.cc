@@ -103,6 +103,25 @@ asio::awaitable<void> Gateway::Impl::settle(Call& c, ledger::TokenCounts tokens,
                                             int status, const Target* target,
                                             std::chrono::steady_clock::duration ttft) {
   ledger::UsageEvent& e = c.event;
+  if (target != nullptr && !target->vouched && !estimated) {
+    // A served replica's counts (members' code) are believed only within what was held for the
+    // request, and only if they account for the prompt it was sent (at least a token for every
+    // 32 bytes of it); else they are estimated from the bytes, and flagged.
+    const int64_t floor_input = static_cast<int64_t>(c.raw.size()) / 32;
+    if (tokens.input + tokens.cached_input + tokens.cache_write < floor_input) {
+      spdlog::warn("gateway: {} reported {} input tokens for a {}-byte request; estimated instead",
+                   target->provider->name(),
+                   tokens.input + tokens.cached_input + tokens.cache_write, c.raw.size());
+      tokens.input = c.input_estimate;
+      tokens.cached_input = tokens.cache_write = 0;
+      estimated = true;
+    }
+    if (tokens.output + tokens.reasoning > c.max_output) {
+      tokens.reasoning = std::min(tokens.reasoning, c.max_output);
+      tokens.output = c.max_output - tokens.reasoning;
+      estimated = true;
+    }
+  }
   e.at = d_.clock.now();
   e.tokens = tokens;
   e.estimated = estimated;

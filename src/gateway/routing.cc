@@ -171,10 +171,15 @@ bool recordFailure(Target& t, MonoTime now) {
 }
 
 void ServedTargets::join(const std::string& id, std::unique_ptr<Provider> provider,
-                         std::string model, const ledger::TokenPrice* price) {
+                         std::string model, const ledger::TokenPrice* price,
+                         std::string owner_tenant) {
   std::lock_guard lock(mu_);
   Entry& e = entries_[id];
-  if (!e.target) e.target = std::make_unique<Target>();
+  if (!e.target) {
+    e.target = std::make_unique<Target>();
+    e.target->vouched = false;  // members' code: its usage is checked, never believed as it is
+    e.target->owner_tenant = std::move(owner_tenant);
+  }
   // A replica may come back elsewhere (another port after a restart): the new provider serves
   // it; the old one stays alive for any request still holding it.
   e.target->provider = provider.get();
@@ -275,12 +280,17 @@ std::vector<Target*> orderTargets(const Route& route, MonoTime now, Random& rand
       }
       break;
     }
-    case Strategy::kLeastLatency:
-      std::stable_sort(order.begin(), order.end(), [](const Target* a, const Target* b) {
-        return a->health.ewma_latency_us.load(std::memory_order_relaxed) <
-               b->health.ewma_latency_us.load(std::memory_order_relaxed);
-      });
+    case Strategy::kLeastLatency: {
+      // A target not measured yet (a replica that just joined) goes behind every measured one:
+      // it has not earned a latency, and reporting none must not win it the traffic.
+      const auto latency = [](const Target* t) -> int64_t {
+        const int64_t us = t->health.ewma_latency_us.load(std::memory_order_relaxed);
+        return us > 0 ? us : INT64_MAX;
+      };
+      std::stable_sort(order.begin(), order.end(),
+                       [&](const Target* a, const Target* b) { return latency(a) < latency(b); });
       break;
+    }
     case Strategy::kLeastCost: {
       const auto cost = [](const Target* t) -> __int128 {
         if (t->price == nullptr) return static_cast<__int128>(INT64_MAX) * 2;  // unpriced: last

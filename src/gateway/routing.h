@@ -148,6 +148,11 @@ struct Target {
   std::string model;                          // upstream model name
   std::atomic<int64_t> weight{1};             // a configuration reload may change it
   const ledger::TokenPrice* price = nullptr;  // null when unpriced
+  // Whether the usage it reports is believed as it is (a provider's); a replica the fleet serves
+  // runs members' code, so its counts are held to what was reserved and what its bytes make
+  // certain (gateway.cc, settle).
+  bool vouched = true;
+  std::string owner_tenant;  // a served replica's tenant ("" for configured targets)
   TargetHealth health;
   TargetObserved observed;
   PrefixIndex prefixes{4096};  // the prompt blocks routed here (the slo strategy)
@@ -162,7 +167,7 @@ class ServedTargets {
  public:
   // Makes replica `id` (one key per replica) a target served by `provider` as upstream `model`.
   void join(const std::string& id, std::unique_ptr<Provider> provider, std::string model,
-            const ledger::TokenPrice* price);
+            const ledger::TokenPrice* price, std::string owner_tenant = "");
   // No new request goes to it.
   void leave(const std::string& id);
   // Requests it has in flight (0 for an unknown id).
@@ -213,6 +218,7 @@ struct Route {
   std::shared_ptr<ReloadedTargets> reloaded = std::make_shared<ReloadedTargets>();
   std::vector<std::string> allow_tenants;
   std::vector<std::string> allow_teams;
+  std::vector<std::string> served_by;  // tenants and tenant/team names (or ids) whose replicas may join
   int64_t max_tokens = 4096;
   int64_t retries = 1;
   // The objectives its targets are judged by (0: none) and when one counts as saturated.

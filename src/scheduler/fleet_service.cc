@@ -1070,10 +1070,12 @@ void FleetService::joinServed() {
       const std::string metrics =
           serve.metrics.empty() ? "" : fmt::format("http://{}{}", where, serve.metrics);
       auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model,
-                                    metrics, serve.engine);
+                                    metrics, serve.engine, {r.tenant_id, r.team_id});
       if (!joined) {
-        if (r.reason != "RouteMissing") {
-          r.reason = "RouteMissing";
+        const std::string why =
+            joined.error().code == ErrorCode::kNotFound ? "RouteMissing" : "NotAllowedToServe";
+        if (r.reason != why) {
+          r.reason = why;
           r.message = joined.error().message;
           noteEvent("NotServing", name, queue, r.reason, r.message, "");
           dirty_.insert(name);
@@ -1618,6 +1620,12 @@ Result<Record> FleetService::submit(Record r, Done done) {
                       fmt::format("a workload named \"{}\" already exists", shown(name))));
   }
   ensureNamespace(r.spec.namespace_, r.tenant_id);
+  // A served model joins only a route that says its tenant (or team) may serve it.
+  // (A route that is not there yet is waited for: the replicas join once it is configured.)
+  if (r.spec.serve && d_.served != nullptr) {
+    auto may = d_.served->mayServe(r.spec.serve->route, {r.tenant_id, r.team_id});
+    if (!may && may.error().code != ErrorCode::kNotFound) return fail(may.error());
+  }
   // The engine checks the queue and the priority class; refused, nothing has changed.
   PURSER_TRY(engine_->submit(r.spec));
   r.seq = next_seq_++;

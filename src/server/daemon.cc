@@ -472,6 +472,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     route->strategy = *gateway::parseStrategy(r.strategy);  // validated with the configuration
     route->allow_tenants = r.allow_tenants;
     route->allow_teams = r.allow_teams;
+    route->served_by = r.served_by;
     route->max_tokens = r.max_tokens;
     route->retries = r.retries;
     route->slo_ttft_p95 = r.slo_ttft_p95;
@@ -712,18 +713,65 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     fleet_options.manifests.emplace_back(file, text.str());
   }
   // Models the fleet serves join the gateway's routes as targets (provider "fleet:NS/NAME/POD",
-  // priced by a prices entry of provider "fleet" and their model).
+  // priced by a prices entry of provider "fleet" and their model, else at the route's dearest
+  // configured target), only routes whose served_by names the workload's tenant or team.
   class GatewayRoutes final : public scheduler::ServedRoutes {
    public:
-    GatewayRoutes(gateway::Gateway& g, const ledger::PriceBook& p, Observer& o)
-        : gateway_(g), prices_(p), observer_(o) {}
-    Result<void> join(const std::string& alias, const std::string& id, const std::string& base_url,
-                      const std::string& api, const std::string& model,
-                      const std::string& metrics_url, const std::string& engine) override {
+    GatewayRoutes(gateway::Gateway& g, const ledger::PriceBook& p, Observer& o,
+                  const identity::Directory& d)
+        : gateway_(g), prices_(p), observer_(o), directory_(d) {}
+    Result<void> mayServe(const std::string& alias, const Owner& owner) const override {
       const gateway::Route* route = gateway_.route(alias);
       if (route == nullptr) {
         return fail(Error(ErrorCode::kNotFound,
                           fmt::format("the gateway has no route \"{}\" to serve", alias)));
+      }
+      const auto tenant = directory_.tenant(owner.tenant_id);
+      const auto team = directory_.team(owner.team_id);
+      for (const auto& who : route->served_by) {
+        const auto slash = who.find('/');
+        if (slash == std::string::npos) {
+          if (who == owner.tenant_id || (tenant && who == tenant->name)) return {};
+        } else if (team && tenant) {
+          const std::string t = who.substr(0, slash), name = who.substr(slash + 1);
+          if ((t == tenant->name || t == tenant->id) && (name == team->name || name == team->id)) {
+            return {};
+          }
+        } else if (who == owner.team_id) {
+          return {};
+        }
+      }
+      return fail(Error(
+          ErrorCode::kPermissionDenied,
+          route->served_by.empty()
+              ? fmt::format("route \"{}\" is served by no workload (its served_by names no "
+                            "tenant or team); a platform admin may add yours",
+                            alias)
+              : fmt::format("route \"{}\" is served only by the workloads of {}", alias,
+                            fmt::join(route->served_by, ", "))));
+    }
+    Result<void> join(const std::string& alias, const std::string& id, const std::string& base_url,
+                      const std::string& api, const std::string& model,
+                      const std::string& metrics_url, const std::string& engine,
+                      const Owner& owner) override {
+      PURSER_TRY(mayServe(alias, owner));
+      const gateway::Route* route = gateway_.route(alias);
+      // Never free because a replica says so: its own price, else the route's dearest.
+      const ledger::TokenPrice* price = prices_.find("fleet", model);
+      const auto weight = [](const ledger::TokenPrice* p) {
+        return static_cast<__int128>(p->input.nanos()) + p->output.nanos();
+      };
+      for (const gateway::Target* t : gateway::configuredTargets(*route)) {
+        if (prices_.find("fleet", model) != nullptr) break;
+        if (t->price != nullptr && (price == nullptr || weight(t->price) > weight(price))) {
+          price = t->price;
+        }
+      }
+      if (price == nullptr) {
+        return fail(Error(ErrorCode::kFailedPrecondition,
+                          fmt::format("its tokens have no price: add a prices entry {{provider: "
+                                      "fleet, model: {}}}, or price route \"{}\"'s targets",
+                                      model, alias)));
       }
       route->served->join(
           id,
@@ -732,7 +780,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                                                                  : gateway::ProviderKind::kOpenAi,
                                               base_url, std::vector<std::string>{},
                                               std::chrono::seconds(120), std::chrono::seconds(5)),
-          model, prices_.find("fleet", model));
+          model, price, owner.tenant_id);
       // Scraped like a configured provider's metrics_url, under the target's provider name.
       if (!metrics_url.empty()) observer_.watch("fleet:" + id, metrics_url, engine);
       return {};
@@ -750,8 +798,9 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     gateway::Gateway& gateway_;
     const ledger::PriceBook& prices_;
     Observer& observer_;
+    const identity::Directory& directory_;
   };
-  GatewayRoutes served_routes(gateway, prices, *observer);
+  GatewayRoutes served_routes(gateway, prices, *observer, directory);
   fleet_setup.served = &served_routes;
   // The GPUs' utilisation, from the DCGM exporters, for the fleet's efficiency figures.
   std::unique_ptr<ObservedGpus> observed_gpus;

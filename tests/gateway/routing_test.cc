@@ -88,6 +88,18 @@ TEST_F(RoutingTest, LeastLatencyLeastCostAndLeastLoaded) {
   EXPECT_EQ(names(orderTargets(load, clock.monotonic(), random)), "bac");
 }
 
+TEST_F(RoutingTest, ATargetNotMeasuredYetGoesBehindTheMeasuredOnesUnderLeastLatency) {
+  // A replica that just joined reports no latency; it must not take the traffic for that.
+  std::unique_ptr<Route> owned = route(Strategy::kLeastLatency);
+  Route& r = *owned;
+  recordSuccess(*r.targets[1], std::chrono::milliseconds(400));
+  recordSuccess(*r.targets[2], std::chrono::milliseconds(100));
+  EXPECT_EQ(names(orderTargets(r, clock.monotonic(), random)), "cba");
+  // Once measured, it takes its place by its latency.
+  recordSuccess(*r.targets[0], std::chrono::milliseconds(200));
+  EXPECT_EQ(names(orderTargets(r, clock.monotonic(), random)), "cab");
+}
+
 TEST_F(RoutingTest, AFailingTargetCoolsDownThenIsProbedAgain) {
   std::unique_ptr<Route> owned = route(Strategy::kFallback);
   Route& r = *owned;

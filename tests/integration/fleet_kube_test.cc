@@ -515,7 +515,7 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
 class FleetKubernetesServeTest : public FleetKubernetesTest {
  protected:
   std::string gateway() const override {
-    return "routes:\n  - {model: chat, targets: []}\n"
+    return "routes:\n  - {model: chat, targets: [], served_by: [acme]}\n"
            "prices:\n  - {provider: fleet, model: sim-small, input_per_mtok: \"1.00\", "
            "output_per_mtok: \"2.00\"}\n";
   }

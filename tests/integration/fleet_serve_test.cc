@@ -44,8 +44,8 @@ class FleetServeModelTest : public ::testing::Test {
         "providers:\n  - {name: backup, kind: openai, base_url: " +
             backup_url +
             "/v1}\n"
-            "routes:\n  - {model: chat, strategy: weighted, targets: [{provider: backup, model: "
-            "sim-small}]}\n"
+            "routes:\n  - {model: chat, strategy: weighted, served_by: [acme], targets: "
+            "[{provider: backup, model: sim-small}]}\n"
             "prices:\n"
             "  - {provider: backup, model: sim-small, input_per_mtok: \"1.00\", output_per_mtok: "
             "\"2.00\"}\n"

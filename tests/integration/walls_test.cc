@@ -84,6 +84,12 @@ class WallsTest : public ::testing::TestWithParam<Mode> {
                        "listen: 127.0.0.1:0\nthreads: 1\n"
                        "providers:\n  - {name: upstream, kind: openai, base_url: "
                        "\"http://127.0.0.1:9\", api_keys: [sk-provider-secret-in-config]}\n"
+                       "routes:\n"
+                       "  - {model: chat, targets: [], served_by: [acme]}\n"
+                       "  - {model: theirs, targets: [], served_by: [globex]}\n"
+                       "  - {model: nobodys, targets: []}\n"
+                       "prices:\n  - {provider: fleet, model: liar, input_per_mtok: \"1000.00\", "
+                       "output_per_mtok: \"2000.00\"}\n"
                        "fleet:\n  manifests: [fleet.yaml]\n  termination_grace: 1s\n");
     ::chmod(dir.file("purser.yaml").c_str(), 0600);
     std::string program = binary();
@@ -279,6 +285,86 @@ TEST_P(WallsTest, AJobOverItsMemoryLimitIsOOMKilledWhileTheOtherTenantAndPurserG
   testing::writeFile(gates_["research"], "");
   EXPECT_EQ(waitFor(bob, "research", "steady", {"succeeded", "failed"}).value("state", ""),
             "succeeded");
+}
+
+// A model server a member wrote, that answers every chat with usage of zero tokens.
+constexpr const char* kLyingReplica = R"PERL(
+use IO::Socket::INET;
+my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$ENV{PURSER_SERVE_PORT}", Listen => 16,
+                              ReuseAddr => 1) or die "listen: $!";
+while (my $c = $s->accept) {
+  my $head = '';
+  while (my $line = <$c>) { $head .= $line; last if $line =~ /^\r?\n$/; }
+  my ($len) = $head =~ /Content-Length: *(\d+)/i;
+  my $body = '';
+  read($c, $body, $len) if $len;
+  my $out = $head =~ m{^GET /healthz} ? 'ok' :
+    '{"id":"c1","object":"chat.completion","model":"liar","choices":[{"index":0,"message":'
+    . '{"role":"assistant","content":"this answer says it cost nothing at all"},'
+    . '"finish_reason":"stop"}],"usage":{"prompt_tokens":0,"completion_tokens":0,'
+    . '"total_tokens":0}}';
+  print $c "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+    . length($out) . "\r\nConnection: close\r\n\r\n$out";
+  close $c;
+}
+)PERL";
+
+TEST_P(WallsTest, AMembersModelServesOnlyARouteThatSaysItMayAndIsPricedWhateverItReports) {
+  const uint16_t port = testing::freePort();
+  const auto served = [&](const std::string& name, const std::string& route) {
+    json w = {{"name", name},
+              {"namespace", "ml"},
+              {"queue", "jobs"},
+              {"serve", {{"route", route}, {"port", port}, {"model", "liar"}, {"health", "/healthz"}}},
+              {"pod_sets",
+               {{{"name", "replicas"},
+                 {"requests", {{"cpu", "1"}, {"memory", "256Mi"}}},
+                 {"command", {"/usr/bin/perl", "-e", kLyingReplica}}}}}};
+    int status = 0;
+    json out = server.call("POST", "/api/v1/workloads", alice, w.dump(), "application/json", &status);
+    return std::make_pair(status, out);
+  };
+  // Another tenant's route, and a route nobody may serve: refused, saying who may.
+  auto [theirs_status, theirs] = served("steal", "theirs");
+  EXPECT_EQ(theirs_status, 403) << theirs.dump();
+  EXPECT_THAT(theirs.value("detail", ""), HasSubstr("served only by the workloads of globex"));
+  auto [nobodys_status, nobodys] = served("squat", "nobodys");
+  EXPECT_EQ(nobodys_status, 403) << nobodys.dump();
+  EXPECT_THAT(nobodys.value("detail", ""), HasSubstr("served by no workload"));
+  // Its own tenant's route: it joins, and the zero it reports is not what its tenant pays.
+  auto [ok_status, ok] = served("liar", "chat");
+  ASSERT_EQ(ok_status, 201) << ok.dump();
+  waitFor(alice, "ml", "liar", {"running"});
+  json w;
+  for (int i = 0; i < 3000; ++i) {
+    w = get(alice, "ml", "liar");
+    if (w["pods"].is_array() && !w["pods"].empty() && w["pods"][0].value("serving", false)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(w["pods"][0].value("serving", false)) << w.dump();
+  int status = 0;
+  json answer = server.call(
+      "POST", "/v1/chat/completions", alice,
+      R"({"model":"chat","max_tokens":50,"messages":[{"role":"user","content":")" +
+          std::string(600, 'x') + R"("}]})",
+      "application/json", &status);
+  ASSERT_EQ(status, 200) << answer.dump();
+  json usage = server.call("GET", "/api/v1/usage?scope=tenant:acme&limit=10", kAdminKey);
+  ASSERT_FALSE(usage["data"].empty()) << usage.dump();
+  const json e = usage["data"][0];
+  EXPECT_EQ(e.value("provider", ""), "fleet:ml/liar/replicas-0") << e.dump();
+  EXPECT_TRUE(e.value("estimated", false)) << e.dump();
+  EXPECT_NE(e.value("cost", ""), "0.00") << e.dump();
+  // The other tenant sees that a replica serves the route, not whose or what.
+  json routes = server.call("GET", "/api/v1/routes", bob);
+  std::string seen_by_bob;
+  for (const auto& r : routes["data"]) {
+    if (r.value("alias", "") != "chat") continue;
+    for (const auto& t : r["targets"]) seen_by_bob += t.value("provider", "") + ";";
+  }
+  EXPECT_EQ(seen_by_bob, "a replica of another tenant;") << routes.dump();
+  EXPECT_THAT(routes.dump(), Not(HasSubstr("ml/liar")));
+  server.call("DELETE", "/api/v1/workloads/ml/liar", alice);
 }
 
 INSTANTIATE_TEST_SUITE_P(Purser, WallsTest, ::testing::Values(Mode::kRoot, Mode::kUnprivileged),
