@@ -1,5 +1,7 @@
 #include "scheduler/fleet_service.h"
 
+#include "scheduler/executor_slots.h"
+
 #include <utility>
 
 #include <fmt/format.h>
@@ -407,6 +409,11 @@ Result<FleetService::Built> FleetService::rebuild(fleet::World world) {
         PURSER_TRY_VALUE(fleet::Placer::create(options_.inventory, options_.policy, options_.seed));
     eo.placement = fleet::placementHook(placer, world.flavors);
   }
+  // An executor's room for pods is admitted against too (fleet.local.max_pods).
+  if (!options_.executor_slots.empty()) {
+    eo.placement = std::make_shared<ExecutorSlots>(eo.placement, options_.executor_slots,
+                                                   options_.flavor_executors);
+  }
   eo.fair_sharing = false;
   for (const auto& cq : world.cluster_queues) {
     if (cq.fair_weight_milli != 1000) eo.fair_sharing = true;
@@ -804,13 +811,24 @@ std::optional<store::TxFn> FleetService::schedule() {
     if (stops.empty()) break;
     for (const auto& name : stops) stopForBudget(name);
   }
-  // What was admitted starts once the pods it displaced are gone.
+  // What was admitted starts once the pods it displaced are gone. (A start that fails ends its
+  // workload, which leaves records_: the names are taken first.)
+  std::vector<std::string> starting;
   for (auto& [name, r] : records_) {
     const bool running = std::any_of(r.pods.begin(), r.pods.end(),
                                      [](const PodRun& p) { return p.phase == "running"; });
     if (r.state == "admitted" && runsHere(r) && !running && !blocked(r)) {
-      startPods(r, now);
+      auto backoff = start_backoff_.find(name);
+      if (backoff != start_backoff_.end() && now < backoff->second.first) continue;
+      starting.push_back(name);
     }
+  }
+  for (const auto& name : starting) {
+    auto it = records_.find(name);
+    if (it == records_.end()) continue;
+    startPods(it->second, now);
+    it = records_.find(name);
+    if (it == records_.end() || it->second.state != "admitted") start_backoff_.erase(name);
   }
   publishQueues();
   return flush();
@@ -1190,9 +1208,11 @@ void FleetService::startPods(Record& r, int64_t now) {
   // A run written as launching by a leader that died is started again under the same keys.
   const bool resumed = r.launching;
   if (!resumed) ++r.runs;
-  if (options_.fence && !resumed) {
-    // Replicas share the store: the run is recorded (fenced) before any pod is asked to start,
-    // so whoever leads next knows it may have begun.
+  if (!resumed) {
+    // The run is recorded (fenced, where replicas share the store) before any pod is asked to
+    // start, so that whoever runs the fleet next — this process after a kill -9, or another
+    // replica — knows it may have begun, and starts it again under the same keys, which takes
+    // back the pods that did start instead of starting them twice.
     r.launching = true;
     const std::string at = formatRfc3339(d_.clock.now());
     WorkloadRow row = rowOf(r);
@@ -1256,9 +1276,7 @@ void FleetService::startPods(Record& r, int64_t now) {
       launch.image = ps.image;
       launch.queue = r.spec.local_queue;
       launch.time_limit_seconds = r.spec.max_execution_seconds;
-      if (options_.fence) {
-        launch.key = fmt::format("{}-{}-{}", options_.installation, r.seq, r.runs);
-      }
+      launch.key = fmt::format("{}-{}-{}", options_.installation, r.seq, r.runs);
       launch.team = r.spec.namespace_;
       if (auto l = ps.limits.find("memory"); l != ps.limits.end()) {
         launch.memory_limit_bytes = l->second / 1000;
@@ -1294,14 +1312,18 @@ void FleetService::startPods(Record& r, int64_t now) {
           stopping_.push_back({r.spec.name, p.executor, p.handle, std::nullopt});
         }
         r.pods.clear();
-        // With a fence the run keeps its number: its keys were claimed by the pods let go.
-        if (!options_.fence) --r.runs;
+        // The run keeps its number: its keys were claimed by the pods let go.
         r.launching = false;
         if (r.reason != "WaitingForExecutor") {
           r.reason = "WaitingForExecutor";
           r.message = handle.error().message;
           noteEvent("Waiting", r.spec.name, queue, r.reason, r.message, "");
         }
+        // Tried again after a while, longer each time (1 s doubling to a minute), never at
+        // every poll.
+        auto& [next, delay] = start_backoff_[r.spec.name];
+        delay = delay == 0 ? 1000 : std::min<int64_t>(delay * 2, 60'000);
+        next = now + delay;
         return;
       }
       if (!handle) {
@@ -1825,15 +1847,7 @@ exec::Executor* FleetService::executorNamed(const std::string& name) const {
 std::string FleetService::executorFor(const Record& r) const {
   if (!r.external.empty()) return r.external.substr(0, r.external.find(':'));
   if (!r.admission) return "local";
-  for (const char* resource : {kGpu, "cpu"}) {
-    for (const auto& ps : r.admission->pod_sets) {
-      auto f = ps.flavors.find(resource);
-      if (f == ps.flavors.end()) continue;
-      auto e = options_.flavor_executors.find(f->second);
-      if (e != options_.flavor_executors.end()) return e->second;
-    }
-  }
-  return "local";
+  return executorOf(r.admission->pod_sets, options_.flavor_executors);
 }
 
 }  // namespace purser::scheduler

@@ -130,6 +130,9 @@ struct Options {
   size_t log_tail_bytes = 4096;
   // ResourceFlavor → the executor its workloads run on (those not listed: "local").
   std::map<std::string, std::string> flavor_executors;
+  // Executor → the pods it runs at once, admitted against as quota (executor_slots.h); those
+  // not listed are not counted.
+  std::map<std::string, int64_t> executor_slots;
   // Replicas sharing the store, one leading the fleet: run inside every write of the fleet, an
   // error once this one no longer leads (so a replica that lost the lead changes nothing). With
   // it, a run is written before its pods are asked to start, under keys that make a second
@@ -394,6 +397,8 @@ class FleetService {
   std::vector<Stopping> stopping_;
   int64_t next_seq_ = 1;
   std::map<std::string, int64_t> accounts_;  // team id -> the uid its local pods run as
+  // Workloads whose pods found no room on their executor: (when to try again, the delay) in ms.
+  std::map<std::string, std::pair<int64_t, int64_t>> start_backoff_;
   int64_t hold_seq_ = 0;  // GPU holds taken
   int64_t last_tick_ms_ = 0;
   std::atomic<bool> closing_{false};

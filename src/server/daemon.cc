@@ -632,6 +632,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_options.account_uid_base = config.fleet.local_uid_base;
   fleet_options.account_uid_count = config.fleet.local_uid_count;
   fleet_options.installation = installation;
+  fleet_options.executor_slots["local"] = config.fleet.local_max_pods;
   fleet_options.bounds.max_pods_per_set = config.fleet.max_pods_per_set;
   fleet_options.bounds.min_pod_cpu_milli = config.fleet.min_pod_cpu_milli;
   if (const auto& slurm = config.fleet.slurm) {

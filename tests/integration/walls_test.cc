@@ -98,7 +98,8 @@ class WallsTest : public ::testing::TestWithParam<Mode> {
                                       "input_per_mtok: \"1000.00\", output_per_mtok: "
                                       "\"2000.00\"}\n"
                                     : "") +
-                           "fleet:\n  manifests: [fleet.yaml]\n  termination_grace: 1s\n");
+                           "fleet:\n  manifests: [fleet.yaml]\n  termination_grace: 1s\n"
+                           "  local: {max_pods: 3}\n");
     ::chmod(dir.file("purser.yaml").c_str(), 0600);
     std::string program = binary();
     if (GetParam() == Mode::kUnprivileged) {
@@ -298,6 +299,41 @@ TEST_P(WallsTest, AJobOverItsMemoryLimitIsOOMKilledWhileTheOtherTenantAndPurserG
   EXPECT_EQ(get(bob, "research", "steady").value("state", ""), "running");
   testing::writeFile(gates_["research"], "");
   EXPECT_EQ(waitFor(bob, "research", "steady", {"succeeded", "failed"}).value("state", ""),
+            "succeeded");
+}
+
+TEST_P(WallsTest, TheExecutorsSlotsAreQuotaAJobThatCannotStartWaitsInsteadOfChurning) {
+  // fleet.local.max_pods is 3. Alice's job holds two slots; Bob's job of two waits, pending, and
+  // nothing is started and killed meanwhile.
+  ASSERT_EQ(submit(alice, "ml", "holder", gate("ml") + "; echo done", {{"count", 2}}), 201);
+  waitFor(alice, "ml", "holder", {"running"});
+  ASSERT_EQ(submit(bob, "research", "waiter", "echo ran", {{"count", 2}}), 201);
+  json w;
+  for (int i = 0; i < 200; ++i) {
+    w = get(bob, "research", "waiter");
+    if (w.value("message", "").find("runs at most 3 pods") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(w.value("state", ""), "pending") << w.dump();
+  EXPECT_THAT(w.value("message", ""), HasSubstr("the local executor runs at most 3 pods at once"));
+  // A few polls later, still no pod of it has been started (no files of it in the pods' dir).
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("var/pods"))) {
+    files += e.path().filename().string().starts_with("research.waiter") ? 1 : 0;
+  }
+  EXPECT_EQ(files, 0u) << "a workload that cannot start is never started and stopped";
+  // A job that could never run at once is said to be so.
+  ASSERT_EQ(submit(bob, "research", "huge", "echo ran", {{"count", 4}}), 201);
+  for (int i = 0; i < 200; ++i) {
+    w = get(bob, "research", "huge");
+    if (w.value("message", "").find("never") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_THAT(w.value("message", ""), HasSubstr("can never run at once on the local executor"));
+  // Room returns: Bob's job runs.
+  testing::writeFile(gates_["ml"], "");
+  EXPECT_EQ(waitFor(bob, "research", "waiter", {"succeeded", "failed"}).value("state", ""),
             "succeeded");
 }
 
