@@ -202,8 +202,10 @@ async function seed() {
   const file = join(data, "demo-keys.json");
   if (existsSync(file)) return JSON.parse(readFileSync(file, "utf8"));
   const tenants = {};
-  for (const [name, limit] of [["acme", "140.00"], ["globex", "150.00"]]) {
-    tenants[name] = await call("/api/v1/tenants", { method: "POST", body: { name } });
+  // Priority is granted per tenant: acme's serving may run at production-inference (1000).
+  for (const [name, limit, max] of [["acme", "140.00", 1000], ["globex", "150.00", 0]]) {
+    tenants[name] = await call("/api/v1/tenants", { method: "POST",
+      body: { name, priority: { max_workload_priority: max } } });
     await call("/api/v1/wallets", { method: "POST", body: { scope: { kind: "tenant", id: tenants[name].id },
       limit, period: "monthly", hard: false, alert_at: [50, 80, 100] } });
   }

@@ -113,6 +113,7 @@ Result<void> addAdminRoutes(http::Router& router, const Services& services) {
     return addRoute(router, s, m, path, handler);
   };
   PURSER_TRY(route(Method::kPost, "/api/v1/tenants", admin::createTenant));
+  PURSER_TRY(route(Method::kPut, "/api/v1/tenants/{tenant}/priority", admin::grantPriority));
   PURSER_TRY(route(Method::kPost, "/api/v1/teams", admin::createTeam));
   PURSER_TRY(route(Method::kPost, "/api/v1/users", admin::createUser));
   PURSER_TRY(route(Method::kPost, "/api/v1/service-accounts", admin::createServiceAccount));

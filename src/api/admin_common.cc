@@ -21,7 +21,13 @@ using identity::Target;
 namespace admin {
 
 json toJson(const identity::Tenant& t) {
-  return {{"id", t.id}, {"name", t.name}, {"created_at", t.created_at}};
+  return {{"id", t.id},
+          {"name", t.name},
+          {"created_at", t.created_at},
+          {"priority",
+           {{"max_workload_priority", t.grant.max_workload_priority},
+            {"classes", t.grant.classes},
+            {"max_key_priority", std::string(identity::priorityName(t.grant.max_key_priority))}}}};
 }
 
 json toJson(const identity::Team& t) {

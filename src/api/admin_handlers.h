@@ -13,6 +13,9 @@ namespace purser::api::admin {
 
 // admin_identity.cc: tenants, teams, users, service accounts, whoami
 boost::asio::awaitable<http::Response> createTenant(const Services& s, http::Request& req);
+// PUT /api/v1/tenants/{tenant}/priority: what priority the tenant's work may ask for (platform
+// admins only; audited).
+boost::asio::awaitable<http::Response> grantPriority(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> createTeam(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> createUser(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> createServiceAccount(const Services& s, http::Request& req);

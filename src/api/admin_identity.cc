@@ -38,6 +38,58 @@ Response listVisible(const Principal& who, Action read, const std::vector<T>& it
 
 }  // namespace
 
+namespace {
+
+// {max_workload_priority, classes?, max_key_priority?} as a grant; an error names the field.
+Result<identity::PriorityGrant> grantOf(const json& g) {
+  if (!g.is_object()) {
+    return fail(invalidArgument("expected {max_workload_priority, classes?, max_key_priority?}")
+                    .withField("priority"));
+  }
+  for (const auto& [k, v] : g.items()) {
+    if (k != "max_workload_priority" && k != "classes" && k != "max_key_priority") {
+      return fail(invalidArgument(fmt::format("unknown field \"{}\"", k)).withField("priority"));
+    }
+  }
+  identity::PriorityGrant out;
+  if (g.contains("max_workload_priority")) {
+    const json& m = g["max_workload_priority"];
+    if (!m.is_number_integer() || m.get<int64_t>() < INT32_MIN || m.get<int64_t>() > INT32_MAX) {
+      return fail(invalidArgument("expected a whole number within 32 bits")
+                      .withField("priority.max_workload_priority"));
+    }
+    out.max_workload_priority = static_cast<int32_t>(m.get<int64_t>());
+  }
+  if (g.contains("classes")) {
+    const json& c = g["classes"];
+    if (!c.is_array() || c.size() > 256) {
+      return fail(invalidArgument("expected a list of WorkloadPriorityClass names")
+                      .withField("priority.classes"));
+    }
+    for (const auto& name : c) {
+      if (!name.is_string() || name.get<std::string>().empty() ||
+          name.get<std::string>().size() > 253) {
+        return fail(invalidArgument("expected a list of WorkloadPriorityClass names")
+                        .withField("priority.classes"));
+      }
+      out.classes.push_back(name.get<std::string>());
+    }
+  }
+  if (g.contains("max_key_priority")) {
+    const json& k = g["max_key_priority"];
+    auto p = k.is_string() ? identity::parsePriority(k.get<std::string>())
+                           : Result<identity::Priority>(fail(invalidArgument("")));
+    if (!p) {
+      return fail(invalidArgument("expected critical, standard or sheddable")
+                      .withField("priority.max_key_priority"));
+    }
+    out.max_key_priority = *p;
+  }
+  return out;
+}
+
+}  // namespace
+
 asio::awaitable<Response> createTenant(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
   API_TRY(body, parseObject(req));
@@ -48,13 +100,38 @@ asio::awaitable<Response> createTenant(const Services& s, Request& req) {
   if (s.directory.tenantByName(name)) {
     co_return problem(409, fmt::format("a tenant named \"{}\" already exists", name), "name");
   }
-  const identity::Tenant t{s.ids.next(), name, now(s)};
+  identity::Tenant t{s.ids.next(), name, now(s), {}};
+  if (body.contains("priority")) {
+    API_TRY(grant, grantOf(body["priority"]));
+    t.grant = std::move(grant);
+  }
   auto done = co_await commitAudited(
       s, [&](store::Tx& tx) { return identity::insertTenant(tx, t); },
       auditEntry(who, "tenant.create", "tenant:" + t.id, "", writeJson(toJson(t)), t.id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(t);
   co_return jsonResponse(201, toJson(t));
+}
+
+
+asio::awaitable<Response> grantPriority(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  const std::string ref(req.param("tenant").value_or(""));
+  if (auto denied = identity::authorize(who, Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "tenant.priority", "tenant:" + ref);
+  }
+  API_TRY(tenant, findTenant(s, who, ref));
+  API_TRY(grant, grantOf(body));
+  identity::Tenant after = tenant;
+  after.grant = std::move(grant);
+  auto done = co_await commitAudited(
+      s, [&](store::Tx& tx) { return identity::updateTenantGrant(tx, after); },
+      auditEntry(who, "tenant.priority", "tenant:" + after.id, writeJson(toJson(tenant)),
+                 writeJson(toJson(after)), after.id));
+  if (!done) co_return problem(done.error());
+  s.directory.put(after);
+  co_return jsonResponse(200, toJson(after));
 }
 
 asio::awaitable<Response> createTeam(const Services& s, Request& req) {

@@ -69,9 +69,22 @@ Result<void> withinLimits(const identity::ApiKey& creator, identity::ApiKey& key
 // as withinLimits). Left open it is standard, or the ceiling where that is lower and the maker is
 // no admin or the key is derived: a sheddable key makes sheddable keys.
 Result<void> fitPriority(const identity::Principal& who, identity::Priority ceiling,
-                         std::optional<identity::Priority> asked, identity::ApiKey& key) {
+                         std::optional<identity::Priority> asked, identity::ApiKey& key,
+                         const identity::Tenant* tenant) {
   const bool admin =
       who.role == identity::Role::kPlatformAdmin || who.role == identity::Role::kTenantAdmin;
+  // Priority is the platform's to grant: within a tenant, no key goes above the tenant's grant
+  // (the platform admin grants it, and may make keys of any priority).
+  if (asked && tenant != nullptr && who.role != identity::Role::kPlatformAdmin &&
+      *asked > tenant->grant.max_key_priority) {
+    return fail(Error(ErrorCode::kPermissionDenied,
+                      fmt::format("tenant {}'s keys may be at most {} (its priority grant, which "
+                                  "the platform admin sets); {} was asked",
+                                  tenant->name,
+                                  identity::priorityName(tenant->grant.max_key_priority),
+                                  identity::priorityName(*asked)))
+                    .withField("priority"));
+  }
   if (!asked) {
     const bool inherits = !admin || !key.parent_key_id.empty();
     key.priority =
@@ -174,8 +187,9 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
     }
   }
   // Without a key of its own (none today) a caller is held to standard.
+  const auto key_tenant = s.directory.tenant(key.tenant_id);
   if (auto outside = fitPriority(who, creator ? creator->priority : identity::Priority::kStandard,
-                                 priority, key);
+                                 priority, key, key_tenant ? &*key_tenant : nullptr);
       !outside) {
     co_return co_await deny(s, who, outside.error(), "key.create", "key:" + who.key_id);
   }

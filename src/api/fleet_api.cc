@@ -147,6 +147,13 @@ asio::awaitable<Response> submit(const Services& s, FleetService& svc, Request& 
     r.submitted_ms = now;
     r.spec = w;
     r.manifest = parsed->object_json;
+    // Priority is granted per tenant; the platform admin's own submissions are its grant.
+    if (who->role != Role::kPlatformAdmin) {
+      if (auto granted = f.checkPriorityGrant(r); !granted) {
+        return problem(403, granted.error().message,
+                       w.priority_class.empty() ? "priority" : "priority_class");
+      }
+    }
     auto done = f.submit(std::move(r), wake(waiter));
     if (!done) {
       if (done.error().code == ErrorCode::kAlreadyExists) {

@@ -214,7 +214,11 @@ std::vector<std::string> splitList(const std::string& s) {
 }
 
 const std::vector<std::pair<std::string, std::string>> kTenantColumns = {
-    {"ID", "id"}, {"NAME", "name"}, {"CREATED", "created_at"}};
+    {"ID", "id"},
+    {"NAME", "name"},
+    {"MAX PRIORITY", "priority.max_workload_priority"},
+    {"KEYS UP TO", "priority.max_key_priority"},
+    {"CREATED", "created_at"}};
 const std::vector<std::pair<std::string, std::string>> kTeamColumns = {
     {"ID", "id"}, {"TENANT", "tenant"}, {"NAME", "name"}, {"CREATED", "created_at"}};
 const std::vector<std::pair<std::string, std::string>> kUserColumns = {
@@ -549,12 +553,57 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     common(list);
     listing(cmd, list,
             [g, &code] { code = run(*g, "GET", "/api/v1/tenants", nullptr, kTenantColumns); });
+    // A tenant's priority grant: what priority its workloads and keys may ask for.
+    struct Grant {
+      std::optional<int64_t> max_priority;
+      std::string classes, max_key_priority;
+      bool given() const { return max_priority || !classes.empty() || !max_key_priority.empty(); }
+      json body() const {
+        json g = json::object();
+        if (max_priority) g["max_workload_priority"] = *max_priority;
+        if (!classes.empty()) {
+          json list = json::array();
+          std::stringstream in(classes);
+          for (std::string c; std::getline(in, c, ',');) {
+            if (!c.empty()) list.push_back(c);
+          }
+          g["classes"] = list;
+        }
+        if (!max_key_priority.empty()) g["max_key_priority"] = max_key_priority;
+        return g;
+      }
+    };
+    const auto grantOptions = [](CLI::App* c, Grant& grant) {
+      c->add_option("--max-priority", grant.max_priority,
+                    "The highest priority its workloads may have (default 0)");
+      c->add_option("--priority-classes", grant.classes,
+                    "The WorkloadPriorityClasses it may name, comma-separated (default: any "
+                    "within --max-priority)");
+      c->add_option("--max-key-priority", grant.max_key_priority,
+                    "The highest priority its keys may carry (default standard)")
+          ->check(CLI::IsMember({"critical", "standard", "sheddable"}));
+    };
     auto name = std::make_shared<std::string>();
+    auto grant = std::make_shared<Grant>();
     CLI::App* create = cmd->add_subcommand("create", "Create a tenant (platform admins)");
     create->add_option("name", *name, "Tenant name")->required();
+    grantOptions(create, *grant);
     common(create);
-    create->callback([g, name, &code] {
-      code = run(*g, "POST", "/api/v1/tenants", {{"name", *name}}, kTenantColumns);
+    create->callback([g, name, grant, &code] {
+      json body = {{"name", *name}};
+      if (grant->given()) body["priority"] = grant->body();
+      code = run(*g, "POST", "/api/v1/tenants", body, kTenantColumns);
+    });
+    auto granted = std::make_shared<std::string>();
+    auto given = std::make_shared<Grant>();
+    CLI::App* set = cmd->add_subcommand(
+        "grant", "Set what priority a tenant's workloads and keys may ask for (platform admins)");
+    set->add_option("tenant", *granted, "Tenant id or name")->required();
+    grantOptions(set, *given);
+    common(set);
+    set->callback([g, granted, given, &code] {
+      code = run(*g, "PUT", "/api/v1/tenants/" + *granted + "/priority", given->body(),
+                 kTenantColumns);
     });
   }
   // teams

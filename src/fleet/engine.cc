@@ -1078,6 +1078,10 @@ class Engine::Impl {
 
   // --- Preemption ------------------------------------------------------------------------------
 
+  bool mayPreempt(const Workload& pre, const Workload& cand) const {
+    return !options_.may_preempt || options_.may_preempt(pre, cand);
+  }
+
   static bool satisfies(const Workload& pre, const Workload& cand, int policy_kind, int policy) {
     // policy_kind 0: within cluster queue; 1: reclaim within cohort.
     if (policy_kind == 0) {
@@ -1153,7 +1157,7 @@ class Engine::Impl {
     };
     std::vector<Cand> same, hierarchy, priority;
     const auto classify = [&](const Wl& w, bool advantage) {
-      if (!usesAny(w, need)) return Variant::kNever;
+      if (!usesAny(w, need) || !mayPreempt(pre.spec, w.spec)) return Variant::kNever;
       if (w.cq == cq) {
         return satisfies(pre.spec, w.spec, 0, static_cast<int>(policy.within_cluster_queue))
                    ? Variant::kWithinCq
@@ -1425,6 +1429,7 @@ class Engine::Impl {
       for (int id : q.admitted) {
         const Wl& w = wls_[u(id)];
         if (w.evicting || id == pre.spare || !usesAny(w, need)) continue;
+        if (!mayPreempt(pre.spec, w.spec)) continue;
         if (satisfies(pre.spec, w.spec, 0, static_cast<int>(policy.within_cluster_queue))) {
           by_cq[cq].push_back(id);
         }
@@ -1447,6 +1452,7 @@ class Engine::Impl {
         for (int id : cqs_[u(node.cq)].admitted) {
           const Wl& w = wls_[u(id)];
           if (w.evicting || id == pre.spare || !usesAny(w, need)) continue;
+          if (!mayPreempt(pre.spec, w.spec)) continue;
           if (satisfies(pre.spec, w.spec, 1, static_cast<int>(policy.reclaim_within_cohort))) {
             by_cq[node.cq].push_back(id);
           }
@@ -2093,6 +2099,7 @@ class Engine::Impl {
       for (int id : cqs_[c].admitted) {
         const Wl& w = wls_[u(id)];
         if (w.evicting || id == pre.spare || victims.count(id) != 0) continue;
+        if (!mayPreempt(pre.spec, w.spec)) continue;
         if (same) {
           if (!satisfies(pre.spec, w.spec, 0, static_cast<int>(policy.within_cluster_queue))) {
             continue;

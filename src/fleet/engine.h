@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,6 +69,10 @@ struct EngineOptions {
   bool fair_sharing = false;
   bool priority_sorting_within_cohort = true;
   std::shared_ptr<PlacementHook> placement;  // none: admission by quota alone
+  // Besides Kueue's rules, may `preemptor` take `victim`'s place? (Purser's tenants: another
+  // tenant's workload only with a priority that tenant's grant does not reach.) None: Kueue's
+  // rules alone. Called during victim searches; must be cheap and pure.
+  std::function<bool(const Workload& preemptor, const Workload& victim)> may_preempt;
 };
 
 // The fleet's configuration objects.

@@ -58,16 +58,38 @@ std::optional<uint64_t> AdmissionQueue::push(Waiter w) {
       for (size_t p = 0; p < static_cast<size_t>(w.priority) && !shed; ++p) {
         if (levels_[p].size > 0) shed = takeNewest(levels_[p]);
       }
+      // Else, of this priority, from the tenant that holds the most of it, when that is more
+      // than the arrival's own tenant holds: each tenant keeps its share of the queue.
+      if (!shed) {
+        Level& l = level(w.priority);
+        const std::string* longest = nullptr;
+        size_t most = 0;
+        for (const auto& [tenant, share] : l.tenants) {
+          if (share.size > most) {
+            most = share.size;
+            longest = &tenant;
+          }
+        }
+        auto own = l.tenants.find(w.tenant);
+        const size_t mine = own == l.tenants.end() ? 0 : own->second.size;
+        if (longest != nullptr && *longest != w.tenant && most > mine + 1) {
+          const std::string victim = *longest;
+          shed = takeNewest(l, &victim);
+        }
+      }
       if (!shed) return std::nullopt;
       where_.erase(shed->id);
       size_.fetch_sub(1, std::memory_order_relaxed);
     }
     id = next_id_++;
     Level& l = level(w.priority);
-    auto& team = l.teams[w.team];
-    if (team.empty()) l.turns.push_back(w.team);
-    where_.emplace(id, std::pair{w.priority, w.team});
+    Share& share = l.tenants[w.tenant];
+    if (share.size == 0) l.turns.push_back(w.tenant);
+    auto& team = share.teams[w.team];
+    if (team.empty()) share.turns.push_back(w.team);
+    where_.emplace(id, Place{w.priority, w.tenant, w.team});
     team.push_back({id, std::move(w)});
+    ++share.size;
     ++l.size;
     size_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -75,26 +97,44 @@ std::optional<uint64_t> AdmissionQueue::push(Waiter w) {
   return id;
 }
 
-std::optional<AdmissionQueue::Entry> AdmissionQueue::takeNewest(Level& l) {
-  // The newest across the level's teams: the largest id at the back of a team's line.
-  std::string team;
+AdmissionQueue::Entry AdmissionQueue::takeAt(Level& l, const std::string& tenant,
+                                             const std::string& team,
+                                             std::deque<Entry>::iterator at) {
+  Share& share = l.tenants[tenant];
+  auto& line = share.teams[team];
+  Entry e = std::move(*at);
+  line.erase(at);
+  --share.size;
+  --l.size;
+  if (line.empty()) {
+    share.teams.erase(team);
+    share.turns.erase(std::find(share.turns.begin(), share.turns.end(), team));
+  }
+  if (share.size == 0) {
+    l.tenants.erase(tenant);
+    l.turns.erase(std::find(l.turns.begin(), l.turns.end(), tenant));
+  }
+  return e;
+}
+
+std::optional<AdmissionQueue::Entry> AdmissionQueue::takeNewest(Level& l,
+                                                                const std::string* only) {
+  // The newest across the level's lines: the largest id at the back of a team's line.
+  std::string tenant, team;
   uint64_t newest = 0;
-  for (const auto& [name, line] : l.teams) {
-    if (!line.empty() && line.back().id > newest) {
-      newest = line.back().id;
-      team = name;
+  for (const auto& [t, share] : l.tenants) {
+    if (only != nullptr && t != *only) continue;
+    for (const auto& [name, line] : share.teams) {
+      if (!line.empty() && line.back().id > newest) {
+        newest = line.back().id;
+        tenant = t;
+        team = name;
+      }
     }
   }
   if (newest == 0) return std::nullopt;
-  auto& line = l.teams[team];
-  Entry e = std::move(line.back());
-  line.pop_back();
-  --l.size;
-  if (line.empty()) {
-    l.teams.erase(team);
-    l.turns.erase(std::find(l.turns.begin(), l.turns.end(), team));
-  }
-  return e;
+  auto& line = l.tenants[tenant].teams[team];
+  return takeAt(l, tenant, team, std::prev(line.end()));
 }
 
 std::optional<AdmissionQueue::Waiter> AdmissionQueue::pop() {
@@ -102,17 +142,23 @@ std::optional<AdmissionQueue::Waiter> AdmissionQueue::pop() {
   for (size_t p = 3; p-- > 0;) {
     Level& l = levels_[p];
     if (l.size == 0) continue;
-    const std::string team = l.turns.front();
-    l.turns.pop_front();
-    auto& line = l.teams[team];
-    Entry e = std::move(line.front());
-    line.pop_front();
-    if (line.empty()) {
-      l.teams.erase(team);
-    } else {
-      l.turns.push_back(team);  // its next request waits for the other teams' turns
+    // The tenant whose turn it is, then its team whose turn it is; each goes to the back of its
+    // line if it has more waiting.
+    const std::string tenant = l.turns.front();
+    Share& share = l.tenants[tenant];
+    const std::string team = share.turns.front();
+    const bool tenant_more = share.size > 1;
+    const bool team_more = share.teams[team].size() > 1;
+    Entry e = takeAt(l, tenant, team, share.teams[team].begin());
+    if (tenant_more) {
+      Share& rest = l.tenants[tenant];
+      if (team_more) {
+        rest.turns.erase(std::find(rest.turns.begin(), rest.turns.end(), team));
+        rest.turns.push_back(team);  // its next request waits for the tenant's other teams
+      }
+      l.turns.erase(std::find(l.turns.begin(), l.turns.end(), tenant));
+      l.turns.push_back(tenant);  // and the tenant's next waits for the other tenants
     }
-    --l.size;
     where_.erase(e.id);
     size_.fetch_sub(1, std::memory_order_relaxed);
     return std::move(e.waiter);
@@ -124,17 +170,13 @@ bool AdmissionQueue::remove(uint64_t id) {
   std::lock_guard lock(mu_);
   auto it = where_.find(id);
   if (it == where_.end()) return false;
-  Level& l = level(it->second.first);
-  const std::string team = it->second.second;
+  const Place place = it->second;
   where_.erase(it);
-  auto& line = l.teams[team];
-  line.erase(std::find_if(line.begin(), line.end(), [&](const Entry& e) { return e.id == id; }));
-  --l.size;
+  Level& l = level(place.priority);
+  auto& line = l.tenants[place.tenant].teams[place.team];
+  (void)takeAt(l, place.tenant, place.team,
+               std::find_if(line.begin(), line.end(), [&](const Entry& e) { return e.id == id; }));
   size_.fetch_sub(1, std::memory_order_relaxed);
-  if (line.empty()) {
-    l.teams.erase(team);
-    l.turns.erase(std::find(l.turns.begin(), l.turns.end(), team));
-  }
   return true;
 }
 

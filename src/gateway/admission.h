@@ -10,11 +10,16 @@
 // no room; one never scraped always has (it is judged by its traffic alone).
 //
 // A route has room when any of its targets has. When none has, a request waits in the route's
-// AdmissionQueue: critical before standard, and within a priority the teams take turns (each
-// team's own requests in arrival order), so one team's burst does not starve another's. Sheddable
-// requests never wait: they are refused at once (503 with Retry-After; 529 for Anthropic's API).
-// A full queue sheds its newest least important waiter for a more important arrival, or refuses
-// the arrival. A waiter whose bound passes is refused the same way. Budget is held only when a
+// AdmissionQueue: critical before standard, and within a priority the tenants take turns, and
+// within a tenant its teams (each team's own requests in arrival order), so one tenant's burst —
+// critical or not — does not starve another's: each tenant with requests waiting gets an equal
+// share of the room, as fair queuing gives each flow its own. Sheddable requests never wait: they
+// are refused at once (503 with Retry-After; 529 for Anthropic's API). A full queue sheds its
+// newest least important waiter for a more important arrival; for one of the same priority it
+// sheds the newest waiter of the tenant holding the most of that priority's places, when that
+// tenant holds more than the arrival's own (the longest queue drops first, so a tenant's flood
+// fills only its share of the queue); otherwise it refuses the arrival. A waiter whose bound
+// passes is refused the same way. Budget is held only when a
 // request leaves the queue for a replica (Gateway::Impl::reserve), so nothing waiting holds money.
 //
 // Thread-safety: AdmissionQueue is locked inside; hasRoom() reads atomics only.
@@ -54,8 +59,9 @@ class AdmissionQueue {
 
   struct Waiter {
     Priority priority = Priority::kStandard;
-    std::string team;  // turns are taken by this (tenant/team)
+    std::string team;    // turns within a tenant are taken by this (tenant/team)
     Wake wake;
+    std::string tenant;  // turns are taken by this first
   };
 
   explicit AdmissionQueue(size_t max_waiting) : max_waiting_(max_waiting) {}
@@ -79,20 +85,34 @@ class AdmissionQueue {
     uint64_t id;
     Waiter waiter;
   };
-  // One priority's waiters: per team in arrival order, and the teams' turn order.
-  struct Level {
+  // One tenant's waiters of one priority: per team in arrival order, and the teams' turn order.
+  struct Share {
     std::map<std::string, std::deque<Entry>> teams;
     std::deque<std::string> turns;  // teams with waiters; the front goes next
     size_t size = 0;
   };
+  // One priority's waiters: per tenant, and the tenants' turn order.
+  struct Level {
+    std::map<std::string, Share> tenants;
+    std::deque<std::string> turns;  // tenants with waiters; the front goes next
+    size_t size = 0;
+  };
+  struct Place {
+    Priority priority;
+    std::string tenant, team;
+  };
   Level& level(Priority p) { return levels_[static_cast<size_t>(p)]; }
-  std::optional<Entry> takeNewest(Level& l);
+  // The newest waiter of `l` (of `tenant` only, when given), taken out.
+  std::optional<Entry> takeNewest(Level& l, const std::string* tenant = nullptr);
+  // Takes `team`'s entry at `at` of tenant `tenant` out of `l`, tidying the turn orders.
+  Entry takeAt(Level& l, const std::string& tenant, const std::string& team,
+               std::deque<Entry>::iterator at);
 
   const size_t max_waiting_;
   mutable std::mutex mu_;
   Level levels_[3];  // by Priority's value; guarded by mu_
   uint64_t next_id_ = 1;
-  std::map<uint64_t, std::pair<Priority, std::string>> where_;  // id -> its level and team
+  std::map<uint64_t, Place> where_;  // id -> where it waits; guarded by mu_
   std::atomic<size_t> size_{0};
 };
 

@@ -295,11 +295,14 @@ asio::awaitable<std::optional<Response>> Gateway::Impl::waitForRoom(Call& c) {
   wait->timer.expires_after(route.queue_max_wait);
   const std::string team = c.who.tenant_id + "/" + c.who.team_id;
   auto id = queue->push(
-      {.priority = c.priority, .team = team, .wake = [wait](AdmissionQueue::Outcome o, Target* t) {
+      {.priority = c.priority,
+       .team = team,
+       .wake = [wait](AdmissionQueue::Outcome o, Target* t) {
          wait->target.store(t);
          wait->outcome.store(static_cast<int>(o));
          asio::post(wait->timer.get_executor(), [wait] { wait->timer.cancel(); });
-       }});
+       },
+       .tenant = c.who.tenant_id});
   if (!id) {
     co_return overloaded(c, "full",
                          fmt::format("Every replica of `{}` is saturated and {} requests as "

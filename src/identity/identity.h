@@ -21,10 +21,30 @@ enum class Role { kPlatformAdmin, kTenantAdmin, kTeamLead, kMember, kServiceAcco
 Result<Role> parseRole(std::string_view name);  // "platform-admin", "tenant-admin", ...
 std::string_view roleName(Role role);
 
+// How much a request matters when every replica of its route is saturated: waiting requests are
+// served most important first, and sheddable ones are refused first. Compared by the underlying
+// value: higher is more important.
+enum class Priority : uint8_t { kSheddable = 0, kStandard = 1, kCritical = 2 };
+Result<Priority> parsePriority(std::string_view name);  // "critical", "standard", "sheddable"
+std::string_view priorityName(Priority priority);
+
+// How much priority a tenant's work may ask for, as the platform admin granted it: priority is a
+// governed resource, since a higher one may evict or starve another tenant's work.
+struct PriorityGrant {
+  // The highest priority its workloads may have (a WorkloadPriorityClass's value, or a bare
+  // priority); another tenant's workload is preempted only by a priority this grant cannot reach.
+  int32_t max_workload_priority = 0;
+  // The WorkloadPriorityClasses it may name; empty: any whose value is within the maximum.
+  std::vector<std::string> classes;
+  // The highest gateway priority its keys may carry.
+  Priority max_key_priority = Priority::kStandard;
+};
+
 struct Tenant {
   std::string id;
   std::string name;
   std::string created_at;
+  PriorityGrant grant;
 };
 
 struct Team {
@@ -56,12 +76,6 @@ enum class OwnerKind { kUser, kServiceAccount };
 Result<OwnerKind> parseOwnerKind(std::string_view name);  // "user", "service_account"
 std::string_view ownerKindName(OwnerKind kind);
 
-// How much a request matters when every replica of its route is saturated: waiting requests are
-// served most important first, and sheddable ones are refused first. Compared by the underlying
-// value: higher is more important.
-enum class Priority : uint8_t { kSheddable = 0, kStandard = 1, kCritical = 2 };
-Result<Priority> parsePriority(std::string_view name);  // "critical", "standard", "sheddable"
-std::string_view priorityName(Priority priority);
 
 // An API key as stored: never the secret, only its hash.
 struct ApiKey {

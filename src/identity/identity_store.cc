@@ -33,13 +33,50 @@ const std::vector<store::Migration>& identityMigrations() {
        // The most important priority a key's requests may ask for; keys made before it are
        // standard, as they were treated.
        "ALTER TABLE api_keys ADD COLUMN priority TEXT NOT NULL DEFAULT 'standard'"},
+      {4, "tenants' priority grants",
+       // What priority a tenant's workloads and keys may ask for (JSON); "" is the default grant
+       // (workload priorities up to 0, standard keys).
+       "ALTER TABLE tenants ADD COLUMN priority_grant TEXT NOT NULL DEFAULT ''"},
   };
   return kMigrations;
 }
 
+std::string grantText(const PriorityGrant& g) {
+  nlohmann::json j = {{"max_workload_priority", g.max_workload_priority},
+                      {"classes", g.classes},
+                      {"max_key_priority", std::string(priorityName(g.max_key_priority))}};
+  return j.dump();
+}
+
+Result<PriorityGrant> grantFrom(const std::string& text) {
+  PriorityGrant g;
+  if (text.empty()) return g;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("max_workload_priority") ||
+      !j["max_workload_priority"].is_number_integer() || !j.contains("classes") ||
+      !j["classes"].is_array() || !j.contains("max_key_priority") ||
+      !j["max_key_priority"].is_string()) {
+    return fail(Error(ErrorCode::kDataLoss, "a tenant's priority grant is not one"));
+  }
+  g.max_workload_priority = j["max_workload_priority"].get<int32_t>();
+  for (const auto& c : j["classes"]) {
+    if (c.is_string()) g.classes.push_back(c.get<std::string>());
+  }
+  g.max_key_priority = PURSER_TRY_VALUE(parsePriority(j["max_key_priority"].get<std::string>()));
+  return g;
+}
+
 Result<void> insertTenant(store::Tx& tx, const Tenant& t) {
-  PURSER_TRY(tx.exec("INSERT INTO tenants (id, name, created_at) VALUES ($1, $2, $3)",
-                     {t.id, t.name, t.created_at}));
+  PURSER_TRY(tx.exec(
+      "INSERT INTO tenants (id, name, created_at, priority_grant) VALUES ($1, $2, $3, $4)",
+      {t.id, t.name, t.created_at, grantText(t.grant)}));
+  return {};
+}
+
+Result<void> updateTenantGrant(store::Tx& tx, const Tenant& t) {
+  const int64_t changed = PURSER_TRY_VALUE(tx.exec(
+      "UPDATE tenants SET priority_grant = $1 WHERE id = $2", {grantText(t.grant), t.id}));
+  if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such tenant"));
   return {};
 }
 
@@ -117,8 +154,14 @@ Result<void> updateKey(store::Tx& tx, const ApiKey& k) {
 Result<Snapshot> loadIdentity(store::Store& store) {
   Snapshot s;
   PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
-    for (const auto& r : PURSER_TRY_VALUE(tx.query("SELECT id, name, created_at FROM tenants"))) {
-      s.tenants.push_back({r.getText(0), r.getText(1), r.getText(2)});
+    for (const auto& r : PURSER_TRY_VALUE(
+             tx.query("SELECT id, name, created_at, priority_grant FROM tenants"))) {
+      auto grant = grantFrom(r.getText(3));
+      if (!grant) {
+        spdlog::error("identity: tenant {}'s priority grant is unreadable; it has the default",
+                      r.getText(0));
+      }
+      s.tenants.push_back({r.getText(0), r.getText(1), r.getText(2), grant.value_or(PriorityGrant{})});
     }
     for (const auto& r :
          PURSER_TRY_VALUE(tx.query("SELECT id, tenant_id, name, created_at FROM teams"))) {

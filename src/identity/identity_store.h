@@ -14,6 +14,11 @@ namespace purser::identity {
 const std::vector<store::Migration>& identityMigrations();
 
 Result<void> insertTenant(store::Tx& tx, const Tenant& t);
+// Writes a tenant's priority grant.
+Result<void> updateTenantGrant(store::Tx& tx, const Tenant& t);
+// A grant as stored (JSON), and back; "" is the default grant.
+std::string grantText(const PriorityGrant& g);
+Result<PriorityGrant> grantFrom(const std::string& text);
 Result<void> insertTeam(store::Tx& tx, const Team& t);
 Result<void> insertUser(store::Tx& tx, const User& u);
 Result<void> insertServiceAccount(store::Tx& tx, const ServiceAccount& s);

@@ -398,9 +398,52 @@ void FleetService::refreshInventory() {
 }
 
 // A new engine over `world` holding every live workload: admitted ones keep their quota.
+Result<void> FleetService::checkPriorityGrant(const Record& r) const {
+  if (r.tenant_id.empty()) return {};
+  const auto tenant = d_.directory.tenant(r.tenant_id);
+  if (!tenant) return {};
+  const identity::PriorityGrant& g = tenant->grant;
+  int64_t value = r.spec.priority;
+  std::string what = fmt::format("priority {}", r.spec.priority);
+  if (!r.spec.priority_class.empty()) {
+    const auto& classes = base_.priority_classes;
+    auto c = std::find_if(classes.begin(), classes.end(), [&](const auto& pc) {
+      return pc.name == r.spec.priority_class;
+    });
+    if (c == classes.end()) return {};  // the engine refuses a class it does not know
+    if (!g.classes.empty() &&
+        std::find(g.classes.begin(), g.classes.end(), c->name) == g.classes.end()) {
+      return fail(Error(ErrorCode::kPermissionDenied,
+                        fmt::format("tenant {} may use the WorkloadPriorityClasses {} (its "
+                                    "priority grant, which the platform admin sets), not {}",
+                                    tenant->name, fmt::join(g.classes, ", "), c->name)));
+    }
+    value = c->value;
+    what = fmt::format("WorkloadPriorityClass {} is {}", c->name, c->value);
+  }
+  if (value > g.max_workload_priority) {
+    return fail(Error(ErrorCode::kPermissionDenied,
+                      fmt::format("tenant {}'s workloads may have priorities up to {} (its "
+                                  "priority grant, which the platform admin sets); {}",
+                                  tenant->name, g.max_workload_priority, what)));
+  }
+  return {};
+}
+
 Result<FleetService::Built> FleetService::rebuild(fleet::World world) {
   fleet::EngineOptions eo;
   eo.mode = options_.mode;
+  // Within a tenant, Kueue's rules; across tenants, only a priority the victim's tenant could
+  // never give its own work (its grant's maximum) takes its place.
+  eo.may_preempt = [this](const Workload& pre, const Workload& victim) {
+    auto p = records_.find(pre.name);
+    auto v = records_.find(victim.name);
+    if (p == records_.end() || v == records_.end()) return true;
+    if (p->second.tenant_id == v->second.tenant_id || v->second.tenant_id.empty()) return true;
+    const auto tenant = d_.directory.tenant(v->second.tenant_id);
+    const int64_t reach = tenant ? tenant->grant.max_workload_priority : 0;
+    return pre.priority > reach;
+  };
   // Each engine places on its own copy of the inventory, refilled from the admitted workloads
   // below, so a rebuild that fails leaves the running engine and its placements as they were.
   std::shared_ptr<fleet::Placer> placer;
@@ -1628,6 +1671,8 @@ void FleetService::found(const std::string& executor, const exec::Found& f) {
   r.submitted_ms = now;
   r.external = external;
   r.spec = std::move(w);
+  // Applied to the cluster directly, it asks for no more priority than through Purser.
+  if (auto granted = checkPriorityGrant(r); !granted) return refuse(granted.error().message);
   auto queued = submit(std::move(r), nullptr);
   if (!queued) return refuse(queued.error().message);
 }

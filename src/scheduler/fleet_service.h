@@ -257,6 +257,11 @@ class FleetService {
   const fleet::Engine& engine() const { return *engine_; }
   const fleet::Placer* placer() const { return placer_.get(); }
   const fleet::ManifestSet& manifests() const { return base_; }
+  // Whether `r`'s priority is within its tenant's grant (identity::PriorityGrant): its
+  // WorkloadPriorityClass one the grant names (when it names any), its priority at most the
+  // grant's. kPermissionDenied saying what the grant allows. Platform admins' submissions are
+  // not asked.
+  Result<void> checkPriorityGrant(const Record& r) const;
   const Options& options() const { return options_; }
   // What an executor sets for pod `index` of pod set `pod_set` beyond the template's env: the
   // placement's (CUDA_VISIBLE_DEVICES, HAMi-core's limits) and Purser's identity (PURSER_*).

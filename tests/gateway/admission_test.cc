@@ -65,6 +65,47 @@ TEST(AdmissionQueueTest, AFullQueueShedsItsNewestLeastImportantWaiterOrRefusesTh
   EXPECT_EQ(drain(q, log), (std::vector<std::string>{"c0", "d0", "d1"}));
 }
 
+TEST(AdmissionQueueTest, TenantsTakeTurnsWhateverTheirNumberOfTeamsOrTheirFlood) {
+  AdmissionQueue q(100);
+  Log log;
+  const auto as = [&](Priority p, std::string tenant, std::string team, std::string name) {
+    AdmissionQueue::Waiter w = log.waiter(p, tenant + "/" + team, std::move(name));
+    w.tenant = std::move(tenant);
+    return w;
+  };
+  // Tenant a floods critical requests from three teams; tenant b has two critical requests.
+  for (int i = 0; i < 3; ++i) {
+    for (const char* team : {"x", "y", "z"}) {
+      ASSERT_TRUE(q.push(as(Priority::kCritical, "a", team, std::string(team) + std::to_string(i))));
+    }
+  }
+  ASSERT_TRUE(q.push(as(Priority::kCritical, "b", "m", "b0")));
+  ASSERT_TRUE(q.push(as(Priority::kCritical, "b", "m", "b1")));
+  // b gets every other turn while it has requests waiting; a's teams take turns within a's.
+  EXPECT_EQ(drain(q, log), (std::vector<std::string>{"x0", "b0", "y0", "b1", "z0", "x1", "y1",
+                                                     "z1", "x2", "y2", "z2"}));
+}
+
+TEST(AdmissionQueueTest, AFullQueueShedsTheFloodingTenantsNewestForAnotherTenantsArrival) {
+  AdmissionQueue q(4);
+  Log log;
+  const auto as = [&](std::string tenant, std::string name) {
+    AdmissionQueue::Waiter w = log.waiter(Priority::kCritical, tenant + "/t", std::move(name));
+    w.tenant = std::move(tenant);
+    return w;
+  };
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(q.push(as("a", "a" + std::to_string(i))));
+  // a's fifth is refused (it holds the queue); b's first sheds a's newest.
+  EXPECT_FALSE(q.push(as("a", "a4")));
+  ASSERT_TRUE(q.push(as("b", "b0")));
+  EXPECT_EQ(log.woken.back(), std::pair(std::string("a3"), Outcome::kShed));
+  ASSERT_TRUE(q.push(as("b", "b1")));
+  EXPECT_EQ(log.woken.back(), std::pair(std::string("a2"), Outcome::kShed));
+  // Now each holds half: b's third is refused rather than taking a's share.
+  EXPECT_FALSE(q.push(as("b", "b2")));
+  EXPECT_EQ(drain(q, log), (std::vector<std::string>{"a0", "b0", "a1", "b1"}));
+}
+
 TEST(AdmissionQueueTest, RemoveTakesOutOnlyThoseStillWaiting) {
   AdmissionQueue q(10);
   Log log;

@@ -171,9 +171,11 @@ class FleetServer {
     return {code, p.out() + p.err()};
   }
 
-  // Tenant "acme", its team "ml" and member "alice"; alice's key.
+  // Tenant "acme" (granted workload priorities up to 1000, fleetManifests' "urgent"), its team
+  // "ml" and member "alice"; alice's key.
   std::string member() const {
-    call("POST", "/api/v1/tenants", admin_key_, R"({"name":"acme"})");
+    call("POST", "/api/v1/tenants", admin_key_,
+         R"({"name":"acme","priority":{"max_workload_priority":1000}})");
     call("POST", "/api/v1/teams", admin_key_, R"({"name":"ml","tenant":"acme"})");
     nlohmann::json user = call("POST", "/api/v1/users", admin_key_,
                                R"({"name":"alice","tenant":"acme","team":"ml"})");

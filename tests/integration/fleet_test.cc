@@ -125,7 +125,7 @@ class FleetServeTest : public ::testing::Test {
 
   // A tenant "acme" with team "ml" and a member; returns the member's key and the team's id.
   std::pair<std::string, std::string> member() {
-    EXPECT_EQ(cli({"tenants", "create", "acme"}).code, 0);
+    EXPECT_EQ(cli({"tenants", "create", "acme", "--max-priority", "1000"}).code, 0);
     json team = cliJson({"teams", "create", "ml", "--tenant", "acme"});
     json user = cliJson({"users", "create", "alice", "--tenant", "acme", "--team", "ml"});
     json key = cliJson(
