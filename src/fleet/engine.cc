@@ -1682,6 +1682,8 @@ class Engine::Impl {
       s += '|';
     }
     if (w.spare >= 0) s += fmt::format("x{}|", w.spare);
+    // Who may be preempted depends on whose it is (may_preempt reads the namespace's tenant).
+    if (options_.may_preempt) s += fmt::format("n{}|", w.spec.namespace_);
     if (cqs_[u(w.cq)].spec.preemption.within_cluster_queue ==
         WithinClusterQueue::kLowerOrNewerEqualPriority) {
       s += fmt::format("c{}|{}|{}", w.spec.created_ms, w.spec.uid, w.spec.name);
@@ -2572,6 +2574,14 @@ Result<void> Engine::release(const std::string& name) { return impl_->release(na
 Result<void> Engine::stop(const std::string& name, const std::string& reason,
                           const std::string& message) {
   return impl_->stop(name, reason, message);
+}
+void Engine::reconsider() {
+  std::set<int> roots;
+  for (const auto& q : impl_->cqs_) roots.insert(impl_->root_of_[static_cast<size_t>(q.node)]);
+  for (int r : roots) {
+    impl_->retryTree(r);
+    ++impl_->tree_version_[static_cast<size_t>(r)];  // what was nominated may now be otherwise
+  }
 }
 void Engine::setNamespace(const std::string& name, std::map<std::string, std::string> labels) {
   impl_->setNamespace(name, std::move(labels));

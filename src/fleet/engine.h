@@ -185,6 +185,9 @@ class Engine {
   // `reason`. Pair it with hold() to keep it from being admitted again at once.
   Result<void> stop(const std::string& name, const std::string& reason, const std::string& message);
 
+  // Gives every parked (inadmissible) workload another chance at the next cycle: something the
+  // engine cannot see changed (may_preempt's answers: a tenant's priority grant).
+  void reconsider();
   // Adds or relabels a namespace (a team created since the engine was).
   void setNamespace(const std::string& name, std::map<std::string, std::string> labels);
   bool hasNamespace(const std::string& name) const;

@@ -1027,6 +1027,12 @@ void FleetService::tick() {
   takeFound();
   pollPods();
   const int64_t now = nowMs();
+  // The directory changed (a tenant's priority grant, say): what waits is looked at again.
+  if (const uint64_t g = d_.directory.generation(); g != directory_generation_) {
+    directory_generation_ = g;
+    engine_->reconsider();
+    if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+  }
   if (now - last_tick_ms_ >= 1000 || now < last_tick_ms_) {
     last_tick_ms_ = now;
     std::vector<store::TxFn> retries;
@@ -1257,6 +1263,7 @@ void FleetService::startPods(Record& r, int64_t now) {
     // replica — knows it may have begun, and starts it again under the same keys, which takes
     // back the pods that did start instead of starting them twice.
     r.launching = true;
+    r.started_ms = now;  // as launched: a run resumed after a kill is charged from here
     const std::string at = formatRfc3339(d_.clock.now());
     WorkloadRow row = rowOf(r);
     auto wrote = d_.store.write(
@@ -1398,7 +1405,9 @@ void FleetService::startPods(Record& r, int64_t now) {
   }
   r.state = "running";
   r.launching = false;
-  r.started_ms = now;
+  // Its GPU time counts from its launch (the first try's, for a run resumed after a kill: its
+  // pods ran while no Purser watched them) or its pods' first start, whichever came first.
+  if (!resumed || r.started_ms <= 0 || r.started_ms > now) r.started_ms = now;
   for (const auto& p : r.pods) r.started_ms = std::min(r.started_ms, p.started_ms);
   r.metered_until_ms = r.started_ms;
   noteEvent("Started", r.spec.name, queue, "PodsStarted",

@@ -402,6 +402,7 @@ class FleetService {
   std::vector<Stopping> stopping_;
   int64_t next_seq_ = 1;
   std::map<std::string, int64_t> accounts_;  // team id -> the uid its local pods run as
+  uint64_t directory_generation_ = 0;        // the directory's, when it was last looked at
   // Workloads whose pods found no room on their executor: (when to try again, the delay) in ms.
   std::map<std::string, std::pair<int64_t, int64_t>> start_backoff_;
   int64_t hold_seq_ = 0;  // GPU holds taken

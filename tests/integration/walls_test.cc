@@ -52,6 +52,7 @@ kind: ClusterQueue
 metadata: {name: shared}
 spec:
   namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
   resourceGroups:
     - coveredResources: [cpu, memory]
       flavors:
@@ -69,6 +70,16 @@ apiVersion: kueue.x-k8s.io/v1beta1
 kind: LocalQueue
 metadata: {namespace: research, name: jobs}
 spec: {clusterQueue: shared}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: low}
+value: -10
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: WorkloadPriorityClass
+metadata: {name: urgent}
+value: 1000
 )";
 }
 
@@ -334,6 +345,80 @@ TEST_P(WallsTest, TheExecutorsSlotsAreQuotaAJobThatCannotStartWaitsInsteadOfChur
   // Room returns: Bob's job runs.
   testing::writeFile(gates_["ml"], "");
   EXPECT_EQ(waitFor(bob, "research", "waiter", {"succeeded", "failed"}).value("state", ""),
+            "succeeded");
+}
+
+TEST_P(WallsTest, PriorityIsGrantedPerTenantAndNeverEvictsAnotherTenantsWorkItCouldMatch) {
+  const auto grant = [&](const std::string& tenant, int max, const std::string& keys) {
+    int status = 0;
+    json out = server.call("PUT", "/api/v1/tenants/" + tenant + "/priority", kAdminKey,
+                           json{{"max_workload_priority", max}, {"max_key_priority", keys}}.dump(),
+                           "application/json", &status);
+    EXPECT_EQ(status, 200) << out.dump();
+  };
+  // A tenant admin of globex, who may not grant itself anything.
+  json admin_user = server.call(
+      "POST", "/api/v1/users", kAdminKey,
+      json{{"name", "gina"}, {"tenant", "globex"}, {"team", "research"}, {"role", "tenant-admin"}}
+          .dump());
+  const std::string gina =
+      server
+          .call("POST", "/api/v1/keys", kAdminKey,
+                json{{"name", "k"}, {"owner", {{"kind", "user"}, {"id", admin_user["id"]}}}}.dump())
+          .value("key", "");
+  ASSERT_FALSE(gina.empty());
+  int status = 0;
+  server.call("PUT", "/api/v1/tenants/globex/priority", gina,
+              json{{"max_workload_priority", 1000000}}.dump(), "application/json", &status);
+  EXPECT_EQ(status, 403) << "a tenant admin does not grant its own tenant priority";
+  // Without a grant: no urgent class for a member, no bare priority for a tenant admin, no
+  // critical key.
+  json w = {{"name", "jump"}, {"namespace", "ml"}, {"queue", "jobs"}, {"priority_class", "urgent"},
+            {"pod_sets", {{{"name", "m"}, {"requests", {{"cpu", "1"}}}}}}};
+  json refused = server.call("POST", "/api/v1/workloads", alice, w.dump(), "application/json",
+                             &status);
+  EXPECT_EQ(status, 403) << refused.dump();
+  EXPECT_THAT(refused.value("detail", ""),
+              HasSubstr("tenant acme's workloads may have priorities up to 0"));
+  json bare = {{"name", "vip"}, {"namespace", "research"}, {"queue", "jobs"}, {"priority", 1000},
+               {"pod_sets", {{{"name", "m"}, {"requests", {{"cpu", "1"}}}}}}};
+  refused = server.call("POST", "/api/v1/workloads", gina, bare.dump(), "application/json", &status);
+  EXPECT_EQ(status, 403) << refused.dump();
+  server.call("POST", "/api/v1/keys", gina,
+              json{{"name", "fast"},
+                   {"owner", {{"kind", "user"}, {"id", admin_user["id"]}}},
+                   {"priority", "critical"}}
+                  .dump(),
+              "application/json", &status);
+  EXPECT_EQ(status, 403) << "no critical keys without the grant";
+
+  // Both tenants granted 1000: Bob's low job fills the shared queue; Alice's urgent one waits,
+  // for Bob's tenant could itself run at 1000: it takes no place of his.
+  grant("acme", 1000, "standard");
+  grant("globex", 1000, "standard");
+  ASSERT_EQ(submit(bob, "research", "steady", gate("research") + "; echo ok",
+                   {{"requests", {{"cpu", "16"}, {"memory", "256Mi"}}}}),
+            201);
+  waitFor(bob, "research", "steady", {"running"});
+  json urgent = {{"name", "urgent"}, {"namespace", "ml"}, {"queue", "jobs"},
+                 {"priority_class", "urgent"},
+                 {"pod_sets", {{{"name", "m"}, {"count", 1},
+                                {"requests", {{"cpu", "16"}, {"memory", "256Mi"}}},
+                                {"command", {"/bin/sh", "-c", "echo urgent ran"}}}}}};
+  json sent = server.call("POST", "/api/v1/workloads", alice, urgent.dump(), "application/json",
+                          &status);
+  ASSERT_EQ(status, 201) << sent.dump();
+  for (int i = 0; i < 25; ++i) {  // a few admission cycles
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_EQ(get(bob, "research", "steady").value("state", ""), "running")
+        << "another tenant's urgent work took Bob's place";
+  }
+  EXPECT_EQ(get(alice, "ml", "urgent").value("state", ""), "pending");
+  // Once Bob's tenant may go no higher than 0, Alice's 1000 is beyond it: now it preempts.
+  grant("globex", 0, "standard");
+  json evicted = waitFor(bob, "research", "steady", {"evicted", "pending", "failed"});
+  EXPECT_NE(evicted.value("state", ""), "running") << get(alice, "ml", "urgent").dump();
+  EXPECT_EQ(waitFor(alice, "ml", "urgent", {"succeeded", "failed"}).value("state", ""),
             "succeeded");
 }
 
