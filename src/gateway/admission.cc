@@ -4,23 +4,27 @@
 
 namespace purser::gateway {
 
-bool hasRoom(const Route& route, const Target& t, MonoTime now) {
+bool hasRoom(const Route& route, const Target& t, MonoTime now, bool gated) {
   if (coolingDown(t, now)) return false;
   if (t.observed.condition.load(std::memory_order_relaxed) == Condition::kDown) return false;
   const double queue = t.observed.queue.load(std::memory_order_relaxed);
   const double kv = t.observed.kv_cache_usage.load(std::memory_order_relaxed);
   const int64_t since = t.observed.since.load(std::memory_order_relaxed);
   if (kv >= 0 && kv >= route.saturation_kv_cache && since >= 0) return false;
-  if (queue > 0 && queue + static_cast<double>(since) >= route.saturation_queue) return false;
+  // While requests wait, a replica whose last scrape found no queue still gets no more than the
+  // route's saturation queue beyond what it has finished since: a scrape that caught it between
+  // two requests must not flush every waiter into its own first-come queue.
+  const bool counted = gated ? queue >= 0 : queue > 0;
+  if (counted && queue + static_cast<double>(since) >= route.saturation_queue) return false;
   return true;
 }
 
-Target* roomiest(const Route& route, MonoTime now, bool* saturated) {
+Target* roomiest(const Route& route, MonoTime now, bool* saturated, bool gated) {
   Target* best = nullptr;
   int64_t best_load = 0;
   if (saturated != nullptr) *saturated = false;
   for (Target* t : allTargets(route)) {
-    if (!hasRoom(route, *t, now)) {
+    if (!hasRoom(route, *t, now, gated)) {
       if (saturated != nullptr && !coolingDown(*t, now) &&
           t->observed.condition.load(std::memory_order_relaxed) != Condition::kDown) {
         *saturated = true;
@@ -39,7 +43,7 @@ Target* roomiest(const Route& route, MonoTime now, bool* saturated) {
 
 void dispatchWaiters(const Route& route, AdmissionQueue& queue, MonoTime now) {
   while (!queue.empty()) {
-    Target* t = roomiest(route, now);
+    Target* t = roomiest(route, now, nullptr, /*gated=*/true);
     if (t == nullptr) return;
     auto w = queue.pop();
     if (!w) return;

@@ -4,9 +4,10 @@
 // A target has room unless its last scrape found it full (requests waiting, or its KV cache past
 // the route's saturation mark) and what Purser has sent it since (TargetObserved::since: sent
 // minus finished) has not made room again: with a queue of q at the scrape it takes requests
-// while q + since stays under the route's saturation queue; with a full KV cache only once more
-// have finished than were sent. So while saturated, Purser sends a replica about one request for
-// each it finishes, and each scrape corrects the count. A target that is down or cooling down has
+// while q + since stays under the route's saturation queue (also with q = 0 while requests wait
+// in Purser); with a full KV cache only once more have finished than were sent. So while
+// saturated, Purser sends a replica about one request for each it finishes, and each scrape
+// corrects the count. A target that is down or cooling down has
 // no room; one never scraped always has (it is judged by its traffic alone).
 //
 // A route has room when any of its targets has. When none has, a request waits in the route's
@@ -45,11 +46,13 @@ namespace purser::gateway {
 using identity::Priority;
 
 // Whether `t` can take another request of `route` now (see above).
-bool hasRoom(const Route& route, const Target& t, MonoTime now);
+// `gated`: requests are waiting, so a target whose last scrape found its queue empty is held to
+// the route's saturation queue too (see hasRoom's comment).
+bool hasRoom(const Route& route, const Target& t, MonoTime now, bool gated = false);
 // The target with room to send the next waiter to (the fewest requests in flight), or null.
 // `saturated`, when given, says whether any target lacks room only for being saturated: when
 // every target is down instead, waiting would not help and requests go on to fail over as usual.
-Target* roomiest(const Route& route, MonoTime now, bool* saturated = nullptr);
+Target* roomiest(const Route& route, MonoTime now, bool* saturated = nullptr, bool gated = false);
 
 class AdmissionQueue {
  public:

@@ -178,6 +178,21 @@ TEST(RoomTest, AFullReplicaTakesOneRequestForEachItFinishesUntilTheNextScrape) {
   EXPECT_TRUE(hasRoom(r, t, now));
 }
 
+TEST(RoomTest, WhileRequestsWaitAReplicaSeenIdleTakesOnlyTheSaturationQueueBeyondItsFinished) {
+  Route r;
+  r.saturation_queue = 2;
+  auto t = std::make_unique<Target>();
+  r.targets.push_back(std::move(t));
+  Target& target = *r.targets[0];
+  const MonoTime now{};
+  target.observed.queue = 0;  // the last scrape caught it between two requests
+  target.observed.since = 2;  // two sent since, none finished
+  EXPECT_TRUE(hasRoom(r, target, now)) << "nobody waits: it is not held back";
+  EXPECT_FALSE(hasRoom(r, target, now, /*gated=*/true)) << "waiters are not all flushed into it";
+  target.observed.since = 1;  // one of them finished
+  EXPECT_TRUE(hasRoom(r, target, now, /*gated=*/true));
+}
+
 TEST(RoomTest, TheRoomiestIsTheLeastLoadedOfThoseWithRoom) {
   std::unique_ptr<Route> owned = route(3);
   Route& r = *owned;
