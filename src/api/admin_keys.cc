@@ -73,18 +73,6 @@ Result<void> fitPriority(const identity::Principal& who, identity::Priority ceil
                          const identity::Tenant* tenant) {
   const bool admin =
       who.role == identity::Role::kPlatformAdmin || who.role == identity::Role::kTenantAdmin;
-  // Priority is the platform's to grant: within a tenant, no key goes above the tenant's grant
-  // (the platform admin grants it, and may make keys of any priority).
-  if (asked && tenant != nullptr && who.role != identity::Role::kPlatformAdmin &&
-      *asked > tenant->grant.max_key_priority) {
-    return fail(Error(ErrorCode::kPermissionDenied,
-                      fmt::format("tenant {}'s keys may be at most {} (its priority grant, which "
-                                  "the platform admin sets); {} was asked",
-                                  tenant->name,
-                                  identity::priorityName(tenant->grant.max_key_priority),
-                                  identity::priorityName(*asked)))
-                    .withField("priority"));
-  }
   if (!asked) {
     const bool inherits = !admin || !key.parent_key_id.empty();
     key.priority =
@@ -96,6 +84,18 @@ Result<void> fitPriority(const identity::Principal& who, identity::Priority ceil
                       fmt::format("a key can only make keys within its own limits: priority {} "
                                   "is above this key's {}",
                                   identity::priorityName(*asked), identity::priorityName(ceiling)))
+                    .withField("priority"));
+  }
+  // Priority is the platform's to grant: within a tenant, no key goes above the tenant's grant
+  // (the platform admin grants it, and may make keys of any priority).
+  if (asked && tenant != nullptr && who.role != identity::Role::kPlatformAdmin &&
+      *asked > tenant->grant.max_key_priority) {
+    return fail(Error(ErrorCode::kPermissionDenied,
+                      fmt::format("tenant {}'s keys may be at most {} (its priority grant, which "
+                                  "the platform admin sets); {} was asked",
+                                  tenant->name,
+                                  identity::priorityName(tenant->grant.max_key_priority),
+                                  identity::priorityName(*asked)))
                     .withField("priority"));
   }
   key.priority = *asked;

@@ -422,6 +422,18 @@ std::optional<JsonView> JsonView::at(size_t index) const {
   return std::nullopt;
 }
 
+std::vector<JsonView> JsonView::elements() const {
+  std::vector<JsonView> out;
+  if (kind_ != JsonKind::kArray) return out;
+  size_t p = skipSpaceAt(text_, 1);
+  while (text_[p] != ']') {
+    out.push_back(viewAt(text_, &p));
+    p = skipSpaceAt(text_, p);
+    if (text_[p] == ',') p = skipSpaceAt(text_, p + 1);
+  }
+  return out;
+}
+
 bool JsonView::empty() const {
   if (kind_ != JsonKind::kObject && kind_ != JsonKind::kArray) return false;
   const size_t p = skipSpaceAt(text_, 1);

@@ -54,6 +54,8 @@ class JsonView {
 
   // Arrays: the element at `index`, nullopt past the end or when this is not an array.
   std::optional<JsonView> at(size_t index) const;
+  // Arrays: every element in order (one pass); empty for other kinds.
+  std::vector<JsonView> elements() const;
   // Arrays and objects: whether they hold nothing. False for every other kind.
   bool empty() const;
 

@@ -178,6 +178,87 @@ std::optional<ledger::TokenCounts> anthropicUsage(const JsonView& usage) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+namespace {
+
+const char* kindName(JsonKind k) {
+  switch (k) {
+    case JsonKind::kObject:
+      return "an object";
+    case JsonKind::kArray:
+      return "an array";
+    case JsonKind::kString:
+      return "a string";
+    case JsonKind::kNumber:
+      return "a number";
+    case JsonKind::kTrue:
+    case JsonKind::kFalse:
+      return "a boolean";
+    case JsonKind::kNull:
+      return "null";
+  }
+  return "something else";
+}
+
+bool isToken(const JsonView& v) { return v.kind() == JsonKind::kNumber && v.integer().has_value(); }
+
+}  // namespace
+
+std::optional<std::pair<std::string, std::string>> shapeError(std::string_view field,
+                                                              const JsonView& value) {
+  const auto wrong = [&](const std::string& param, const char* expected, const JsonView& got) {
+    return std::make_pair(fmt::format("Invalid type for '{}': expected {}, but got {} instead.",
+                                      param, expected, kindName(got.kind())),
+                          param);
+  };
+  if (field == "messages") {
+    const std::vector<JsonView> items = value.elements();
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string at = fmt::format("messages[{}]", i);
+      if (!items[i].isObject()) return wrong(at, "an object", items[i]);
+      const auto content = items[i].get("content");
+      if (!content || content->isString() || content->isNull()) continue;
+      if (!content->isArray()) {
+        return wrong(at + ".content", "a string or an array of content parts", *content);
+      }
+      const std::vector<JsonView> parts = content->elements();
+      for (size_t k = 0; k < parts.size(); ++k) {
+        if (!parts[k].isObject()) {
+          return wrong(fmt::format("{}.content[{}]", at, k), "an object", parts[k]);
+        }
+      }
+    }
+    return std::nullopt;
+  }
+  // input (embeddings) and prompt (completions): text, texts, tokens, or lists of tokens.
+  const std::string param(field);
+  constexpr const char* kExpected =
+      "a string, an array of strings, an array of tokens or an array of token arrays";
+  if (value.isString()) return std::nullopt;
+  if (!value.isArray()) return wrong(param, kExpected, value);
+  const std::vector<JsonView> items = value.elements();
+  if (items.empty()) {
+    return std::make_pair(fmt::format("'{}' must not be empty.", param), param);
+  }
+  const JsonKind first = items[0].kind();
+  for (size_t i = 0; i < items.size(); ++i) {
+    const JsonView& v = items[i];
+    const std::string at = fmt::format("{}[{}]", param, i);
+    if (first == JsonKind::kString) {
+      if (!v.isString()) return wrong(at, "a string", v);
+    } else if (first == JsonKind::kNumber) {
+      if (!isToken(v)) return wrong(at, "a token (a whole number)", v);
+    } else if (first == JsonKind::kArray) {
+      if (!v.isArray()) return wrong(at, "an array of tokens", v);
+      for (const auto& t : v.elements()) {
+        if (!isToken(t)) return wrong(at, "an array of tokens", t);
+      }
+    } else {
+      return wrong(at, "a string, a token or an array of tokens", v);
+    }
+  }
+  return std::nullopt;
+}
+
 // The longest session id kept with a request's usage.
 
 // Bodies at least this large are parsed and written on the CPU pool, not on an I/O worker.

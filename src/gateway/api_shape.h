@@ -59,6 +59,13 @@ std::optional<ledger::TokenCounts> openAiUsage(const JsonView& usage);
 std::optional<ledger::TokenCounts> anthropicUsage(const JsonView& usage);
 
 int64_t ceilDiv(int64_t a, int64_t b);
+
+// What the model APIs refuse in a request's main field, as (message, param): `messages` items
+// that are not objects, a message `content` that is neither a string (nor null) nor a list of
+// parts (objects), an embeddings `input` (or a completion's `prompt`) that is not a string, a
+// list of strings, a list of tokens or a list of token lists. nullopt when it is well formed.
+std::optional<std::pair<std::string, std::string>> shapeError(std::string_view field,
+                                                              const JsonView& value);
 // Puts the alias where an answer names the upstream model (see api_shape.cc).
 void hideUpstreamModel(std::string& text, const std::string& upstream, const std::string& alias);
 

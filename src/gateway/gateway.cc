@@ -447,6 +447,10 @@ std::optional<Response> Gateway::Impl::admit(Call& c, Request& req, Result<JsonV
     return apiError(api, Fault::kBadRequest, fmt::format("'{}' is a required property", required),
                     required);
   }
+  // What the APIs themselves refuse is refused here, not forwarded for an upstream to misread.
+  if (auto wrong = shapeError(required, *content)) {
+    return apiError(api, Fault::kBadRequest, wrong->first, wrong->second);
+  }
   auto it = routes_.find(*name);
   if (it == routes_.end()) {
     return apiError(

@@ -42,16 +42,16 @@ const std::vector<store::Migration>& identityMigrations() {
 }
 
 std::string grantText(const PriorityGrant& g) {
-  nlohmann::json j = {{"max_workload_priority", g.max_workload_priority},
-                      {"classes", g.classes},
-                      {"max_key_priority", std::string(priorityName(g.max_key_priority))}};
-  return j.dump();
+  const Json j = {{"max_workload_priority", g.max_workload_priority},
+                 {"classes", g.classes},
+                 {"max_key_priority", std::string(priorityName(g.max_key_priority))}};
+  return writeJson(j);
 }
 
 Result<PriorityGrant> grantFrom(const std::string& text) {
   PriorityGrant g;
   if (text.empty()) return g;
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  const Json j = parseJsonOrDiscarded(text);
   if (!j.is_object() || !j.contains("max_workload_priority") ||
       !j["max_workload_priority"].is_number_integer() || !j.contains("classes") ||
       !j["classes"].is_array() || !j.contains("max_key_priority") ||

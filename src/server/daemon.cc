@@ -466,12 +466,53 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
         gateway::ProviderLimits{p.max_response_bytes, p.max_event_bytes}));
   }
   std::vector<std::unique_ptr<gateway::Route>> routes;
-  for (const auto& r : config.routes) {
+  for (size_t ri = 0; ri < config.routes.size(); ++ri) {
+    const auto& r = config.routes[ri];
     auto route = std::make_unique<gateway::Route>();
     route->alias = r.model;
     route->strategy = *gateway::parseStrategy(r.strategy);  // validated with the configuration
-    route->allow_tenants = r.allow_tenants;
-    route->allow_teams = r.allow_teams;
+    // allow: names (as the documentation writes them) or ids; a name that matches nothing fails
+    // the start instead of quietly locking everyone out.
+    for (const auto& who : r.allow_tenants) {
+      auto t = directory.tenant(who);
+      if (!t) t = directory.tenantByName(who);
+      if (!t) {
+        return fail(invalidArgument(fmt::format(
+            "routes[{}].allow.tenants: \"{}\" names no tenant (create it first, or leave it out)",
+            ri, who)));
+      }
+      route->allow_tenants.push_back(t->id);
+    }
+    for (const auto& who : r.allow_teams) {
+      std::optional<identity::Team> team = directory.team(who);
+      if (!team) {
+        const size_t slash = who.find('/');
+        if (slash != std::string::npos) {
+          auto t = directory.tenantByName(who.substr(0, slash));
+          if (!t) t = directory.tenant(who.substr(0, slash));
+          if (t) team = directory.teamByName(t->id, who.substr(slash + 1));
+        } else {
+          int matches = 0;
+          for (const auto& candidate : directory.teams()) {
+            if (candidate.name == who) {
+              team = candidate;
+              ++matches;
+            }
+          }
+          if (matches > 1) {
+            return fail(invalidArgument(fmt::format(
+                "routes[{}].allow.teams: \"{}\" is a team of {} tenants; write tenant/team",
+                ri, who, matches)));
+          }
+        }
+      }
+      if (!team) {
+        return fail(invalidArgument(fmt::format(
+            "routes[{}].allow.teams: \"{}\" names no team (tenant/team, a team name or an id)",
+            ri, who)));
+      }
+      route->allow_teams.push_back(team->id);
+    }
     route->served_by = r.served_by;
     route->max_tokens = r.max_tokens;
     route->retries = r.retries;

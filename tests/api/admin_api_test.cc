@@ -740,7 +740,21 @@ TEST_F(MeteringTest, AKeyGivesPrioritiesUpToItsOwnAndAdminsGiveAny) {
   Reply plain = call("POST", "/api/v1/keys", dana_key, {{"owner", owner}, {"name", "plain"}});
   ASSERT_EQ(plain.status, 201) << plain.body.dump();
   EXPECT_EQ(plain.body["priority"], "standard");
-  // A tenant admin gives any priority.
+  // A tenant admin gives any priority its tenant's grant reaches: critical only once the
+  // platform admin granted it.
+  Reply ungranted = call("POST", "/api/v1/keys", ada_key,
+                         {{"owner", owner}, {"name", "pager"}, {"priority", "critical"}});
+  EXPECT_EQ(ungranted.status, 403) << ungranted.body.dump();
+  EXPECT_EQ(ungranted.body["field"], "priority");
+  ASSERT_EQ(call("PUT", "/api/v1/tenants/" + tenant + "/priority", kAdminKey,
+                 {{"max_key_priority", "critical"}})
+                .status,
+            200);
+  EXPECT_EQ(call("PUT", "/api/v1/tenants/" + tenant + "/priority", ada_key,
+                 {{"max_key_priority", "critical"}})
+                .status,
+            403)
+      << "a tenant admin does not grant its own tenant";
   Reply critical = call("POST", "/api/v1/keys", ada_key,
                         {{"owner", owner}, {"name", "pager"}, {"priority", "critical"}});
   ASSERT_EQ(critical.status, 201) << critical.body.dump();

@@ -97,7 +97,7 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
   auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
   ASSERT_TRUE(s.has_value());
   const std::vector<store::Migration> all = identityMigrations();
-  ASSERT_EQ(all.size(), 3u);
+  ASSERT_EQ(all.size(), 4u);
   ASSERT_TRUE((*s)->migrate("identity", {all[0], all[1]}).has_value());
   ASSERT_TRUE(
       (*s)->write([&](store::Tx& tx) -> Result<void> {
@@ -110,13 +110,52 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
             return {};
           })
           .has_value());
+  ASSERT_TRUE((*s)
+                  ->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(tx.exec(
+                        "INSERT INTO tenants (id, name, created_at) VALUES ('t1', 'acme', "
+                        "'2025-06-01T00:00:00.000Z')"));
+                    return {};
+                  })
+                  .has_value());
   auto migrated = (*s)->migrate("identity", all);
   ASSERT_TRUE(migrated.has_value()) << migrated.error().toString();
-  EXPECT_EQ(*migrated, 1);
+  EXPECT_EQ(*migrated, 2);
   auto k = loaded(**s, "old");
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->priority, Priority::kStandard);
   EXPECT_EQ(k->name, "old key");
+  // A tenant made before grants existed has the default one: priorities up to 0, standard keys.
+  auto snapshot = loadIdentity(**s);
+  ASSERT_TRUE(snapshot.has_value());
+  ASSERT_EQ(snapshot->tenants.size(), 1u);
+  EXPECT_EQ(snapshot->tenants[0].grant.max_workload_priority, 0);
+  EXPECT_TRUE(snapshot->tenants[0].grant.classes.empty());
+  EXPECT_EQ(snapshot->tenants[0].grant.max_key_priority, Priority::kStandard);
+}
+
+TEST(IdentityStoreTest, ATenantsGrantIsKeptAndAnUnreadableOneIsTheDefault) {
+  testing::TempDir dir;
+  ManualClock clock;
+  auto s = openMigrated(dir, clock);
+  Tenant t{"t1", "acme", "2025-06-01T00:00:00.000Z", {}};
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) { return insertTenant(tx, t); }).has_value());
+  t.grant = {1000, {"urgent", "low"}, Priority::kCritical};
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) { return updateTenantGrant(tx, t); }).has_value());
+  auto snapshot = loadIdentity(**s);
+  ASSERT_TRUE(snapshot.has_value());
+  EXPECT_EQ(snapshot->tenants.at(0).grant.max_workload_priority, 1000);
+  EXPECT_EQ(snapshot->tenants.at(0).grant.classes, (std::vector<std::string>{"urgent", "low"}));
+  EXPECT_EQ(snapshot->tenants.at(0).grant.max_key_priority, Priority::kCritical);
+  ASSERT_TRUE((*s)
+                  ->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(tx.exec("UPDATE tenants SET priority_grant = '{\"max_work'"));
+                    return {};
+                  })
+                  .has_value());
+  snapshot = loadIdentity(**s);
+  ASSERT_TRUE(snapshot.has_value()) << "an unreadable grant never makes the directory unloadable";
+  EXPECT_EQ(snapshot->tenants.at(0).grant.max_workload_priority, 0);
 }
 
 TEST(IdentityStoreTest, APriorityNobodyWroteIsReadAsStandard) {

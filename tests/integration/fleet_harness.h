@@ -93,7 +93,10 @@ class FleetServer {
     process_ = std::make_unique<Process>(argv, "", env);
     auto line = process_->waitForStdout("purser: listening on ");
     if (!line) {
+      process_->signal(SIGKILL);  // (it has exited, or hung before listening)
+      process_->wait();           // all it said, once it has ended
       if (why) *why = process_->err();
+      process_.reset();
       return false;
     }
     port_ = static_cast<uint16_t>(std::stoi(line->substr(line->rfind(':') + 1)));
