@@ -578,7 +578,28 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       slurm.optional("log_dir", s.log_dir);
       slurm.optional("inventory", s.inventory);
       if (auto v = quantityAt(reader, slurm, "gpu_memory", true)) s.gpu_memory_mib = *v;
+      if (slurm.present("accounts")) {
+        const YAML::Node accounts = slurm.get("accounts");
+        if (!accounts.IsMap()) {
+          reader.addError(accounts, "fleet.slurm.accounts",
+                          "expected a mapping of team to Unix account, such as {ml: ml-svc}");
+        } else {
+          for (const auto& kv : accounts) {
+            if (!kv.first.IsScalar() || !kv.second.IsScalar() || kv.second.Scalar().empty()) {
+              reader.addError(kv.first, "fleet.slurm.accounts",
+                              "expected a team and the name of a Unix account");
+              continue;
+            }
+            s.accounts[kv.first.Scalar()] = kv.second.Scalar();
+          }
+        }
+      }
       slurm.finish();
+      if (s.accounts.empty() && !s.flavors.empty()) {
+        reader.addError(top.get("fleet")["slurm"], "fleet.slurm.accounts",
+                        "map each team whose work runs on Slurm to a Unix account (such as "
+                        "{ml: ml-svc}): Slurm jobs never run as Purser's own user");
+      }
       if (s.flavors.empty()) {
         reader.addError(top.get("fleet")["slurm"], "fleet.slurm.flavors",
                         "name the ResourceFlavors whose workloads Slurm runs");
@@ -600,7 +621,15 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       k.optional("inventory", kc.inventory);
       k.optional("adopt_jobs", kc.adopt_jobs);
       if (auto v = quantityAt(reader, k, "gpu_memory", true)) kc.gpu_memory_mib = *v;
+      k.optional("pod_security", kc.pod_security);
+      k.optional("service_account_tokens", kc.service_account_tokens);
       k.finish();
+      if (kc.pod_security != "baseline" && kc.pod_security != "restricted") {
+        reader.addError(top.get("fleet")["kubernetes"]["pod_security"],
+                        "fleet.kubernetes.pod_security",
+                        "expected baseline or restricted (the Pod Security Standards' levels; "
+                        "Purser does not create privileged pods)");
+      }
       if (kc.flavors.empty()) {
         reader.addError(top.get("fleet")["kubernetes"], "fleet.kubernetes.flavors",
                         "name the ResourceFlavors whose workloads Kubernetes runs");

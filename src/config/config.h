@@ -236,6 +236,8 @@ struct FleetConfig {
     std::string log_dir;         // shared with the nodes; default data_dir/slurm
     bool inventory = false;      // Slurm's nodes join fleet.nodes
     int64_t gpu_memory_mib = 0;  // each of their GPUs' memory (Slurm does not know it)
+    // Team (namespace) -> the Unix account its jobs run as; required (jobs never run as Purser).
+    std::map<std::string, std::string> accounts;
   };
   std::optional<Slurm> slurm;
   // A Kubernetes cluster that runs the workloads of some ResourceFlavors (fleet.kubernetes).
@@ -252,6 +254,12 @@ struct FleetConfig {
     bool adopt_jobs = true;      // Jobs users apply with Kueue's queue-name label are queued
     bool inventory = false;      // the cluster's Nodes join fleet.nodes
     int64_t gpu_memory_mib = 0;  // GPU memory where a Node's labels do not say
+    // The Pod Security Standard every pod template Purser creates must meet: "baseline" or
+    // "restricted" (Kubernetes' own levels; "privileged" is not offered).
+    std::string pod_security = "baseline";
+    // Whether a template may ask for a service account token (automountServiceAccountToken: true)
+    // or name a service account; off, every pod Purser creates runs without one.
+    bool service_account_tokens = false;
   };
   std::optional<Kubernetes> kubernetes;
   // What one workload may ask for: pods per pod set, and the least CPU a pod that runs a command

@@ -746,7 +746,19 @@ Result<std::string> KubernetesExecutor::start(const PodLaunch& pod) {
         {"backoffLimit", 0},
         {"template",
          {{"metadata", {{"labels", labels}, {"annotations", annotations}}},
-          {"spec", {{"restartPolicy", "Never"}, {"containers", json::array({container})}}}}}}}};
+          {"spec",
+           {{"restartPolicy", "Never"},
+            {"automountServiceAccountToken", false},
+            {"containers", json::array({container})}}}}}}}};
+  if (options_.restricted) {
+    // What "restricted" asks of every pod: no root, no escalation, no capabilities, a seccomp
+    // profile (the image must run as a non-root user).
+    json& spec = job["spec"]["template"]["spec"];
+    spec["securityContext"] = {{"runAsNonRoot", true},
+                               {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+    spec["containers"][0]["securityContext"] = {{"allowPrivilegeEscalation", false},
+                                                {"capabilities", {{"drop", {"ALL"}}}}};
+  }
   if (pod.time_limit_seconds > 0) job["spec"]["activeDeadlineSeconds"] = pod.time_limit_seconds;
   const std::string path = fmt::format("/apis/batch/v1/namespaces/{}/jobs", ns);
   auto created = api_->call("POST", path, writeJson(job));
@@ -943,20 +955,96 @@ void KubernetesExecutor::forget(const std::string& handle) {
 
 namespace {
 
-// What a pod template asks for that Kubernetes' Pod Security Standards "baseline" forbids (host
-// namespaces, host paths and ports, privileged containers, capabilities beyond the default set);
-// empty when nothing. Purser creates submitted objects with its own credentials: a team must not
-// get through Purser what the platform team would not let it apply.
-std::string baselineViolation(const json& pod_spec) {
+// What a pod template asks for that Kubernetes' Pod Security Standards forbid at "baseline" (host
+// namespaces, host paths and ports, privileged containers, capabilities beyond the default set,
+// an unmasked /proc, unconfined seccomp or AppArmor, SELinux users, roles and types outside the
+// container ones, sysctls outside the namespaced safe set) and, with `restricted`, at "restricted"
+// too (volumes beyond the ephemeral and projected kinds, privilege escalation, root, no seccomp
+// profile, capabilities not dropped); empty when nothing. Purser creates submitted objects with its
+// own credentials: a team must not get through Purser what the platform team would not let it
+// apply. A service account token is never mounted unless `tokens` lets a template ask for one:
+// where the template does not say, automountServiceAccountToken is set false.
+std::string podSecurityViolation(json& pod_spec, bool restricted, bool tokens) {
   if (!pod_spec.is_object()) return {};
   for (const char* host : {"hostNetwork", "hostPID", "hostIPC"}) {
-    if (pod_spec.value(host, false) == true) return fmt::format("spec.{}", host);
+    if (pod_spec.value(host, json()) == true) return fmt::format("spec.{}", host);
   }
+  if (!tokens) {
+    if (pod_spec.value("automountServiceAccountToken", json()) == true) {
+      return "a service account token (automountServiceAccountToken)";
+    }
+    for (const char* field : {"serviceAccountName", "serviceAccount"}) {
+      const json v = pod_spec.value(field, json());
+      if (v.is_string() && !v.get<std::string>().empty() && v.get<std::string>() != "default") {
+        return fmt::format("service account {}", writeJson(v));
+      }
+    }
+    pod_spec["automountServiceAccountToken"] = false;
+  }
+  static const std::set<std::string> kRestrictedVolumes = {
+      "configMap", "csi",   "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+      "projected", "secret"};
   for (const auto& v : pod_spec.value("volumes", json::array())) {
-    if (v.is_object() && v.contains("hostPath")) {
-      return fmt::format("a hostPath volume ({})", v.value("name", "?"));
+    if (!v.is_object()) continue;
+    const std::string name = v.value("name", "?");
+    if (v.contains("hostPath")) return fmt::format("a hostPath volume ({})", name);
+    if (!restricted) continue;
+    for (const auto& [kind, _] : v.items()) {
+      if (kind != "name" && kRestrictedVolumes.count(kind) == 0) {
+        return fmt::format("a {} volume ({})", kind, name);
+      }
     }
   }
+  static const std::set<std::string> kSafeSysctls = {"kernel.shm_rmid_forced",
+                                                     "net.ipv4.ip_local_port_range",
+                                                     "net.ipv4.ip_unprivileged_port_start",
+                                                     "net.ipv4.tcp_syncookies",
+                                                     "net.ipv4.ping_group_range",
+                                                     "net.ipv4.ip_local_reserved_ports",
+                                                     "net.ipv4.tcp_keepalive_time",
+                                                     "net.ipv4.tcp_fin_timeout",
+                                                     "net.ipv4.tcp_keepalive_intvl",
+                                                     "net.ipv4.tcp_keepalive_probes"};
+  static const std::set<std::string> kSelinuxTypes = {"", "container_t", "container_init_t",
+                                                      "container_kvm_t", "container_engine_t"};
+  // What one securityContext (the pod's or a container's) asks that baseline forbids.
+  auto contextViolation = [](const json& sc) -> std::string {
+    if (!sc.is_object()) return {};
+    const json seccomp = sc.value("seccompProfile", json::object());
+    if (seccomp.is_object() && seccomp.value("type", "") == "Unconfined") {
+      return "an unconfined seccomp profile";
+    }
+    const json apparmor = sc.value("appArmorProfile", json::object());
+    if (apparmor.is_object() && apparmor.value("type", "") == "Unconfined") {
+      return "an unconfined AppArmor profile";
+    }
+    const json selinux = sc.value("seLinuxOptions", json::object());
+    if (selinux.is_object()) {
+      if (!selinux.value("user", "").empty() || !selinux.value("role", "").empty()) {
+        return "an SELinux user or role";
+      }
+      if (kSelinuxTypes.count(selinux.value("type", "")) == 0) return "an SELinux type";
+    }
+    const json windows = sc.value("windowsOptions", json::object());
+    if (windows.is_object() && windows.value("hostProcess", false) == true) {
+      return "a Windows host process";
+    }
+    if (sc.value("procMount", "Default") != "Default") return "an unmasked /proc";
+    return {};
+  };
+  const json pod_sc = pod_spec.value("securityContext", json::object());
+  if (std::string why = contextViolation(pod_sc); !why.empty()) {
+    return why + " (spec.securityContext)";
+  }
+  if (pod_sc.is_object()) {
+    for (const auto& sysctl : pod_sc.value("sysctls", json::array())) {
+      const std::string name = sysctl.is_object() ? sysctl.value("name", "") : "";
+      if (kSafeSysctls.count(name) == 0) return fmt::format("sysctl {}", writeJson(name));
+    }
+  }
+  auto podSays = [&](const char* field) {
+    return pod_sc.is_object() ? pod_sc.value(field, json()) : json();
+  };
   static const std::set<std::string> kDefaultCaps = {
       "AUDIT_WRITE",      "CHOWN",   "DAC_OVERRIDE", "FOWNER",  "FSETID", "KILL",      "MKNOD",
       "NET_BIND_SERVICE", "SETFCAP", "SETGID",       "SETPCAP", "SETUID", "SYS_CHROOT"};
@@ -968,18 +1056,51 @@ std::string baselineViolation(const json& pod_spec) {
       if (sc.is_object() && sc.value("privileged", false) == true) {
         return fmt::format("a privileged container ({})", name);
       }
+      if (std::string why = contextViolation(sc); !why.empty()) {
+        return fmt::format("{} for container {}", why, name);
+      }
       const json caps = sc.is_object() ? sc.value("capabilities", json::object()) : json();
       if (caps.is_object()) {
         for (const auto& cap : caps.value("add", json::array())) {
-          if (!cap.is_string() || kDefaultCaps.count(cap.get<std::string>()) == 0) {
-            return fmt::format("capability {} for container {}", writeJson(cap), name);
-          }
+          const bool allowed = cap.is_string() && (restricted ? cap == "NET_BIND_SERVICE"
+                                                              : kDefaultCaps.count(cap) > 0);
+          if (!allowed) return fmt::format("capability {} for container {}", writeJson(cap), name);
         }
       }
       for (const auto& port : c.value("ports", json::array())) {
         if (port.is_object() && port.value("hostPort", 0) != 0) {
           return fmt::format("a host port for container {}", name);
         }
+      }
+      if (!restricted) continue;
+      auto says = [&](const char* field) {
+        const json v = sc.is_object() ? sc.value(field, json()) : json();
+        return v.is_null() ? podSays(field) : v;
+      };
+      if (!sc.is_object() || sc.value("allowPrivilegeEscalation", json()) != false) {
+        return fmt::format(
+            "privilege escalation for container {} (set allowPrivilegeEscalation: "
+            "false)",
+            name);
+      }
+      if (says("runAsNonRoot") != true) {
+        return fmt::format("root for container {} (set runAsNonRoot: true)", name);
+      }
+      if (says("runAsUser") == 0) return fmt::format("uid 0 for container {}", name);
+      const json seccomp = says("seccompProfile");
+      const std::string type = seccomp.is_object() ? seccomp.value("type", "") : "";
+      if (type != "RuntimeDefault" && type != "Localhost") {
+        return fmt::format(
+            "no seccomp profile for container {} (set seccompProfile: "
+            "{{type: RuntimeDefault}})",
+            name);
+      }
+      bool drops_all = false;
+      if (caps.is_object()) {
+        for (const auto& cap : caps.value("drop", json::array())) drops_all |= cap == "ALL";
+      }
+      if (!drops_all) {
+        return fmt::format("capabilities kept by container {} (drop ALL)", name);
       }
     }
   }
@@ -1010,13 +1131,16 @@ Result<std::string> KubernetesExecutor::create(const std::string& object_json,
   object.erase("status");
   std::string refused;
   forEachTemplate(object["spec"], kind, [&](const std::string& set, json& t) {
-    const std::string why = baselineViolation(t.value("spec", json::object()));
+    if (!t.contains("spec") || !t["spec"].is_object()) return;
+    const std::string why =
+        podSecurityViolation(t["spec"], options_.restricted, options_.service_account_tokens);
     if (refused.empty() && !why.empty()) refused = fmt::format("pod set {} asks for {}", set, why);
   });
   if (!refused.empty()) {
-    return fail(invalidArgument(fmt::format(
-        "{}, which the Pod Security Standards' baseline forbids; Purser does not create it",
-        refused)));
+    return fail(invalidArgument(
+        fmt::format("{}, which the Pod Security Standards' {} level forbids here; Purser does "
+                    "not create it",
+                    refused, options_.restricted ? "restricted" : "baseline")));
   }
   object.merge_patch(suspendPatch(kind, true));
   const Ref ref{kind, ns, meta["name"].get<std::string>()};

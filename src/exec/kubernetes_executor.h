@@ -53,6 +53,11 @@ struct KubernetesExecutorOptions {
   bool read_nodes = false;          // nodes() reports the cluster's Nodes
   int64_t gpu_memory_mib = 0;       // a GPU's memory where a Node's labels do not say
   Duration node_refresh = std::chrono::seconds(30);
+  // Pod Security: every template must meet "baseline"; with `restricted`, "restricted" too.
+  bool restricted = false;
+  // A template may ask for a service account token or name a service account; otherwise every
+  // pod Purser creates has automountServiceAccountToken false and the namespace's default one.
+  bool service_account_tokens = false;
 };
 
 // A Kubernetes Node as an inventory node: its name and labels; its taints (a cordoned node,

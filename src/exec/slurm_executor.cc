@@ -1,12 +1,17 @@
 #include "exec/slurm_executor.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -170,10 +175,50 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
                       .withField("env"));
     }
   }
+  // The team's account, and its directory (the account's alone) for scripts, logs and work.
+  auto account = options_.accounts.find(pod.team);
+  if (account == options_.accounts.end()) {
+    account = options_.accounts.find(pod.team.substr(0, pod.team.find('@')));
+  }
+  if (account == options_.accounts.end()) {
+    return fail(invalidArgument(fmt::format(
+        "team \"{}\" has no Unix account to run Slurm jobs as (fleet.slurm.accounts); its "
+        "jobs never run as Purser's own user",
+        pod.team.substr(0, pod.team.find('@')))));
+  }
+  std::string team_dir_name = pod.team;
+  for (char& c : team_dir_name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  if (team_dir_name.empty() || team_dir_name[0] == '.') team_dir_name = "_" + team_dir_name;
+  const std::string team_dir = options_.log_dir + "/" + team_dir_name;
+  const bool root = ::geteuid() == 0;
+  if (::mkdir(team_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return fail(unavailable(fmt::format("cannot make {}: {}", team_dir, std::strerror(errno))));
+  }
+  {
+    struct stat st {};
+    if (::lstat(team_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return fail(unavailable(fmt::format("{} is not a directory", team_dir)));
+    }
+    if (root && (st.st_uid != static_cast<uid_t>(account->second.uid) || (st.st_mode & 077))) {
+      if (::chown(team_dir.c_str(), static_cast<uid_t>(account->second.uid),
+                  static_cast<gid_t>(account->second.gid)) != 0 ||
+          ::chmod(team_dir.c_str(), 0700) != 0) {
+        return fail(unavailable(fmt::format("cannot give {} to account {}: {}", team_dir,
+                                            account->second.name, std::strerror(errno))));
+      }
+    }
+  }
   std::string stem;
   {
     std::lock_guard lock(mu_);
     stem = fmt::format("{}.{}-{}", safeStem(pod), unixMillis(clock_.now()), ++next_);
+  }
+  const std::string workdir = pod.working_dir.empty() ? team_dir : pod.working_dir;
+  if (workdir[0] != '/') {
+    return fail(invalidArgument(fmt::format("workingDir \"{}\" is not an absolute path", workdir))
+                    .withField("workingDir"));
   }
   // The script: the pod's environment (Slurm's own GPU binding wins), then its program.
   std::string script = "#!/bin/sh\n";
@@ -185,20 +230,30 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
     const char* path = ::getenv("PATH");
     script += "export PATH=" + shellQuote(path ? path : "/usr/local/bin:/usr/bin:/bin") + "\n";
   }
+  // Where it works, or it fails (Slurm would otherwise run it in /tmp without a word).
+  script += "cd " + shellQuote(workdir) + " || { echo \"cannot enter the working directory " +
+            shellQuote(workdir) + "\" >&2; exit 126; }\n";
   script += "exec";
   for (const auto& a : pod.argv) script += " " + shellQuote(a);
   script += "\n";
-  const std::string script_path = options_.log_dir + "/" + stem + ".sh";
+  const std::string script_path = team_dir + "/" + stem + ".sh";
   {
-    std::ofstream out(script_path, std::ios::binary | std::ios::trunc);
-    out << script;
-    if (!out) return fail(unavailable(fmt::format("cannot write the job script {}", script_path)));
+    const int fd =
+        ::open(script_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700);
+    const bool wrote =
+        fd >= 0 && ::write(fd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
+    if (fd >= 0) ::close(fd);
+    if (!wrote) {
+      return fail(unavailable(fmt::format("cannot write the job script {}", script_path)));
+    }
   }
-  ::chmod(script_path.c_str(), 0700);
-  const std::string log = options_.log_dir + "/" + stem + ".log";
-  std::vector<std::string> args = {
-      "--parsable", "--export=NONE", "--job-name=" + stem, "--output=" + log,
-      "--chdir=" + (pod.working_dir.empty() ? options_.log_dir : pod.working_dir)};
+  const std::string log = team_dir + "/" + stem + ".log";
+  std::vector<std::string> args = {"--parsable", "--export=NONE", "--job-name=" + stem,
+                                   "--output=" + log, "--chdir=" + workdir};
+  if (root) {
+    args.push_back(fmt::format("--uid={}", account->second.uid));
+    args.push_back(fmt::format("--gid={}", account->second.gid));
+  }
   if (!options_.partition.empty()) args.push_back("--partition=" + options_.partition);
   if (pod.gpus > 0) {
     args.push_back(options_.gres_type.empty()
@@ -227,8 +282,10 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
     return fail(invalidArgument(fmt::format("sbatch refused the pod: {}", why)));
   }
   const std::string handle = stem + ".slurm-" + id_text;
-  // The log takes the handle's name, so logTail finds it by the handle alone.
-  ::symlink((stem + ".log").c_str(), (options_.log_dir + "/" + handle + ".log").c_str());
+  // The log takes the handle's name, so logTail finds it by the handle alone: a link of
+  // Purser's, in Purser's directory, to the job's file in its team's.
+  ::symlink((team_dir_name + "/" + stem + ".log").c_str(),
+            (options_.log_dir + "/" + handle + ".log").c_str());
   Job job;
   job.id = std::stoll(id_text);
   job.status.started_at = clock_.now();
@@ -373,8 +430,14 @@ Result<std::string> SlurmExecutor::logTail(const std::string& handle, size_t max
   char target[512];
   const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
   if (n > 0) {
+    // "TEAM/STEM.log" (or "STEM.log", of jobs started before teams had directories).
     const std::string name(target, static_cast<size_t>(n));
-    if (name.find('/') != std::string::npos || !safeName(name)) return fail(unknownJob(handle));
+    const size_t slash = name.find('/');
+    const bool ok = slash == std::string::npos
+                        ? safeName(name)
+                        : safeName(name.substr(0, slash)) && safeName(name.substr(slash + 1)) &&
+                              name.find('/', slash + 1) == std::string::npos;
+    if (!ok) return fail(unknownJob(handle));
     path = options_.log_dir + "/" + name;
   }
   struct stat st {};

@@ -16,6 +16,12 @@
 // With `read_nodes`, Slurm's nodes are the inventory's (`scontrol show node -o`, read at most
 // once per `node_refresh`; see inventoryNodeOfSlurm).
 //
+// Each team's jobs run as a Unix account of its own (`accounts`: `sbatch --uid/--gid` when Purser
+// runs as root), never as Purser's user: its script, output and default working directory are
+// in <log_dir>/<team>, owned by that account, mode 0700, so no job reads another team's scripts
+// (their environment) or logs; a job's log is read without following a link it may have made.
+// A team without an account cannot start jobs (the start says so).
+//
 // Thread-safe.
 #pragma once
 
@@ -39,6 +45,12 @@ struct SlurmExecutorOptions {
   bool read_nodes = false;                     // nodes() reports Slurm's nodes
   int64_t gpu_memory_mib = 0;                  // each GPU's memory (Slurm does not know it)
   Duration node_refresh = std::chrono::seconds(30);
+  // Team (namespace) -> the Unix account (uid, gid) its jobs run as.
+  struct Account {
+    std::string name;
+    int64_t uid = -1, gid = -1;
+  };
+  std::map<std::string, Account> accounts;
 };
 
 // One line of `scontrol show node -o` as an inventory node: NodeName, CPUTot (whole CPUs),

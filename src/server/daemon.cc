@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -153,9 +154,9 @@ Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_di
                             const std::string& pod_logs, exec::LocalExecutorOptions& local,
                             std::vector<std::string>& warnings) {
   const std::string data = absolute(data_dir.path());
-  local.workspace_root = absolute(config.fleet.local_working_dir.empty()
-                                      ? data_dir.file("workspaces")
-                                      : config.fleet.local_working_dir);
+  local.workspace_root =
+      absolute(config.fleet.local_working_dir.empty() ? data_dir.file("workspaces")
+                                                      : config.fleet.local_working_dir);
   if (local.workspace_root == data || (data.starts_with(local.workspace_root + "/"))) {
     return fail(invalidArgument(fmt::format(
         "fleet.local.working_dir {} holds Purser's data directory; give the teams' workspaces a "
@@ -163,7 +164,8 @@ Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_di
         local.workspace_root)));
   }
   if (std::error_code ec; !std::filesystem::create_directories(local.workspace_root, ec) && ec) {
-    return fail(unavailable(fmt::format("cannot create {}: {}", local.workspace_root, ec.message())));
+    return fail(
+        unavailable(fmt::format("cannot create {}: {}", local.workspace_root, ec.message())));
   }
   ::chmod(local.workspace_root.c_str(), 0700);
   ::chmod(pod_logs.c_str(), 0700);
@@ -181,10 +183,12 @@ Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_di
   }
   local.isolation = ::geteuid() == 0 ? exec::Isolation::kAccounts : exec::Isolation::kUserNamespace;
   exec::SandboxOptions& box = local.sandbox;
-  for (const auto& p : config.fleet.local_read_only_paths) box.read_only_paths.push_back(absolute(p));
+  for (const auto& p : config.fleet.local_read_only_paths)
+    box.read_only_paths.push_back(absolute(p));
   box.hidden_paths = {data, absolute(pod_logs), local.workspace_root};
   if (const auto& slurm = config.fleet.slurm) {
-    box.hidden_paths.push_back(absolute(slurm->log_dir.empty() ? data_dir.file("slurm") : slurm->log_dir));
+    box.hidden_paths.push_back(
+        absolute(slurm->log_dir.empty() ? data_dir.file("slurm") : slurm->log_dir));
   }
   if (!config.file.empty()) {
     // The configuration may hold provider keys, and what lies beside it often holds more
@@ -193,7 +197,8 @@ Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_di
     const std::string dir = std::filesystem::path(file).parent_path().string();
     box.hidden_paths.push_back(file);
     const bool system = std::find(box.system_paths.begin(), box.system_paths.end(), dir) !=
-                            box.system_paths.end() || dir == "/";
+                            box.system_paths.end() ||
+                        dir == "/";
     if (!system) box.masked_paths.push_back(dir);
   }
   if (const auto& k = config.fleet.kubernetes) {
@@ -207,8 +212,10 @@ Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_di
   for (const auto& p : box.read_only_paths) {
     for (const auto& h : box.hidden_paths) {
       if (p == h || h.starts_with(p + "/") || p.starts_with(h + "/")) {
-        spdlog::warn("fleet: fleet.local.read_only_paths {} holds {}, which pods never see; "
-                     "they see the rest of it", p, h);
+        spdlog::warn(
+            "fleet: fleet.local.read_only_paths {} holds {}, which pods never see; "
+            "they see the rest of it",
+            p, h);
       }
     }
   }
@@ -268,10 +275,11 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   const std::optional<std::string> admin_env = takeSecretEnv("PURSER_ADMIN_KEY");
   const std::optional<std::string> master_env = takeSecretEnv("PURSER_MASTER_KEY");
   if (!config.file.empty()) {
-    if (struct stat st {}; ::stat(config.file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
-      spdlog::warn("{} can be read by other users than Purser's; it may hold provider keys "
-                   "(chmod 600 it)",
-                   config.file);
+    if (struct stat st{}; ::stat(config.file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      spdlog::warn(
+          "{} can be read by other users than Purser's; it may hold provider keys "
+          "(chmod 600 it)",
+          config.file);
     }
   }
   std::vector<std::string> warnings;  // for /api/v1/info (the console) and /readyz
@@ -501,15 +509,15 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
           }
           if (matches > 1) {
             return fail(invalidArgument(fmt::format(
-                "routes[{}].allow.teams: \"{}\" is a team of {} tenants; write tenant/team",
-                ri, who, matches)));
+                "routes[{}].allow.teams: \"{}\" is a team of {} tenants; write tenant/team", ri,
+                who, matches)));
           }
         }
       }
       if (!team) {
         return fail(invalidArgument(fmt::format(
-            "routes[{}].allow.teams: \"{}\" names no team (tenant/team, a team name or an id)",
-            ri, who)));
+            "routes[{}].allow.teams: \"{}\" names no team (tenant/team, a team name or an id)", ri,
+            who)));
       }
       route->allow_teams.push_back(team->id);
     }
@@ -678,15 +686,45 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   fleet_options.bounds.min_pod_cpu_milli = config.fleet.min_pod_cpu_milli;
   if (const auto& slurm = config.fleet.slurm) {
     exec::SlurmExecutorOptions so;
-    so.log_dir = slurm->log_dir.empty() ? data_dir->file("slurm") : slurm->log_dir;
+    // The teams' accounts write their jobs' output there, so it is not in the data directory
+    // (which is Purser's alone); each team has a directory of its own inside it.
+    if (slurm->log_dir.empty()) {
+      return fail(invalidArgument(
+          "fleet.slurm.log_dir is required: a directory the Slurm nodes share, outside the data "
+          "directory (the teams' jobs write their output there, as their own accounts)"));
+    }
+    so.log_dir = absolute(slurm->log_dir);
+    const std::string data_path = absolute(data_dir->path());
+    if (so.log_dir == data_path || so.log_dir.starts_with(data_path + "/")) {
+      return fail(invalidArgument(fmt::format(
+          "fleet.slurm.log_dir {} is inside the data directory, which is Purser's alone; give the "
+          "jobs' output a directory of its own",
+          so.log_dir)));
+    }
     if (std::error_code ec; !std::filesystem::create_directories(so.log_dir, ec) && ec) {
       return fail(unavailable(fmt::format("cannot create {}: {}", so.log_dir, ec.message())));
     }
+    ::chmod(so.log_dir.c_str(), 0711);  // each account reaches its own directory, lists none
     so.partition = slurm->partition;
     so.gres_type = slurm->gres_type;
     so.conf = slurm->conf;
     so.bin_dir = slurm->bin_dir;
     so.read_nodes = slurm->inventory;
+    for (const auto& [team, name] : slurm->accounts) {
+      const struct passwd* pw = ::getpwnam(name.c_str());
+      if (pw == nullptr) {
+        return fail(invalidArgument(
+            fmt::format("fleet.slurm.accounts: {}: there is no Unix account \"{}\" on this machine",
+                        team, name)));
+      }
+      if (pw->pw_uid == 0) {
+        return fail(invalidArgument(fmt::format(
+            "fleet.slurm.accounts: {}: \"{}\" is root; a team's jobs run as an account of its own",
+            team, name)));
+      }
+      so.accounts[team] = {name, static_cast<int64_t>(pw->pw_uid),
+                           static_cast<int64_t>(pw->pw_gid)};
+    }
     so.gpu_memory_mib = slurm->gpu_memory_mib;
     so.node_refresh = Duration::zero();  // the service reads them every inventory_refresh
     if (slurm->inventory) fleet_options.inventory_from.push_back("slurm");
@@ -724,6 +762,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     ko.read_nodes = k->inventory;
     ko.adopt_jobs = k->adopt_jobs;
     ko.gpu_memory_mib = k->gpu_memory_mib;
+    ko.restricted = k->pod_security == "restricted";
+    ko.service_account_tokens = k->service_account_tokens;
     ko.node_refresh = config.fleet.inventory_refresh / 2;  // read by the service as often
     if (k->inventory) fleet_options.inventory_from.push_back("kubernetes");
     for (const auto& f : k->flavors) fleet_options.flavor_executors[f] = "kubernetes";
@@ -783,14 +823,14 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
           return {};
         }
       }
-      return fail(Error(
-          ErrorCode::kPermissionDenied,
-          route->served_by.empty()
-              ? fmt::format("route \"{}\" is served by no workload (its served_by names no "
-                            "tenant or team); a platform admin may add yours",
-                            alias)
-              : fmt::format("route \"{}\" is served only by the workloads of {}", alias,
-                            fmt::join(route->served_by, ", "))));
+      return fail(
+          Error(ErrorCode::kPermissionDenied,
+                route->served_by.empty()
+                    ? fmt::format("route \"{}\" is served by no workload (its served_by names no "
+                                  "tenant or team); a platform admin may add yours",
+                                  alias)
+                    : fmt::format("route \"{}\" is served only by the workloads of {}", alias,
+                                  fmt::join(route->served_by, ", "))));
     }
     Result<void> join(const std::string& alias, const std::string& id, const std::string& base_url,
                       const std::string& api, const std::string& model,

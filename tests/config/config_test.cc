@@ -389,9 +389,10 @@ TEST(ConfigTest, ReadsTheEnginesWhoseNodesAreTheInventory) {
 listen: 127.0.0.1:80
 fleet:
   inventory_refresh: 10s
-  slurm: {flavors: [h100], inventory: true, gpu_memory: 80Gi}
+  slurm: {flavors: [h100], inventory: true, gpu_memory: 80Gi, log_dir: /shared/jobs,
+          accounts: {ml: ml-svc}}
   kubernetes: {flavors: [a100], server: "https://10.0.0.1:6443", inventory: true,
-               gpu_memory: 40Gi, adopt_jobs: false}
+               gpu_memory: 40Gi, adopt_jobs: false, pod_security: restricted}
 )",
                        "p.yaml");
   ASSERT_TRUE(c.has_value()) << c.error().toString();
@@ -401,15 +402,23 @@ fleet:
   EXPECT_TRUE(c->fleet.kubernetes->inventory);
   EXPECT_EQ(c->fleet.kubernetes->gpu_memory_mib, 40 * 1024);
   EXPECT_FALSE(c->fleet.kubernetes->adopt_jobs);
+  EXPECT_EQ(c->fleet.slurm->accounts.at("ml"), "ml-svc");
+  EXPECT_EQ(c->fleet.kubernetes->pod_security, "restricted");
+  EXPECT_FALSE(c->fleet.kubernetes->service_account_tokens);
   auto bad = parseConfig(
       "fleet:\n  inventory_refresh: 10ms\n"
-      "  slurm: {flavors: [h100], inventory: maybe, gpu_memory: lots}\n",
+      "  slurm: {flavors: [h100], inventory: maybe, gpu_memory: lots}\n"
+      "  kubernetes: {flavors: [a100], server: \"https://10.0.0.1:6443\", "
+      "pod_security: privileged}\n",
       "p.yaml");
   ASSERT_FALSE(bad.has_value());
   const std::string why = bad.error().toString();
   EXPECT_NE(why.find("fleet.inventory_refresh"), std::string::npos) << why;
   EXPECT_NE(why.find("fleet.slurm.inventory"), std::string::npos) << why;
   EXPECT_NE(why.find("fleet.slurm.gpu_memory"), std::string::npos) << why;
+  // Jobs never run as Purser: a Slurm cluster without the teams' accounts is refused.
+  EXPECT_NE(why.find("fleet.slurm.accounts"), std::string::npos) << why;
+  EXPECT_NE(why.find("fleet.kubernetes.pod_security"), std::string::npos) << why;
 }
 
 TEST(ConfigTest, CommandLineOverridesWin) {

@@ -137,6 +137,8 @@ TEST_F(FleetKubernetesTest, AJobIsCreatedSuspendedReleasedToItsNodeAndFollowedTo
   EXPECT_EQ(container["command"], json({"python", "train.py"}));
   EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], "2");
   EXPECT_NE(container["env"].dump().find("EPOCHS"), std::string::npos);
+  // No service account token reaches the pod (Purser's own credentials never do).
+  EXPECT_EQ(created["spec"]["template"]["spec"]["automountServiceAccountToken"], false);
   EXPECT_EQ(seen[1].rfind("PATCH ", 0), 0u);
   const json release = json::parse(seen[1].substr(6));
   EXPECT_EQ(release["spec"]["suspend"], false);
@@ -472,6 +474,8 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
   EXPECT_EQ(created["spec"]["parallelism"], 2);
   EXPECT_EQ(created["spec"]["template"]["spec"]["containers"][0]["command"],
             json({"torchrun", "train.py"}));
+  // The template did not ask for a token: it gets none.
+  EXPECT_EQ(created["spec"]["template"]["spec"]["automountServiceAccountToken"], false);
   EXPECT_EQ(kube.runningPods("sweep"), 2);
   ASSERT_TRUE(kube.finishPod("sweep", 0, "ok\n"));
   ASSERT_TRUE(kube.finishPod("sweep", 0, "ok\n"));
@@ -512,6 +516,100 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
   EXPECT_EQ(server.call("POST", "/api/v1/workloads", key, privileged.dump())["reason"],
             "StartFailed");
   EXPECT_TRUE(kube.job("root").is_null());
+  // Nor a service account's token, nor a named service account (its permissions are not the
+  // team's key's), unless the platform allows it (fleet.kubernetes.service_account_tokens).
+  json token = userJob("default", "token", 1, 1, false);
+  token["metadata"].erase("namespace");
+  token["spec"]["template"]["spec"]["automountServiceAccountToken"] = true;
+  json no_token = server.call("POST", "/api/v1/workloads", key, token.dump());
+  EXPECT_EQ(no_token["reason"], "StartFailed");
+  EXPECT_NE(no_token["message"].get<std::string>().find("service account token"), std::string::npos)
+      << no_token.dump();
+  EXPECT_TRUE(kube.job("token").is_null());
+  json account = userJob("default", "account", 1, 1, false);
+  account["metadata"].erase("namespace");
+  account["spec"]["template"]["spec"]["serviceAccountName"] = "cluster-admin-sa";
+  json no_account = server.call("POST", "/api/v1/workloads", key, account.dump());
+  EXPECT_NE(no_account["message"].get<std::string>().find("service account \"cluster-admin-sa\""),
+            std::string::npos)
+      << no_account.dump();
+  EXPECT_TRUE(kube.job("account").is_null());
+  // Baseline's finer rules: an unmasked /proc, an unsafe sysctl, an unconfined seccomp profile.
+  json proc = userJob("default", "proc", 1, 1, false);
+  proc["metadata"].erase("namespace");
+  proc["spec"]["template"]["spec"]["securityContext"] = {
+      {"sysctls", {{{"name", "kernel.msgmax"}, {"value", "1"}}}}};
+  EXPECT_NE(
+      server.call("POST", "/api/v1/workloads", key, proc.dump())["message"].get<std::string>().find(
+          "sysctl \"kernel.msgmax\""),
+      std::string::npos);
+  EXPECT_TRUE(kube.job("proc").is_null());
+}
+
+// With fleet.kubernetes.pod_security: restricted, templates must meet the "restricted" level, and
+// the Jobs Purser writes itself do.
+class FleetKubernetesRestrictedTest : public FleetKubernetesTest {
+ protected:
+  std::string kubernetesExtra() const override { return ", pod_security: restricted"; }
+};
+
+TEST_F(FleetKubernetesRestrictedTest, TemplatesMeetTheRestrictedLevelAndPursersOwnJobsDo) {
+  // A template baseline lets through but restricted does not: no allowPrivilegeEscalation: false.
+  json loose = userJob("default", "loose", 1, 1, false);
+  loose["metadata"].erase("namespace");
+  json refused = server.call("POST", "/api/v1/workloads", key, loose.dump());
+  EXPECT_EQ(refused["reason"], "StartFailed") << refused.dump();
+  EXPECT_NE(refused["message"].get<std::string>().find("privilege escalation for container "
+                                                       "trainer"),
+            std::string::npos)
+      << refused.dump();
+  EXPECT_NE(refused["message"].get<std::string>().find("restricted level"), std::string::npos);
+  EXPECT_TRUE(kube.job("loose").is_null());
+  // Root (runAsNonRoot missing), then a hostPath-free but disallowed volume kind.
+  json root = userJob("default", "rooted", 1, 1, false);
+  root["metadata"].erase("namespace");
+  root["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {
+      {"allowPrivilegeEscalation", false}, {"capabilities", {{"drop", {"ALL"}}}}};
+  EXPECT_NE(
+      server.call("POST", "/api/v1/workloads", key, root.dump())["message"].get<std::string>().find(
+          "root for container trainer"),
+      std::string::npos);
+  json nfs = userJob("default", "nfs", 1, 1, false);
+  nfs["metadata"].erase("namespace");
+  nfs["spec"]["template"]["spec"]["volumes"] = {
+      {{"name", "data"}, {"nfs", {{"server", "10.0.0.1"}, {"path", "/"}}}}};
+  EXPECT_NE(
+      server.call("POST", "/api/v1/workloads", key, nfs.dump())["message"].get<std::string>().find(
+          "a nfs volume (data)"),
+      std::string::npos);
+  // A template that meets it is created.
+  json tight = userJob("default", "tight", 1, 1, false);
+  tight["metadata"].erase("namespace");
+  json& spec = tight["spec"]["template"]["spec"];
+  spec["securityContext"] = {{"runAsNonRoot", true},
+                             {"runAsUser", 1000},
+                             {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+  spec["containers"][0]["securityContext"] = {{"allowPrivilegeEscalation", false},
+                                              {"capabilities", {{"drop", {"ALL"}}}}};
+  spec["volumes"] = {{{"name", "scratch"}, {"emptyDir", json::object()}}};
+  int status = 0;
+  json accepted =
+      server.call("POST", "/api/v1/workloads", key, tight.dump(), "application/json", &status);
+  ASSERT_EQ(status, 201) << accepted.dump();
+  server.waitFor(key, "tight", "running");
+  EXPECT_FALSE(kube.job("tight").is_null());
+  // Purser's own Job for a submitted pod set meets the level.
+  submit("own", 1);
+  const std::string job = jobOf("own");
+  const auto seen = calls(job);
+  ASSERT_GE(seen.size(), 1u);
+  const json created = json::parse(seen[0].substr(5));
+  const json pod = created["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  EXPECT_EQ(pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(pod["containers"][0]["securityContext"]["capabilities"]["drop"], json({"ALL"}));
+  EXPECT_EQ(pod["automountServiceAccountToken"], false);
 }
 
 // A model served from a Kubernetes pod: its pod's IP (the fake's pods are on loopback, where the

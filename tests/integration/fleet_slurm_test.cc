@@ -5,7 +5,10 @@
 // Purser placed them on, see the GPUs Slurm bound (SLURM_JOB_GPUS,
 // CUDA_VISIBLE_DEVICES), end succeeded or failed with their exit codes; a preempted one's job is
 // signalled and cancelled and the workload requeued; and a Purser killed with SIGKILL adopts the
-// jobs still running instead of submitting them again.
+// jobs still running instead of submitting them again. And the walls: each team's jobs run as
+// its own Unix account (ml as nobody, research as daemon), in a directory of its own; a hostile
+// member's job reads nothing of the other tenant's or of Purser's, and a log swapped for a link
+// gives nothing through the API.
 //
 // Needs root (slurmd) and the Slurm packages (scripts/setup installs them); skipped, saying why,
 // without either.
@@ -64,16 +67,23 @@ class FleetSlurmTest : public ::testing::Test {
     }
     startCluster();
     if (HasFatalFailure() || IsSkipped()) return;
-    testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(8));
+    testing::writeFile(dir.file("fleet.yaml"),
+                       testing::fleetManifests(8) +
+                           "---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\n"
+                           "metadata: {namespace: research, name: research}\n"
+                           "spec: {clusterQueue: research}\n");
     // 3600.00 per GPU-hour: one GPU-second costs 1.00.
-    testing::writeFile(dir.file("purser.yaml"),
-                       "listen: 127.0.0.1:0\nthreads: 1\n"
-                       "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
-                       "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
-                       "  termination_grace: 30s\n  inventory_refresh: 1s\n"
-                       "  slurm: {flavors: [h100], gres_type: h100, conf: " +
-                           conf + ", log_dir: " + dir.file("jobs") +
-                           ", inventory: true, gpu_memory: 80Gi}\n");
+    testing::writeFile(
+        dir.file("purser.yaml"),
+        "listen: 127.0.0.1:0\nthreads: 1\n"
+        "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
+        "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
+        "  termination_grace: 30s\n  inventory_refresh: 1s\n"
+        "  slurm: {flavors: [h100], gres_type: h100, conf: " +
+            conf + ", log_dir: " + dir.file("jobs") +
+            ", inventory: true, gpu_memory: 80Gi, accounts: {ml: nobody, research: daemon}}\n");
+    // The jobs run as nobody: the gates they wait for must be where nobody can see them.
+    ::chmod(dir.path().c_str(), 0755);
     std::filesystem::create_directories(dir.file("jobs"));
     std::filesystem::create_directories(dir.file("gates"));
     std::string why;
@@ -291,6 +301,147 @@ TEST_F(FleetSlurmTest, AKilledPurserAdoptsItsJobsInsteadOfSubmittingThemAgain) {
   open("e");
   json done = waitFor("long", "succeeded");
   EXPECT_GT(money(done["gpu_charged"]), Money());
+}
+
+TEST_F(FleetSlurmTest, AMembersJobRunsAsItsTeamsAccountAndReachesNothingOfAnotherTeamsOrPursers) {
+  // Bob, of another tenant, and his team's job: a secret in its environment (so in its batch
+  // script), a log line; it waits for its gate.
+  call("POST", "/api/v1/tenants", kAdminKey, R"({"name":"globex"})");
+  call("POST", "/api/v1/teams", kAdminKey, R"({"name":"research","tenant":"globex"})");
+  json user = call("POST", "/api/v1/users", kAdminKey,
+                   R"({"name":"bob","tenant":"globex","team":"research"})");
+  const std::string bob =
+      call("POST", "/api/v1/keys", kAdminKey,
+           json{{"name", "laptop"}, {"owner", {{"kind", "user"}, {"id", user["id"]}}}}.dump())
+          .value("key", "");
+  ASSERT_FALSE(bob.empty());
+  const auto job = [](const std::string& ns, const std::string& name, const std::string& script,
+                      const json& env) {
+    return json{{"name", name},
+                {"namespace", ns},
+                {"queue", "research"},
+                {"pod_sets",
+                 {{{"name", "main"},
+                   {"requests", {{"cpu", "1"}}},
+                   {"env", env},
+                   {"command", {"/bin/sh", "-c", script}}}}}}
+        .dump();
+  };
+  const auto state = [&](const std::string& as, const std::string& ns, const std::string& name,
+                         const std::string& want) {
+    json w;
+    for (int i = 0; i < 3000; ++i) {
+      w = call("GET", "/api/v1/workloads/" + ns + "/" + name, as);
+      if (w.value("state", "") == want) return w;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << ns << "/" << name << " never " << want << ": " << w.dump();
+    return w;
+  };
+  const auto logs = [&](const std::string& as, const std::string& ns, const std::string& name) {
+    json l = call("GET", "/api/v1/workloads/" + ns + "/" + name + "/logs", as);
+    return l.is_string() ? l.get<std::string>() : l.dump();
+  };
+  int status = 0;
+  json victim =
+      server.call("POST", "/api/v1/workloads", bob,
+                  job("research", "victim",
+                      "echo \"bob-log-line uid=$(id -u)\"; while [ ! -e '" + dir.file("gates/a") +
+                          "' ]; do sleep 0.05; done; echo bob-finished",
+                      {{"BOB_TOKEN", "bob-secret-token"}}),
+                  "application/json", &status);
+  ASSERT_EQ(status, 201) << victim.dump();
+  state(bob, "research", "victim", "running");
+  for (int i = 0;
+       i < 600 && logs(bob, "research", "victim").find("bob-log-line") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(logs(bob, "research", "victim").find("bob-log-line uid=1\n"), std::string::npos)
+      << "research's jobs run as daemon";
+  // Alice's job: who it runs as, and everything it can try on the shared log directory and
+  // Purser's data directory.
+  const std::string jobs = dir.file("jobs"), data = dir.file("var");
+  const std::string attack =
+      "echo \"uid=$(id -u)\"; echo \"pwd=$(pwd)\"; "
+      "echo \"list=$(ls " +
+      jobs +
+      " 2>&1 | head -c 200)\"; "
+      "echo \"theirs=$(ls " +
+      jobs +
+      "/research 2>&1 | head -c 200)\"; "
+      "echo \"script=$(cat " +
+      jobs +
+      "/research/*.sh 2>&1 | head -c 200)\"; "
+      "echo \"log=$(cat " +
+      jobs +
+      "/research/*.log 2>&1 | head -c 200)\"; "
+      "echo \"auditkey=$(cat " +
+      data +
+      "/audit.key 2>&1 | head -c 200)\"; "
+      "echo \"db=$(head -c 15 " +
+      data +
+      "/purser.db 2>&1 | head -c 200)\"; "
+      "echo \"plant=$( (echo x > " +
+      jobs +
+      "/research/planted) 2>&1 | head -c 200)\"; "
+      "echo attack-over";
+  call("POST", "/api/v1/workloads", key, job("ml", "attack", attack, json::object()));
+  json attacked = state(key, "ml", "attack", "succeeded");
+  const std::string seen = logs(key, "ml", "attack");
+  ASSERT_NE(seen.find("attack-over"), std::string::npos) << attacked.dump() << seen;
+  EXPECT_NE(seen.find("uid=65534\n"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("pwd=" + jobs + "/ml\n"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("list=ls: cannot open directory '" + jobs + "': Permission denied"),
+            std::string::npos)
+      << seen;
+  EXPECT_NE(seen.find("theirs=ls: cannot open directory '" + jobs +
+                      "/research': Permission "
+                      "denied"),
+            std::string::npos)
+      << seen;
+  EXPECT_NE(seen.find("script=cat: '" + jobs + "/research/*.sh': Permission denied"),
+            std::string::npos)
+      << seen;
+  EXPECT_NE(seen.find("log=cat: '" + jobs + "/research/*.log': Permission denied"),
+            std::string::npos)
+      << seen;
+  EXPECT_NE(seen.find("auditkey=cat: " + data + "/audit.key: Permission denied"), std::string::npos)
+      << seen;
+  EXPECT_NE(seen.find("db=head: cannot open '" + data +
+                      "/purser.db' for reading: Permission "
+                      "denied"),
+            std::string::npos)
+      << seen;
+  EXPECT_NE(seen.find("plant=/bin/sh: 1: cannot create " + jobs +
+                      "/research/planted: Permission "
+                      "denied"),
+            std::string::npos)
+      << seen;
+  EXPECT_EQ(seen.find("bob-secret-token"), std::string::npos);
+  EXPECT_EQ(seen.find("bob-log-line"), std::string::npos);
+  // A job that swaps its own log for a link to Purser's audit key (and to Bob's log): Purser reads
+  // logs without following links, so the API gives nothing of either.
+  const std::string swap =
+      "echo before-swap; rm -f \"$SLURM_JOB_NAME.log\"; "
+      "ln -s " +
+      data + "/audit.key \"$SLURM_JOB_NAME.log\"; echo \"swapped=$?\" >&2";
+  call("POST", "/api/v1/workloads", key, job("ml", "swap", swap, json::object()));
+  state(key, "ml", "swap", "succeeded");
+  const std::string swapped = logs(key, "ml", "swap");
+  const std::string audit_key = testing::readFile(data + "/audit.key");
+  ASSERT_FALSE(audit_key.empty());
+  EXPECT_EQ(swapped.find(audit_key.substr(0, 16)), std::string::npos) << swapped;
+  EXPECT_EQ(swapped.find("before-swap"), std::string::npos) << "its log is now a link: not read";
+  // Bob's job went on, its log its own; Purser too.
+  EXPECT_EQ(call("GET", "/api/v1/workloads/research/victim", bob).value("state", ""), "running");
+  open("a");
+  state(bob, "research", "victim", "succeeded");
+  EXPECT_NE(logs(bob, "research", "victim").find("bob-finished"), std::string::npos);
+  // What a team's directory is: its account's alone.
+  struct stat st {};
+  ASSERT_EQ(::stat((jobs + "/research").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1u);
+  EXPECT_EQ(st.st_mode & 077, 0u);
 }
 
 }  // namespace
