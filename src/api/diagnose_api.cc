@@ -56,6 +56,7 @@ struct FleetPart {
   std::vector<diagnose::NodeInfo> nodes;
   std::vector<diagnose::Event> pending;  // workloads pending now, as events at `now`
   std::map<std::string, std::pair<std::string, std::vector<int64_t>>> served;  // replica -> place
+  std::map<std::string, std::string> served_tenant;                            // replica -> tenant
   std::set<std::string> queues;
   std::set<std::string> visible_queues;
   std::map<std::string, std::pair<std::string, std::string>> owners;  // workload -> tenant, team
@@ -93,6 +94,7 @@ FleetPart gatherFleet(const FleetService& f, const Services& s, const Principal&
             }
             const auto& pl = ps.placements[static_cast<size_t>(pod.index)];
             out.served[replica] = {pl.node, std::vector<int64_t>(pl.gpus.begin(), pl.gpus.end())};
+            out.served_tenant[replica] = r.tenant_id;
           }
         }
       }
@@ -409,89 +411,72 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
     }
     co_return http::Response::text(200, std::move(text), "application/yaml");
   }
-  const diagnose::Diagnosis diagnosis = diagnose::diagnose(c);
-  Json body = diagnose::toJson(diagnosis);
-  diagnose::attachPoints(body, c, diagnosis);  // the console draws the evidence
-  body["question"] = {{"kind", kind}, {"name", name}, {"symptom", symptom}};
-  body["window"] = {{"start", diagnose::formatTime(start_ms)},
-                    {"end", diagnose::formatTime(end_ms)}};
   if (!admin) {
-    // Tenants are walls: another tenant's objects appear unnamed.
-    Redactor red;
+    // Tenants are walls: another tenant's objects are renamed, by kind, in what the engine
+    // reads, so that its answer never holds their names (and no word of text is rewritten).
+    using K = CaseRedactor::Kind;
+    CaseRedactor red;
     const std::string& own = who.tenant_id;
     for (const auto& t : s.directory.tenants()) {
-      if (t.id == own) {
-        red.allow(t.name);
-      } else {
-        red.hide(t.name, "another tenant");
-        red.hide(t.id, "another tenant");
+      for (const std::string& n : {t.name, t.id}) {
+        if (t.id == own) {
+          red.allow(K::kTenant, n);
+        } else {
+          red.hide(K::kTenant, n);
+        }
       }
     }
     for (const auto& team : s.directory.teams()) {
       const std::string ns = fleet.team_namespaces.contains(team.id)
                                  ? fleet.team_namespaces.at(team.id)
                                  : std::string();
-      if (team.tenant_id == own) {
-        red.allow(team.name);
-        red.allow(ns);
-      } else {
-        red.hide(team.name, "another tenant's team");
-        red.hide(team.id, "another tenant's team");
-        red.hide(ns, "another tenant's namespace");
+      const bool mine = team.tenant_id == own;
+      for (const std::string& n : {team.name, team.id}) {
+        mine ? red.allow(K::kTeam, n) : red.hide(K::kTeam, n);
       }
+      mine ? red.allow(K::kNamespace, ns) : red.hide(K::kNamespace, ns);
     }
     for (const auto& u : s.directory.users()) {
-      if (u.tenant_id == own) {
-        red.allow(u.name);
-      } else {
-        red.hide(u.name, "another tenant's user");
-        red.hide(u.id, "another tenant's user");
+      for (const std::string& n : {u.name, u.id}) {
+        u.tenant_id == own ? red.allow(K::kUser, n) : red.hide(K::kUser, n);
       }
     }
     for (const auto& a : s.directory.serviceAccounts()) {
-      if (a.tenant_id == own) {
-        red.allow(a.name);
-      } else {
-        red.hide(a.name, "another tenant's service account");
-        red.hide(a.id, "another tenant's service account");
+      for (const std::string& n : {a.name, a.id}) {
+        a.tenant_id == own ? red.allow(K::kServiceAccount, n) : red.hide(K::kServiceAccount, n);
       }
     }
     for (const auto& k : s.directory.keys()) {
-      if (k.tenant_id == own) continue;
-      red.hide(k.name, "another tenant's key");
-      red.hide(k.id, "another tenant's key");
+      for (const std::string& n : {k.name, k.id}) {
+        k.tenant_id == own ? red.allow(K::kKey, n) : red.hide(K::kKey, n);
+      }
     }
     for (const auto& w : s.wallets.all()) {
-      const std::string scope = walletScopeName(s.directory, w.spec.scope);
-      if (w.spec.tenant_id == own) {
-        red.allow(scope);
-      } else {
-        red.hide(scope, "another tenant's wallet");
-        red.hide(w.spec.id, "another tenant's wallet");
-      }
+      w.spec.tenant_id == own ? red.allow(K::kWallet, w.spec.id) : red.hide(K::kWallet, w.spec.id);
     }
     for (const auto& [id, owner] : fleet.owners) {
-      const size_t slash = id.find('/');
-      const std::string ns = id.substr(0, slash);
-      const std::string bare = slash == std::string::npos ? id : id.substr(slash + 1);
-      if (owner.first == own) {
-        red.allow(id);
-        red.allow(bare);
-      } else {
-        red.hide(id, "another tenant's workload");
-        red.hide(ns, "another tenant's namespace");
-        if (bare.size() >= 3) red.hide(bare, "another tenant's workload");
-      }
+      owner.first == own ? red.allow(K::kWorkload, id) : red.hide(K::kWorkload, id);
     }
-    for (const std::string& alias : visible_routes) red.allow(alias);
-    for (const std::string& alias : hidden_routes) red.hide(alias, "another tenant's route");
-    for (const std::string& p : visible_providers) red.allow(p);
-    for (const std::string& p : all_providers) {
-      if (!visible_providers.contains(p)) red.hide(p, "another tenant's model server");
+    for (const std::string& alias : visible_routes) red.allow(K::kRoute, alias);
+    for (const std::string& alias : hidden_routes) red.hide(K::kRoute, alias);
+    for (const std::string& p : visible_providers) red.allow(K::kProvider, p);
+    for (const std::string& p : all_providers) red.hide(K::kProvider, p);
+    for (const auto& [replica, tenant] : fleet.served_tenant) {
+      // Another tenant's replica is unnamed even on a route the caller uses (its name is its
+      // workload's); the caller's own is named.
+      if (tenant == own) continue;
+      red.hide(K::kProvider, replica);
+      red.unallow(K::kProvider, replica);
     }
-    red.apply(body);
-    shownEverywhere(body);
+    red.apply(c);
   }
+  const diagnose::Diagnosis diagnosis = diagnose::diagnose(c);
+  Json body = diagnose::toJson(diagnosis);
+  diagnose::attachPoints(body, c, diagnosis);  // the console draws the evidence
+  body["question"] = {{"kind", kind}, {"name", name}, {"symptom", symptom}};
+  body["window"] = {{"start", diagnose::formatTime(start_ms)},
+                    {"end", diagnose::formatTime(end_ms)}};
+  if (!admin) shownEverywhere(body);
   if (narrate && ctx.router != nullptr) {
     // Given the answer as the caller sees it: nothing they may not see reaches the model.
     body["narration"] = co_await api::narrate(*ctx.router, req, ctx.o.narrator_route,

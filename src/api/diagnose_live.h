@@ -6,7 +6,7 @@
 // handler in diagnose_api.cc gathers, these assemble, and the engine answers; unit tests drive
 // them with a filled SeriesStore and plain rows.
 //
-// Thread-safety: pure functions; Redactor is a plain value, const after it is built.
+// Thread-safety: pure functions; CaseRedactor is a plain value of one request.
 #pragma once
 
 #include <cstddef>
@@ -65,29 +65,59 @@ diagnose::Event gatewayEvent(const gateway::GatewayEvent& e);
 // "service_account:ci", "key:KEY-NAME", "tenant:acme" (the id when the owner is gone).
 std::string walletScopeName(const identity::Directory& directory, const ledger::Scope& scope);
 
-// Hides what a caller may not see: every occurrence (as a whole word: letters, digits, '_', '-'
-// and '@' make a word) of a name in `foreign` is replaced with its placeholder, longest names
-// first, in every string of the answer (object keys are label names and stay). A name the caller
-// may see (allow()) is never hidden, even when something of another tenant has it too.
-class Redactor {
+// Hides from a caller what is another tenant's — by the case's structure, never by words of its
+// text. Every name in a case has a known kind where it stands: an inventory field (a workload's
+// namespace and name, a deployment's route and model server, a team and its tenant), a series'
+// label by its key (`tenant`, `team`, `namespace`, `user`, `service_account`, `key`, `wallet`,
+// `scope`, `workload`, `route`, `provider`, `deployment`, ...), an event's object and actor. A
+// name of another tenant's object of that kind is replaced by a placeholder of its kind
+// ("another tenant's team #1", numbered in the order they first appear in the case) before the
+// engine reads it, so the answer, built from the case, never holds it; a series whose `tenant`
+// label is another tenant's is theirs whole. What the caller may see is never renamed: a name
+// allowed for a kind (its own team, a visible route) stays even where another tenant has an
+// object of that name, and kinds outside tenancy (nodes, GPUs, shared queues) are never touched.
+// An event of another tenant's object keeps its time, kind and reason; its message (free text)
+// is not shown. A log line of another tenant's workload is dropped.
+class CaseRedactor {
  public:
-  // A name the caller may see; a foreign name equal to it is not hidden.
-  void allow(const std::string& name);
-  // A name of something in another tenant, and what to say instead.
-  void hide(const std::string& name, const std::string& placeholder);
+  enum class Kind {
+    kTenant,
+    kTeam,
+    kNamespace,
+    kUser,
+    kServiceAccount,
+    kKey,
+    kWallet,  // a wallet's id
+    kWorkload,
+    kRoute,
+    kProvider,
+  };
+  // A name the caller may see as `kind`; a foreign one equal to it is not hidden.
+  void allow(Kind kind, const std::string& name);
+  // A name of another tenant's object of `kind`.
+  void hide(Kind kind, const std::string& name);
+  // Takes back an allow() (an object first seen as visible that turned out another tenant's).
+  void unallow(Kind kind, const std::string& name) { allowed_.erase({kind, name}); }
   bool empty() const { return foreign_.empty(); }
 
-  std::string apply(std::string text) const;
-  void apply(Json& value) const;
+  // Renames what is foreign in `c`, in place.
+  void apply(diagnose::Case& c);
+  // The placeholder `name` has as `kind` (numbered at its first use), or nullopt when the caller
+  // may see it.
+  std::optional<std::string> rename(Kind kind, const std::string& name);
 
  private:
-  using Order = std::vector<std::pair<std::string, std::string>>;
-  Order order() const;  // the names to hide, longest first
-  static std::string replace(std::string text, const Order& order);
-  static void walk(Json& value, const Order& order);
+  bool foreign(Kind kind, const std::string& name) const;
+  // The placeholder of `name` as `kind`, whether or not the caller may see a name like it.
+  std::string placeholder(Kind kind, const std::string& name);
+  // "team:ml" (a wallet's scope): its name renamed as its kind says.
+  std::optional<std::string> renameScope(const std::string& scope, bool force);
+  void renameLabels(diagnose::Labels& labels);
 
-  std::map<std::string, std::string> foreign_;
-  std::set<std::string> allowed_;
+  std::set<std::pair<Kind, std::string>> foreign_;
+  std::set<std::pair<Kind, std::string>> allowed_;
+  std::map<std::pair<Kind, std::string>, std::string> given_;  // placeholders given so far
+  std::map<Kind, int> next_;
 };
 
 }  // namespace purser::api

@@ -254,6 +254,26 @@ TEST_F(DiagnoseApiTest, ATeamLeadsAnswerNeverNamesAnotherTenantsObjects) {
     EXPECT_EQ(lead.text.find(name), std::string::npos) << name << " in " << lead.text;
   }
   EXPECT_NE(lead.text.find("another tenant"), std::string::npos) << lead.text;
+  // Redaction goes by structure, not by word: the other tenant naming its users after words of
+  // the answer ("wallet", "requests", "limit") changes no word of the lead's.
+  for (const char* word : {"wallet", "requests", "limit"}) {
+    create("/api/v1/users", {{"tenant", borealis}, {"team", "zephyr"}, {"name", word}});
+  }
+  Reply worded = call("GET", "/api/v1/diagnose?kind=fleet", lead_key);
+  ASSERT_EQ(worded.status, 200) << worded.text;
+  const json& first = worded.body["findings"][0];
+  EXPECT_EQ(
+      first["explanation"].get<std::string>().rfind("The team wallet another tenant's team #1 "
+                                                    "is spent",
+                                                    0),
+      0u)
+      << worded.text;
+  bool refused = false;
+  for (const auto& e : first["evidence"]) {
+    refused = refused || e.value("summary", "").starts_with("requests refused before any upstream");
+  }
+  EXPECT_TRUE(refused) << worded.text;
+  EXPECT_EQ(worded.text.find("another tenant's user"), std::string::npos) << worded.text;
 }
 
 // format=case: what the engine would answer from, as an incident file that replays to the same
