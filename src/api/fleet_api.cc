@@ -350,7 +350,12 @@ asio::awaitable<Response> queues(const Services& s, FleetService& svc, Request& 
     const std::set<std::string> mine =
         all ? std::set<std::string>{} : visibleQueues(s.directory, f, *who);
     for (const auto& q : f.engine().queues()) {
-      if (all || mine.count(q.name) != 0) items.push_back(queueView(q));
+      if (all || mine.count(q.name) != 0) {
+        json view = queueView(q);
+        // Removed from the manifests, kept until its workloads end (it admits nothing new).
+        view["terminating"] = f.terminating().contains(q.name);
+        items.push_back(std::move(view));
+      }
     }
     return jsonResponse(200, {{"data", items}});
   });

@@ -50,6 +50,11 @@ const std::vector<store::Migration> kFleetMigrations = {
     {3, "local pods' accounts",
      "CREATE TABLE fleet_accounts (team_id TEXT PRIMARY KEY, uid INTEGER NOT NULL UNIQUE,"
      " created_at TEXT NOT NULL)"},
+    // Each configured manifest file's text as it was at a start (a row when it changed), so that
+    // a queue removed from the files while workloads are admitted in it can be kept terminating.
+    {4, "configured manifests as they were",
+     "CREATE TABLE fleet_configured_manifests (seq INTEGER PRIMARY KEY, file TEXT NOT NULL,"
+     " text TEXT NOT NULL, seen_at TEXT NOT NULL)"},
 };
 
 constexpr const char* kGpu = "nvidia.com/gpu";
@@ -196,14 +201,15 @@ Result<void> FleetService::load() {
     merge(base_, std::move(set));
   }
   // What was applied through the API, in order, then the workloads.
-  store::Rows manifests, records;
+  store::Rows manifests, records, configured;
   PURSER_TRY(d_.store.read([&](store::Tx& tx) -> Result<void> {
     manifests = PURSER_TRY_VALUE(tx.query("SELECT file, text FROM fleet_manifests ORDER BY seq"));
+    configured = PURSER_TRY_VALUE(
+        tx.query("SELECT file, text FROM fleet_configured_manifests ORDER BY seq"));
     records = PURSER_TRY_VALUE(
         tx.query("SELECT record FROM fleet_workloads WHERE state NOT IN ('finished', "
                  "'succeeded', 'failed') ORDER BY seq"));
-    for (const auto& row :
-         PURSER_TRY_VALUE(tx.query("SELECT team_id, uid FROM fleet_accounts"))) {
+    for (const auto& row : PURSER_TRY_VALUE(tx.query("SELECT team_id, uid FROM fleet_accounts"))) {
       accounts_[row.getText(0)] = row.getInt(1);
     }
     auto max_seq = PURSER_TRY_VALUE(tx.query("SELECT MAX(seq) FROM fleet_workloads"));
@@ -219,6 +225,41 @@ Result<void> FleetService::load() {
   for (const auto& row : records) {
     Record r = PURSER_TRY_VALUE(recordFrom(row.getText(0)));
     records_[r.spec.name] = std::move(r);
+  }
+  // Queues the files no longer name but live workloads are in: kept, terminating, from what the
+  // files said before (and what was applied since).
+  {
+    fleet::ManifestSet before;
+    std::map<std::string, std::string> last_text;  // file -> its text at the last start
+    for (const auto& row : configured) {
+      if (auto set = fleet::parseManifests(row.getText(1), row.getText(0))) {
+        merge(before, std::move(*set));
+      }
+      last_text[row.getText(0)] = row.getText(1);
+    }
+    for (const auto& row : manifests) {
+      if (auto set = fleet::parseManifests(row.getText(1), row.getText(0))) {
+        merge(before, std::move(*set));
+      }
+    }
+    keepTerminating(before);
+    // This start's files, where they changed.
+    std::vector<std::pair<std::string, std::string>> changed;
+    for (const auto& [file, text] : options_.manifests) {
+      auto it = last_text.find(file);
+      if (it == last_text.end() || it->second != text) changed.emplace_back(file, text);
+    }
+    if (!changed.empty()) {
+      const std::string at = formatRfc3339(d_.clock.now());
+      PURSER_TRY(d_.store.write(fenced([&](store::Tx& tx) -> Result<void> {
+        for (const auto& [file, text] : changed) {
+          PURSER_TRY(tx.exec(
+              "INSERT INTO fleet_configured_manifests (file, text, seen_at) VALUES ($1, $2, $3)",
+              {file, text, at}));
+        }
+        return {};
+      })));
+    }
   }
   if (!options_.inventory_from.empty()) {
     options_.inventory = gatherInventory();
@@ -407,9 +448,8 @@ Result<void> FleetService::checkPriorityGrant(const Record& r) const {
   std::string what = fmt::format("priority {}", r.spec.priority);
   if (!r.spec.priority_class.empty()) {
     const auto& classes = base_.priority_classes;
-    auto c = std::find_if(classes.begin(), classes.end(), [&](const auto& pc) {
-      return pc.name == r.spec.priority_class;
-    });
+    auto c = std::find_if(classes.begin(), classes.end(),
+                          [&](const auto& pc) { return pc.name == r.spec.priority_class; });
     if (c == classes.end()) return {};  // the engine refuses a class it does not know
     if (!g.classes.empty() &&
         std::find(g.classes.begin(), g.classes.end(), c->name) == g.classes.end()) {
@@ -428,6 +468,95 @@ Result<void> FleetService::checkPriorityGrant(const Record& r) const {
                                   tenant->name, g.max_workload_priority, what)));
   }
   return {};
+}
+
+void FleetService::keepTerminating(const fleet::ManifestSet& before) {
+  const auto hasQueue = [&](const std::string& name) {
+    return std::any_of(base_.cluster_queues.begin(), base_.cluster_queues.end(),
+                       [&](const auto& q) { return q.name == name; });
+  };
+  std::map<std::string, std::pair<int, int>> in;  // ClusterQueue -> admitted, pending
+  for (const auto& [name, r] : records_) {
+    const bool admitted = holdsQuota(r.state) && r.admission.has_value();
+    if (!admitted && !queued(r.state)) continue;
+    const std::string cq = admitted ? r.admission->cluster_queue : r.spec.cluster_queue;
+    if (cq.empty() || hasQueue(cq)) continue;
+    auto& [a, p] = in[cq];
+    ++(admitted ? a : p);
+    // Its LocalQueue too, where the files dropped it.
+    const bool local = std::any_of(
+        base_.local_queues.begin(), base_.local_queues.end(), [&](const fleet::LocalQueue& q) {
+          return q.namespace_ == r.spec.namespace_ && q.name == r.spec.local_queue;
+        });
+    if (!local) {
+      for (const auto& q : before.local_queues) {
+        if (q.namespace_ == r.spec.namespace_ && q.name == r.spec.local_queue) {
+          base_.local_queues.push_back(q);
+        }
+      }
+    }
+  }
+  for (const auto& [cq, counts] : in) {
+    auto old = std::find_if(before.cluster_queues.begin(), before.cluster_queues.end(),
+                            [&](const auto& q) { return q.name == cq; });
+    if (old == before.cluster_queues.end()) continue;  // never known: rebuild() says so
+    fleet::ClusterQueue q = *old;
+    q.stop_policy = fleet::StopPolicy::kHold;  // admits nothing new
+    for (const auto& g : q.resource_groups) {
+      for (const auto& f : g.flavors) {
+        const bool known = std::any_of(base_.flavors.begin(), base_.flavors.end(),
+                                       [&](const auto& x) { return x.name == f.flavor; });
+        if (known) continue;
+        for (const auto& x : before.flavors) {
+          if (x.name == f.flavor) base_.flavors.push_back(x);
+        }
+      }
+    }
+    base_.cluster_queues.push_back(std::move(q));
+    terminating_.insert(cq);
+    const std::string warning = fmt::format(
+        "ClusterQueue {} is no longer in the manifests, but {} workload(s) are admitted in it "
+        "and {} wait in it: it is terminating — it admits nothing new, and it goes once none "
+        "is left (pending ones wait until it is configured again or they are deleted)",
+        cq, counts.first, counts.second);
+    warnings_.push_back(warning);
+  }
+}
+
+void FleetService::endTerminated() {
+  std::vector<std::string> gone;
+  for (const std::string& cq : terminating_) {
+    const bool used = std::any_of(records_.begin(), records_.end(), [&](const auto& kv) {
+      const Record& r = kv.second;
+      if (holdsQuota(r.state) && r.admission) return r.admission->cluster_queue == cq;
+      return queued(r.state) && r.spec.cluster_queue == cq;
+    });
+    if (!used) gone.push_back(cq);
+  }
+  if (gone.empty()) return;
+  fleet::ManifestSet next = base_;
+  for (const std::string& cq : gone) {
+    std::erase_if(next.cluster_queues, [&](const auto& q) { return q.name == cq; });
+    std::erase_if(next.local_queues,
+                  [&](const fleet::LocalQueue& q) { return q.cluster_queue == cq; });
+  }
+  auto fresh = rebuild(worldOf(next));
+  if (!fresh) {
+    spdlog::warn("fleet: terminating ClusterQueue(s) not removed yet: {}", fresh.error().message);
+    return;
+  }
+  base_ = std::move(next);
+  engine_ = std::move(fresh->engine);
+  placer_ = std::move(fresh->placer);
+  for (const std::string& cq : gone) {
+    terminating_.erase(cq);
+    spdlog::info("fleet: ClusterQueue {} has no workloads left and is removed", cq);
+    std::erase_if(warnings_, [&](const std::string& w) {
+      return w.starts_with("ClusterQueue " + cq + " is no longer in the manifests");
+    });
+  }
+  for (const auto& [name, r] : records_) dirty_.insert(name);
+  if (auto write = schedule()) enqueue(std::move(*write), nullptr);
 }
 
 Result<FleetService::Built> FleetService::rebuild(fleet::World world) {
@@ -1053,6 +1182,7 @@ void FleetService::tick() {
     }
     for (const auto& name : stops) stopForBudget(name);
     overtime(now);
+    if (!terminating_.empty()) endTerminated();
     joinServed();
     if (!options_.inventory_from.empty() &&
         now - inventory_read_ms_ >=
@@ -1228,16 +1358,16 @@ Result<int64_t> FleetService::accountOf(const std::string& team_id) {
   const int64_t base = options_.account_uid_base, count = options_.account_uid_count;
   PURSER_TRY(d_.store.write(fenced([&](store::Tx& tx) -> Result<void> {
     // Another leader may have made it meanwhile; else the next uid in the range.
-    auto have = PURSER_TRY_VALUE(
-        tx.query("SELECT uid FROM fleet_accounts WHERE team_id = $1", {team_id}));
+    auto have =
+        PURSER_TRY_VALUE(tx.query("SELECT uid FROM fleet_accounts WHERE team_id = $1", {team_id}));
     if (!have.empty()) {
       uid = have[0].getInt(0);
       return {};
     }
     auto top = PURSER_TRY_VALUE(tx.query(
         "SELECT MAX(uid) FROM fleet_accounts WHERE uid >= $1 AND uid < $2", {base, base + count}));
-    uid = !top.empty() && std::holds_alternative<int64_t>(top[0].at(0)) ? top[0].getInt(0) + 1
-                                                                        : base;
+    uid =
+        !top.empty() && std::holds_alternative<int64_t>(top[0].at(0)) ? top[0].getInt(0) + 1 : base;
     if (uid >= base + count) {
       return fail(Error(ErrorCode::kResourceExhausted,
                         fmt::format("every account of fleet.local's {} (from uid {}) is some "
@@ -1757,10 +1887,21 @@ Result<Record> FleetService::remove(std::string name, const std::string& by, Don
 Result<void> FleetService::apply(fleet::ManifestSet set, const std::string& text,
                                  ledger::AuditEntry audit, Done done) {
   fleet::ManifestSet merged = base_;
+  // A terminating queue applied again is configured again (as applied).
+  std::set<std::string> again;
+  for (const auto& q : set.cluster_queues) {
+    if (terminating_.contains(q.name)) again.insert(q.name);
+  }
   merge(merged, std::move(set));
   // Nothing changes unless the new objects hold every live workload where it is.
   Built fresh = PURSER_TRY_VALUE(rebuild(worldOf(merged)));
   base_ = std::move(merged);
+  for (const std::string& cq : again) {
+    terminating_.erase(cq);
+    std::erase_if(warnings_, [&](const std::string& w) {
+      return w.starts_with("ClusterQueue " + cq + " is no longer in the manifests");
+    });
+  }
   engine_ = std::move(fresh.engine);
   placer_ = std::move(fresh.placer);
   for (const auto& [name, r] : records_) dirty_.insert(name);

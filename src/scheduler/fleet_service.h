@@ -257,6 +257,8 @@ class FleetService {
   const fleet::Engine& engine() const { return *engine_; }
   const fleet::Placer* placer() const { return placer_.get(); }
   const fleet::ManifestSet& manifests() const { return base_; }
+  // ClusterQueues no longer configured, kept (stopped) until their workloads end.
+  const std::set<std::string>& terminating() const { return terminating_; }
   // Whether `r`'s priority is within its tenant's grant (identity::PriorityGrant): its
   // WorkloadPriorityClass one the grant names (when it names any), its priority at most the
   // grant's. kPermissionDenied saying what the grant allows. Platform admins' submissions are
@@ -385,6 +387,12 @@ class FleetService {
 
   void tick();
   void arm();
+  // ClusterQueues the configured manifests no longer name while live workloads are in them:
+  // kept from `before` (what the files said earlier, and what was applied), stopped, and
+  // warned about (Kueue's finalizer: a deleted queue goes once its workloads have).
+  void keepTerminating(const fleet::ManifestSet& before);
+  // Removes the terminating queues no live workload is in any more.
+  void endTerminated();
 
   const Deps d_;
   Options options_;
@@ -395,7 +403,8 @@ class FleetService {
   std::set<std::string> inventory_warned_;  // problems with the inventory already logged
   std::set<std::string> found_warned_;      // found work that could not be queued, logged once
 
-  fleet::ManifestSet base_;  // configured, then applied objects
+  fleet::ManifestSet base_;            // configured, then applied objects
+  std::set<std::string> terminating_;  // ClusterQueues kept only for their workloads
   std::unique_ptr<fleet::Engine> engine_;
   std::shared_ptr<fleet::Placer> placer_;  // engine_'s inventory; none without one
   std::map<std::string, Record> records_;  // live workloads by name

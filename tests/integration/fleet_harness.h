@@ -84,8 +84,9 @@ class FleetServer {
   // Starts it; false (with the server's stderr in `why`) when it did not come up.
   bool start(std::string* why = nullptr) {
     std::vector<std::string> argv = prefix_;
-    for (const std::string& a : {binary_, std::string("serve"), std::string("--config"),
-                                 dir_.file("purser.yaml"), std::string("--data"), dir_.file("var")}) {
+    for (const std::string& a :
+         {binary_, std::string("serve"), std::string("--config"), dir_.file("purser.yaml"),
+          std::string("--data"), dir_.file("var")}) {
       argv.push_back(a);
     }
     std::vector<std::string> env = {"PURSER_ADMIN_KEY=" + admin_key_};
@@ -125,6 +126,10 @@ class FleetServer {
     const int code = process_->wait();
     process_.reset();
     return code;
+  }
+  // Reads its log (stderr) until a line holds `needle`: that line, or nullopt.
+  std::optional<std::string> logLine(const std::string& needle) {
+    return process_ ? process_->waitForStderr(needle) : std::nullopt;
   }
   // SIGKILL: no chance to clean up; its exit status.
   int kill() {

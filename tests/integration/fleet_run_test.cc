@@ -48,7 +48,8 @@ class FleetRunTest : public ::testing::Test {
                        "gpu_prices:\n  - {flavor: h100, per_gpu_hour: \"3600.00\"}\n"
                        "fleet:\n  manifests: [fleet.yaml]\n  metering_interval: 1s\n"
                        "  termination_grace: 30s\n"
-                       "  local: {read_only_paths: [\"" + dir.file("gates") + "\"]}\n");
+                       "  local: {read_only_paths: [\"" +
+                           dir.file("gates") + "\"]}\n");
     std::string why;
     ASSERT_TRUE(server.start(&why)) << why;
     key = server.member();
@@ -294,6 +295,83 @@ TEST_F(FleetRunTest, AKilledPurserAdoptsItsRunningPodsAndChargesTheirGpuTimeOnce
   json spend = call("GET", "/api/v1/spend?scope=tenant:acme&group_by=model", kAdminKey);
   ASSERT_EQ(spend["data"].size(), 1u) << spend.dump();
   EXPECT_EQ(money(spend["data"][0]["cost"]), money(done["gpu_charged"])) << spend.dump();
+}
+
+// The operator removes a ClusterQueue from the manifest file while a workload is admitted in it:
+// Purser still starts, keeps the queue terminating (it admits nothing new, says so) until its
+// workloads have ended, then removes it — Kueue's finalizer on a deleted ClusterQueue.
+TEST_F(FleetRunTest, AQueueRemovedFromTheManifestsWhileWorkIsAdmittedTerminatesUntilItEnds) {
+  submit("long", 1, 1, "a");
+  waitFor("long", "running");
+  EXPECT_EQ(server.kill(), 128 + SIGKILL);
+  // The new file: ClusterQueue research and its LocalQueue are gone; another takes their place.
+  testing::writeFile(dir.file("fleet.yaml"), R"(apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: h100}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: batch}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+    - coveredResources: [cpu, nvidia.com/gpu]
+      flavors:
+        - name: h100
+          resources:
+            - {name: cpu, nominalQuota: 64}
+            - {name: nvidia.com/gpu, nominalQuota: 8}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {namespace: ml, name: batch}
+spec: {clusterQueue: batch}
+)");
+  std::string why;
+  ASSERT_TRUE(server.start(&why)) << "a removed queue with work in it must not stop the start: "
+                                  << why;
+  const auto queue = [&](const std::string& name) {
+    const json all = call("GET", "/api/v1/queues", kAdminKey);
+    for (const auto& q : all["data"]) {
+      if (q["name"] == name) return q;
+    }
+    return json();
+  };
+  json research = queue("research");
+  ASSERT_TRUE(research.is_object()) << call("GET", "/api/v1/queues", kAdminKey).dump();
+  EXPECT_EQ(research["terminating"], true);
+  EXPECT_EQ(research["admitted"], 1);
+  EXPECT_EQ(queue("batch")["terminating"], false);
+  EXPECT_EQ(get("long")["state"], "running") << "its workload runs on, adopted";
+  EXPECT_TRUE(
+      server.logLine("ClusterQueue research is no longer in the manifests, but 1 "
+                     "workload(s) are admitted in it"));
+  // Nothing new is admitted from it.
+  submit("late", 1, 1, "b");
+  json late = get("late");
+  EXPECT_EQ(late["state"], "pending") << late.dump();
+  EXPECT_EQ(queue("research")["pending"], 1);
+  // Its workload ends; the one waiting is deleted; then the queue goes.
+  open("a");
+  waitFor("long", "succeeded");
+  EXPECT_EQ(get("late")["state"], "pending") << "a terminating queue admits nothing";
+  int status = 0;
+  call("DELETE", "/api/v1/workloads/ml/late", key, "", "application/json", &status);
+  EXPECT_EQ(status, 200);
+  for (int i = 0; i < 3000 && queue("research").is_object(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(queue("research").is_object()) << "the queue is removed once its work has ended";
+  // And the new queue works.
+  json w = {{"name", "next"},
+            {"queue", "batch"},
+            {"pod_sets",
+             {{{"name", "main"},
+               {"requests", {{"cpu", "1"}}},
+               {"command", {"/bin/sh", "-c", "echo ok"}}}}}};
+  call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
+  EXPECT_EQ(status, 201);
+  waitFor("next", "succeeded");
 }
 
 }  // namespace
