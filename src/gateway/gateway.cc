@@ -294,15 +294,16 @@ asio::awaitable<std::optional<Response>> Gateway::Impl::waitForRoom(Call& c) {
   auto wait = std::make_shared<Wait>(co_await asio::this_coro::executor);
   wait->timer.expires_after(route.queue_max_wait);
   const std::string team = c.who.tenant_id + "/" + c.who.team_id;
-  auto id = queue->push(
-      {.priority = c.priority,
-       .team = team,
-       .wake = [wait](AdmissionQueue::Outcome o, Target* t) {
-         wait->target.store(t);
-         wait->outcome.store(static_cast<int>(o));
-         asio::post(wait->timer.get_executor(), [wait] { wait->timer.cancel(); });
-       },
-       .tenant = c.who.tenant_id});
+  auto id =
+      queue->push({.priority = c.priority,
+                   .team = team,
+                   .wake =
+                       [wait](AdmissionQueue::Outcome o, Target* t) {
+                         wait->target.store(t);
+                         wait->outcome.store(static_cast<int>(o));
+                         asio::post(wait->timer.get_executor(), [wait] { wait->timer.cancel(); });
+                       },
+                   .tenant = c.who.tenant_id});
   if (!id) {
     co_return overloaded(c, "full",
                          fmt::format("Every replica of `{}` is saturated and {} requests as "
@@ -367,8 +368,8 @@ Response Gateway::Impl::models(Request& req) {
   auto key = d_.directory.key(who->key_id);
   json data = json::array();
   std::vector<std::string> names;
-  for (const auto& [alias, route] : routes_) {
-    if (key && allowed(*key, *who, *route)) names.push_back(alias);
+  for (const Route* route : routes()) {
+    if (key && allowed(*key, *who, *route)) names.push_back(route->alias);
   }
   std::sort(names.begin(), names.end());
   for (const auto& n : names) {
@@ -451,14 +452,14 @@ std::optional<Response> Gateway::Impl::admit(Call& c, Request& req, Result<JsonV
   if (auto wrong = shapeError(required, *content)) {
     return apiError(api, Fault::kBadRequest, wrong->first, wrong->second);
   }
-  auto it = routes_.find(*name);
-  if (it == routes_.end()) {
+  c.route = findRoute(std::string(*name));
+  // A tenant's own route (a served model's) does not exist for anyone else.
+  if (c.route == nullptr || (c.route->owned && !allowed(c.key, c.who, *c.route))) {
     return apiError(
         api, Fault::kNotFound,
         fmt::format("The model `{}` does not exist or you do not have access to it.", *name),
         "model", "model_not_found");
   }
-  c.route = it->second.get();
   if (!allowed(c.key, c.who, *c.route)) {
     return apiError(api, Fault::kForbidden,
                     fmt::format("This key may not use the model `{}`.", *name), "model",
@@ -521,6 +522,10 @@ Provider* Gateway::provider(const std::string& name) { return impl_->provider(na
 std::vector<Provider*> Gateway::providers() { return impl_->providers(); }
 const Route* Gateway::route(const std::string& alias) const { return impl_->route(alias); }
 std::vector<const Route*> Gateway::routes() const { return impl_->routes(); }
+
+Result<const Route*> Gateway::addRoute(std::unique_ptr<Route> route) {
+  return impl_->addRoute(std::move(route));
+}
 
 std::vector<GatewayEvent> Gateway::events() const { return impl_->events(); }
 

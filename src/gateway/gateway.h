@@ -104,6 +104,9 @@ class Gateway {
   std::vector<Provider*> providers();
   const Route* route(const std::string& alias) const;
   std::vector<const Route*> routes() const;  // by alias
+  // Adds a route at run time (a served model's own, when no configured route has its name);
+  // kAlreadyExists when one has the alias. Thread-safe; routes are never removed.
+  Result<const Route*> addRoute(std::unique_ptr<Route> route);
   // The newest gateway events (at most kMaxEvents), oldest first; thread-safe.
   static constexpr size_t kMaxEvents = 512;
   std::vector<GatewayEvent> events() const;

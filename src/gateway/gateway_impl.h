@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 
 #include "common/json.h"
 #include "common/json_scan.h"
@@ -167,15 +168,20 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
   Result<void> reloadRoute(const std::string& alias, Strategy strategy,
                            const std::vector<TargetSpec>& specs) {
-    auto it = routes_.find(alias);
-    if (it == routes_.end()) {
+    Route* found = nullptr;
+    {
+      std::shared_lock lock(routes_mu_);
+      auto it = routes_.find(alias);
+      if (it != routes_.end()) found = it->second.get();
+    }
+    if (found == nullptr) {
       return std::unexpected(Error(ErrorCode::kNotFound, fmt::format("no route \"{}\"", alias)));
     }
     if (specs.empty()) {
       return std::unexpected(
           Error(ErrorCode::kInvalidArgument, fmt::format("route \"{}\" has no targets", alias)));
     }
-    Route& route = *it->second;
+    Route& route = *found;
     // Every target the route has had, for reuse: as built, then those reloads made.
     std::vector<Target*> known;
     for (const auto& t : route.targets) known.push_back(t.get());
@@ -217,12 +223,26 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     return {};
   }
 
-  const Route* route(const std::string& alias) const {
+  Route* findRoute(const std::string& alias) const {
+    std::shared_lock lock(routes_mu_);
     auto it = routes_.find(alias);
     return it == routes_.end() ? nullptr : it->second.get();
   }
+  const Route* route(const std::string& alias) const { return findRoute(alias); }
+  Result<const Route*> addRoute(std::unique_ptr<Route> r) {
+    std::unique_lock lock(routes_mu_);
+    const std::string alias = r->alias;
+    if (routes_.contains(alias)) {
+      return std::unexpected(
+          Error(ErrorCode::kAlreadyExists, fmt::format("route \"{}\" exists", alias)));
+    }
+    const Route* made = r.get();
+    routes_.emplace(alias, std::move(r));
+    return made;
+  }
   std::vector<const Route*> routes() const {
     std::vector<const Route*> out;
+    std::shared_lock lock(routes_mu_);
     for (const auto& [alias, r] : routes_) out.push_back(r.get());
     std::sort(out.begin(), out.end(),
               [](const Route* a, const Route* b) { return a->alias < b->alias; });
@@ -340,7 +360,12 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
   // Every route's waiters, after the targets' facts changed.
   void pumpAll() {
-    for (auto& [alias, r] : routes_) {
+    std::vector<Route*> all;
+    {
+      std::shared_lock lock(routes_mu_);
+      for (auto& [alias, r] : routes_) all.push_back(r.get());
+    }
+    for (Route* r : all) {
       if (r->queue && !r->queue->empty()) pump(*r);
     }
   }
@@ -613,6 +638,9 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   GatewayDeps d_;
   ledger::Budget budget_{d_.wallets, d_.meter, d_.limiter, d_.rate_limits};
   std::vector<std::unique_ptr<Provider>> providers_;
+  // Routes are only ever added (a served model's own route at run time), never removed, so a
+  // Route* stays valid for the gateway's life; the map itself is guarded by routes_mu_.
+  mutable std::shared_mutex routes_mu_;
   std::unordered_map<std::string, std::unique_ptr<Route>> routes_;
   std::unique_ptr<asio::thread_pool> cpu_;  // parses and writes large bodies
   std::optional<GatewayMetrics> metrics_;

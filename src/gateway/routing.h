@@ -218,7 +218,11 @@ struct Route {
   std::shared_ptr<ReloadedTargets> reloaded = std::make_shared<ReloadedTargets>();
   std::vector<std::string> allow_tenants;
   std::vector<std::string> allow_teams;
-  std::vector<std::string> served_by;  // tenants and tenant/team names (or ids) whose replicas may join
+  std::vector<std::string>
+      served_by;  // tenants and tenant/team names (or ids) whose replicas may join
+  // A tenant's own route, made for a model its workloads serve (no configured route has the
+  // name): it exists only for those its allow lists admit (404 for anyone else).
+  bool owned = false;
   int64_t max_tokens = 4096;
   int64_t retries = 1;
   // The objectives its targets are judged by (0: none) and when one counts as saturated.

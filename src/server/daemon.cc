@@ -805,6 +805,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     Result<void> mayServe(const std::string& alias, const Owner& owner) const override {
       const gateway::Route* route = gateway_.route(alias);
       if (route == nullptr) {
+        // No route has the name: the workload's tenant gets one of its own when it joins.
+        if (!owner.tenant_id.empty()) return {};
         return fail(Error(ErrorCode::kNotFound,
                           fmt::format("the gateway has no route \"{}\" to serve", alias)));
       }
@@ -838,6 +840,31 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                       const Owner& owner) override {
       PURSER_TRY(mayServe(alias, owner));
       const gateway::Route* route = gateway_.route(alias);
+      if (route == nullptr) {
+        // A model no configured route names: a route of the tenant's own, which only its
+        // members see and only its workloads serve (a platform admin shares it by configuring
+        // a route of that name).
+        auto own = std::make_unique<gateway::Route>();
+        own->alias = alias;
+        own->owned = true;
+        own->allow_tenants = {owner.tenant_id};
+        own->served_by = {owner.tenant_id};
+        const config::RouteConfig defaults;
+        own->max_tokens = defaults.max_tokens;
+        own->retries = defaults.retries;
+        own->saturation_queue = defaults.saturation_queue;
+        own->saturation_kv_cache = defaults.saturation_kv_cache;
+        own->queue = std::make_shared<gateway::AdmissionQueue>(
+            static_cast<size_t>(defaults.queue_max_waiting));
+        own->queue_max_wait = defaults.queue_max_wait;
+        if (auto made = gateway_.addRoute(std::move(own))) {
+          spdlog::info("fleet: route \"{}\" made for the model tenant {} serves (its own)", alias,
+                       owner.tenant_id);
+        }
+        route = gateway_.route(alias);
+        if (route == nullptr) return fail(unavailable("the route could not be made"));
+        PURSER_TRY(mayServe(alias, owner));  // one made meanwhile by another tenant is theirs
+      }
       // Never free because a replica says so: its own price, else the route's dearest.
       const ledger::TokenPrice* price = prices_.find("fleet", model);
       const auto weight = [](const ledger::TokenPrice* p) {

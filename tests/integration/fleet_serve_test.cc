@@ -189,6 +189,54 @@ TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempte
   EXPECT_FALSE(evicted["pods"][0].value("serving", true));
 }
 
+// A model that no configured route names gets a route of its tenant's own: its members see and
+// use it; another tenant finds no such model (404, as for one that does not exist).
+TEST_F(FleetServeModelTest, AModelNoRouteNamesGetsARouteOnlyItsOwnTenantSees) {
+  const uint16_t port = testing::freePort();
+  json w = {
+      {"name", "chat-server"},
+      {"queue", "research"},
+      {"serve",
+       {{"route", "acme-private"}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
+      {"pod_sets",
+       {{{"name", "replicas"},
+         {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}},
+         {"command",
+          {"/bin/sh", "-c",
+           std::string("exec ") + PURSER_BINARY +
+               " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models $PURSER_SERVE_MODEL"}}}}}};
+  int status = 0;
+  json submitted =
+      server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
+  ASSERT_EQ(status, 201) << submitted.dump();
+  ASSERT_TRUE(server.waitForServing(key, "chat-server", true));
+  const std::string ask =
+      R"({"model":"acme-private","messages":[{"role":"user","content":"hello"}],"max_tokens":8})";
+  server.call("POST", "/v1/chat/completions", key, ask, "application/json", &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(providers().count("fleet:ml/chat-server/replicas-0"), 1u);
+  EXPECT_NE(server.call("GET", "/v1/models", key).dump().find("acme-private"), std::string::npos);
+  // Another tenant's member.
+  server.call("POST", "/api/v1/tenants", kAdminKey, R"({"name":"globex"})");
+  server.call("POST", "/api/v1/teams", kAdminKey, R"({"name":"research","tenant":"globex"})");
+  json bob = server.call("POST", "/api/v1/users", kAdminKey,
+                         R"({"name":"bob","tenant":"globex","team":"research"})");
+  const std::string bob_key =
+      server
+          .call("POST", "/api/v1/keys", kAdminKey,
+                json{{"name", "laptop"}, {"owner", {{"kind", "user"}, {"id", bob["id"]}}}}.dump())
+          .value("key", "");
+  ASSERT_FALSE(bob_key.empty());
+  json refused =
+      server.call("POST", "/v1/chat/completions", bob_key, ask, "application/json", &status);
+  EXPECT_EQ(status, 404) << refused.dump();
+  EXPECT_EQ(refused["error"]["code"], "model_not_found") << refused.dump();
+  EXPECT_EQ(server.call("GET", "/v1/models", bob_key).dump().find("acme-private"),
+            std::string::npos);
+  EXPECT_EQ(server.call("GET", "/api/v1/routes", bob_key).dump().find("acme-private"),
+            std::string::npos);
+}
+
 TEST_F(FleetServeModelTest, AReplicaThatStopsAnsweringLeavesTheRouteAndRejoinsWhenItAnswers) {
   const uint16_t port = testing::freePort();
   json w = {
