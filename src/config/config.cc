@@ -558,6 +558,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       local.optional("uid_base", cfg.fleet.local_uid_base, 1000, int64_t{1} << 31);
       local.optional("uid_count", cfg.fleet.local_uid_count, 1, int64_t{1} << 24);
       local.optional("pids_limit", cfg.fleet.local_pids_limit, 0, 4'194'304);
+      local.optional("file_retention", cfg.fleet.local_file_retention, std::chrono::seconds(0));
       if (auto v = quantityAt(reader, local, "tmp_size", false)) {
         cfg.fleet.local_tmp_bytes = *v / 1000;
       }

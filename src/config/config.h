@@ -117,8 +117,8 @@ struct RouteConfig {
   // Whose fleet workloads may serve it as replicas: tenants ("acme") and teams ("acme/ml"), by
   // name or id; empty: none (a route is never served by a member's pods unless it says so).
   std::vector<std::string> served_by;
-  int64_t max_tokens = 4096;               // the output cap reserved for when a request sets none
-  int64_t retries = 1;                     // retries per target before falling back
+  int64_t max_tokens = 4096;  // the output cap reserved for when a request sets none
+  int64_t retries = 1;        // retries per target before falling back
   // Service-level objectives its targets are judged by (0: none), and when a target counts as
   // saturated (requests waiting, KV-cache usage 0..1).
   Duration slo_ttft_p95{0};
@@ -229,6 +229,8 @@ struct FleetConfig {
   int64_t local_uid_count = 65536;                 // how many team accounts there may be
   int64_t local_pids_limit = 4096;                 // processes and threads of one pod at once
   int64_t local_tmp_bytes = int64_t{1} << 30;      // each pod's /tmp and /dev/shm, at most
+  // How long an ended pod's files (its logs, exit and pid files) are kept; 0: for ever.
+  Duration local_file_retention = std::chrono::hours(24 * 7);
   // A Slurm cluster that runs the workloads of some ResourceFlavors (fleet.slurm).
   struct Slurm {
     std::vector<std::string> flavors;  // whose workloads it runs

@@ -2,6 +2,7 @@
 
 #include "exec/command.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <poll.h>
@@ -19,9 +20,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <optional>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -48,7 +51,6 @@ Error unknownPod(const std::string& handle) {
 
 // The bytes of a string that execve would cut short.
 bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
-
 
 // A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7";
 // under a key, the same for every start under it: "ml.train-1.workers.0.k<key>".
@@ -253,9 +255,9 @@ bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes) {
 // what is left in its namespace with it). Never returns.
 struct InitPlan {
   const SandboxPlan* sandbox;
-  int sync_fd;    // a byte once the supervisor has put this process in the pod's cgroups
-  int status_fd;  // the pod's wait status goes here
-  int out_fd;     // the pod's stdout and stderr
+  int sync_fd;      // a byte once the supervisor has put this process in the pod's cgroups
+  int status_fd;    // the pod's wait status goes here
+  int out_fd;       // the pod's stdout and stderr
   const char* dir;  // without isolation: the working directory ("" none)
   uint64_t rlimit_as, rlimit_cpu;
   char* const* argv;
@@ -466,6 +468,52 @@ void LocalExecutor::forget(const std::string& handle) {
   std::lock_guard lock(mu_);
   auto it = pods_.find(handle);
   if (it != pods_.end() && it->second->ended) pods_.erase(it);
+  // Pods end here: at most once an hour, what ended long ago goes.
+  const int64_t now = unixMillis(clock_.now());
+  if (options_.file_retention > Duration::zero() && now - swept_ms_ >= 3'600'000) {
+    swept_ms_ = now;
+    sweepLocked();
+  }
+}
+
+void LocalExecutor::sweepLocked() {
+  DIR* dir = ::opendir(options_.log_dir.c_str());
+  if (dir == nullptr) return;
+  const int64_t cutoff_s =
+      unixMillis(clock_.now()) / 1000 -
+      std::chrono::duration_cast<std::chrono::seconds>(options_.file_retention).count();
+  // A pod's files go together, and only once its supervisor wrote how it ended that long ago: a
+  // pod that may still run (no .exit) keeps its pid file, or a restarted Purser could not take
+  // it back and would start it twice.
+  std::map<std::string, std::vector<std::string>> files;  // handle -> its regular files
+  std::set<std::string> ended;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.empty() || name[0] == '.') continue;  // ".", "..", and the pods' view (".view")
+    // HANDLE.log, HANDLE.log.1, HANDLE.exit, HANDLE.exit.tmp, HANDLE.pid
+    std::string handle, suffix;
+    for (const char* s : {".log.1", ".log", ".exit.tmp", ".exit", ".pid"}) {
+      if (name.size() > std::strlen(s) && name.ends_with(s)) {
+        handle = name.substr(0, name.size() - std::strlen(s));
+        suffix = s;
+        break;
+      }
+    }
+    if (handle.empty() || pods_.contains(handle)) continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISREG(st.st_mode)) continue;
+    files[handle].push_back(name);
+    if (suffix == ".exit" && st.st_mtime <= cutoff_s) ended.insert(handle);
+  }
+  int removed = 0;
+  for (const std::string& handle : ended) {
+    for (const std::string& name : files[handle]) {
+      if (::unlinkat(::dirfd(dir), name.c_str(), 0) == 0) ++removed;
+    }
+  }
+  ::closedir(dir);
+  if (removed > 0) spdlog::info("fleet: removed {} file(s) of pods that ended long ago", removed);
 }
 
 LocalExecutor::~LocalExecutor() {
@@ -629,8 +677,8 @@ Result<std::pair<int, std::string>> LocalExecutor::openWorkingDir(const PodLaunc
     if (next < 0) {
       return e == ELOOP || e == ENOTDIR
                  ? refuse(fmt::format("passes through \"{}\", which is not a directory", part))
-                 : fail(unavailable(fmt::format("cannot open the working directory {}/{}: {}",
-                                                path, part, std::strerror(e))));
+                 : fail(unavailable(fmt::format("cannot open the working directory {}/{}: {}", path,
+                                                part, std::strerror(e))));
     }
     fd = next;
     path += "/" + part;
@@ -703,8 +751,8 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     pid_fd = *claimed;
   }
   // Its limits: cgroups where Purser has them; else RLIMIT_AS stands in for the memory limit.
-  const int64_t memory_limit = pod.memory_limit_bytes > 0 ? pod.memory_limit_bytes
-                                                          : pod.memory_bytes;
+  const int64_t memory_limit =
+      pod.memory_limit_bytes > 0 ? pod.memory_limit_bytes : pod.memory_bytes;
   PodGroups groups;
   if (options_.cgroups.version() != PodCgroups::Version::kNone) {
     auto made = options_.cgroups.create(
@@ -720,10 +768,11 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
       (rlimit_as == 0 || static_cast<uint64_t>(memory_limit) < rlimit_as)) {
     rlimit_as = static_cast<uint64_t>(memory_limit);
   }
-  std::string hostname = pod.workload.substr(pod.workload.find('/') + 1) + "-" + pod.pod_set +
-                         "-" + std::to_string(pod.index);
+  std::string hostname = pod.workload.substr(pod.workload.find('/') + 1) + "-" + pod.pod_set + "-" +
+                         std::to_string(pod.index);
   const SandboxPlan sandbox = SandboxPlan::make(
-      options_.isolation, options_.sandbox, view_base_, workdir_root, dir, pod.gpu_indices, pod.uid, pod.uid, hostname,
+      options_.isolation, options_.sandbox, view_base_, workdir_root, dir, pod.gpu_indices, pod.uid,
+      pod.uid, hostname,
       memory_limit > 0 ? std::min<int64_t>(memory_limit, options_.tmp_bytes) : options_.tmp_bytes);
   std::vector<std::string> procs_text;
   std::vector<const char*> procs;
@@ -755,8 +804,8 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     const int e = errno;
     unclaim(pid_fd, p->handle);
     PodCgroups::remove(groups);
-    return fail(unavailable(
-        fmt::format("cannot open the pod's log {}: {}", log_path, std::strerror(e))));
+    return fail(
+        unavailable(fmt::format("cannot open the pod's log {}: {}", log_path, std::strerror(e))));
   }
   int err[2] = {-1, -1};
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -882,21 +931,21 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     const std::string where = dir.empty() ? "" : " in " + dir;
     switch (failure.step) {
       case kStepExec:
-        return fail(invalidArgument(
-                        fmt::format("cannot run \"{}\"{}: {}{}", pod.argv[0], where,
-                                    std::strerror(failure.err),
-                                    sandboxed && failure.err == ENOENT
-                                        ? " (a local pod sees the system's directories, its "
-                                          "working directory and fleet.local.read_only_paths)"
-                                        : ""))
-                        .withField("command"));
+        return fail(
+            invalidArgument(fmt::format("cannot run \"{}\"{}: {}{}", pod.argv[0], where,
+                                        std::strerror(failure.err),
+                                        sandboxed && failure.err == ENOENT
+                                            ? " (a local pod sees the system's directories, its "
+                                              "working directory and fleet.local.read_only_paths)"
+                                            : ""))
+                .withField("command"));
       case kStepChdirNone:
         return fail(invalidArgument(fmt::format("cannot enter the working directory {}: {}", dir,
                                                 std::strerror(failure.err)))
                         .withField("workingDir"));
       case kStepClone:
-        return fail(unavailable(fmt::format("cannot make the pod's namespaces: {}",
-                                            std::strerror(failure.err))));
+        return fail(unavailable(
+            fmt::format("cannot make the pod's namespaces: {}", std::strerror(failure.err))));
       case kStepCgroup:
         return fail(unavailable(
             fmt::format("cannot put the pod in its cgroups: {}", std::strerror(failure.err))));
@@ -905,9 +954,9 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
         return fail(
             unavailable(fmt::format("cannot start the pod: {}", std::strerror(failure.err))));
       default:
-        return fail(unavailable(fmt::format("cannot build the pod's sandbox ({}): {}",
-                                            sandbox.stepName(failure.step),
-                                            std::strerror(failure.err))));
+        return fail(
+            unavailable(fmt::format("cannot build the pod's sandbox ({}): {}",
+                                    sandbox.stepName(failure.step), std::strerror(failure.err))));
     }
   }
   p->pid = pid;

@@ -65,8 +65,11 @@ struct LocalExecutorOptions {
   std::string workspace_root;
   // The pods' cgroups (none: rlimits stand in for the memory limit).
   PodCgroups cgroups;
-  int64_t pids_limit = 4096;       // processes and threads of one pod at once; 0: none
+  int64_t pids_limit = 4096;      // processes and threads of one pod at once; 0: none
   int64_t tmp_bytes = 1ll << 30;  // each pod's /tmp and /dev/shm, at most (counted as memory)
+  // The files of ended pods (logs, exit and pid files) are removed once this old (and once the
+  // executor no longer follows the pod); 0 keeps them.
+  Duration file_retention = std::chrono::hours(24 * 7);
 };
 
 class LocalExecutor final : public Executor {
@@ -113,9 +116,12 @@ class LocalExecutor final : public Executor {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Pod>> pods_;
   int64_t next_ = 0;
+  int64_t swept_ms_ = 0;  // when ended pods' files were last looked at (guarded by mu_)
+  // Removes files of pods it no longer follows that are older than file_retention (mu_ held).
+  void sweepLocked();
   int wake_[2] = {-1, -1};  // wakes the watcher when pods come or it must end
   bool ending_ = false;
-  std::thread watcher_;  // waits on the pods' pidfds, calls on_change when one ends
+  std::thread watcher_;    // waits on the pods' pidfds, calls on_change when one ends
   std::string view_base_;  // <log_dir>/.view: where sandboxes build their views
   // This process's argument and environment areas ([start, end) addresses, from /proc/self/stat),
   // which a pod's init blanks so that its /proc/1/cmdline and environ say nothing of Purser's.

@@ -668,6 +668,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   }
   fleet_setup.local.log_dir = pod_logs;
   fleet_setup.local.max_log_bytes = static_cast<size_t>(config.fleet.local_max_log_bytes);
+  fleet_setup.local.file_retention = config.fleet.local_file_retention;
   fleet_setup.local.max_memory_bytes = static_cast<uint64_t>(config.fleet.local_max_memory_bytes);
   fleet_setup.local.max_cpu_seconds = static_cast<uint64_t>(config.fleet.local_max_cpu_seconds);
   fleet_setup.local.max_pods = static_cast<size_t>(config.fleet.local_max_pods);

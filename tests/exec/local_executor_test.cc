@@ -3,6 +3,7 @@
 // nothing. Waits are for the processes' own ends (bounded by their work), never for time.
 #include "exec/local_executor.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -336,6 +337,67 @@ TEST_F(LocalExecutorTest, AKeyedStartMadeAgainByAnotherExecutorTakesThePodBackIn
   const std::string h2 = *next.start(other);
   EXPECT_NE(h2, h);
   EXPECT_EQ(next.wait(h2)->phase, PodPhase::kSucceeded);
+}
+
+}  // namespace
+}  // namespace purser::exec
+
+namespace purser::exec {
+namespace {
+
+// An ended pod's files stay while they may be read (`purser logs` of an ended workload), and go
+// once older than the retention; a file that is not a regular one (a link) is never followed.
+TEST(LocalExecutorFilesTest, EndedPodsFilesGoOnceOlderThanTheRetention) {
+  testing::TempDir dir, outside;
+  ManualClock clock(std::chrono::system_clock::now());
+  LocalExecutor executor(clock, LocalExecutorOptions{.log_dir = dir.path(),
+                                                     .file_retention = std::chrono::hours(24 * 7)});
+  // Files of a pod that ended eight days ago (by their times), and a link among them.
+  const auto age = [](const std::string& path, int days, int flags = 0) {
+    const timespec old{::time(nullptr) - days * 86400, 0};
+    const timespec times[2] = {old, old};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, flags), 0) << path;
+  };
+  for (const char* f : {"ml.old.main.0.1.log", "ml.old.main.0.1.exit", "ml.old.main.0.1.pid"}) {
+    testing::writeFile(dir.file(f), "x");
+    age(dir.file(f), 8);
+  }
+  testing::writeFile(outside.file("precious"), "keep");
+  ASSERT_EQ(::symlink(outside.file("precious").c_str(), dir.file("evil.log").c_str()), 0);
+  age(dir.file("evil.log"), 30, AT_SYMLINK_NOFOLLOW);
+  // A pod that may still run (no exit file yet): its pid file is how a restart takes it back.
+  for (const char* f : {"ml.live.main.0.1.log", "ml.live.main.0.1.pid"}) {
+    testing::writeFile(dir.file(f), "x");
+    age(dir.file(f), 30);
+  }
+  testing::writeFile(dir.file("notes.txt"), "not a pod's");
+  age(dir.file("notes.txt"), 30);
+
+  PodLaunch p;
+  p.workload = "ml/train";
+  p.pod_set = "main";
+  p.argv = {"/bin/sh", "-c", "echo done"};
+  auto h = executor.start(p);
+  ASSERT_TRUE(h.has_value()) << h.error().toString();
+  ASSERT_TRUE(executor.wait(*h).has_value());
+  executor.forget(*h);  // a pod ends: what ended long ago goes, what just ended stays
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ml.old.main.0.1.log")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ml.old.main.0.1.exit")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ml.old.main.0.1.pid")));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("evil.log")));
+  EXPECT_EQ(testing::readFile(outside.file("precious")), "keep");
+  EXPECT_TRUE(std::filesystem::exists(dir.file("notes.txt")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ml.live.main.0.1.pid")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ml.live.main.0.1.log")));
+  EXPECT_EQ(*executor.logTail(*h, 100), "done\n");
+  // Eight days on, the next end takes the pod's files too.
+  clock.advance(std::chrono::hours(24 * 8));
+  executor.forget("ml.other");
+  EXPECT_FALSE(executor.logTail(*h, 100).has_value());
+  EXPECT_FALSE(std::filesystem::exists(dir.file(*h + ".log")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file(*h + ".exit")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ml.live.main.0.1.pid")));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("evil.log")));
 }
 
 }  // namespace

@@ -81,6 +81,23 @@ class FleetServeModelTest : public ::testing::Test {
     return out;
   }
 
+  // Workload chat-server: a simulated model server (sim-small) on `port` with `gpus` GPUs, serving
+  // route `route`.
+  static json servingWorkload(const std::string& route, uint16_t port, int gpus) {
+    return {{"name", "chat-server"},
+            {"queue", "research"},
+            {"serve",
+             {{"route", route}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
+            {"pod_sets",
+             {{{"name", "replicas"},
+               {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", std::to_string(gpus)}}},
+               {"command",
+                {"/bin/sh", "-c",
+                 std::string("exec ") + PURSER_BINARY +
+                     " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models "
+                     "$PURSER_SERVE_MODEL"}}}}}};
+  }
+
   // The process of the replica listening on `port` (its command line names it), or 0.
   static int replicaPid(uint16_t port) {
     const std::string want = std::string("--listen") + '\0' + "127.0.0.1:" + std::to_string(port);
@@ -102,19 +119,8 @@ class FleetServeModelTest : public ::testing::Test {
 
 TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempted) {
   const uint16_t port = testing::freePort();
-  json w = {
-      {"name", "chat-server"},
-      {"queue", "research"},
-      {"priority_class", "low"},
-      {"serve",
-       {{"route", "chat"}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
-      {"pod_sets",
-       {{{"name", "replicas"},
-         {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "4"}}},
-         {"command",
-          {"/bin/sh", "-c",
-           std::string("exec ") + PURSER_BINARY +
-               " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models $PURSER_SERVE_MODEL"}}}}}};
+  json w = servingWorkload("chat", port, 4);
+  w["priority_class"] = "low";
   int status = 0;
   json submitted =
       server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
@@ -192,19 +198,7 @@ TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempte
 // A model that no configured route names gets a route of its tenant's own: its members see and
 // use it; another tenant finds no such model (404, as for one that does not exist).
 TEST_F(FleetServeModelTest, AModelNoRouteNamesGetsARouteOnlyItsOwnTenantSees) {
-  const uint16_t port = testing::freePort();
-  json w = {
-      {"name", "chat-server"},
-      {"queue", "research"},
-      {"serve",
-       {{"route", "acme-private"}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
-      {"pod_sets",
-       {{{"name", "replicas"},
-         {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}},
-         {"command",
-          {"/bin/sh", "-c",
-           std::string("exec ") + PURSER_BINARY +
-               " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models $PURSER_SERVE_MODEL"}}}}}};
+  const json w = servingWorkload("acme-private", testing::freePort(), 1);
   int status = 0;
   json submitted =
       server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
@@ -239,19 +233,7 @@ TEST_F(FleetServeModelTest, AModelNoRouteNamesGetsARouteOnlyItsOwnTenantSees) {
 
 TEST_F(FleetServeModelTest, AReplicaThatStopsAnsweringLeavesTheRouteAndRejoinsWhenItAnswers) {
   const uint16_t port = testing::freePort();
-  json w = {
-      {"name", "chat-server"},
-      {"queue", "research"},
-      {"serve",
-       {{"route", "chat"}, {"port", port}, {"model", "sim-small"}, {"health", "/healthz"}}},
-      {"pod_sets",
-       {{{"name", "replicas"},
-         {"requests", {{"cpu", "1"}, {"nvidia.com/gpu", "1"}}},
-         {"command",
-          {"/bin/sh", "-c",
-           std::string("exec ") + PURSER_BINARY +
-               " sim llm --listen 127.0.0.1:$PURSER_SERVE_PORT --models $PURSER_SERVE_MODEL"}}}}}};
-  server.call("POST", "/api/v1/workloads", key, w.dump());
+  server.call("POST", "/api/v1/workloads", key, servingWorkload("chat", port, 1).dump());
   const auto servingIs = [&](bool want) { return server.waitForServing(key, "chat-server", want); };
   ASSERT_TRUE(servingIs(true));
   // The replica hangs (stopped, its socket still accepting): its health checks time out.
