@@ -312,10 +312,14 @@ async function main() {
   await submitWorkloads(keys);
   traffic(keys);
   const admin = keys.find((k) => k.role === "tenant-admin" && k.tenant === "acme");
+  const dana = keys.find((k) => k.name === "dana");
   console.log(`
 demo: the console is at ${base}/
 demo:   platform admin key:      ${adminKey}
 demo:   acme's tenant admin key: ${admin.key}   (olivia)
+demo: in another terminal, paste these lines (the README's "Try it" uses them):
+export PURSER_SERVER=${base} PURSER_KEY=${adminKey}
+export ACME_KEY=${admin.key} DANA_KEY=${dana.key}
 demo: traffic runs at ${rate} requests/s through the gateway; Ctrl-C stops the demo.
 demo: the model llama-fleet is served from the fleet (serving/llm-serving, two replicas of
 demo:   \`purser sim llm\` on the demo GPUs): call it through the gateway like any other.`);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/placement: the FGD paper's experiment (../shared/specs/placement-benchmark.md) replayed
+# bench/placement: the FGD paper's experiment (bench/placement/README.md defines it) replayed
 # with every policy on every openb trace, seeds 42-51, beside the paper's own figures; and
 # placement decisions per second: the replay on the 1,213-node openb cluster and on a synthetic
 # 10,000-node one (the openb node list repeated), and the Placer `purser serve` admits through

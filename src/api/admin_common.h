@@ -67,7 +67,7 @@ Error notFound(std::string_view what, std::string_view id, std::string_view fiel
 // Whether `who` may learn that something of `tenant_id` exists: platform admins everywhere,
 // everyone else in their own tenant only. Lookups answer for anything outside exactly as for
 // something that does not exist (same status, same message, same work), so neither the answer
-// nor its timing tells a tenant what another one has (DESIGN.md rule 5).
+// nor its timing tells a tenant what another one has (docs/architecture.md rule 5).
 bool inReach(const identity::Principal& who, const std::string& tenant_id);
 
 // A tenant by id or by name, as `who` may see it.

@@ -544,7 +544,7 @@ void Fleet::addMetrics(http::MetricsRegistry& metrics, Current current) {
 
 void Fleet::stop() { service_->stop(); }
 
-const std::vector<std::string>& Fleet::warnings() const { return service_->warnings(); }
+std::vector<std::string> Fleet::warnings() const { return service_->warnings(); }
 
 Result<void> Fleet::addRoutes(http::Router& router) {
   return addRoutes(

@@ -110,7 +110,7 @@ class Fleet {
   scheduler::FleetService& service() { return *service_; }
 
   // Warnings from the manifests read at start (unsupported fields), for the log.
-  const std::vector<std::string>& warnings() const;
+  std::vector<std::string> warnings() const;
 
  private:
   Fleet(const Services& s, std::unique_ptr<scheduler::FleetService> service);

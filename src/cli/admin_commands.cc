@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/api_client.h"
+#include "cli/describe.h"
 #include "common/json.h"
 #include "common/money.h"
 
@@ -296,6 +297,19 @@ const std::vector<std::pair<std::string, std::string>> kWorkloadColumns = {
     {"GPU CHARGED", "gpu_charged"},
     {"SUBMITTED", "submitted_at"}};
 
+// GET `path` and show the object in full, a field a line (`printDescribed`).
+int describe(const Globals& g, const std::string& path) {
+  auto client = clientFor(g);
+  if (!client) return 2;
+  auto reply = client->call("GET", path);
+  if (!reply || reply->status >= 400) {
+    std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message) << "\n";
+    return 1;
+  }
+  printDescribed(reply->body, std::cout);
+  return 0;
+}
+
 template <typename Common>
 void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, const Common& common,
                            int& code) {
@@ -340,7 +354,13 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
     common(get);
     get->callback([g, w, &code] {
       auto path = workloadPath(w->name);
-      code = path ? run(*g, "GET", "/api/v1/workloads" + *path, nullptr, kWorkloadColumns) : 2;
+      if (!path) {
+        code = 2;
+      } else if (g->output == "json") {
+        code = run(*g, "GET", "/api/v1/workloads" + *path, nullptr, kWorkloadColumns);
+      } else {
+        code = describe(*g, "/api/v1/workloads" + *path);
+      }
     });
     CLI::App* del = cmd->add_subcommand(
         "delete", "End a workload: its pods are stopped and its quota released");

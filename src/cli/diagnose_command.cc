@@ -341,7 +341,7 @@ void registerDiagnoseCommand(CLI::App& root, int& exit_code) {
       "Name the cause of a slow route, failing model, idle GPU or stuck job, with evidence "
       "(read-only)");
   cmd->add_option("--case", opts->case_file,
-                  "Answer one incident case file (YAML, shared/specs/incidents.md) and print the "
+                  "Answer one incident case file (YAML, docs/incidents.md) and print the "
                   "findings as JSON");
   cmd->add_option("--score", opts->score,
                   "Answer judged case files (or every *.yaml in a directory) and score them "

@@ -4,7 +4,7 @@
 //                                         asks the server (GET /api/v1/diagnose) about its own
 //                                         live state: route, deployment, workload NS/NAME,
 //                                         queue, team, user, node NAME, or fleet
-//   purser diagnose --case FILE           answers one incident case (shared/specs/incidents.md)
+//   purser diagnose --case FILE           answers one incident case (docs/incidents.md)
 //   purser diagnose --score FILE|DIR...   answers judged cases and scores them
 #pragma once
 

@@ -1,4 +1,4 @@
-// Three levels of assertion (see CONVENTIONS.md):
+// Three levels of assertion (docs/architecture.md, "How code is written"):
 //   PURSER_ASSERT(cond)  debug builds only; documents an assumption on a hot path.
 //   PURSER_CHECK(cond)   always on; a broken invariant (the ledger going negative) aborts with a
 //                        message rather than corrupting state.

@@ -26,8 +26,8 @@ class IdGenerator {
   const Clock& clock_;
   Random& random_;
   std::mutex mu_;
-  int64_t last_ms_ = -1;
-  std::array<uint8_t, 10> last_random_{};
+  int64_t last_ms_ = -1;                   // guarded by mu_
+  std::array<uint8_t, 10> last_random_{};  // guarded by mu_
 };
 
 // True when `id` is 26 Crockford base32 characters (either case).

@@ -1,5 +1,5 @@
 // Money: an exact amount of the deployment's currency, as a signed 64-bit count of nano-units
-// (1e-9). No floating point ever touches it (DESIGN.md rule 1). The range is about
+// (1e-9). No floating point ever touches it (docs/architecture.md rule 1). The range is about
 // ±9.2 billion units; every operation that could leave it is checked and returns an error.
 //
 // Text form: a plain decimal with up to nine fractional digits, optionally signed ("12.50",

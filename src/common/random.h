@@ -34,7 +34,7 @@ class SeededRandom final : public Random {
 
  private:
   std::mutex mu_;
-  uint64_t state_;
+  uint64_t state_;  // guarded by mu_
 };
 
 }  // namespace purser

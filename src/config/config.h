@@ -59,9 +59,10 @@ struct StoreConfig {
   Duration ship_interval = std::chrono::milliseconds(100);
 };
 
-// The ledger's journal (DESIGN.md rule 3). `sync`: "batch" (the default: a response waits for its
-// record to reach the kernel, and the journal is synced every `sync_interval`, so a machine crash
-// loses at most that interval) or "always" (a response also waits for the sync that covers it).
+// The ledger's journal (docs/architecture.md rule 3). `sync`: "batch" (the default: a response
+// waits for its record to reach the kernel, and the journal is synced every `sync_interval`, so a
+// machine crash loses at most that interval) or "always" (a response also waits for the sync that
+// covers it).
 struct LedgerConfig {
   std::string sync = "batch";
   Duration sync_interval = std::chrono::milliseconds(5);

@@ -1,4 +1,4 @@
-// The answer as JSON (shared/specs/incidents.md §3), and how an answer is scored against a
+// The answer as JSON (docs/incidents.md §3), and how an answer is scored against a
 // judged case (§4): the first finding's cause and subject, and whether every evidence item
 // names something that is really in the case.
 //

@@ -1,7 +1,7 @@
 // Case: what the diagnosis engine reasons over — a question, a window of time, the inventory
 // (which replica runs where, which workload holds which GPUs, which team owns what), metric
 // series, events (fleet, gateway, audit) and log lines. It is the same value whether it was read
-// from an incident file (`purser diagnose --case FILE`, the format of shared/specs/incidents.md)
+// from an incident file (`purser diagnose --case FILE`, the format of docs/incidents.md)
 // or assembled from Purser's own scraped series and records (live diagnosis), so the engine
 // never knows where its input came from and never does I/O.
 //
@@ -131,7 +131,7 @@ struct CaseLimits {
   size_t max_inventory = 100000;  // nodes, deployments, workloads and teams, each
 };
 
-// Reads an incident case (see shared/specs/incidents.md). Errors are kInvalidArgument with the
+// Reads an incident case (see docs/incidents.md). Errors are kInvalidArgument with the
 // file and line.
 Result<Case> parseCase(std::string_view text, const std::string& file,
                        const CaseLimits& limits = {});

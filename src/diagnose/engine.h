@@ -62,7 +62,7 @@ struct Diagnosis {
   std::vector<Finding> findings;  // most likely first; a lone `none` when nothing is wrong
 };
 
-// The causes a finding may name (shared/specs/incidents.md §2).
+// The causes a finding may name (docs/incidents.md §2).
 const std::vector<std::string>& causeVocabulary();
 
 Diagnosis diagnose(const Case& c);

@@ -27,9 +27,9 @@ struct PodLimits {
 
 // Where one pod's groups are, made by PodCgroups::create.
 struct PodGroups {
-  std::vector<std::string> dirs;       // one per hierarchy; removed, deepest first, when empty
-  std::vector<std::string> procs;      // the cgroup.procs files to put its first process in
-  std::string oom_file;                // memory.oom_control (v1) or memory.events (v2); "" none
+  std::vector<std::string> dirs;   // one per hierarchy; removed, deepest first, when empty
+  std::vector<std::string> procs;  // the cgroup.procs files to put its first process in
+  std::string oom_file;            // memory.oom_control (v1) or memory.events (v2); "" none
 };
 
 class PodCgroups {

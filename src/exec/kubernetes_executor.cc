@@ -404,7 +404,6 @@ bool KubernetesExecutor::relist(int feed, std::string& version) {
     synced_[feed] = true;
     down_[feed].clear();
   }
-  synced_cv_.notify_all();
   if (options_.on_change) options_.on_change();
   return true;
 }

@@ -30,7 +30,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -133,8 +132,8 @@ class KubernetesExecutor final : public Executor {
   const Clock& clock_;
   const KubernetesExecutorOptions options_;
   std::unique_ptr<KubeApi> api_;
+  // guarded by mu_: everything from here to next_ (the watchers write it, the fleet reads it).
   mutable std::mutex mu_;
-  std::condition_variable synced_cv_;
   std::map<std::string, Job> jobs_;       // by handle ("namespace.job-name"; "namespace/name" for
                                           // a user's Job)
   std::map<std::string, PodState> pods_;  // by handle, as last seen

@@ -114,15 +114,15 @@ class LocalExecutor final : public Executor {
   const Clock& clock_;
   const LocalExecutorOptions options_;
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Pod>> pods_;
-  int64_t next_ = 0;
-  int64_t swept_ms_ = 0;  // when ended pods' files were last looked at (guarded by mu_)
+  std::map<std::string, std::shared_ptr<Pod>> pods_;  // guarded by mu_
+  int64_t next_ = 0;                                  // guarded by mu_
+  int64_t swept_ms_ = 0;  // guarded by mu_: when ended pods' files were last looked at
   // Removes files of pods it no longer follows that are older than file_retention (mu_ held).
   void sweepLocked();
   int wake_[2] = {-1, -1};  // wakes the watcher when pods come or it must end
-  bool ending_ = false;
-  std::thread watcher_;    // waits on the pods' pidfds, calls on_change when one ends
-  std::string view_base_;  // <log_dir>/.view: where sandboxes build their views
+  bool ending_ = false;     // guarded by mu_
+  std::thread watcher_;     // waits on the pods' pidfds, calls on_change when one ends
+  std::string view_base_;   // <log_dir>/.view: where sandboxes build their views
   // This process's argument and environment areas ([start, end) addresses, from /proc/self/stat),
   // which a pod's init blanks so that its /proc/1/cmdline and environ say nothing of Purser's.
   uintptr_t args_[2] = {0, 0}, env_[2] = {0, 0};

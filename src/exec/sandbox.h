@@ -40,8 +40,8 @@ const char* isolationName(Isolation isolation);
 struct SandboxOptions {
   // The host's directories every pod sees read-only (those that exist; a symbolic link among
   // them is shown as the same link).
-  std::vector<std::string> system_paths = {"/usr",  "/bin",   "/sbin",   "/lib", "/lib32",
-                                           "/lib64", "/libx32", "/etc", "/opt"};
+  std::vector<std::string> system_paths = {"/usr",   "/bin",    "/sbin", "/lib", "/lib32",
+                                           "/lib64", "/libx32", "/etc",  "/opt"};
   std::vector<std::string> read_only_paths;  // the operator's additions (fleet.local)
   // Never seen, even beneath a directory shown, and never shown whoever asks: Purser's data,
   // configuration, logs, workspaces, key files. Absolute.
@@ -113,7 +113,7 @@ class SandboxPlan {
   const char* base_ = "";
   const char* old_root_ = "";  // base/.oldroot: where the host's root goes at the pivot
   const char* workdir_ = "/";
-  const char* workdir_root_ = "";             // opened as it is
+  const char* workdir_root_ = "";           // opened as it is
   std::vector<const char*> workdir_steps_;  // each opened beneath the last without a link
   const char* hostname_ = "";
   const char* uid_map_ = "";  // user namespace maps ("<inside> <outside> 1")

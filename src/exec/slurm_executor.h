@@ -92,6 +92,7 @@ class SlurmExecutor final : public Executor {
 
   const Clock& clock_;
   const SlurmExecutorOptions options_;
+  // guarded by mu_: everything below it (Slurm's commands run with it held, one at a time).
   std::mutex mu_;
   std::map<std::string, Job> jobs_;  // by handle
   std::optional<MonoTime> refreshed_;

@@ -5,7 +5,7 @@
 //
 // The policies are the paper's baselines (random, dotprod, clustering, packing, best_fit), FGD
 // itself, and Purser's default; each is a scoring function over the same fit check, as
-// ../shared/specs/placement-benchmark.md defines them. openb.h replays the paper's traces.
+// bench/placement/README.md defines them. openb.h replays the paper's traces.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The openb traces (Alibaba's cluster-trace-gpu-v2023) and their replay as the FGD paper's
-// artifact ran it: ../shared/specs/placement-benchmark.md is the contract. `purser sim placement`
+// artifact ran it: bench/placement/README.md is the contract. `purser sim placement`
 // prints a ReplayResult as JSON.
 #pragma once
 

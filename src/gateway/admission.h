@@ -62,7 +62,7 @@ class AdmissionQueue {
 
   struct Waiter {
     Priority priority = Priority::kStandard;
-    std::string team;    // turns within a tenant are taken by this (tenant/team)
+    std::string team;  // turns within a tenant are taken by this (tenant/team)
     Wake wake;
     std::string tenant;  // turns are taken by this first
   };
@@ -113,8 +113,8 @@ class AdmissionQueue {
 
   const size_t max_waiting_;
   mutable std::mutex mu_;
-  Level levels_[3];  // by Priority's value; guarded by mu_
-  uint64_t next_id_ = 1;
+  Level levels_[3];                  // by Priority's value; guarded by mu_
+  uint64_t next_id_ = 1;             // guarded by mu_
   std::map<uint64_t, Place> where_;  // id -> where it waits; guarded by mu_
   std::atomic<size_t> size_{0};
 };

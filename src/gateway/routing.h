@@ -182,9 +182,10 @@ class ServedTargets {
     int64_t joined = 0;
   };
   mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;
-  std::vector<std::unique_ptr<Provider>> providers_;  // every provider a replica was given
-  int64_t joins_ = 0;
+  std::map<std::string, Entry> entries_;              // guarded by mu_
+  std::vector<std::unique_ptr<Provider>> providers_;  // guarded by mu_; every provider a replica
+                                                      // was given
+  int64_t joins_ = 0;                                 // guarded by mu_
 };
 
 // The configured targets a configuration reload (SIGHUP) put in force for a route, in order.

@@ -9,7 +9,7 @@
 //   service-account nothing on the admin API (its key is for the model API)
 //
 // A target in another tenant is reported as not found, never as forbidden: its existence is not
-// the caller's business (DESIGN.md rule 5).
+// the caller's business (docs/architecture.md rule 5).
 #pragma once
 
 #include <string>

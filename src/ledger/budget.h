@@ -1,10 +1,10 @@
 // Budget: the one owner of the money path's decisions. Work that may cost money — a model
 // request, a reservation made through the API — asks it for a hold: it works out, once, the
 // wallet chain and the rate-limit buckets of whoever pays, takes the rate limits, reserves the
-// worst case on every wallet of the chain all or nothing (DESIGN.md rule 2), and appends the
-// intent to the ledger's journal (Meter). The answer is a move-only Hold that settles or releases
-// itself: a hold dropped unsettled gives its budget back, so no early return or exception can
-// leave a phantom hold behind.
+// worst case on every wallet of the chain all or nothing (docs/architecture.md rule 2), and appends
+// the intent to the ledger's journal (Meter). The answer is a move-only Hold that settles or
+// releases itself: a hold dropped unsettled gives its budget back, so no early return or exception
+// can leave a phantom hold behind.
 //
 // What a settlement may charge — never more than was held, never past a hard wallet's limit, the
 // rest recorded as overage — is WalletBook's rule; Budget is its only caller on the request path.

@@ -1,6 +1,6 @@
 // Journal: the ledger's write-ahead log. The money path appends its records here — a write()
 // from the caller's own thread, no hand-off — and a background thread makes them durable and
-// materialises them into the store for queries (DESIGN.md rule 3).
+// materialises them into the store for queries (docs/architecture.md rule 3).
 //
 // On disk: segment files `journal-<first sequence, 16 hex digits>.log` in one directory, each a
 // run of records

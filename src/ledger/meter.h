@@ -1,5 +1,5 @@
 // Meter: reservations and usage made durable through the ledger's journal, metered exactly,
-// nothing acknowledged ever lost (DESIGN.md rules 2 and 3).
+// nothing acknowledged ever lost (docs/architecture.md rules 2 and 3).
 //
 //   reserve  the worst case is held on every wallet of the chain (WalletBook), then a write-ahead
 //            intent is appended to the journal; only then may the work run.

@@ -1,5 +1,5 @@
 // WalletBook: the wallets (budgets) and the reservations held against them — the arithmetic that
-// makes "no overspend" true (DESIGN.md rule 2).
+// makes "no overspend" true (docs/architecture.md rule 2).
 //
 // Before work runs, its worst-case cost is reserved on every wallet in the principal's chain,
 // all or nothing: a hard wallet admits a reservation only if spent + reserved + amount stays

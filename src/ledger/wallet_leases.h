@@ -1,5 +1,5 @@
 // WalletLeases: hard wallets kept exact across replicas that share one store, without a store
-// round trip per request (DESIGN.md rule 2 past one machine).
+// round trip per request (docs/architecture.md rule 2 past one machine).
 //
 // Each replica spends a hard wallet only from its lease: a slice the store granted it in the
 // wallet's current window (table wallet_leases: granted, and used — what of it the replica

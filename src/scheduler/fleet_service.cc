@@ -197,7 +197,10 @@ Result<void> FleetService::load() {
   PURSER_TRY(d_.store.migrate("fleet", kFleetMigrations));
   for (const auto& [file, text] : options_.manifests) {
     auto set = PURSER_TRY_VALUE(fleet::parseManifests(text, file));
-    for (auto& w : set.warnings) warnings_.push_back(w);
+    {
+      std::lock_guard lock(shared_mu_);
+      for (auto& w : set.warnings) warnings_.push_back(w);
+    }
     merge(base_, std::move(set));
   }
   // What was applied through the API, in order, then the workloads.
@@ -519,8 +522,14 @@ void FleetService::keepTerminating(const fleet::ManifestSet& before) {
         "and {} wait in it: it is terminating — it admits nothing new, and it goes once none "
         "is left (pending ones wait until it is configured again or they are deleted)",
         cq, counts.first, counts.second);
+    std::lock_guard lock(shared_mu_);
     warnings_.push_back(warning);
   }
+}
+
+std::vector<std::string> FleetService::warnings() const {
+  std::lock_guard lock(shared_mu_);
+  return warnings_;
 }
 
 void FleetService::endTerminated() {
@@ -551,6 +560,7 @@ void FleetService::endTerminated() {
   for (const std::string& cq : gone) {
     terminating_.erase(cq);
     spdlog::info("fleet: ClusterQueue {} has no workloads left and is removed", cq);
+    std::lock_guard lock(shared_mu_);
     std::erase_if(warnings_, [&](const std::string& w) {
       return w.starts_with("ClusterQueue " + cq + " is no longer in the manifests");
     });
@@ -1898,6 +1908,7 @@ Result<void> FleetService::apply(fleet::ManifestSet set, const std::string& text
   base_ = std::move(merged);
   for (const std::string& cq : again) {
     terminating_.erase(cq);
+    std::lock_guard lock(shared_mu_);
     std::erase_if(warnings_, [&](const std::string& w) {
       return w.starts_with("ClusterQueue " + cq + " is no longer in the manifests");
     });

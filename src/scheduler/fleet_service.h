@@ -308,7 +308,8 @@ class FleetService {
   // Budget alerts raised since the last call, by tenant, for the caller to post.
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> takeAlerts();
   QueueSnapshot queueSnapshot() const;
-  const std::vector<std::string>& warnings() const { return warnings_; }
+  // What the configuration or the store left to say (a copy: the fleet thread changes it).
+  std::vector<std::string> warnings() const;
   // Utilisation recorded with the charges of stretches that ended at or after `from_ms`, summed
   // per workload: the workloads `v` shows, and those named in `also`.
   Result<std::vector<UtilisationRow>> utilisationSince(int64_t from_ms, const Visibility& v,
@@ -397,7 +398,7 @@ class FleetService {
   const Deps d_;
   Options options_;
   Executors executors_;
-  std::vector<std::string> warnings_;
+  std::vector<std::string> warnings_;  // guarded by shared_mu_ (written on the fleet thread)
   std::vector<fleet::InventoryNode> configured_nodes_;  // options_.inventory as configured
   int64_t inventory_read_ms_ = 0;
   std::set<std::string> inventory_warned_;  // problems with the inventory already logged
@@ -435,6 +436,7 @@ class FleetService {
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // shared_mu_
   std::vector<store::TxFn> retries_;  // writes that failed, to try again; shared_mu_
   QueueSnapshot queues_;              // shared_mu_
+  // warnings_ (above) is also guarded by shared_mu_.
 
   boost::asio::io_context context_{1};
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{

@@ -116,10 +116,10 @@ class FleetLeadership {
   std::atomic<uint64_t> takeovers_{0};
   std::atomic<int64_t> epoch_seen_{0};
 
-  std::mutex wait_mu_;
-  std::condition_variable_any wake_;
+  std::mutex wait_mu_;                // guards nothing but the wait on wake_
+  std::condition_variable_any wake_;  // wakes run() early (stop, a lost lock)
   std::jthread thread_;
-  bool stopped_ = false;
+  bool stopped_ = false;  // stop() has run (the calling thread's only)
 };
 
 }  // namespace purser::server

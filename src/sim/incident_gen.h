@@ -1,7 +1,7 @@
 // Incident cases on demand: `purser sim incident`.
 //
 // generateIncident() writes one incident case — the YAML file `purser diagnose --case` is judged
-// on, in the format of ../shared/specs/incidents.md — for a named cause and a seed: a small GPU
+// on, in the format of docs/incidents.md — for a named cause and a seed: a small GPU
 // fleet behind Purser with healthy background traffic, one fault (optionally two at once, and red
 // herrings) whose onset falls inside the window, the question an operator would ask about it,
 // and the `expected:` answer. Every fault is told as the real systems would show it: the spec's
@@ -37,7 +37,7 @@ struct IncidentSpec {
   int step_s = 30;
 };
 
-// The causes of ../shared/specs/incidents.md §2, in its order.
+// The causes of docs/incidents.md §2, in its order.
 const std::vector<std::string>& incidentCauses();
 
 // The whole case as YAML text. Errors: kInvalidArgument for an unknown cause or parameter out of

@@ -103,7 +103,7 @@ std::vector<int> steadyWorkloads(const World& w, const Claims& a, int min_gpus =
 // A workload of `q` not yet submitted, named in the fleet's style.
 Workload newWorkload(World& w, Rng& rng, const ClusterQueue& q, WorkloadKind kind);
 
-// The faults of ../shared/specs/incidents.md §2.
+// The faults of docs/incidents.md §2.
 Result<Story> kvCacheExhaustion(World& w, Rng& rng, const Placement& p);
 Result<Story> replicaSaturation(World& w, Rng& rng, const Placement& p);
 Result<Story> upstreamTrouble(World& w, Rng& rng, const Placement& p, bool rate_limited);

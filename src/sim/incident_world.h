@@ -11,7 +11,7 @@
 // Purser's routing with fallback and cooldown — and narrate() writes the log lines a real system
 // prints for what happened (vLLM stats and RECOMPUTE lines, training steps, Purser's logfmt
 // warnings, cooldown events, wallet alerts). render() writes the case in the format of
-// ../shared/specs/incidents.md.
+// docs/incidents.md.
 //
 // Internal to purser_sim. Deterministic: every draw comes from Rng streams derived from the
 // case's seed, and nothing reads a clock. Not thread-safe: one World per call.

@@ -508,7 +508,7 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
       ->check(CLI::Range(0.01, 10.0))
       ->capture_default_str();
   placement->footer(
-      "The replay of ../shared/specs/placement-benchmark.md (the FGD paper's experiment). Exit "
+      "The replay of the FGD paper's experiment (bench/placement/README.md). Exit "
       "code 2 for invalid input.");
   placement->callback([pl, &exit_code] { exit_code = runPlacement(*pl); });
 
@@ -544,7 +544,7 @@ void registerSimCommands(CLI::App& root, int& exit_code) {
     for (const auto& c : incidentCauses()) causes += (causes.empty() ? "" : ", ") + c;
     incident->footer(
         "Causes: " + causes +
-        ".\nThe case follows ../shared/specs/incidents.md: inventory, OpenMetrics samples, "
+        ".\nThe case follows docs/incidents.md: inventory, OpenMetrics samples, "
         "events and log lines of a 20-minute window (with the defaults), the operator's question "
         "and the expected answer. The same flags always give the same bytes. Examples:\n"
         "  purser sim incident --cause kv_cache_exhaustion --seed 7\n"

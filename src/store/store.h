@@ -1,5 +1,5 @@
 // Store: durable state behind one small interface, so the SQLite default and a PostgreSQL
-// implementation are interchangeable (DESIGN.md §6).
+// implementation are interchangeable (docs/architecture.md rule 10).
 //
 // Writes run on a single writer thread, several callers' writes committed together (group
 // commit); each write is all-or-nothing on its own even when it shares a commit with others, and

@@ -4,7 +4,7 @@
 // its own, and stops as it does in a terminal: Ctrl-C signals the whole group, and a request in
 // flight still completes.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -14,7 +14,7 @@ import { after, before, test } from "node:test";
 import { purserBinary } from "./harness.mjs";
 
 const ADMIN = "demo-test-admin-key-0123456789";
-let demo, dir, url, exited;
+let demo, dir, url, exited, printed;
 
 const freePort = () => new Promise((resolve) => {
   const s = createServer();
@@ -61,8 +61,9 @@ before(async () => {
     demo.stdout.on("data", (d) => {
       out += d;
       const m = out.match(/the console is at (http\S+)\//);
-      if (m && out.includes("tenant admin key")) {
+      if (m && out.includes("tenant admin key") && /^export ACME_KEY=.*\n/m.test(out)) {
         clearTimeout(timer);
+        printed = out;
         resolve(m[1]);
       }
     });
@@ -115,6 +116,35 @@ test("the demo fills every view with live data within seconds", async () => {
   }, "traffic on every route");
   const nodes = await get("/api/v1/fleet/nodes");
   assert.equal(nodes.data.length, 3);
+});
+
+test("the README's Try it works as written: the printed exports, the CLI, examples/job.yaml", async () => {
+  // The lines the demo printed for pasting, read as a shell would.
+  const env = { ...process.env };
+  for (const line of printed.split("\n").filter((l) => l.startsWith("export "))) {
+    for (const pair of line.slice("export ".length).trim().split(/\s+/)) {
+      const eq = pair.indexOf("=");
+      env[pair.slice(0, eq)] = pair.slice(eq + 1);
+    }
+  }
+  for (const name of ["PURSER_SERVER", "PURSER_KEY", "ACME_KEY", "DANA_KEY"]) {
+    assert.ok(env[name], `the demo printed no ${name}:\n${printed}`);
+  }
+  assert.equal(env.PURSER_SERVER, url);
+  const purser = (args, extra = {}) =>
+    execFileSync(purserBinary, args, { env: { ...env, ...extra }, encoding: "utf8" });
+  assert.match(purser(["tenants"]), /acme/);
+  purser(["submit", "-f", "examples/job.yaml"], { PURSER_KEY: env.DANA_KEY });
+  const shown = purser(["workloads", "get", "ml/hello-gpus"]);
+  assert.match(shown, /^Name: ml\/hello-gpus$/m);
+  assert.match(shown, /^State: (pending|admitted|running|succeeded)$/m);
+  // The curl of the README: the fleet-served model, as acme's tenant admin.
+  const res = await fetch(`${env.PURSER_SERVER}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${env.ACME_KEY}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "llama-fleet", messages: [{ role: "user", content: "hi" }] }),
+  });
+  assert.equal(res.status, 200, await res.text());
 });
 
 test("Ctrl-C, as a terminal sends it to the whole group, drains the requests in flight", async () => {

@@ -191,6 +191,13 @@ spec:
   EXPECT_EQ(job["pod_sets"][0]["command"], json({"sleep", "300"}));
   EXPECT_EQ(job["pod_sets"][0]["env"], json({"WANDB_KEY"}));
   EXPECT_EQ(job.dump().find("not-for-the-view"), std::string::npos);
+  // Without -o json, `workloads get` shows the same object a field a line, not the list's row.
+  Run shown = cli({"workloads", "get", "ml/finetune"}, key);
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("Name: ml/finetune\n"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("Command: sleep, 300\n"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("Env: WANDB_KEY\n"), std::string::npos) << shown.out;
+  EXPECT_EQ(shown.out.find("not-for-the-view"), std::string::npos) << shown.out;
   // Without the label Kueue would not queue it, and neither does Purser.
   testing::writeFile(path, R"(apiVersion: batch/v1
 kind: Job
