@@ -487,17 +487,8 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions optio
   const std::function<void()> nudge = [service_of] {
     if (FleetService* f = service_of->load()) f->nudge();
   };
-  options.local.on_change = nudge;
-  scheduler::Executors executors;
-  executors["local"] = std::make_unique<exec::LocalExecutor>(s.clock, std::move(options.local));
-  if (options.slurm) {
-    executors["slurm"] = std::make_unique<exec::SlurmExecutor>(s.clock, std::move(*options.slurm));
-  }
-  if (options.kubernetes) {
-    options.kubernetes->on_change = nudge;
-    executors["kubernetes"] =
-        PURSER_TRY_VALUE(exec::KubernetesExecutor::create(s.clock, std::move(*options.kubernetes)));
-  }
+  if (!options.executors) return fail(invalidArgument("the fleet has no executors"));
+  scheduler::Executors executors = PURSER_TRY_VALUE(options.executors(s.clock, nudge));
   auto service = PURSER_TRY_VALUE(
       FleetService::open(std::move(deps), std::move(options.service), std::move(executors)));
   service_of->store(service.get());

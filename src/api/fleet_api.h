@@ -53,9 +53,6 @@
 
 #include "api/admin_api.h"
 #include "common/result.h"
-#include "exec/kubernetes_executor.h"
-#include "exec/local_executor.h"
-#include "exec/slurm_executor.h"
 #include "http/metrics.h"
 #include "http/router.h"
 #include "scheduler/fleet_service.h"
@@ -64,12 +61,11 @@ namespace purser::api {
 
 struct FleetOptions {
   scheduler::Options service;
-  // Where the local executor runs pods (log_dir must exist).
-  exec::LocalExecutorOptions local;
-  // A Slurm cluster, for the flavors service.flavor_executors sends to "slurm".
-  std::optional<exec::SlurmExecutorOptions> slurm;
-  // A Kubernetes cluster, for the flavors sent to "kubernetes".
-  std::optional<exec::KubernetesExecutorOptions> kubernetes;
+  // Builds the executors the service runs pods with (the composition root knows which: local
+  // processes, Slurm, Kubernetes); `nudge` wakes the service when a pod changes.
+  std::function<Result<scheduler::Executors>(const Clock& clock,
+                                             const std::function<void()>& nudge)>
+      executors;
   // Where served models' replicas join (the gateway's routes); none: they join nothing.
   scheduler::ServedRoutes* served = nullptr;
   // How busy the GPUs are (the DCGM exporters); none: utilisation is unknown.

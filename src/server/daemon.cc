@@ -14,7 +14,6 @@
 #include <sstream>
 #include <thread>
 
-#include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,11 +37,7 @@
 #include "common/json.h"
 #include "common/random.h"
 #include "common/secret_key.h"
-#include "config/kubeconfig.h"
 #include "config/route_changes.h"
-#include "exec/cgroups.h"
-#include "exec/local_executor.h"
-#include "exec/sandbox.h"
 #include "gateway/admission.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
@@ -64,6 +59,7 @@
 #include "server/console.h"
 #include "server/data_dir.h"
 #include "server/fleet_leader.h"
+#include "server/fleet_setup.h"
 #include "server/observed_gpus.h"
 #include "server/observer.h"
 #include "server/replication.h"
@@ -140,105 +136,6 @@ std::optional<std::string> takeSecretEnv(const char* name) {
   std::memset(value, 0, std::strlen(value));
   ::unsetenv(name);
   return out;
-}
-
-std::string absolute(const std::string& path) {
-  std::error_code ec;
-  auto p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
-  return ec ? path : p.string();
-}
-
-// The wall around local pods (exec/sandbox.h), as fleet.local asks and this machine allows:
-// what the executor is given, and what to warn of (the log, /readyz, the console).
-Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_dir,
-                            const std::string& pod_logs, exec::LocalExecutorOptions& local,
-                            std::vector<std::string>& warnings) {
-  const std::string data = absolute(data_dir.path());
-  local.workspace_root =
-      absolute(config.fleet.local_working_dir.empty() ? data_dir.file("workspaces")
-                                                      : config.fleet.local_working_dir);
-  if (local.workspace_root == data || (data.starts_with(local.workspace_root + "/"))) {
-    return fail(invalidArgument(fmt::format(
-        "fleet.local.working_dir {} holds Purser's data directory; give the teams' workspaces a "
-        "directory of their own",
-        local.workspace_root)));
-  }
-  if (std::error_code ec; !std::filesystem::create_directories(local.workspace_root, ec) && ec) {
-    return fail(
-        unavailable(fmt::format("cannot create {}: {}", local.workspace_root, ec.message())));
-  }
-  ::chmod(local.workspace_root.c_str(), 0700);
-  ::chmod(pod_logs.c_str(), 0700);
-  local.pids_limit = config.fleet.local_pids_limit;
-  local.tmp_bytes = config.fleet.local_tmp_bytes;
-  local.cgroups = exec::PodCgroups::detect();
-  spdlog::info("fleet: local pods' limits: {}", local.cgroups.describe());
-  if (config.fleet.local_isolation == "none") {
-    local.isolation = exec::Isolation::kNone;
-    warnings.push_back(
-        "fleet.local.isolation is none: local pods run as Purser's own user and can read its "
-        "keys, its data directory and other teams' files");
-    spdlog::warn("fleet: {}", warnings.back());
-    return {};
-  }
-  local.isolation = ::geteuid() == 0 ? exec::Isolation::kAccounts : exec::Isolation::kUserNamespace;
-  exec::SandboxOptions& box = local.sandbox;
-  for (const auto& p : config.fleet.local_read_only_paths)
-    box.read_only_paths.push_back(absolute(p));
-  box.hidden_paths = {data, absolute(pod_logs), local.workspace_root};
-  if (const auto& slurm = config.fleet.slurm) {
-    box.hidden_paths.push_back(
-        absolute(slurm->log_dir.empty() ? data_dir.file("slurm") : slurm->log_dir));
-  }
-  if (!config.file.empty()) {
-    // The configuration may hold provider keys, and what lies beside it often holds more
-    // (certificates, token files): its directory is hidden, unless that is a system directory.
-    const std::string file = absolute(config.file);
-    const std::string dir = std::filesystem::path(file).parent_path().string();
-    box.hidden_paths.push_back(file);
-    const bool system = std::find(box.system_paths.begin(), box.system_paths.end(), dir) !=
-                            box.system_paths.end() ||
-                        dir == "/";
-    if (!system) box.masked_paths.push_back(dir);
-  }
-  if (const auto& k = config.fleet.kubernetes) {
-    for (const auto& f : {k->kubeconfig, k->token_file, k->ca_file}) {
-      if (!f.empty()) box.hidden_paths.push_back(absolute(f));
-    }
-  }
-  if (config.http.tls) {
-    box.hidden_paths.push_back(absolute(config.http.tls->key_file));
-  }
-  for (const auto& p : box.read_only_paths) {
-    for (const auto& h : box.hidden_paths) {
-      if (p == h || h.starts_with(p + "/") || p.starts_with(h + "/")) {
-        spdlog::warn(
-            "fleet: fleet.local.read_only_paths {} holds {}, which pods never see; "
-            "they see the rest of it",
-            p, h);
-      }
-    }
-  }
-  std::error_code ec;
-  box.self_binary = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  const std::string base = pod_logs + "/.view";
-  if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) {
-    return fail(unavailable(fmt::format("cannot create {}: {}", base, std::strerror(errno))));
-  }
-  if (auto probe = exec::probeSandbox(local.isolation, box, base); !probe) {
-    local.refused = fmt::format(
-        "{} isolation is not possible here ({}); fix that, or write fleet.local.isolation: none "
-        "to run local pods as Purser itself",
-        exec::isolationName(local.isolation), probe.error().message);
-    warnings.push_back("local pods are refused: " + local.refused);
-    spdlog::error("fleet: {}", warnings.back());
-    return {};
-  }
-  spdlog::info("fleet: local pods run isolated ({}): {}", exec::isolationName(local.isolation),
-               local.isolation == exec::Isolation::kAccounts
-                   ? "an account per team, namespaces of their own"
-                   : "user namespaces mapped to Purser's own user, namespaces of their own");
-  return {};
 }
 
 http::ServerOptions serverOptions(const config::Config& c) {
@@ -650,150 +547,13 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(api::addMeteringRoutes(router, services));
   PURSER_TRY(api::addConsoleApiRoutes(router, services));
   // The fleet: the configured Kueue manifests, then what was applied and submitted since.
-  api::FleetOptions fleet_setup;
-  scheduler::Options& fleet_options = fleet_setup.service;
-  fleet_options.mode =
-      config.fleet.cycle_mode == "kueue" ? fleet::CycleMode::kKueue : fleet::CycleMode::kDrain;
-  fleet_options.metering_interval = config.fleet.metering_interval;
-  fleet_options.policy =
-      PURSER_TRY_VALUE(fleet::placement::parsePolicy(config.fleet.placement_policy));
-  fleet_options.seed = static_cast<uint64_t>(config.fleet.placement_seed);
-  fleet_options.termination_grace = config.fleet.termination_grace;
-  fleet_options.inventory_refresh = config.fleet.inventory_refresh;
-  // The local executor's pods write their output under the data directory.
-  const std::string pod_logs =
-      config.fleet.local_log_dir.empty() ? data_dir->file("pods") : config.fleet.local_log_dir;
-  if (std::error_code ec; !std::filesystem::create_directories(pod_logs, ec) && ec) {
-    return fail(unavailable(fmt::format("cannot create {}: {}", pod_logs, ec.message())));
-  }
-  fleet_setup.local.log_dir = pod_logs;
-  fleet_setup.local.max_log_bytes = static_cast<size_t>(config.fleet.local_max_log_bytes);
-  fleet_setup.local.file_retention = config.fleet.local_file_retention;
-  fleet_setup.local.max_memory_bytes = static_cast<uint64_t>(config.fleet.local_max_memory_bytes);
-  fleet_setup.local.max_cpu_seconds = static_cast<uint64_t>(config.fleet.local_max_cpu_seconds);
-  fleet_setup.local.max_pods = static_cast<size_t>(config.fleet.local_max_pods);
-  PURSER_TRY(setUpLocalPods(config, *data_dir, pod_logs, fleet_setup.local, warnings));
+  api::FleetOptions fleet_setup =
+      PURSER_TRY_VALUE(fleetSetup(config, *data_dir, installation, warnings));
   if (!warnings.empty()) {
     // Ready (nothing else is amiss), but degraded: said in every answer until it is fixed.
     readiness.addDegraded("fleet.local", [&warnings]() -> Result<void> {
       return fail(unavailable(fmt::format("{}", fmt::join(warnings, "; "))));
     });
-  }
-  fleet_options.account_uid_base = config.fleet.local_uid_base;
-  fleet_options.account_uid_count = config.fleet.local_uid_count;
-  fleet_options.installation = installation;
-  fleet_options.executor_slots["local"] = config.fleet.local_max_pods;
-  fleet_options.bounds.max_pods_per_set = config.fleet.max_pods_per_set;
-  fleet_options.bounds.min_pod_cpu_milli = config.fleet.min_pod_cpu_milli;
-  if (const auto& slurm = config.fleet.slurm) {
-    exec::SlurmExecutorOptions so;
-    // The teams' accounts write their jobs' output there, so it is not in the data directory
-    // (which is Purser's alone); each team has a directory of its own inside it.
-    if (slurm->log_dir.empty()) {
-      return fail(invalidArgument(
-          "fleet.slurm.log_dir is required: a directory the Slurm nodes share, outside the data "
-          "directory (the teams' jobs write their output there, as their own accounts)"));
-    }
-    so.log_dir = absolute(slurm->log_dir);
-    const std::string data_path = absolute(data_dir->path());
-    if (so.log_dir == data_path || so.log_dir.starts_with(data_path + "/")) {
-      return fail(invalidArgument(fmt::format(
-          "fleet.slurm.log_dir {} is inside the data directory, which is Purser's alone; give the "
-          "jobs' output a directory of its own",
-          so.log_dir)));
-    }
-    if (std::error_code ec; !std::filesystem::create_directories(so.log_dir, ec) && ec) {
-      return fail(unavailable(fmt::format("cannot create {}: {}", so.log_dir, ec.message())));
-    }
-    ::chmod(so.log_dir.c_str(), 0711);  // each account reaches its own directory, lists none
-    so.partition = slurm->partition;
-    so.gres_type = slurm->gres_type;
-    so.conf = slurm->conf;
-    so.bin_dir = slurm->bin_dir;
-    so.read_nodes = slurm->inventory;
-    for (const auto& [team, name] : slurm->accounts) {
-      const struct passwd* pw = ::getpwnam(name.c_str());
-      if (pw == nullptr) {
-        return fail(invalidArgument(
-            fmt::format("fleet.slurm.accounts: {}: there is no Unix account \"{}\" on this machine",
-                        team, name)));
-      }
-      if (pw->pw_uid == 0) {
-        return fail(invalidArgument(fmt::format(
-            "fleet.slurm.accounts: {}: \"{}\" is root; a team's jobs run as an account of its own",
-            team, name)));
-      }
-      so.accounts[team] = {name, static_cast<int64_t>(pw->pw_uid),
-                           static_cast<int64_t>(pw->pw_gid)};
-    }
-    so.gpu_memory_mib = slurm->gpu_memory_mib;
-    so.node_refresh = Duration::zero();  // the service reads them every inventory_refresh
-    if (slurm->inventory) fleet_options.inventory_from.push_back("slurm");
-    for (const auto& f : slurm->flavors) fleet_options.flavor_executors[f] = "slurm";
-    fleet_setup.slurm = std::move(so);
-  }
-  if (const auto& k = config.fleet.kubernetes) {
-    exec::KubernetesExecutorOptions ko;
-    if (!k->kubeconfig.empty()) {
-      // The kubeconfig's context gives what the settings beside it do not.
-      auto kc = config::readKubeconfig(k->kubeconfig, k->context);
-      if (!kc) return fail(invalidArgument("fleet.kubernetes.kubeconfig: " + kc.error().message));
-      ko.api.server = kc->server;
-      ko.api.token = kc->token;
-      ko.api.ca_pem = kc->ca_pem;
-      ko.api.insecure = kc->insecure;
-      ko.api.client_cert_pem = kc->client_cert_pem;
-      ko.api.client_key_pem = kc->client_key_pem;
-      spdlog::info("fleet: Kubernetes {} from kubeconfig {} (context {})", kc->server,
-                   k->kubeconfig, kc->context);
-    }
-    if (!k->server.empty()) ko.api.server = k->server;
-    if (!k->token.empty()) ko.api.token = k->token;
-    if (!k->token_file.empty()) {
-      std::ifstream in(k->token_file);
-      if (!in) {
-        return fail(invalidArgument(
-            fmt::format("fleet.kubernetes.token_file: cannot read {}", k->token_file)));
-      }
-      std::getline(in, ko.api.token);
-    }
-    ko.api.ca_file = k->ca_file;
-    ko.api.insecure = ko.api.insecure || k->insecure;
-    ko.default_image = k->default_image;
-    ko.read_nodes = k->inventory;
-    ko.adopt_jobs = k->adopt_jobs;
-    ko.gpu_memory_mib = k->gpu_memory_mib;
-    ko.restricted = k->pod_security == "restricted";
-    ko.service_account_tokens = k->service_account_tokens;
-    ko.node_refresh = config.fleet.inventory_refresh / 2;  // read by the service as often
-    if (k->inventory) fleet_options.inventory_from.push_back("kubernetes");
-    for (const auto& f : k->flavors) fleet_options.flavor_executors[f] = "kubernetes";
-    fleet_setup.kubernetes = std::move(ko);
-  }
-  for (const auto& n : config.fleet.nodes) {
-    fleet::InventoryNode node;
-    node.name = n.name;
-    node.labels = n.labels;
-    for (const auto& t : n.taints) node.taints.push_back({t.key, t.value, t.effect});
-    node.cpu_milli = n.cpu_milli;
-    node.memory_mib = n.memory_mib;
-    node.rack = n.rack;
-    node.block = n.block;
-    for (const auto& g : n.gpus) {
-      node.gpus.push_back({static_cast<int>(node.gpus.size()), g.uuid, g.model, g.memory_mib,
-                           g.numa, g.nvlink_domain, g.mig_capable});
-    }
-    fleet_options.inventory.push_back(std::move(node));
-  }
-  if (auto valid = fleet::validateInventory(fleet_options.inventory); !valid) {
-    return fail(invalidArgument("fleet.nodes: " + valid.error().message));
-  }
-  for (const auto& file : config.fleet.manifests) {
-    std::ifstream in(file);
-    if (!in) return fail(invalidArgument(fmt::format("fleet.manifests: cannot read {}", file)));
-    std::ostringstream text;
-    text << in.rdbuf();
-    fleet_options.manifests.emplace_back(file, text.str());
   }
   // Models the fleet serves join the gateway's routes as targets (provider "fleet:NS/NAME/POD",
   // priced by a prices entry of provider "fleet" and their model, else at the route's dearest
