@@ -57,8 +57,11 @@ bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 std::string handleFor(const PodLaunch& pod, int64_t ms, int64_t seq) {
   std::string workload = pod.workload;
   std::replace(workload.begin(), workload.end(), '/', '.');
+  // An unkeyed start is named by when, by which process and in what order, so that two
+  // executors beside each other (their pods' cgroups share a parent) never name two pods alike.
   std::string out = pod.key.empty()
-                        ? fmt::format("{}.{}.{}.{}-{}", workload, pod.pod_set, pod.index, ms, seq)
+                        ? fmt::format("{}.{}.{}.{}-{}-{}", workload, pod.pod_set, pod.index, ms,
+                                      static_cast<int64_t>(::getpid()), seq)
                         : fmt::format("{}.{}.{}.k{}", workload, pod.pod_set, pod.index, pod.key);
   for (char& c : out) {
     const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
