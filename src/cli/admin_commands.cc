@@ -297,17 +297,21 @@ const std::vector<std::pair<std::string, std::string>> kWorkloadColumns = {
     {"GPU CHARGED", "gpu_charged"},
     {"SUBMITTED", "submitted_at"}};
 
-// GET `path` and show the object in full, a field a line (`printDescribed`).
-int describe(const Globals& g, const std::string& path) {
+// GET `path`: the reply, or nullopt with the problem told and `code` set (2: no server or key
+// to ask with, 1: the call failed or was refused).
+std::optional<ApiReply> fetch(const Globals& g, const std::string& path, int& code) {
   auto client = clientFor(g);
-  if (!client) return 2;
+  if (!client) {
+    code = 2;
+    return std::nullopt;
+  }
   auto reply = client->call("GET", path);
   if (!reply || reply->status >= 400) {
     std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message) << "\n";
-    return 1;
+    code = 1;
+    return std::nullopt;
   }
-  printDescribed(reply->body, std::cout);
-  return 0;
+  return std::move(*reply);
 }
 
 template <typename Common>
@@ -358,8 +362,9 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
         code = 2;
       } else if (g->output == "json") {
         code = run(*g, "GET", "/api/v1/workloads" + *path, nullptr, kWorkloadColumns);
-      } else {
-        code = describe(*g, "/api/v1/workloads" + *path);
+      } else if (auto reply = fetch(*g, "/api/v1/workloads" + *path, code)) {
+        printDescribed(reply->body, std::cout);  // the object in full, a field a line
+        code = 0;
       }
     });
     CLI::App* del = cmd->add_subcommand(
@@ -380,18 +385,8 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
         return;
       }
       // One row per queue, flavor and resource.
-      auto client = clientFor(*g);
-      if (!client) {
-        code = 2;
-        return;
-      }
-      auto reply = client->call("GET", "/api/v1/queues");
-      if (!reply || reply->status >= 400) {
-        std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message)
-                  << "\n";
-        code = 1;
-        return;
-      }
+      auto reply = fetch(*g, "/api/v1/queues", code);
+      if (!reply) return;
       json rows = json::array();
       for (const auto& q : reply->body.value("data", json::array())) {
         for (const auto& r : q.value("resources", json::array())) {
@@ -436,20 +431,15 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
     common(logs);
     logs->callback([g, l, &code] {
       auto path = workloadPath(l->name);
-      auto client = path ? clientFor(*g) : nullptr;
-      if (!client) {
+      if (!path) {
         code = 2;
         return;
       }
-      auto reply =
-          client->call("GET", "/api/v1/workloads" + *path + "/logs" +
-                                  query({{"pod", l->pod}, {"bytes", std::to_string(l->bytes)}}));
-      if (!reply || reply->status >= 400) {
-        std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message)
-                  << "\n";
-        code = 1;
-        return;
-      }
+      auto reply = fetch(*g,
+                         "/api/v1/workloads" + *path + "/logs" +
+                             query({{"pod", l->pod}, {"bytes", std::to_string(l->bytes)}}),
+                         code);
+      if (!reply) return;
       std::cout << reply->text;
       code = 0;
     });

@@ -52,6 +52,11 @@ Error unknownPod(const std::string& handle) {
 // The bytes of a string that execve would cut short.
 bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 
+// The files a pod has in log_dir, HANDLE + one of these: its log (and the log before it), how it
+// ended (and that file being written) and its supervisor's pid. A longer suffix comes before one
+// it ends with, so that the first that matches a name is the right one.
+constexpr const char* kPodFileSuffixes[] = {".log.1", ".log", ".exit.tmp", ".exit", ".pid"};
+
 // A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7";
 // under a key, the same for every start under it: "ml.train-1.workers.0.k<key>".
 std::string handleFor(const PodLaunch& pod, int64_t ms, int64_t seq) {
@@ -493,9 +498,8 @@ void LocalExecutor::sweepLocked() {
   while (const dirent* e = ::readdir(dir)) {
     const std::string name = e->d_name;
     if (name.empty() || name[0] == '.') continue;  // ".", "..", and the pods' view (".view")
-    // HANDLE.log, HANDLE.log.1, HANDLE.exit, HANDLE.exit.tmp, HANDLE.pid
     std::string handle, suffix;
-    for (const char* s : {".log.1", ".log", ".exit.tmp", ".exit", ".pid"}) {
+    for (const char* s : kPodFileSuffixes) {
       if (name.size() > std::strlen(s) && name.ends_with(s)) {
         handle = name.substr(0, name.size() - std::strlen(s));
         suffix = s;
@@ -795,7 +799,7 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
                             buf.data(),
                             buf.size()};
   auto undo = [&] {
-    for (const char* suffix : {".log", ".log.1", ".exit", ".exit.tmp", ".pid"}) {
+    for (const char* suffix : kPodFileSuffixes) {
       ::unlink(pathOf(p->handle, suffix).c_str());
     }
     PodCgroups::remove(groups);

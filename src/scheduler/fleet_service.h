@@ -435,8 +435,7 @@ class FleetService {
   mutable std::mutex shared_mu_;  // what other threads read or hand in
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // shared_mu_
   std::vector<store::TxFn> retries_;  // writes that failed, to try again; shared_mu_
-  QueueSnapshot queues_;              // shared_mu_
-  // warnings_ (above) is also guarded by shared_mu_.
+  QueueSnapshot queues_;              // shared_mu_ (and warnings_, above)
 
   boost::asio::io_context context_{1};
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
