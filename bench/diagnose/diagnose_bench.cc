@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "diagnose/case.h"
+#include "diagnose_io/case_io.h"
 #include "diagnose/engine.h"
 #include "observe/prom_text.h"
 

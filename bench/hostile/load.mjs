@@ -1,6 +1,7 @@
 // A probe client's latency while hostile clients attack the same Purser (bench/hostile/run.sh).
-//   node load.mjs --url URL --key KEY --model MODEL --probes N [--attack bodies|events|none]
+//   node load.mjs --url URL --key KEY --model MODEL --probes N [--attack bodies|events|reports|none]
 //        [--attackers K] [--body-bytes B] [--attack-model MODEL]
+//        [--report-key KEY --reports PATH,PATH,...]   (reports: GETs of those paths in a loop)
 // The probe sends N small chat requests one after another and prints one JSON line with the
 // percentiles of their latencies (ms), how many failed, and what the attackers got done.
 import http from "node:http";
@@ -44,9 +45,38 @@ function post(body, { agent, stream = false } = {}) {
   });
 }
 
+function get(path, agent) {
+  return new Promise((resolve) => {
+    const req = http.request(
+      { host: url.hostname, port: url.port, path, method: "GET", agent,
+        headers: { authorization: `Bearer ${args["report-key"]}` } },
+      (res) => {
+        res.resume();
+        res.on("end", () => resolve({ status: res.statusCode }));
+        res.on("error", () => resolve({ status: 0 }));
+      },
+    );
+    req.on("error", () => resolve({ status: 0 }));
+    req.end();
+  });
+}
+
 let stop = false;
-const done = { requests: 0, statuses: {} };
+const done = { requests: 0, statuses: {}, ms: 0 };
+async function reporter() {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const paths = args.reports.split(",");
+  for (let i = 0; !stop; i++) {
+    const started = process.hrtime.bigint();
+    const r = await get(paths[i % paths.length], agent);
+    done.ms += Number(process.hrtime.bigint() - started) / 1e6;
+    done.requests++;
+    done.statuses[r.status] = (done.statuses[r.status] ?? 0) + 1;
+  }
+  agent.destroy();
+}
 async function attacker() {
+  if (attack === "reports") return reporter();
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const big =
     attack === "bodies"
@@ -95,5 +125,6 @@ console.log(
     max_ms: +latencies[latencies.length - 1].toFixed(2),
     attack_requests: done.requests,
     attack_statuses: done.statuses,
+    attack_mean_ms: done.requests ? +(done.ms / done.requests).toFixed(1) : 0,
   }),
 );

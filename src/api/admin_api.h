@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
+#include "common/work_pool.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
 #include "http/client.h"
@@ -62,6 +63,10 @@ struct Services {
   const observe::SeriesStore* series = nullptr;
   // What percentiles are judged over (observe.window), Purser's own measurements included.
   Duration observe_window = std::chrono::seconds(60);
+  // Where the store reads behind reports and lists run (audit, usage and spend, route statistics,
+  // ended workloads, fleet events, diagnosis), never on an HTTP worker; without one they run on
+  // the caller's thread (unit tests).
+  WorkPool* readers = nullptr;
   // The outstanding reservations made through this API. Each Services made is a table of its own;
   // its copies (the route tables keep one each) share it.
   std::shared_ptr<Reservations> reservations = std::make_shared<Reservations>();

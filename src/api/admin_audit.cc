@@ -11,6 +11,7 @@
 #include "api/admin_common.h"
 #include "api/admin_handlers.h"
 #include "common/json.h"
+#include "http/async.h"
 
 namespace purser::api {
 
@@ -108,7 +109,7 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
   // One more than asked, to say whether there is another page.
   const int64_t page = q.limit;
   ++q.limit;
-  API_TRY(entries, s.audit.list(s.store, q));
+  API_TRY(entries, co_await http::runBlocking(s.readers, [&] { return s.audit.list(s.store, q); }));
   const bool more = static_cast<int64_t>(entries.size()) > page;
   if (more) entries.resize(static_cast<size_t>(page));
   json items = json::array();
@@ -136,7 +137,7 @@ asio::awaitable<Response> verifyAudit(const Services& s, Request& req) {
   if (auto denied = identity::authorize(who, Action::kVerifyAudit, {}); !denied) {
     co_return co_await deny(s, who, denied.error(), "audit.verify", "audit");
   }
-  API_TRY(v, s.audit.verify(s.store));
+  API_TRY(v, co_await http::runBlocking(s.readers, [&] { return s.audit.verify(s.store); }));
   json out = {{"ok", v.ok},
               {"entries", v.entries},
               {"signed_entries", v.signed_entries},

@@ -17,7 +17,7 @@
 #include "api/async_store.h"
 #include "common/duration.h"
 #include "common/json.h"
-#include "gateway/async_meter.h"
+#include "http/async.h"
 #include "identity/payer.h"
 #include "ledger/budget.h"
 
@@ -194,16 +194,20 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   draft.provider = provider.value_or("");
   ledger::Budget budget(s.wallets, s.meter, s.limiter, s.rate_limits);
   ledger::RateDecision rate;
-  auto held = budget.hold({.payer = identity::payerOf(who, s.directory),
-                           .model = model_name,
-                           .draft = draft,
-                           .amount = amount,
-                           .tokens = token_estimate,
-                           .lease = lease,
-                           .options = {.external = true,
-                                       .token_estimate = token_estimate,
-                                       .fresh_id = !id.has_value()}},
-                          &rate);
+  // A client-chosen id is looked up in the store (ids are unique across the durable record):
+  // off the worker, like every store read. A fresh id needs no read.
+  auto held = co_await http::runBlocking(id ? s.readers : nullptr, [&] {
+    return budget.hold({.payer = identity::payerOf(who, s.directory),
+                        .model = model_name,
+                        .draft = draft,
+                        .amount = amount,
+                        .tokens = token_estimate,
+                        .lease = lease,
+                        .options = {.external = true,
+                                    .token_estimate = token_estimate,
+                                    .fresh_id = !id.has_value()}},
+                       &rate);
+  });
   if (!held && !rate.allowed) {
     Error why(ErrorCode::kResourceExhausted,
               rate.never ? fmt::format("this request needs more than the key's whole limit of {} "
@@ -233,7 +237,9 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     co_return problem(held.error());
   }
   if (s.meter.syncsEachRecord() &&
-      !co_await gateway::asyncDurable(s.meter, held->journalSequence(), asio::use_awaitable)) {
+      !co_await http::whenCalled<bool>([&](std::function<void(bool)> done) {
+        s.meter.whenDurable(held->journalSequence(), std::move(done));
+      })) {
     co_return problem(unavailable("the ledger could not make the reservation durable; try again"));
   }
   const std::vector<std::string> chain = held->wallets();
@@ -273,7 +279,9 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
                                event.model.empty() ? event.route : event.model, event, estimate);
   if (!settled) co_return problem(settled.error());
   if (!settled->duplicate && s.meter.syncsEachRecord() &&
-      !co_await gateway::asyncDurable(s.meter, settled->journal_sequence, asio::use_awaitable)) {
+      !co_await http::whenCalled<bool>([&](std::function<void(bool)> done) {
+        s.meter.whenDurable(settled->journal_sequence, std::move(done));
+      })) {
     co_return problem(
         unavailable("the ledger could not make the usage durable; it will be "
                     "recovered at the next start"));

@@ -15,6 +15,7 @@
 #include "api/admin_handlers.h"
 #include "api/async_store.h"
 #include "common/json.h"
+#include "http/async.h"
 
 namespace purser::api {
 
@@ -250,7 +251,10 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
   }
   // The ids the durable record already has: a retry, or ids in use (the journal's latest
   // settlements included, once the store has caught up with it).
-  if (auto caught = s.meter.catchUp(); !caught) co_return problem(caught.error());
+  if (auto caught = co_await http::runBlocking(s.readers, [&] { return s.meter.catchUp(); });
+      !caught) {
+    co_return problem(caught.error());
+  }
   std::set<std::string> recorded;
   auto looked = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
     for (const auto& r : events) {
@@ -337,7 +341,7 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
 asio::awaitable<Response> listUsage(const Services& s, Request& req) {
   auto q = co_await usageQuery(s, req);
   if (!q) co_return std::move(q.error());
-  API_TRY(events, s.meter.events(*q));
+  API_TRY(events, co_await http::runBlocking(s.readers, [&] { return s.meter.events(*q); }));
   json items = json::array();
   for (const auto& e : events) items.push_back(toJson(e));
   co_return jsonResponse(200, listOf(std::move(items)));
@@ -347,7 +351,7 @@ asio::awaitable<Response> spend(const Services& s, Request& req) {
   auto q = co_await usageQuery(s, req);
   if (!q) co_return std::move(q.error());
   const std::string group_by = req.queryParam("group_by").value_or("day");
-  auto rows = s.meter.spend(*q, group_by);
+  auto rows = co_await http::runBlocking(s.readers, [&] { return s.meter.spend(*q, group_by); });
   if (!rows) co_return problem(rows.error().withField("group_by"));
   // Who a group is, beside its id.
   std::optional<ledger::ScopeKind> named;

@@ -15,6 +15,7 @@
 #include "common/duration.h"
 #include "gateway/gateway.h"
 #include "gateway/routing.h"
+#include "http/async.h"
 #include "observe/observation.h"
 
 namespace purser::api {
@@ -132,28 +133,30 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
   // Per route and per (route, provider, model): the target that served the request.
   std::map<std::string, Stats> by_route;
   std::map<std::tuple<std::string, std::string, std::string>, Stats> by_target;
-  if (auto caught = s.meter.catchUp(); !caught) co_return problem(caught.error());
-  auto read = s.store.read([&](store::Tx& tx) -> Result<void> {
-    auto rows = PURSER_TRY_VALUE(tx.query(
-        fmt::format("SELECT route, provider, model, status, latency_ms, input_tokens, "
-                    "output_tokens, cost_nanos FROM usage_events WHERE {} ORDER BY at_ms DESC "
-                    "LIMIT {}",
-                    where, kMaxLatencySamples),
-        params));
-    for (const auto& r : rows) {
-      const int64_t status = r.getInt(3);
-      const bool ok = status >= 200 && status < 300;
-      for (Stats* st :
-           {&by_route[r.getText(0)], &by_target[{r.getText(0), r.getText(1), r.getText(2)}]}) {
-        ++st->requests;
-        st->errors += ok ? 0 : 1;
-        st->input_tokens += r.getInt(5);
-        st->output_tokens += r.getInt(6);
-        st->cost = st->cost.add(Money::fromNanos(r.getInt(7))).value_or(Money::max());
-        if (ok) st->latencies.push_back(r.getInt(4));
+  auto read = co_await http::runBlocking(s.readers, [&]() -> Result<void> {
+    PURSER_TRY(s.meter.catchUp());
+    return s.store.read([&](store::Tx& tx) -> Result<void> {
+      auto rows = PURSER_TRY_VALUE(tx.query(
+          fmt::format("SELECT route, provider, model, status, latency_ms, input_tokens, "
+                      "output_tokens, cost_nanos FROM usage_events WHERE {} ORDER BY at_ms DESC "
+                      "LIMIT {}",
+                      where, kMaxLatencySamples),
+          params));
+      for (const auto& r : rows) {
+        const int64_t status = r.getInt(3);
+        const bool ok = status >= 200 && status < 300;
+        for (Stats* st :
+             {&by_route[r.getText(0)], &by_target[{r.getText(0), r.getText(1), r.getText(2)}]}) {
+          ++st->requests;
+          st->errors += ok ? 0 : 1;
+          st->input_tokens += r.getInt(5);
+          st->output_tokens += r.getInt(6);
+          st->cost = st->cost.add(Money::fromNanos(r.getInt(7))).value_or(Money::max());
+          if (ok) st->latencies.push_back(r.getInt(4));
+        }
       }
-    }
-    return {};
+      return {};
+    });
   });
   if (!read) co_return problem(read.error());
   json items = json::array();

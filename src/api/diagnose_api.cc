@@ -18,8 +18,10 @@
 #include "common/clock.h"
 #include "common/duration.h"
 #include "diagnose/answer.h"
+#include "diagnose_io/case_io.h"
 #include "diagnose/engine.h"
 #include "gateway/routing.h"
+#include "http/async.h"
 
 namespace purser::api {
 
@@ -349,7 +351,8 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
   // --- Events ----------------------------------------------------------------------------------
   std::vector<diagnose::Event> events = fleet.pending;
   if (fleet_service) {
-    auto rows = fleet_service->events(scheduler::Visibility{}, std::nullopt);
+    auto rows = co_await http::runBlocking(
+        s.readers, [&] { return fleet_service->events(scheduler::Visibility{}, std::nullopt); });
     if (!rows) co_return problem(rows.error());
     for (const auto& row : *rows) {
       auto e = fleetEvent(row);
@@ -361,7 +364,7 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
     q.from = formatRfc3339(SystemTime(std::chrono::milliseconds(start_ms)));
     q.newest_first = true;
     q.limit = 1000;
-    auto entries = s.audit.list(s.store, q);
+    auto entries = co_await http::runBlocking(s.readers, [&] { return s.audit.list(s.store, q); });
     if (!entries) co_return problem(entries.error());
     const auto wallets = s.wallets.all();
     const auto wallet_scope =

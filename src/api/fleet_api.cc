@@ -5,8 +5,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
@@ -19,6 +17,7 @@
 #include "common/duration.h"
 #include "common/json.h"
 #include "fleet_io/manifest.h"
+#include "http/async.h"
 
 namespace purser::api {
 
@@ -34,34 +33,6 @@ using scheduler::FleetService;
 using scheduler::Record;
 
 namespace {
-
-// A store write handed to the service now and awaited later, by the coroutine that asked for it.
-struct WriteWaiter {
-  explicit WriteWaiter(const asio::any_io_executor& executor) : timer(executor) {}
-  asio::steady_timer timer;
-  bool done = false;
-  Result<void> result;
-};
-
-// What the service calls once the write is durable: wakes the waiter on its own executor.
-scheduler::Done wake(const std::shared_ptr<WriteWaiter>& waiter) {
-  return [waiter](Result<void> r) {
-    asio::post(waiter->timer.get_executor(), [waiter, r = std::move(r)]() mutable {
-      waiter->done = true;
-      waiter->result = std::move(r);
-      waiter->timer.cancel();
-    });
-  };
-}
-
-asio::awaitable<Result<void>> awaitWrite(std::shared_ptr<WriteWaiter> w) {
-  if (!w->done) {
-    w->timer.expires_at(asio::steady_timer::time_point::max());
-    boost::system::error_code ec;
-    co_await w->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
-  co_return w->result;
-}
 
 // "namespace/name" as the caller wrote it in the path.
 std::string askedName(const Request& req) {
@@ -126,7 +97,7 @@ asio::awaitable<Response> submit(const Services& s, FleetService& svc, Request& 
   const int64_t now = unixMillis(s.clock.now());
   w.created_ms = now;
   w.queued_ms.reset();
-  auto waiter = std::make_shared<WriteWaiter>(co_await asio::this_coro::executor);
+  auto waiter = std::make_shared<http::Later<Result<void>>>(co_await asio::this_coro::executor);
   std::optional<json> view;
   Response refused = co_await svc.call([&](FleetService& f) -> Response {
     if (who->role == Role::kPlatformAdmin && (!team || ns != team->name)) {
@@ -154,7 +125,7 @@ asio::awaitable<Response> submit(const Services& s, FleetService& svc, Request& 
                        w.priority_class.empty() ? "priority" : "priority_class");
       }
     }
-    auto done = f.submit(std::move(r), wake(waiter));
+    auto done = f.submit(std::move(r), http::Later<Result<void>>::deliver(waiter));
     if (!done) {
       if (done.error().code == ErrorCode::kAlreadyExists) {
         return problem(409, done.error().message, "name");
@@ -175,7 +146,7 @@ asio::awaitable<Response> submit(const Services& s, FleetService& svc, Request& 
     return Response{};
   });
   if (!view) co_return refused;
-  auto durable = co_await awaitWrite(waiter);
+  auto durable = co_await waiter->get();
   if (!durable) co_return problem(503, "the workload could not be recorded; submit it again");
   if (!parsed->warnings.empty()) (*view)["warnings"] = parsed->warnings;
   co_return jsonResponse(201, *view);
@@ -197,7 +168,8 @@ asio::awaitable<Response> list(const Services& s, FleetService& svc, Request& re
   }
   json items = json::array();
   if (state && (*state == "finished" || scheduler::isTerminal(*state))) {
-    auto ended = svc.endedRecords(visibilityOf(*who), 1000);
+    auto ended = co_await http::runBlocking(
+        s.readers, [&] { return svc.endedRecords(visibilityOf(*who), 1000); });
     if (!ended) co_return problem(ended.error());
     co_return co_await svc.call([&](FleetService& f) -> Response {
       for (const auto& r : *ended) {
@@ -225,8 +197,8 @@ asio::awaitable<Response> list(const Services& s, FleetService& svc, Request& re
 }
 
 // The caller's workload, live or ended; nullopt when there is none it may see.
-asio::awaitable<std::optional<Record>> findRecord(FleetService& svc, const Principal& who,
-                                                  const Request& req) {
+asio::awaitable<std::optional<Record>> findRecord(const Services& s, FleetService& svc,
+                                                  const Principal& who, const Request& req) {
   std::string name;
   auto live = co_await svc.call([&](FleetService& f) -> std::optional<Record> {
     name = nameOf(f, who, req);
@@ -235,7 +207,7 @@ asio::awaitable<std::optional<Record>> findRecord(FleetService& svc, const Princ
   });
   if (!live) {
     // Ended workloads are served from their record; live ones are in memory.
-    auto stored = svc.storedRecord(name);
+    auto stored = co_await http::runBlocking(s.readers, [&] { return svc.storedRecord(name); });
     if (stored && *stored && scheduler::isTerminal((*stored)->state)) live = std::move(**stored);
   }
   if (live && !mayAccess(who, live->tenant_id, live->team_id)) live.reset();
@@ -245,7 +217,7 @@ asio::awaitable<std::optional<Record>> findRecord(FleetService& svc, const Princ
 asio::awaitable<Response> get(const Services& s, FleetService& svc, Request& req) {
   auto who = authenticate(s, req);
   if (!who) co_return problem(who.error());
-  auto r = co_await findRecord(svc, *who, req);
+  auto r = co_await findRecord(s, svc, *who, req);
   if (!r) co_return problem(404, fmt::format("no workload named \"{}\"", askedName(req)));
   co_return co_await svc.call(
       [&](FleetService& f) -> Response { return jsonResponse(200, workloadView(f, *r)); });
@@ -263,7 +235,7 @@ asio::awaitable<Response> logs(const Services& s, FleetService& svc, Request& re
     }
     bytes = static_cast<size_t>(v);
   }
-  auto r = co_await findRecord(svc, *who, req);
+  auto r = co_await findRecord(s, svc, *who, req);
   if (!r) co_return problem(404, fmt::format("no workload named \"{}\"", askedName(req)));
   if (r->pods.empty()) {
     co_return problem(404, fmt::format("workload \"{}\" has run no pods yet", askedName(req)));
@@ -289,7 +261,7 @@ asio::awaitable<Response> logs(const Services& s, FleetService& svc, Request& re
 asio::awaitable<Response> remove(const Services& s, FleetService& svc, Request& req) {
   auto who = authenticate(s, req);
   if (!who) co_return problem(who.error());
-  auto waiter = std::make_shared<WriteWaiter>(co_await asio::this_coro::executor);
+  auto waiter = std::make_shared<http::Later<Result<void>>>(co_await asio::this_coro::executor);
   std::optional<json> view;
   Response missing = co_await svc.call([&](FleetService& f) -> Response {
     const std::string name = nameOf(f, *who, req);
@@ -297,13 +269,13 @@ asio::awaitable<Response> remove(const Services& s, FleetService& svc, Request& 
     if (r == nullptr || !mayAccess(*who, r->tenant_id, r->team_id)) {
       return problem(404, fmt::format("no workload named \"{}\"", askedName(req)));
     }
-    auto ended = f.remove(name, who->name, wake(waiter));
+    auto ended = f.remove(name, who->name, http::Later<Result<void>>::deliver(waiter));
     if (!ended) return problem(ended.error());
     view = workloadView(f, *ended);
     return Response{};
   });
   if (!view) co_return missing;
-  auto durable = co_await awaitWrite(waiter);
+  auto durable = co_await waiter->get();
   if (!durable) co_return problem(503, "the deletion could not be recorded; try again");
   co_return jsonResponse(200, *view);
 }
@@ -394,7 +366,8 @@ asio::awaitable<Response> utilisation(const Services& s, FleetService& svc, Requ
   for (const auto& l : live) {
     if (!l.visible) others.push_back(l.name);
   }
-  auto stored = svc.utilisationSince(from_ms, visibilityOf(*who), others);
+  auto stored = co_await http::runBlocking(
+      s.readers, [&] { return svc.utilisationSince(from_ms, visibilityOf(*who), others); });
   if (!stored) co_return problem(stored.error());
   co_return jsonResponse(200, utilisationView(live, *stored, s.directory, *who, from_ms));
 }
@@ -411,7 +384,8 @@ asio::awaitable<Response> events(const Services& s, FleetService& svc, Request& 
              (slash == std::string::npos ? "" : workload->substr(slash));
     });
   }
-  auto rows = svc.events(visibilityOf(*who), workload);
+  auto rows = co_await http::runBlocking(s.readers,
+                                         [&] { return svc.events(visibilityOf(*who), workload); });
   if (!rows) co_return problem(rows.error());
   const auto shown = FleetService::shown;
   json items = json::array();
@@ -453,15 +427,16 @@ asio::awaitable<Response> apply(const Services& s, FleetService& svc, Request& r
   audit.action = "fleet.apply";
   audit.target = "fleet:manifests";
   audit.after = writeJson(counts);
-  auto waiter = std::make_shared<WriteWaiter>(co_await asio::this_coro::executor);
+  auto waiter = std::make_shared<http::Later<Result<void>>>(co_await asio::this_coro::executor);
   auto applied = co_await svc.call([&](FleetService& f) -> Result<void> {
-    return f.apply(std::move(*set), req.body, std::move(audit), wake(waiter));
+    return f.apply(std::move(*set), req.body, std::move(audit),
+                   http::Later<Result<void>>::deliver(waiter));
   });
   if (!applied) {
     co_return problem(applied.error().code == ErrorCode::kFailedPrecondition ? 409 : 400,
                       applied.error().message);
   }
-  auto durable = co_await awaitWrite(waiter);
+  auto durable = co_await waiter->get();
   if (!durable) co_return problem(503, "the manifests could not be recorded; apply them again");
   co_return jsonResponse(200, {{"applied", counts}, {"warnings", warnings}});
 }

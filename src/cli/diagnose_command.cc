@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "diagnose/answer.h"
+#include "diagnose_io/case_io.h"
 #include "diagnose/case.h"
 #include "diagnose/engine.h"
 

@@ -467,6 +467,8 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     store.optional("busy_timeout", cfg.store.busy_timeout);
     store.optional("postgres", cfg.store.postgres);
     store.optional("max_connections", cfg.store.max_connections, 1, 1000);
+    store.optional("readers", cfg.store.readers, 1, 64);
+    store.optional("read_queue", cfg.store.read_queue, 1, 100'000);
     store.optional("replica", cfg.store.replica);
     store.optional("lease_ttl", cfg.store.lease_ttl, std::chrono::seconds(1));
     store.optional("ship_interval", cfg.store.ship_interval);

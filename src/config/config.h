@@ -49,6 +49,10 @@ struct StoreConfig {
   std::string postgres;
   Duration busy_timeout = std::chrono::seconds(5);  // SQLite's
   int64_t max_connections = 8;                      // PostgreSQL's readers (and one writer)
+  // The threads the API's store reads run on (reports, lists of ended work, audit), never an
+  // HTTP worker, and how many reads may wait for them before the API answers 503.
+  int64_t readers = 2;
+  int64_t read_queue = 64;
   // Several replicas sharing one PostgreSQL store: this one's name (default: made once and kept
   // in data_dir/replica), and how long a budget lease outlives its replica (wallet_leases.h).
   std::string replica;

@@ -5,14 +5,9 @@
 // or assembled from Purser's own scraped series and records (live diagnosis), so the engine
 // never knows where its input came from and never does I/O.
 //
-// parseCase() reads an incident file. The file is bytes from outside: every size is bounded by
-// CaseLimits, invalid UTF-8 and malformed YAML or metric lines are refused with the line that is
-// wrong, and nothing in it can make the reader crash or take more than linear time. The
-// `metrics` block (the bulk of a case: 1,000 series of 120 samples is 12 MB of text) is read
-// line by line without the YAML parser; a series' name and labels are checked once, at its
-// first sample, and later samples of the same series are matched by their bytes.
+// diagnose_io/case_io.h reads and writes incident files, within CaseLimits (below).
 //
-// Thread-safety: plain values; parseCase() is a pure function.
+// Thread-safety: plain values.
 #pragma once
 
 #include <cstddef>
@@ -130,17 +125,6 @@ struct CaseLimits {
   size_t max_logs = 500000;
   size_t max_inventory = 100000;  // nodes, deployments, workloads and teams, each
 };
-
-// Reads an incident case (see docs/incidents.md). Errors are kInvalidArgument with the
-// file and line.
-Result<Case> parseCase(std::string_view text, const std::string& file,
-                       const CaseLimits& limits = {});
-
-// A case as an incident file that parseCase() reads back to the same value (samples and times
-// to the millisecond; `expected:` when the case carries it). Live diagnosis saves the case it
-// answered with this, so that an answer can be replayed with `purser diagnose --case FILE` or
-// attached to a report.
-std::string writeCase(const Case& c);
 
 // "2026-11-20T10:00:00Z" (or with a fraction of a second, or an offset) as Unix milliseconds.
 std::optional<TimeMs> parseTime(std::string_view text);

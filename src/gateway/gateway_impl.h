@@ -31,10 +31,10 @@
 #include "common/json_scan.h"
 #include "gateway/admission.h"
 #include "gateway/api_shape.h"
-#include "gateway/async_meter.h"
 #include "gateway/gateway.h"
 #include "gateway/sse.h"
 #include "gateway/translate.h"
+#include "http/async.h"
 #include "http/metrics.h"
 #include "identity/payer.h"
 #include "ledger/budget.h"
@@ -47,27 +47,6 @@ using http::Request;
 using http::Response;
 using nlohmann::json;
 using SteadyTime = MonoTime;
-
-// Runs `work` on `pool`; completes on the caller's executor, with the exception `work` threw.
-// A plain initiating function, not a coroutine (see async_meter.h).
-template <typename Token>
-auto runOn(asio::thread_pool& pool, const std::function<void()>& work, Token&& token) {
-  return asio::async_initiate<Token, void(std::exception_ptr)>(
-      [&pool](auto handler, const std::function<void()>* work) {
-        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        asio::post(pool, [shared, work] {
-          std::exception_ptr error;
-          try {
-            (*work)();
-          } catch (...) {
-            error = std::current_exception();
-          }
-          auto executor = asio::get_associated_executor(*shared);
-          asio::post(executor, [shared, error]() mutable { (*shared)(error); });
-        });
-      },
-      token, &work);
-}
 
 inline asio::awaitable<void> sleepFor(std::chrono::milliseconds d) {
   if (d.count() <= 0) co_return;
@@ -453,7 +432,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       work();
       co_return;
     }
-    co_await runOn(*cpu_, work, asio::use_awaitable);
+    co_await http::runOn(cpu_->get_executor(), work);
   }
 
   // The upstream request for `t` (see upstreamRequest), built off the worker for large bodies.

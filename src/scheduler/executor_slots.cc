@@ -51,12 +51,13 @@ fleet::PlacementHook::Answer ExecutorSlots::place(
     if (need > 0 && used + need > cap->second) {
       Answer a;
       a.verdict = need > cap->second ? Verdict::kNever : Verdict::kNotNow;
-      a.message =
-          need > cap->second
-              ? fmt::format("its {} pods can never run at once on the {} executor, which runs "
+      a.message = need > cap->second
+                      ? fmt::format(
+                            "its {} pods can never run at once on the {} executor, which runs "
                             "at most {}",
                             need, executor, cap->second)
-              : fmt::format("the {} executor runs at most {} pods at once and admitted "
+                      : fmt::format(
+                            "the {} executor runs at most {} pods at once and admitted "
                             "workloads hold {}; its {} pods wait for room",
                             executor, cap->second, used, need);
       return a;

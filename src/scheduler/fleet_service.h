@@ -23,13 +23,10 @@
 
 #include <utility>
 
-#include <boost/asio/async_result.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 #include <atomic>
 #include <exception>
@@ -52,6 +49,7 @@
 #include "fleet/inventory.h"
 #include "fleet/utilisation.h"
 #include "fleet_io/manifest.h"
+#include "http/async.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
 #include "ledger/meter.h"
@@ -210,29 +208,9 @@ class FleetService {
   // Runs fn(*this) on the service's thread and resumes the caller, on its own executor, with
   // what fn returned (or the exception it threw). The result must be default-constructible.
   template <typename F>
-  auto call(F fn) -> boost::asio::awaitable<std::invoke_result_t<F, FleetService&>> {
-    using T = std::invoke_result_t<F, FleetService&>;
-    namespace asio = boost::asio;
-    auto back = co_await asio::this_coro::executor;
-    co_return co_await asio::async_initiate<const asio::use_awaitable_t<>&,
-                                            void(std::exception_ptr, T)>(
-        [this, back](auto handler, F f) {
-          asio::post(context_, [this, back, handler = std::move(handler),
-                                f = std::move(f)]() mutable {
-            std::exception_ptr error;
-            T out{};
-            try {
-              out = f(*this);
-            } catch (...) {
-              error = std::current_exception();
-            }
-            (void)this;
-            asio::post(back, [handler = std::move(handler), error, out = std::move(out)]() mutable {
-              std::move(handler)(error, std::move(out));
-            });
-          });
-        },
-        asio::use_awaitable, std::move(fn));
+  auto call(F fn) {
+    return http::runOn(context_.get_executor(),
+                       [this, fn = std::move(fn)]() mutable { return fn(*this); });
   }
 
   // --- On the service's thread only (inside call()) ------------------------------------------

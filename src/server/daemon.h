@@ -37,7 +37,4 @@ using ConfigLoader = std::function<Result<config::Config>()>;
 // Returns the process exit code, or an error that stopped it from starting.
 Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader reload = {});
 
-// The server's own schema (installation facts), applied by serve() and by `purser migrate`.
-const std::vector<store::Migration>& serverMigrations();
-
 }  // namespace purser::server

@@ -20,8 +20,8 @@ Result<std::unique_ptr<DataDir>> DataDir::open(const std::string& path) {
         unavailable(fmt::format("cannot create data directory \"{}\": {}", path, ec.message())));
   }
   // Purser's alone: nothing in it is for another user (keys, the ledger, pods' logs).
-  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && st.st_uid == ::geteuid() &&
-                         (st.st_mode & 077) != 0) {
+  if (struct stat st{};
+      ::stat(path.c_str(), &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 077) != 0) {
     ::chmod(path.c_str(), 0700);
   }
   const std::string lock_path = path + "/purser.lock";

@@ -294,4 +294,22 @@ Result<api::FleetOptions> fleetSetup(const config::Config& config, const DataDir
   return setup;
 }
 
+api::DiagnoseOptions liveDiagnosis(const config::Config& config,
+                                   api::Fleet::Current current_fleet) {
+  api::DiagnoseOptions diagnose_options;
+  diagnose_options.fleet = [current_fleet]() -> std::shared_ptr<scheduler::FleetService> {
+    auto f = current_fleet();
+    if (!f) return nullptr;
+    return std::shared_ptr<scheduler::FleetService>(f, &f->service());
+  };
+  for (const auto& p : config.providers) {
+    diagnose_options.providers.push_back({p.name, !p.metrics_url.empty(), p.gpus});
+  }
+  if (config.diagnose.narrator) {
+    diagnose_options.narrator_route = config.diagnose.narrator->route;
+    diagnose_options.narrator_max_tokens = config.diagnose.narrator->max_tokens;
+  }
+  return diagnose_options;
+}
+
 }  // namespace purser::server

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "api/diagnose_api.h"
 #include "api/fleet_api.h"
 #include "common/result.h"
 #include "config/config.h"
@@ -18,6 +19,10 @@ namespace purser::server {
 // directory, Kubernetes' credentials; `executors` of the result builds the executors when a fleet
 // opens. What is allowed but weakens a wall (fleet.local.isolation: none) is appended to
 // `warnings`. An unusable setting is an error naming it.
+// Live diagnosis's options: the fleet current at each question, the providers (with whether they
+// are scraped, and their GPUs), the narrator's route.
+api::DiagnoseOptions liveDiagnosis(const config::Config& config, api::Fleet::Current current_fleet);
+
 Result<api::FleetOptions> fleetSetup(const config::Config& config, const DataDir& data_dir,
                                      const std::string& installation,
                                      std::vector<std::string>& warnings);

@@ -13,6 +13,7 @@
 #include "api/diagnose_narrate.h"
 #include "common/json.h"
 #include "diagnose/case.h"
+#include "diagnose_io/case_io.h"
 #include "diagnose/engine.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"

@@ -1,4 +1,5 @@
 #include "diagnose/engine.h"
+#include "diagnose_io/case_io.h"
 
 #include <gtest/gtest.h>
 

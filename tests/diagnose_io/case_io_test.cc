@@ -1,4 +1,4 @@
-#include "diagnose/case.h"
+#include "diagnose_io/case_io.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,100 @@
+// What the fleet service's files share (internal to src/scheduler): the fleet's resource names and
+// small helpers over workloads, manifests and pods. The service is one class, FleetService
+// (fleet_service.h), whose methods are defined in the file of their part:
+//   fleet_service.cc    opening, closing, the world (tenancy, queues, manifests)
+//   fleet_inventory.cc  the inventory feed and placement on it
+//   gpu_time.cc         GPU time: holds in wallets, metering, utilisation
+//   scheduling.cc       scheduling cycles and persisting records and events
+//   pods.cc             starting, watching and ending pods; served replicas
+//   fleet_requests.cc   what the API hands in, and reads from the store
+#pragma once
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "fleet_io/manifest.h"
+#include "scheduler/fleet_service.h"
+
+namespace purser::scheduler {
+
+inline constexpr const char* kGpu = "nvidia.com/gpu";
+inline constexpr const char* kGpuModel = "gpu-hours";  // what GPU time is metered as in the ledger
+
+inline bool requestsGpu(const fleet::Workload& w) {
+  for (const auto& ps : w.pod_sets) {
+    auto it = ps.requests.find(kGpu);
+    if (it != ps.requests.end() && it->second > 0) return true;
+  }
+  return false;
+}
+
+// Queued in the engine: waiting for admission (held or not).
+inline bool queued(const std::string& state) {
+  return state == "pending" || state == "evicted" || state == "suspended";
+}
+
+template <typename T, typename Key>
+inline void upsert(std::vector<T>& into, std::vector<T> from, Key key) {
+  for (auto& x : from) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const T& y) { return key(y) == key(x); });
+    if (it != into.end()) {
+      *it = std::move(x);
+    } else {
+      into.push_back(std::move(x));
+    }
+  }
+}
+
+// Objects of `set` replace those of the same kind and name in `into`, or join them.
+inline void merge(fleet::ManifestSet& into, fleet::ManifestSet set) {
+  const auto byName = [](const auto& x) { return x.name; };
+  upsert(into.flavors, std::move(set.flavors), byName);
+  upsert(into.cohorts, std::move(set.cohorts), byName);
+  upsert(into.cluster_queues, std::move(set.cluster_queues), byName);
+  upsert(into.priority_classes, std::move(set.priority_classes), byName);
+  upsert(into.local_queues, std::move(set.local_queues),
+         [](const fleet::LocalQueue& q) { return q.namespace_ + "/" + q.name; });
+  for (auto& [ns, labels] : set.namespaces) into.namespaces[ns] = std::move(labels);
+}
+
+// How a pod's end reads: "exited with code 3", "was killed by signal 9".
+inline std::string endOf(const PodRun& p) {
+  if (p.reason == "OOMKilled") {
+    return fmt::format("was killed for going over its memory limit (OOMKilled, exit code {})",
+                       p.exit_code.value_or(137));
+  }
+  if (p.signal) return fmt::format("was ended by signal {}", *p.signal);
+  return fmt::format("exited with code {}", p.exit_code.value_or(-1));
+}
+
+// A workload's row as one write records it.
+struct WorkloadRow {
+  std::string name, state, tenant_id, team_id, record;
+  int64_t seq, version;
+};
+
+inline WorkloadRow rowOf(Record& r) {
+  ++r.version;
+  return {r.spec.name, r.state, r.tenant_id, r.team_id, recordText(r), r.seq, r.version};
+}
+
+inline Result<void> writeRow(store::Tx& tx, const WorkloadRow& r, const std::string& at) {
+  // A write retried after a failure must not undo a newer one that landed since.
+  PURSER_TRY(
+      tx.exec("INSERT INTO fleet_workloads (name, seq, version, state, tenant_id, team_id, record, "
+              "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO UPDATE "
+              "SET seq = excluded.seq, version = excluded.version, state = excluded.state, "
+              "tenant_id = excluded.tenant_id, team_id = excluded.team_id, record = "
+              "excluded.record, updated_at = excluded.updated_at WHERE excluded.seq > "
+              "fleet_workloads.seq OR (excluded.seq = fleet_workloads.seq AND excluded.version > "
+              "fleet_workloads.version)",
+              {r.name, r.seq, r.version, r.state, r.tenant_id, r.team_id, r.record, at}));
+  return {};
+}
+
+}  // namespace purser::scheduler

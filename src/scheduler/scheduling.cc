@@ -1,0 +1,339 @@
+// The fleet service's scheduling: admission cycles, and records and events persisted.
+#include "scheduler/fleet_service.h"
+
+#include "scheduler/executor_slots.h"
+#include "scheduler/fleet_service_parts.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "common/json.h"
+#include "exec/command.h"
+#include "identity/payer.h"
+#include "ledger/price.h"
+
+namespace purser::scheduler {
+
+namespace asio = boost::asio;
+using fleet::Amount;
+using fleet::Workload;
+
+// --- Scheduling and persistence -----------------------------------------------------------------
+
+// Applies budget holds, runs the engine to a stable state, starts what was admitted, and brings
+// the records up to date; returns the write that records every change (nullopt when nothing
+// changed).
+std::optional<store::TxFn> FleetService::schedule() {
+  const int64_t now = nowMs();
+  for (auto& [name, r] : records_) {
+    if (!queued(r.state)) continue;
+    std::string hold = budgetHold(r);
+    if (hold == r.hold) continue;
+    if (hold.empty()) {
+      (void)engine_->release(name);
+      noteEvent("Released", name, "", "BudgetAvailable", "the GPU budget has room again", "");
+      r.state = r.preemptions > 0 ? "evicted" : "pending";
+    } else {
+      (void)engine_->hold(name, "BudgetExhausted", hold);
+      noteEvent("Held", name, "", "BudgetExhausted", hold, "");
+      r.state = "suspended";
+    }
+    r.hold = std::move(hold);
+    dirty_.insert(name);
+  }
+  engine_->setTime(now);
+  // Admission takes a hold on the wallets for the GPU time ahead; a workload whose hold fails
+  // (a hard wallet raced below it) goes back, held, and the engine runs again.
+  for (int round = 0; round < 8; ++round) {
+    engine_->runUntilStable();
+    std::vector<std::string> stops;
+    processEvents(now, stops);
+    if (stops.empty()) break;
+    for (const auto& name : stops) stopForBudget(name);
+  }
+  // What was admitted starts once the pods it displaced are gone. (A start that fails ends its
+  // workload, which leaves records_: the names are taken first.)
+  std::vector<std::string> starting;
+  for (auto& [name, r] : records_) {
+    const bool running = std::any_of(r.pods.begin(), r.pods.end(),
+                                     [](const PodRun& p) { return p.phase == "running"; });
+    if (r.state == "admitted" && runsHere(r) && !running && !blocked(r)) {
+      auto backoff = start_backoff_.find(name);
+      if (backoff != start_backoff_.end() && now < backoff->second.first) continue;
+      starting.push_back(name);
+    }
+  }
+  for (const auto& name : starting) {
+    auto it = records_.find(name);
+    if (it == records_.end()) continue;
+    startPods(it->second, now);
+    it = records_.find(name);
+    if (it == records_.end() || it->second.state != "admitted") start_backoff_.erase(name);
+  }
+  publishQueues();
+  return flush();
+}
+
+void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
+  for (const fleet::Event& e : engine_->takeEvents()) {
+    auto it = records_.find(e.workload);
+    if (it == records_.end()) continue;
+    Record& r = it->second;
+    switch (e.kind) {
+      case fleet::Event::Kind::kAdmitted: {
+        auto st = engine_->status(e.workload);
+        r.state = "admitted";
+        r.reason.clear();
+        r.message.clear();
+        r.admission = st ? st->admission : std::nullopt;
+        r.admitted_ms = now;
+        r.metered_until_ms = now;
+        noteEvent("Admitted", e.workload, e.cluster_queue, "QuotaReserved", "", "");
+        if (!holdGpu(r)) stops.push_back(e.workload);
+        break;
+      }
+      case fleet::Event::Kind::kPreempted:
+        noteEvent("Preempted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
+        break;
+      case fleet::Event::Kind::kEvicted: {
+        if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+        sampling_.erase(e.workload);
+        stopPods(r, e.reason);
+        const bool budget = e.reason == "BudgetExhausted";
+        r.state = budget ? "suspended" : "evicted";
+        r.reason = e.reason;
+        r.message = e.message;
+        r.admission.reset();
+        if (!budget) ++r.preemptions;
+        if (auto st = engine_->status(e.workload); st && st->queued_ms) {
+          r.spec.queued_ms = st->queued_ms;
+        }
+        noteEvent("Evicted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
+        break;
+      }
+      default:
+        break;
+    }
+    dirty_.insert(e.workload);
+  }
+}
+
+// The write for everything changed since the last one.
+
+std::optional<store::TxFn> FleetService::flush() {
+  if (dirty_.empty() && new_events_.empty() && metering_.empty() && ended_.empty()) {
+    return std::nullopt;
+  }
+  std::vector<WorkloadRow> rows;
+  const std::string at = formatRfc3339(d_.clock.now());
+  for (const auto& name : dirty_) {
+    auto it = records_.find(name);
+    if (it != records_.end()) rows.push_back(rowOf(it->second));
+  }
+  for (auto& r : ended_) rows.push_back(rowOf(r));
+  dirty_.clear();
+  ended_.clear();
+  return [rows = std::move(rows), events = std::move(new_events_), metering = std::move(metering_),
+          at](store::Tx& tx) -> Result<void> {
+    for (const auto& m : metering) PURSER_TRY(m(tx));
+    for (const auto& r : rows) PURSER_TRY(writeRow(tx, r, at));
+    for (const auto& e : events) {
+      PURSER_TRY(tx.exec(
+          "INSERT INTO fleet_events (at, kind, workload, cluster_queue, reason, message, "
+          "by_workload, tenant_id, team_id, by_tenant_id) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+          "$8, $9, $10)",
+          {e.at, e.kind, e.workload, e.cluster_queue, e.reason, e.message, e.by, e.tenant_id,
+           e.team_id, e.by_tenant_id}));
+    }
+    return {};
+  };
+}
+
+// Enqueues `fn` now (so writes land in the order they were made); `done`, when given, learns
+// when it is durable.
+store::TxFn FleetService::fenced(store::TxFn fn) const {
+  if (!options_.fence) return fn;
+  return [fence = options_.fence, fn = std::move(fn)](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(fence(tx));
+    return fn(tx);
+  };
+}
+
+void FleetService::enqueue(store::TxFn fn, Done done) {
+  // The retry keeps the write as it was made: enqueue() puts it behind the fence again.
+  auto retry = std::make_shared<store::TxFn>(fn);
+  d_.store.writeAsync(fenced(std::move(fn)), [this, done = std::move(done), retry](Result<void> r) {
+    if (!r) {
+      // Kept to be written again at the next tick; a newer write of the same workload wins
+      // over it (versions), and its usage events and charges go with it.
+      spdlog::error("fleet: a state change was not recorded (retrying): {}", r.error().message);
+      std::lock_guard lock(shared_mu_);
+      retries_.push_back(std::move(*retry));
+    }
+    if (done) done(std::move(r));
+  });
+}
+
+void FleetService::publishQueues() {
+  auto queues = engine_->queues();
+  std::lock_guard lock(shared_mu_);
+  queues_ = std::move(queues);
+}
+
+QueueSnapshot FleetService::queueSnapshot() const {
+  std::lock_guard lock(shared_mu_);
+  return queues_;
+}
+
+std::vector<std::pair<std::string, std::vector<ledger::Alert>>> FleetService::takeAlerts() {
+  std::lock_guard lock(shared_mu_);
+  return std::exchange(alerts_, {});
+}
+
+// Every poll interval: the pods' ends; every second: retried writes, GPU time that is due and
+// the holds ahead of it.
+void FleetService::tick() {
+  takeFound();
+  pollPods();
+  const int64_t now = nowMs();
+  // The directory changed (a tenant's priority grant, say): what waits is looked at again.
+  if (const uint64_t g = d_.directory.generation(); g != directory_generation_) {
+    directory_generation_ = g;
+    engine_->reconsider();
+    if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+  }
+  if (now - last_tick_ms_ >= 1000 || now < last_tick_ms_) {
+    last_tick_ms_ = now;
+    std::vector<store::TxFn> retries;
+    {
+      std::lock_guard lock(shared_mu_);
+      retries.swap(retries_);
+    }
+    for (auto& fn : retries) enqueue(std::move(fn), nullptr);
+    const int64_t interval =
+        std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval).count();
+    sampleUtilisation();
+    std::vector<std::string> stops;
+    for (auto& [name, r] : records_) {
+      if (!holdsQuota(r.state) || now - r.metered_until_ms < interval) continue;
+      if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+      if (!holdGpu(r)) stops.push_back(name);
+      dirty_.insert(name);
+    }
+    for (const auto& name : stops) stopForBudget(name);
+    overtime(now);
+    if (!terminating_.empty()) endTerminated();
+    joinServed();
+    if (!options_.inventory_from.empty() &&
+        now - inventory_read_ms_ >=
+            std::chrono::duration_cast<std::chrono::milliseconds>(options_.inventory_refresh)
+                .count()) {
+      refreshInventory();
+    }
+  }
+  if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+}
+
+// A run past its workload's maximum execution time is stopped, and the workload fails (as Kueue
+// deactivates it: it is not queued again).
+void FleetService::overtime(int64_t now) {
+  std::vector<std::string> over;
+  for (const auto& [name, r] : records_) {
+    if ((r.state == "running" || r.state == "unknown") && r.spec.max_execution_seconds > 0 &&
+        now - r.started_ms >= r.spec.max_execution_seconds * 1000) {
+      over.push_back(name);
+    }
+  }
+  for (const auto& name : over) {
+    Record& r = records_.at(name);
+    stopPods(r, "MaximumExecutionTimeExceeded");
+    endRun(r, /*failed=*/true, "MaximumExecutionTimeExceeded",
+           fmt::format("it ran past its maximum execution time of {} s, and was stopped",
+                       r.spec.max_execution_seconds));
+  }
+}
+
+// Does `r` run pods on its executor? A pod set with a command does anywhere; one with only an
+// image, only on Kubernetes. A workload that runs nothing holds its quota until it is deleted.
+bool FleetService::runsHere(const Record& r) const {
+  const bool kubernetes = executorFor(r) == "kubernetes";
+  for (const auto& ps : r.spec.pod_sets) {
+    if (!ps.command.empty() || (kubernetes && !ps.image.empty())) return true;
+  }
+  return false;
+}
+
+std::string FleetService::replicaId(const Record& r, const PodRun& p) const {
+  return fmt::format("{}/{}-{}", shown(r.spec.name), p.pod_set, p.index);
+}
+
+// Running replicas of served models that answer their health check join their route; a serving
+// replica that fails it kMaxHealthFailures times in a row leaves it (no new request goes there)
+// until it answers again.
+void FleetService::joinServed() {
+  constexpr int kMaxHealthFailures = 3;
+  if (d_.served == nullptr) return;
+  for (auto& [name, r] : records_) {
+    if (!r.spec.serve || r.state != "running") continue;
+    const fleet::ServeSpec& serve = *r.spec.serve;
+    const std::string queue = r.admission ? r.admission->cluster_queue : "";
+    for (auto& p : r.pods) {
+      if (p.phase != "running") continue;
+      exec::Executor* executor = executorNamed(p.executor);
+      const auto host = executor ? executor->address(p.handle) : std::nullopt;
+      if (!host) continue;  // not reachable (yet)
+      const int port = static_cast<int>(serve.port + p.index);
+      const bool healthy = exec::httpOk(*host, port, serve.health, std::chrono::milliseconds(300));
+      if (p.serving) {
+        p.health_failures = healthy ? 0 : p.health_failures + 1;
+        if (p.health_failures < kMaxHealthFailures) continue;
+        d_.served->leave(serve.route, replicaId(r, p));
+        p.serving = false;
+        p.health_failures = 0;
+        noteEvent("NotServing", name, queue, "ReplicaUnhealthy",
+                  fmt::format("pod {}-{} failed its health check {} times in a row and left "
+                              "route {}",
+                              p.pod_set, p.index, kMaxHealthFailures, serve.route),
+                  "");
+        dirty_.insert(name);
+        continue;
+      }
+      if (!healthy) continue;
+      const std::string where = host->find(':') != std::string::npos
+                                    ? fmt::format("[{}]:{}", *host, port)  // IPv6
+                                    : fmt::format("{}:{}", *host, port);
+      const std::string base =
+          fmt::format("http://{}{}", where, serve.api == "anthropic" ? "" : "/v1");
+      const std::string metrics =
+          serve.metrics.empty() ? "" : fmt::format("http://{}{}", where, serve.metrics);
+      auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model,
+                                    metrics, serve.engine, {r.tenant_id, r.team_id});
+      if (!joined) {
+        const std::string why =
+            joined.error().code == ErrorCode::kNotFound ? "RouteMissing" : "NotAllowedToServe";
+        if (r.reason != why) {
+          r.reason = why;
+          r.message = joined.error().message;
+          noteEvent("NotServing", name, queue, r.reason, r.message, "");
+          dirty_.insert(name);
+        }
+        continue;
+      }
+      p.serving = true;
+      noteEvent(
+          "Serving", name, queue, "ReplicaReady",
+          fmt::format("pod {}-{} serves route {} at {}", p.pod_set, p.index, serve.route, where),
+          "");
+      dirty_.insert(name);
+    }
+  }
+}
+
+}  // namespace purser::scheduler

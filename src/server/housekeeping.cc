@@ -1,0 +1,98 @@
+// What `purser serve` does on a clock: see housekeeping.h.
+#include "server/housekeeping.h"
+
+#include <boost/asio/post.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include "ledger/ledger_store.h"
+#include "server/startup.h"
+
+namespace purser::server {
+
+Housekeeping::Housekeeping(Parts parts)
+    : p_(std::move(parts)),
+      self_scrape_(p_.series, p_.metrics),
+      self_timer_(p_.worker),
+      lease_timer_(p_.worker),
+      anchor_timer_(p_.worker),
+      fleet_timer_(p_.worker),
+      next_partition_check_(p_.clock.monotonic() + std::chrono::hours(1)) {}
+
+void Housekeeping::start() {
+  self_timer_.expires_after(p_.observe_interval);
+  self_timer_.async_wait([this](const auto& ec) { selfScrape(ec); });
+  lease_timer_.expires_after(std::chrono::seconds(1));
+  lease_timer_.async_wait([this](const auto& ec) { expireLeases(ec); });
+  anchor_timer_.expires_after(std::chrono::seconds(5));
+  anchor_timer_.async_wait([this](const auto& ec) { anchor(ec); });
+  fleet_timer_.expires_after(std::chrono::seconds(1));
+  fleet_timer_.async_wait([this](const auto& ec) { fleetTick(ec); });
+}
+
+// Purser's own metrics join the series, for live diagnosis.
+void Housekeeping::selfScrape(const boost::system::error_code& ec) {
+  if (ec) return;
+  guardedTurn("self-scrape", [&] {
+    if (auto sampled = self_scrape_.sample(unixMillis(p_.clock.now())); !sampled) {
+      spdlog::warn("observe: Purser's own metrics were not sampled: {}", sampled.error().message);
+    }
+  });
+  self_timer_.expires_after(p_.observe_interval);
+  self_timer_.async_wait([this](const auto& e) { selfScrape(e); });
+}
+
+// Reservations whose lease ended are released (a crashed or vanished client never holds budget
+// for long), and the denial windows that closed are summarised in the audit log.
+void Housekeeping::expireLeases(const boost::system::error_code& ec) {
+  if (ec) return;
+  guardedTurn("ledger leases", [&] {
+    for (const auto& id : p_.meter.expireLeases()) {
+      spdlog::warn("ledger: reservation {} expired unsettled; its hold was released", id);
+    }
+  });
+  guardedTurn("denial summaries", [&] { api::auditClosedDenials(p_.services); });
+  lease_timer_.expires_after(std::chrono::seconds(1));
+  lease_timer_.async_wait([this](const auto& e) { expireLeases(e); });
+}
+
+// The audit log's anchor follows its newest entry, written off the workers.
+void Housekeeping::anchor(const boost::system::error_code& ec) {
+  if (ec) return;
+  if (!anchoring_.exchange(true)) boost::asio::post(thread_, [this] { writeAnchor(); });
+  anchor_timer_.expires_after(std::chrono::seconds(5));
+  anchor_timer_.async_wait([this](const auto& e) { anchor(e); });
+}
+
+void Housekeeping::writeAnchor() {
+  guardedTurn("audit anchor", [&] {
+    if (auto anchored = p_.audit.anchor(p_.store); !anchored) {
+      spdlog::error("audit: {}", anchored.error().message);
+    }
+  });
+  // PostgreSQL: next month's partition of the usage events is made well before it begins (every
+  // hour; the statement does nothing once it exists).
+  if (p_.shared_store && p_.clock.monotonic() >= next_partition_check_) {
+    next_partition_check_ = p_.clock.monotonic() + std::chrono::hours(1);
+    guardedTurn("usage partitions", [&] {
+      if (auto made = ledger::ensureUsagePartitions(p_.store, p_.clock.now()); !made) {
+        next_partition_check_ = p_.clock.monotonic() + std::chrono::minutes(1);
+        spdlog::warn("ledger: the usage events' partitions were not made: {}",
+                     made.error().message);
+      }
+    });
+  }
+  anchoring_ = false;
+}
+
+// The fleet service meters and schedules on its own thread; its budget alerts are posted here.
+void Housekeeping::fleetTick(const boost::system::error_code& ec) {
+  if (ec) return;
+  guardedTurn("fleet tick", [&] {
+    if (auto f = p_.current_fleet()) f->tick(p_.worker.get_executor());
+  });
+  fleet_timer_.expires_after(std::chrono::seconds(1));
+  fleet_timer_.async_wait([this](const auto& e) { fleetTick(e); });
+}
+
+}  // namespace purser::server
