@@ -28,16 +28,7 @@ Result<void> loadState(const Services& s) {
   PURSER_TRY(s.store.migrate("ledger", ledger::ledgerMigrations()));
   PURSER_TRY(s.store.migrate("audit", ledger::AuditLog::migrations()));
   s.directory.load(PURSER_TRY_VALUE(identity::loadIdentity(s.store)));
-  const auto specs = PURSER_TRY_VALUE(ledger::loadWallets(s.store));
-  for (const auto& spec : specs) {
-    const auto window = ledger::periodWindow(spec.period, spec.zone, s.clock.now());
-    Money spent;
-    PURSER_TRY(s.store.read([&](store::Tx& tx) -> Result<void> {
-      spent = PURSER_TRY_VALUE(ledger::spentSince(tx, spec.id, window.start));
-      return {};
-    }));
-    PURSER_TRY(s.wallets.put(spec, spent));
-  }
+  PURSER_TRY(ledger::loadWalletBook(s.store, s.wallets, s.clock, /*keep_known=*/false));
   for (auto& l : PURSER_TRY_VALUE(ledger::loadRateLimits(s.store))) s.rate_limits.put(std::move(l));
   return {};
 }

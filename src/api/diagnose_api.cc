@@ -18,8 +18,8 @@
 #include "common/clock.h"
 #include "common/duration.h"
 #include "diagnose/answer.h"
-#include "diagnose_io/case_io.h"
 #include "diagnose/engine.h"
+#include "diagnose_io/case_io.h"
 #include "gateway/routing.h"
 #include "http/async.h"
 
@@ -33,7 +33,7 @@ using http::Request;
 using http::Response;
 using identity::Principal;
 using identity::Role;
-using scheduler::FleetService;
+using workloads::FleetService;
 
 const std::set<std::string> kKinds = {"route", "deployment", "workload", "queue",
                                       "team",  "user",       "node",     "fleet"};
@@ -126,7 +126,7 @@ FleetPart gatherFleet(const FleetService& f, const Services& s, const Principal&
     const std::string ns = name.substr(0, slash);
     const std::string bare = name.substr(slash + 1);
     std::string internal = admin ? name : f.namespaceOf(who.tenant_id, ns) + "/" + bare;
-    const scheduler::Record* r = f.find(internal);
+    const workloads::Record* r = f.find(internal);
     if (r == nullptr && admin) {
       for (const auto& [id, rec] : f.records()) {
         if (FleetService::shown(id) == name) {
@@ -352,7 +352,7 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
   std::vector<diagnose::Event> events = fleet.pending;
   if (fleet_service) {
     auto rows = co_await http::runBlocking(
-        s.readers, [&] { return fleet_service->events(scheduler::Visibility{}, std::nullopt); });
+        s.readers, [&] { return fleet_service->events(workloads::Visibility{}, std::nullopt); });
     if (!rows) co_return problem(rows.error());
     for (const auto& row : *rows) {
       auto e = fleetEvent(row);

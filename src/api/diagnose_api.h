@@ -34,7 +34,7 @@
 #include "api/admin_api.h"
 #include "common/result.h"
 #include "http/router.h"
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
 namespace purser::api {
 
@@ -47,7 +47,7 @@ struct ProviderFacts {
 
 struct DiagnoseOptions {
   // The fleet this replica leads now; none (or null): no workloads, queues or fleet events.
-  std::function<std::shared_ptr<scheduler::FleetService>()> fleet;
+  std::function<std::shared_ptr<workloads::FleetService>()> fleet;
   std::vector<ProviderFacts> providers;
   size_t max_case_bytes = 48u << 20;  // format=case: a larger case is refused (422)
   // Narration (diagnose_narrate.h): the route whose model summarises the findings, through the

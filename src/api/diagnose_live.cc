@@ -79,7 +79,7 @@ std::vector<diagnose::Series> seriesInWindow(const observe::SeriesStore& store, 
   return out;
 }
 
-std::optional<diagnose::Event> fleetEvent(const scheduler::EventRow& row) {
+std::optional<diagnose::Event> fleetEvent(const workloads::EventRow& row) {
   auto t = diagnose::parseTime(row.at);
   if (!t) return std::nullopt;
   diagnose::Event e;

@@ -25,7 +25,7 @@
 #include "ledger/audit.h"
 #include "ledger/scope.h"
 #include "observe/series.h"
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
 namespace purser::api {
 
@@ -47,7 +47,7 @@ std::vector<diagnose::Series> seriesInWindow(const observe::SeriesStore& store, 
 // A fleet event as the engine reads it (Kueue's reasons): Admitted, Preempted, Evicted, Pending
 // (a workload waiting, "Waiting" in the fleet's rows), Finished with reason Failed or Succeeded.
 // nullopt when its time cannot be read.
-std::optional<diagnose::Event> fleetEvent(const scheduler::EventRow& row);
+std::optional<diagnose::Event> fleetEvent(const workloads::EventRow& row);
 
 // An audit entry the engine can use, or nullopt: route.* and deployment.* changes (object: the
 // route or deployment, message: the change), provider.* and fleet.apply, and budget.alert as

@@ -29,8 +29,8 @@ using http::Response;
 using identity::Principal;
 using identity::Role;
 using nlohmann::json;
-using scheduler::FleetService;
-using scheduler::Record;
+using workloads::FleetService;
+using workloads::Record;
 
 namespace {
 
@@ -167,7 +167,7 @@ asio::awaitable<Response> list(const Services& s, FleetService& svc, Request& re
                       "state");
   }
   json items = json::array();
-  if (state && (*state == "finished" || scheduler::isTerminal(*state))) {
+  if (state && (*state == "finished" || workloads::isTerminal(*state))) {
     auto ended = co_await http::runBlocking(
         s.readers, [&] { return svc.endedRecords(visibilityOf(*who), 1000); });
     if (!ended) co_return problem(ended.error());
@@ -208,7 +208,7 @@ asio::awaitable<std::optional<Record>> findRecord(const Services& s, FleetServic
   if (!live) {
     // Ended workloads are served from their record; live ones are in memory.
     auto stored = co_await http::runBlocking(s.readers, [&] { return svc.storedRecord(name); });
-    if (stored && *stored && scheduler::isTerminal((*stored)->state)) live = std::move(**stored);
+    if (stored && *stored && workloads::isTerminal((*stored)->state)) live = std::move(**stored);
   }
   if (live && !mayAccess(who, live->tenant_id, live->team_id)) live.reset();
   co_return live;
@@ -241,7 +241,7 @@ asio::awaitable<Response> logs(const Services& s, FleetService& svc, Request& re
     co_return problem(404, fmt::format("workload \"{}\" has run no pods yet", askedName(req)));
   }
   // The pod asked for ("SET-INDEX"), else the one that decided the workload's end, else the first.
-  const scheduler::PodRun* pod = &r->pods.front();
+  const workloads::PodRun* pod = &r->pods.front();
   const auto asked = req.queryParam("pod");
   for (const auto& p : r->pods) {
     if (asked ? *asked == fmt::format("{}-{}", p.pod_set, p.index) : p.phase == "failed") {
@@ -445,12 +445,12 @@ asio::awaitable<Response> apply(const Services& s, FleetService& svc, Request& r
 
 // --- The fleet --------------------------------------------------------------------------------
 
-Fleet::Fleet(const Services& s, std::unique_ptr<scheduler::FleetService> service)
+Fleet::Fleet(const Services& s, std::unique_ptr<workloads::FleetService> service)
     : s_(s), service_(std::move(service)) {}
 Fleet::~Fleet() = default;
 
 Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions options) {
-  scheduler::Deps deps{s.clock, s.ids,    s.store, s.directory, s.wallets,
+  workloads::Deps deps{s.clock, s.ids,    s.store, s.directory, s.wallets,
                        s.meter, s.prices, s.audit, {},          options.served};
   deps.gpu_utilisation = options.gpu_utilisation;
   deps.audit_alerts = [&s](store::Tx& tx, const std::vector<ledger::Alert>& alerts,
@@ -463,7 +463,7 @@ Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions optio
     if (FleetService* f = service_of->load()) f->nudge();
   };
   if (!options.executors) return fail(invalidArgument("the fleet has no executors"));
-  scheduler::Executors executors = PURSER_TRY_VALUE(options.executors(s.clock, nudge));
+  workloads::Executors executors = PURSER_TRY_VALUE(options.executors(s.clock, nudge));
   auto service = PURSER_TRY_VALUE(
       FleetService::open(std::move(deps), std::move(options.service), std::move(executors)));
   service_of->store(service.get());

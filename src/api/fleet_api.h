@@ -25,7 +25,7 @@
 // admission names each pod's node, GPUs and share, and GET of the workload adds the
 // environment an executor sets (CUDA_VISIBLE_DEVICES, HAMi-core's limits). A workload with a
 // command runs once admitted: pending → admitted → running → succeeded | failed (see
-// scheduler/record.h for every state).
+// workloads/record.h for every state).
 //
 // Teams are namespaces: a workload runs in its submitter's team (tenant and platform admins may
 // name another), and its GPU time is charged to the submitter's wallet chain for the model
@@ -40,7 +40,7 @@
 // only after its write is durable, so a restart finds every acknowledged workload, admitted ones
 // with their quota.
 //
-// The workloads' life is the fleet service's (scheduler/); this file parses, authorises and
+// The workloads' life is the fleet service's (workloads/); this file parses, authorises and
 // renders. Handlers hand the service their work and await it; they never block a worker.
 #pragma once
 
@@ -55,19 +55,19 @@
 #include "common/result.h"
 #include "http/metrics.h"
 #include "http/router.h"
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
 namespace purser::api {
 
 struct FleetOptions {
-  scheduler::Options service;
+  workloads::Options service;
   // Builds the executors the service runs pods with (the composition root knows which: local
   // processes, Slurm, Kubernetes); `nudge` wakes the service when a pod changes.
-  std::function<Result<scheduler::Executors>(const Clock& clock,
+  std::function<Result<workloads::Executors>(const Clock& clock,
                                              const std::function<void()>& nudge)>
       executors;
   // Where served models' replicas join (the gateway's routes); none: they join nothing.
-  scheduler::ServedRoutes* served = nullptr;
+  workloads::ServedRoutes* served = nullptr;
   // How busy the GPUs are (the DCGM exporters); none: utilisation is unknown.
   const fleet::GpuUtilisation* gpu_utilisation = nullptr;
 };
@@ -103,15 +103,15 @@ class Fleet {
   void stop();
 
   // The service, for readers that gather from it on its thread (live diagnosis).
-  scheduler::FleetService& service() { return *service_; }
+  workloads::FleetService& service() { return *service_; }
 
   // Warnings from the manifests read at start (unsupported fields), for the log.
   std::vector<std::string> warnings() const;
 
  private:
-  Fleet(const Services& s, std::unique_ptr<scheduler::FleetService> service);
+  Fleet(const Services& s, std::unique_ptr<workloads::FleetService> service);
   const Services s_;
-  std::unique_ptr<scheduler::FleetService> service_;
+  std::unique_ptr<workloads::FleetService> service_;
 };
 
 }  // namespace purser::api

@@ -16,8 +16,8 @@ using fleet::Amount;
 using identity::Principal;
 using identity::Role;
 using nlohmann::json;
-using scheduler::FleetService;
-using scheduler::Record;
+using workloads::FleetService;
+using workloads::Record;
 
 namespace {
 
@@ -76,7 +76,7 @@ bool mayAccess(const Principal& who, const std::string& tenant_id, const std::st
   }
 }
 
-scheduler::Visibility visibilityOf(const Principal& who) {
+workloads::Visibility visibilityOf(const Principal& who) {
   switch (who.role) {
     case Role::kPlatformAdmin:
       return {};
@@ -131,7 +131,7 @@ json workloadView(const FleetService& svc, const Record& r) {
                     {"started_at", timeOrNull(p.started_ms)},
                     {"finished_at", timeOrNull(p.finished_ms)}});
   }
-  const bool live = !scheduler::isTerminal(r.state);
+  const bool live = !workloads::isTerminal(r.state);
   json out = {
       {"name", shown(r.spec.name)},
       {"namespace", shown(r.spec.namespace_)},
@@ -395,7 +395,7 @@ std::vector<LiveGpuUse> liveGpuUse(const FleetService& svc, const Principal& who
 }
 
 json utilisationView(const std::vector<LiveGpuUse>& live,
-                     const std::vector<scheduler::UtilisationRow>& stored,
+                     const std::vector<workloads::UtilisationRow>& stored,
                      const identity::Directory& directory, const Principal& who, int64_t from_ms) {
   struct Entry {
     std::string tenant_id;

@@ -1,5 +1,5 @@
 // How the fleet reads in JSON: workloads, their "why" in sentences, queues and nodes. Rendering
-// only; the state comes from the fleet service (scheduler/), read on its thread.
+// only; the state comes from the fleet service (workloads/), read on its thread.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,7 +11,7 @@
 #include "fleet/engine.h"
 #include "identity/directory.h"
 #include "identity/identity.h"
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
 namespace purser::api {
 
@@ -26,16 +26,16 @@ bool mayAccess(const identity::Principal& who, const std::string& tenant_id,
                const std::string& team_id);
 
 // Which stored rows (ended workloads, events) `who` may read.
-scheduler::Visibility visibilityOf(const identity::Principal& who);
+workloads::Visibility visibilityOf(const identity::Principal& who);
 
 // The ClusterQueues `who` may see: those with a LocalQueue in a namespace of theirs (their
 // tenant's teams for a tenant admin, their own team otherwise).
 std::set<std::string> visibleQueues(const identity::Directory& directory,
-                                    const scheduler::FleetService& svc,
+                                    const workloads::FleetService& svc,
                                     const identity::Principal& who);
 
 // A workload as the API shows it (live ones with their place in the queue).
-nlohmann::json workloadView(const scheduler::FleetService& svc, const scheduler::Record& r);
+nlohmann::json workloadView(const workloads::FleetService& svc, const workloads::Record& r);
 
 // The structured reasons of GET .../why in words.
 nlohmann::json whySentences(const nlohmann::json& why);
@@ -44,7 +44,7 @@ nlohmann::json queueView(const fleet::QueueStatus& q);
 
 // The inventory and what is placed on it: each GPU's shares as "team/workload" with its tenant's
 // name; another team's workloads show as shares without either.
-nlohmann::json nodesView(const scheduler::FleetService& svc, const identity::Directory& directory,
+nlohmann::json nodesView(const workloads::FleetService& svc, const identity::Directory& directory,
                          const identity::Principal& who);
 
 // A live workload charged for GPU time, as the utilisation report shows it; gathered on the
@@ -55,16 +55,16 @@ struct LiveGpuUse {
   bool visible = false;          // the caller may name it
   nlohmann::json gpus;           // [{node, index, gpu_milli, utilisation}], its placement now
   int64_t unmetered_gpu_ms = 0;  // GPU time not yet charged (since its last metering)
-  scheduler::LiveUtilisation use;
+  workloads::LiveUtilisation use;
 };
-std::vector<LiveGpuUse> liveGpuUse(const scheduler::FleetService& svc,
+std::vector<LiveGpuUse> liveGpuUse(const workloads::FleetService& svc,
                                    const identity::Principal& who, int64_t now_ms);
 
 // GET /api/v1/fleet/utilisation: per workload, what was recorded with its charges since `from_ms`
 // and what its GPUs did since its last metering; the caller's workloads by name, other teams'
 // live ones (as on the node map) without.
 nlohmann::json utilisationView(const std::vector<LiveGpuUse>& live,
-                               const std::vector<scheduler::UtilisationRow>& stored,
+                               const std::vector<workloads::UtilisationRow>& stored,
                                const identity::Directory& directory, const identity::Principal& who,
                                int64_t from_ms);
 

@@ -159,7 +159,7 @@ struct Target {
 };
 
 // Targets that join a route and leave it while Purser runs: the replicas of models the fleet
-// serves (scheduler/). A replica joins once it answers its health check and leaves before its
+// serves (workloads/). A replica joins once it answers its health check and leaves before its
 // pods are stopped; a request that already chose it finishes there (in_flight says how many).
 // Targets and providers are never freed while Purser runs (a request may hold one): a replica
 // that left is only skipped, and joins again as the same target. Thread-safe.

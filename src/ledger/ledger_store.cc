@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <set>
 
 namespace purser::ledger {
 
@@ -136,6 +137,32 @@ Result<void> insertWallet(store::Tx& tx, const WalletSpec& w, const std::string&
       {w.id, w.tenant_id, std::string(scopeKindName(w.scope.kind)), w.scope.id, w.limit.nanos(),
        std::string(periodName(w.period)), w.zone.name(), int64_t{w.hard ? 1 : 0},
        writeJson(nlohmann::json(w.alert_at)), w.model, created_at}));
+  return {};
+}
+
+Result<void> loadWalletBook(store::Store& store, WalletBook& book, const Clock& clock,
+                            bool keep_known) {
+  const auto specs = PURSER_TRY_VALUE(loadWallets(store));
+  std::set<std::string> stored;
+  for (const auto& spec : specs) {
+    stored.insert(spec.id);
+    if (keep_known && book.status(spec.id)) {
+      PURSER_TRY(book.put(spec));  // what it spent and holds stays
+      continue;
+    }
+    const auto window = periodWindow(spec.period, spec.zone, clock.now());
+    Money spent;
+    PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
+      spent = PURSER_TRY_VALUE(spentSince(tx, spec.id, window.start));
+      return {};
+    }));
+    PURSER_TRY(book.put(spec, spent));
+  }
+  if (keep_known) {
+    for (const auto& w : book.all()) {
+      if (!stored.contains(w.spec.id)) (void)book.remove(w.spec.id);
+    }
+  }
   return {};
 }
 

@@ -40,6 +40,14 @@ Result<std::vector<RateLimitSpec>> loadRateLimits(store::Store& store);
 // little early after a restart, never overspend.
 Result<Money> spentSince(store::Tx& tx, const std::string& wallet_id, SystemTime since);
 
+// The wallet book made to hold the stored wallets, each with what it spent in its current window
+// (spentSince), the one rebuild for a start and for another replica's change. With
+// `keep_known`, a wallet the book already has keeps what it spent and holds (only its spec is
+// replaced) and a wallet the store no longer has is removed; without, every stored wallet is
+// put with its spend read again.
+Result<void> loadWalletBook(store::Store& store, WalletBook& book, const Clock& clock,
+                            bool keep_known);
+
 // What events charged each wallet, summed per wallet and minute until write() adds it to
 // wallet_spend: one upsert per wallet and minute however many events a journal batch holds.
 //

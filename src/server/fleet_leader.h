@@ -11,7 +11,7 @@
 // schedules. Every write of the fleet checks the epoch inside its own transaction (a fence): a
 // leader that lost its lock but has not noticed yet writes nothing once another has taken over,
 // and the new leader's bump waits for the old leader's write in flight, so it reads everything
-// that write recorded. A run is written before its pods start (scheduler::Options::fence), so a
+// that write recorded. A run is written before its pods start (workloads::Options::fence), so a
 // start cut off by the leader's death is resumed, not repeated.
 //
 // The leader checks its lock's connection every `interval`; once it is lost it steps down at

@@ -278,9 +278,9 @@ Result<api::FleetOptions> fleetSetup(const config::Config& config, const DataDir
   }
   setup.executors = [executors](
                         const Clock& clock,
-                        const std::function<void()>& nudge) -> Result<scheduler::Executors> {
+                        const std::function<void()>& nudge) -> Result<workloads::Executors> {
     ExecutorOptions o = executors;  // each fleet opened (a replica taking the lead) gets its own
-    scheduler::Executors built;
+    workloads::Executors built;
     o.local.on_change = nudge;
     built["local"] = std::make_unique<exec::LocalExecutor>(clock, std::move(o.local));
     if (o.slurm) built["slurm"] = std::make_unique<exec::SlurmExecutor>(clock, std::move(*o.slurm));
@@ -297,10 +297,10 @@ Result<api::FleetOptions> fleetSetup(const config::Config& config, const DataDir
 api::DiagnoseOptions liveDiagnosis(const config::Config& config,
                                    api::Fleet::Current current_fleet) {
   api::DiagnoseOptions diagnose_options;
-  diagnose_options.fleet = [current_fleet]() -> std::shared_ptr<scheduler::FleetService> {
+  diagnose_options.fleet = [current_fleet]() -> std::shared_ptr<workloads::FleetService> {
     auto f = current_fleet();
     if (!f) return nullptr;
-    return std::shared_ptr<scheduler::FleetService>(f, &f->service());
+    return std::shared_ptr<workloads::FleetService>(f, &f->service());
   };
   for (const auto& p : config.providers) {
     diagnose_options.providers.push_back({p.name, !p.metrics_url.empty(), p.gpus});

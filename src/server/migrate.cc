@@ -15,7 +15,6 @@
 #include "identity/identity_store.h"
 #include "ledger/audit.h"
 #include "ledger/ledger_store.h"
-#include "scheduler/fleet_service.h"
 #include "server/data_dir.h"
 #include "server/fleet_leader.h"
 #include "server/replication.h"
@@ -23,6 +22,7 @@
 #include "store/postgres_store.h"
 #include "store/store_copy.h"
 #include "store/write_queue.h"
+#include "workloads/fleet_service.h"
 
 namespace purser::server {
 
@@ -49,7 +49,7 @@ std::vector<Component> components() {
       {"ledger", ledger::ledgerMigrations()},
       {"audit", ledger::AuditLog::migrations()},
       {"gateway", gateway::ProviderKeyStore::migrations()},
-      {"fleet", scheduler::fleetMigrations()},
+      {"fleet", workloads::fleetMigrations()},
       // After the tables its triggers watch (server/replication.h).
       {"replicas", changeNoticeMigrations(), /*postgres_only=*/true},
       {"fleet_leader", fleetLeaderMigrations(), /*postgres_only=*/true},

@@ -59,25 +59,7 @@ Result<void> reloadShared(const api::Services& s, gateway::Gateway& gateway,
     loaded = s.directory.loadIfUnchanged(PURSER_TRY_VALUE(identity::loadIdentity(s.store)), before);
   }
   if (!loaded) return fail(unavailable("the directory kept changing while it was read"));
-  const auto specs = PURSER_TRY_VALUE(ledger::loadWallets(s.store));
-  std::set<std::string> stored;
-  for (const auto& spec : specs) {
-    stored.insert(spec.id);
-    if (s.wallets.status(spec.id)) {
-      PURSER_TRY(s.wallets.put(spec));  // what it spent and holds stays
-      continue;
-    }
-    const auto window = ledger::periodWindow(spec.period, spec.zone, s.clock.now());
-    Money spent;
-    PURSER_TRY(s.store.read([&](store::Tx& tx) -> Result<void> {
-      spent = PURSER_TRY_VALUE(ledger::spentSince(tx, spec.id, window.start));
-      return {};
-    }));
-    PURSER_TRY(s.wallets.put(spec, spent));
-  }
-  for (const auto& w : s.wallets.all()) {
-    if (!stored.contains(w.spec.id)) (void)s.wallets.remove(w.spec.id);
-  }
+  PURSER_TRY(ledger::loadWalletBook(s.store, s.wallets, s.clock, /*keep_known=*/true));
   for (auto& l : PURSER_TRY_VALUE(ledger::loadRateLimits(s.store))) s.rate_limits.put(std::move(l));
   for (auto& [name, keys] : PURSER_TRY_VALUE(provider_keys.loadAll())) {
     if (auto* p = gateway.provider(name)) p->replaceKeys(std::move(keys));

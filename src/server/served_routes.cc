@@ -12,7 +12,7 @@ namespace purser::server {
 
 namespace {
 
-class GatewayRoutes final : public scheduler::ServedRoutes {
+class GatewayRoutes final : public workloads::ServedRoutes {
  public:
   GatewayRoutes(gateway::Gateway& g, const ledger::PriceBook& p, Observer& o,
                 const identity::Directory& d)
@@ -127,7 +127,7 @@ class GatewayRoutes final : public scheduler::ServedRoutes {
 
 }  // namespace
 
-std::unique_ptr<scheduler::ServedRoutes> gatewayServedRoutes(gateway::Gateway& gateway,
+std::unique_ptr<workloads::ServedRoutes> gatewayServedRoutes(gateway::Gateway& gateway,
                                                              const ledger::PriceBook& prices,
                                                              Observer& observer,
                                                              const identity::Directory& directory) {

@@ -10,12 +10,12 @@
 #include "gateway/gateway.h"
 #include "identity/directory.h"
 #include "ledger/price.h"
-#include "scheduler/fleet_service.h"
 #include "server/observer.h"
+#include "workloads/fleet_service.h"
 
 namespace purser::server {
 
-std::unique_ptr<scheduler::ServedRoutes> gatewayServedRoutes(gateway::Gateway& gateway,
+std::unique_ptr<workloads::ServedRoutes> gatewayServedRoutes(gateway::Gateway& gateway,
                                                              const ledger::PriceBook& prices,
                                                              Observer& observer,
                                                              const identity::Directory& directory);

@@ -63,7 +63,7 @@ TEST(SeriesInWindowTest, WidensTheStepToKeepWithinTheBound) {
 }
 
 TEST(LiveEventsTest, FleetRowsBecomeKueueEvents) {
-  scheduler::EventRow row{"2026-11-20T10:00:05Z",
+  workloads::EventRow row{"2026-11-20T10:00:05Z",
                           "Failed",
                           "ml/train-7",
                           "q",

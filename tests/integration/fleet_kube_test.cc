@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/fake_kube.h"
 #include "fakes/process.h"
 #include "fakes/temp_dir.h"
@@ -345,10 +346,9 @@ TEST_F(FleetKubernetesTest, AnUnadmittedJobIsSuspendedPreemptedLikeAnyAndDeleted
   int status = 0;
   server.call("DELETE", "/api/v1/workloads/ml/urgent-job", key, "", "application/json", &status);
   EXPECT_EQ(status, 200);
-  for (int i = 0; i < 3000 && kube.job("urgent-job").is_object(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(kube.job("urgent-job").is_null());
+  EXPECT_TRUE(
+      testing::eventually([&] { return kube.job("urgent-job").is_null(); },
+                          {.pause = std::chrono::milliseconds(20), .what = "the Job's deletion"}));
 }
 
 TEST_F(FleetKubernetesTest, AUsersJobThatFailsFailsItsWorkloadWithThePodsCode) {
@@ -494,10 +494,9 @@ TEST_F(FleetKubernetesTest, AJobOrJobSetSubmittedToPurserIsCreatedAsItselfOnTheC
   EXPECT_EQ(kube.object("eval")["spec"]["suspend"], false);
   server.call("DELETE", "/api/v1/workloads/ml/eval", key, "", "application/json", &status);
   EXPECT_EQ(status, 200);
-  for (int i = 0; i < 3000 && kube.object("eval").is_object(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(kube.object("eval").is_null());
+  EXPECT_TRUE(testing::eventually(
+      [&] { return kube.object("eval").is_null(); },
+      {.pause = std::chrono::milliseconds(20), .what = "the eval object's deletion"}));
 
   // Purser creates objects with its own credentials: a pod template asking for the host is refused
   // (Pod Security baseline), and nothing is created.

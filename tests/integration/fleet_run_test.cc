@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -272,9 +273,9 @@ TEST_F(FleetRunTest, AKilledPurserAdoptsItsRunningPodsAndChargesTheirGpuTimeOnce
   ASSERT_TRUE(logHolds("long", "main-0", "pod 0 of ml/long"));
   ASSERT_TRUE(logHolds("long", "main-1", "pod 1 of ml/long"));
   // Let at least one metering land, then kill Purser with no chance to clean up.
-  for (int i = 0; i < 3000 && money(get("long")["gpu_charged"]).isZero(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(testing::eventually(
+      [&] { return !money(get("long")["gpu_charged"]).isZero(); },
+      {.pause = std::chrono::milliseconds(20), .what = "a first metering of the run"}));
   EXPECT_EQ(server.kill(), 128 + SIGKILL);
   std::string why;
   ASSERT_TRUE(server.start(&why)) << why;
@@ -358,10 +359,9 @@ spec: {clusterQueue: batch}
   int status = 0;
   call("DELETE", "/api/v1/workloads/ml/late", key, "", "application/json", &status);
   EXPECT_EQ(status, 200);
-  for (int i = 0; i < 3000 && queue("research").is_object(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_FALSE(queue("research").is_object()) << "the queue is removed once its work has ended";
+  EXPECT_TRUE(testing::eventually([&] { return !queue("research").is_object(); },
+                                  {.pause = std::chrono::milliseconds(20),
+                                   .what = "the terminating queue's removal once its work ended"}));
   // And the new queue works.
   json w = {{"name", "next"},
             {"queue", "batch"},

@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/temp_dir.h"
 #include "integration/fleet_harness.h"
@@ -172,22 +173,24 @@ TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempte
   server.waitFor(key, "urgent", "admitted");
   // The replica's process ends (its stop followed the drain): wait for its log to close, then a
   // little more traffic, all of which the backup serves.
-  bool drained = false;
-  for (int i = 0; i < 3000 && !drained; ++i) {
-    const json events = server.call("GET", "/api/v1/fleet/events?workload=ml/chat-server", key);
-    for (const auto& e : events["data"]) drained = drained || e["kind"] == "Draining";
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(drained);
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        const json events = server.call("GET", "/api/v1/fleet/events?workload=ml/chat-server", key);
+        for (const auto& e : events["data"]) {
+          if (e["kind"] == "Draining") return true;
+        }
+        return false;
+      },
+      {.pause = std::chrono::milliseconds(20), .what = "the replica's drain"}));
   // Then its process was stopped: its port stops answering.
-  bool closed = false;
-  for (int i = 0; i < 3000 && !closed; ++i) {
-    closed = !testing::RawClient(port).connected();
-    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(closed) << "the replica's server still listens";
+  EXPECT_TRUE(testing::eventually(
+      [&] { return !testing::RawClient(port).connected(); },
+      {.pause = std::chrono::milliseconds(20), .what = "the replica's server closing its port"}));
   const int before = sent.load();
-  while (sent.load() < before + 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(testing::eventually([&] { return sent.load() >= before + 20; },
+                                  {.attempts = 12000,
+                                   .pause = std::chrono::milliseconds(5),
+                                   .what = "20 more requests after the preemption"}));
   stop = true;
   for (auto& t : clients) t.join();
   EXPECT_EQ(failed.load(), 0) << "of " << sent.load() << " requests sent through the preemption";
@@ -241,14 +244,17 @@ TEST_F(FleetServeModelTest, AReplicaThatStopsAnsweringLeavesTheRouteAndRejoinsWh
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
   EXPECT_TRUE(servingIs(false));
-  bool said = false;
   json events;
-  for (int i = 0; i < 3000 && !said; ++i) {
-    events = server.call("GET", "/api/v1/fleet/events?workload=ml/chat-server", key);
-    for (const auto& e : events["data"]) said = said || e["reason"] == "ReplicaUnhealthy";
-    if (!said) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(said) << events.dump();
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        events = server.call("GET", "/api/v1/fleet/events?workload=ml/chat-server", key);
+        for (const auto& e : events["data"]) {
+          if (e["reason"] == "ReplicaUnhealthy") return true;
+        }
+        return false;
+      },
+      {.pause = std::chrono::milliseconds(20), .what = "a ReplicaUnhealthy event"}))
+      << events.dump();
   // Still running (it is the route that stopped sending it requests); back once it answers.
   EXPECT_EQ(server.workload(key, "chat-server")["state"], "running");
   ASSERT_EQ(::kill(pid, SIGCONT), 0);
@@ -258,12 +264,9 @@ TEST_F(FleetServeModelTest, AReplicaThatStopsAnsweringLeavesTheRouteAndRejoinsWh
   // (its workload has ended, so no restart would adopt it).
   server.call("DELETE", "/api/v1/workloads/ml/chat-server", key);
   EXPECT_EQ(server.stop(), 0);
-  bool closed = false;
-  for (int i = 0; i < 3000 && !closed; ++i) {
-    closed = !testing::RawClient(port).connected();
-    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(closed) << "the deleted replica still listens";
+  EXPECT_TRUE(testing::eventually(
+      [&] { return !testing::RawClient(port).connected(); },
+      {.pause = std::chrono::milliseconds(20), .what = "the deleted replica closing its port"}));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -114,7 +115,10 @@ TEST_F(LedgerCrashTest, EveryAcknowledgedEventSurvivesKillMinus9) {
       }
     });
   }
-  while (acknowledged.load() < 150) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(testing::eventually([&] { return acknowledged.load() >= 150; },
+                                  {.attempts = 12000,
+                                   .pause = std::chrono::milliseconds(5),
+                                   .what = "150 acknowledged requests"}));
   p->signal(SIGKILL);  // mid-load: requests are in flight
   EXPECT_EQ(p->wait(), 128 + SIGKILL);
   stop = true;

@@ -89,5 +89,56 @@ TEST(LedgerStoreTest, TheChargeRowsOfVersionTwoBecomeWalletSpend) {
   EXPECT_EQ(spent(**s, "v", at(0)).nanos(), 5) << "before 1970 is the minute before, not minute 0";
 }
 
+// The one rebuild of the wallet book, for a start and for another replica's change.
+TEST(LedgerStoreTest, TheWalletBookIsRebuiltFromTheStoreAtStartAndOnAChange) {
+  testing::TempDir dir;
+  const int64_t day = 1'767'225'600'000;  // 2026-01-01T00:00:00Z
+  ManualClock clock(at(day + 3'600'000));
+  auto s = store::SqliteStore::open({.path = dir.file("l.db")}, clock);
+  ASSERT_TRUE(s.has_value());
+  ASSERT_TRUE((*s)->migrate("ledger", ledgerMigrations()).has_value());
+  WalletSpec daily{.id = "w",
+                   .tenant_id = "t",
+                   .scope = {ScopeKind::kTenant, "t"},
+                   .limit = Money::fromNanos(1'000),
+                   .period = Period::kDaily};
+  WalletSpec other{.id = "v",
+                   .tenant_id = "t",
+                   .scope = {ScopeKind::kTeam, "a"},
+                   .limit = Money::fromNanos(500)};
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(insertWallet(tx, daily, "now"));
+                    PURSER_TRY(insertWallet(tx, other, "now"));
+                    SpendBatch batch;
+                    batch.add("w", day - 60'000, 400);  // yesterday: not this window's
+                    batch.add("w", day + 60'000, 30);
+                    batch.add("v", day - 60'000, 20);  // no period: all of it counts
+                    return batch.write(tx);
+                  })
+                  .has_value());
+  WalletBook book(clock);
+  ASSERT_TRUE(loadWalletBook(**s, book, clock, /*keep_known=*/false).has_value());
+  ASSERT_TRUE(book.status("w").has_value());
+  EXPECT_EQ(book.status("w")->spent.nanos(), 30);
+  EXPECT_EQ(book.status("v")->spent.nanos(), 20);
+
+  // Another replica changed the wallets: "v" is gone, "w" has a new limit. What "w" spent and
+  // holds here stays (it is this replica's own count), "v" leaves the book.
+  ASSERT_TRUE(
+      book.reserve({"hold-1", {"w"}, Money::fromNanos(5), std::chrono::seconds(60)}).has_value());
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(tx.exec("DELETE FROM wallets WHERE id = 'v'"));
+                    PURSER_TRY(tx.exec("UPDATE wallets SET limit_nanos = 2000 WHERE id = 'w'"));
+                    return {};
+                  })
+                  .has_value());
+  ASSERT_TRUE(loadWalletBook(**s, book, clock, /*keep_known=*/true).has_value());
+  EXPECT_FALSE(book.status("v").has_value());
+  ASSERT_TRUE(book.status("w").has_value());
+  EXPECT_EQ(book.status("w")->spec.limit.nanos(), 2'000);
+  EXPECT_EQ(book.status("w")->spent.nanos(), 30);
+  EXPECT_EQ(book.status("w")->reserved.nanos(), 5);
+}
+
 }  // namespace
 }  // namespace purser::ledger

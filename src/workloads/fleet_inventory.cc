@@ -1,8 +1,8 @@
 // The fleet service's inventory feed: nodes and GPUs from the executors, placement on them.
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
-#include "scheduler/executor_slots.h"
-#include "scheduler/fleet_service_parts.h"
+#include "workloads/executor_slots.h"
+#include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
@@ -19,7 +19,7 @@
 #include "identity/payer.h"
 #include "ledger/price.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 namespace asio = boost::asio;
 using fleet::Amount;
@@ -306,4 +306,4 @@ Result<FleetService::Built> FleetService::rebuild(fleet::World world) {
   return Built{std::move(engine), std::move(placer)};
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

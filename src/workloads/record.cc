@@ -1,4 +1,4 @@
-#include "scheduler/record.h"
+#include "workloads/record.h"
 
 #include <utility>
 
@@ -9,7 +9,7 @@
 
 #include "common/json.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 using fleet::Amount;
 using fleet::Workload;
@@ -284,4 +284,4 @@ Result<Record> recordFrom(const std::string& text) {
   }
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

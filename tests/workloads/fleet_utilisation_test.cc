@@ -31,10 +31,10 @@
 #include "ledger/meter.h"
 #include "ledger/price.h"
 #include "ledger/wallet_book.h"
-#include "scheduler/fleet_service.h"
 #include "store/sqlite_store.h"
+#include "workloads/fleet_service.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 namespace {
 
 constexpr const char* kManifests = R"(apiVersion: kueue.x-k8s.io/v1beta1
@@ -380,4 +380,4 @@ TEST_F(FleetUtilisationTest, WithoutReadingsGpuTimeIsChargedAndNothingIsObserved
 }
 
 }  // namespace
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

@@ -1,9 +1,9 @@
 // The fleet service: opening and closing, and the world it schedules in. See fleet_service_parts.h
 // for its other files.
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
-#include "scheduler/executor_slots.h"
-#include "scheduler/fleet_service_parts.h"
+#include "workloads/executor_slots.h"
+#include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
@@ -20,7 +20,7 @@
 #include "identity/payer.h"
 #include "ledger/price.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 namespace asio = boost::asio;
 using fleet::Amount;
@@ -302,4 +302,4 @@ void FleetService::ensureNamespace(const std::string& ns, const std::string& ten
   if (!engine_->hasNamespace(ns)) engine_->setNamespace(ns, labelsOf(ns, tenant_id));
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

@@ -1,8 +1,8 @@
 // The fleet service's entry points for the API, and its reads from the store.
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
-#include "scheduler/executor_slots.h"
-#include "scheduler/fleet_service_parts.h"
+#include "workloads/executor_slots.h"
+#include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
@@ -19,7 +19,7 @@
 #include "identity/payer.h"
 #include "ledger/price.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 namespace asio = boost::asio;
 using fleet::Amount;
@@ -255,4 +255,4 @@ std::string FleetService::executorFor(const Record& r) const {
   return executorOf(r.admission->pod_sets, options_.flavor_executors);
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

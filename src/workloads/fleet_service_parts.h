@@ -1,4 +1,4 @@
-// What the fleet service's files share (internal to src/scheduler): the fleet's resource names and
+// What the fleet service's files share (internal to src/workloads): the fleet's resource names and
 // small helpers over workloads, manifests and pods. The service is one class, FleetService
 // (fleet_service.h), whose methods are defined in the file of their part:
 //   fleet_service.cc    opening, closing, the world (tenancy, queues, manifests)
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "fleet_io/manifest.h"
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 inline constexpr const char* kGpu = "nvidia.com/gpu";
 inline constexpr const char* kGpuModel = "gpu-hours";  // what GPU time is metered as in the ledger
@@ -97,4 +97,4 @@ inline Result<void> writeRow(store::Tx& tx, const WorkloadRow& r, const std::str
   return {};
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

@@ -1,8 +1,8 @@
 // The fleet service's GPU time: holds in wallets while pods run, metering, utilisation.
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
-#include "scheduler/executor_slots.h"
-#include "scheduler/fleet_service_parts.h"
+#include "workloads/executor_slots.h"
+#include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
@@ -19,7 +19,7 @@
 #include "identity/payer.h"
 #include "ledger/price.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 namespace asio = boost::asio;
 using fleet::Amount;
@@ -355,4 +355,4 @@ const Record* FleetService::find(const std::string& name) const {
   return it == records_.end() ? nullptr : &it->second;
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

@@ -1,8 +1,8 @@
 // The fleet service's pods: starting, watching and ending them; served replicas.
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
-#include "scheduler/executor_slots.h"
-#include "scheduler/fleet_service_parts.h"
+#include "workloads/executor_slots.h"
+#include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
@@ -19,7 +19,7 @@
 #include "identity/payer.h"
 #include "ledger/price.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 namespace asio = boost::asio;
 using fleet::Amount;
@@ -552,4 +552,4 @@ void FleetService::found(const std::string& executor, const exec::Found& f) {
   if (!queued) return refuse(queued.error().message);
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

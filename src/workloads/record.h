@@ -25,7 +25,7 @@
 #include "common/result.h"
 #include "fleet/model.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 // One pod of the current run, on the executor that runs it.
 struct PodRun {
@@ -84,4 +84,4 @@ std::string recordText(const Record& r);
 // kDataLoss when the text is not a record.
 Result<Record> recordFrom(const std::string& text);
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

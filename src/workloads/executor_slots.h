@@ -17,7 +17,7 @@
 
 #include "fleet/engine.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 // The executor a workload admitted with `pod_sets` runs on: the one its GPU flavor, else its CPU
 // flavor, is mapped to in `flavor_executors`; "local" when none is.
@@ -52,4 +52,4 @@ class ExecutorSlots final : public fleet::PlacementHook {
   std::map<std::string, int64_t> held_;                             // executor -> pods
 };
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

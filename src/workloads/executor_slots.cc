@@ -1,10 +1,10 @@
-#include "scheduler/executor_slots.h"
+#include "workloads/executor_slots.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 std::string executorOf(const std::vector<fleet::PodSetAssignment>& pod_sets,
                        const std::map<std::string, std::string>& flavor_executors) {
@@ -96,4 +96,4 @@ int64_t ExecutorSlots::held(const std::string& executor) const {
   return it == held_.end() ? 0 : it->second;
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

@@ -9,7 +9,7 @@
 // Store writes go to the store's writer thread in the order they were made; a handler that must
 // answer only once its change is durable passes a `Done` that learns when it is.
 //
-// Life of a workload: see scheduler/record.h. Every change of state is an event with a reason
+// Life of a workload: see workloads/record.h. Every change of state is an event with a reason
 // (fleet_events). GPU time is charged from the moment its pods run to the moment they end, as the
 // executor reports them (a workload that runs nothing is charged while it holds its quota).
 //
@@ -55,10 +55,10 @@
 #include "ledger/meter.h"
 #include "ledger/price.h"
 #include "ledger/wallet_book.h"
-#include "scheduler/record.h"
 #include "store/store.h"
+#include "workloads/record.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 // Where the replicas of models the fleet serves join: the gateway's routes (the server wires it).
 class ServedRoutes {
@@ -422,4 +422,4 @@ class FleetService {
   std::thread thread_;
 };
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads

@@ -1,8 +1,8 @@
 // The fleet service's scheduling: admission cycles, and records and events persisted.
-#include "scheduler/fleet_service.h"
+#include "workloads/fleet_service.h"
 
-#include "scheduler/executor_slots.h"
-#include "scheduler/fleet_service_parts.h"
+#include "workloads/executor_slots.h"
+#include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
@@ -19,7 +19,7 @@
 #include "identity/payer.h"
 #include "ledger/price.h"
 
-namespace purser::scheduler {
+namespace purser::workloads {
 
 namespace asio = boost::asio;
 using fleet::Amount;
@@ -336,4 +336,4 @@ void FleetService::joinServed() {
   }
 }
 
-}  // namespace purser::scheduler
+}  // namespace purser::workloads
