@@ -15,27 +15,6 @@
 
 namespace purser::fleet {
 
-auto Engine::Impl::signatureOf(const Wl& w) const -> std::string {
-  std::string s = fmt::format("p{}|", w.spec.priority);
-  for (const auto& ps : w.spec.pod_sets) {
-    s += fmt::format("{}:{}:{}", ps.name, ps.count, ps.min_count.value_or(-1));
-    for (const auto& [r, v] : ps.requests) s += fmt::format(",{}={}", r, v);
-    for (const auto& t : ps.tolerations) {
-      s += fmt::format(",t{}/{}/{}/{}", t.key, t.op, t.value, t.effect);
-    }
-    for (const auto& [k, v] : ps.node_selector) s += fmt::format(",s{}={}", k, v);
-    s += '|';
-  }
-  if (w.spare >= 0) s += fmt::format("x{}|", w.spare);
-  // Who may be preempted depends on whose it is (may_preempt reads the namespace's tenant).
-  if (options_.may_preempt) s += fmt::format("n{}|", w.spec.namespace_);
-  if (cqs_[u(w.cq)].spec.preemption.within_cluster_queue ==
-      WithinClusterQueue::kLowerOrNewerEqualPriority) {
-    s += fmt::format("c{}|{}|{}", w.spec.created_ms, w.spec.uid, w.spec.name);
-  }
-  return s;
-}
-
 auto Engine::Impl::nominate() -> std::vector<Entry> {
   std::vector<Entry> entries;
   for (size_t c = 0; c < cqs_.size(); ++c) {
@@ -90,41 +69,6 @@ auto Engine::Impl::nominate() -> std::vector<Entry> {
     entries.push_back(std::move(e));
   }
   return entries;
-}
-
-auto Engine::Impl::entryBefore(const Entry& a, const Entry& b) const -> bool {
-  // Heads with no nomination (outside their queue's namespaces) take nothing: first.
-  if (a.inadmissible != b.inadmissible) return a.inadmissible;
-  if (a.inadmissible) return false;
-  if (a.assignment().borrowing != b.assignment().borrowing) {
-    return a.assignment().borrowing < b.assignment().borrowing;
-  }
-  const Workload& x = wls_[u(a.wl)].spec;
-  const Workload& y = wls_[u(b.wl)].spec;
-  if (options_.priority_sorting_within_cohort && x.priority != y.priority) {
-    return x.priority > y.priority;
-  }
-  const Wl& wx = wls_[u(a.wl)];
-  const Wl& wy = wls_[u(b.wl)];
-  if (orderedBefore(wx, wy) || orderedBefore(wy, wx)) return orderedBefore(wx, wy);
-  return x.name < y.name;
-}
-
-auto Engine::Impl::fairBefore(const FairCandidate& a, size_t ka, const FairCandidate& b, size_t kb,
-                              const std::vector<Entry>& entries) const -> bool {
-  const Share& x = a.at[ka];
-  const Share& y = b.at[kb];
-  if (x.borrowing != y.borrowing) return !x.borrowing;
-  if (const int c = compareShare(x, y); c != 0) return c < 0;
-  const Workload& wa = wls_[u(entries[u(a.entry)].wl)].spec;
-  const Workload& wb = wls_[u(entries[u(b.entry)].wl)].spec;
-  if (options_.priority_sorting_within_cohort && wa.priority != wb.priority) {
-    return wa.priority > wb.priority;
-  }
-  const Wl& oa = wls_[u(entries[u(a.entry)].wl)];
-  const Wl& ob = wls_[u(entries[u(b.entry)].wl)];
-  if (orderedBefore(oa, ob) || orderedBefore(ob, oa)) return orderedBefore(oa, ob);
-  return wa.name < wb.name;
 }
 
 auto Engine::Impl::tournament(int node, const std::vector<FairCandidate>& cands,
@@ -363,54 +307,6 @@ auto Engine::Impl::cycle() -> CycleResult {
   return result;
 }
 
-auto Engine::Impl::preemptionReason(Variant v) const -> std::string {
-  if (v == Variant::kNever) return "InCohortFairSharing";  // fair-sharing strategies
-  if (options_.fair_sharing && v == Variant::kHierarchicalReclaim) return "InCohortReclamation";
-  return reasonOf(v);
-}
-
-auto Engine::Impl::reserve(const Entry& e) -> void {
-  const Cq& q = cqs_[u(e.cq)];
-  const Node& node = nodes_[u(q.node)];
-  for (const auto& [f, v] : e.assignment().usage) {
-    Amount r;
-    if (e.assignment().borrowing > 0) {
-      r = node.bl[u(f)] == kNone
-              ? v
-              : std::min(v, node.nominal[u(f)] + node.bl[u(f)] - node.usage[u(f)]);
-    } else {
-      r = std::max<Amount>(0, std::min(v, node.nominal[u(f)] - node.usage[u(f)]));
-    }
-    if (r > 0) addUsage(q.node, f, r);
-  }
-}
-
-auto Engine::Impl::podSetAssignments(const Assignment& a) const -> std::vector<PodSetAssignment> {
-  std::vector<PodSetAssignment> out;
-  for (const auto& psa : a.pod_sets) {
-    PodSetAssignment p;
-    p.name = psa.name;
-    p.count = psa.count;
-    for (const auto& [res, f] : psa.flavor) {
-      p.flavors[res] = world_.flavors[u(f)].name;
-      auto t = psa.total.find(res);
-      if (t != psa.total.end() && t->second != 0) p.usage[res] = t->second;
-    }
-    out.push_back(std::move(p));
-  }
-  return out;
-}
-
-auto Engine::Impl::admissionOf(const Entry& e) const -> Admission {
-  Admission adm;
-  adm.cluster_queue = cqs_[u(e.cq)].spec.name;
-  adm.pod_sets = podSetAssignments(e.assignment());
-  for (size_t i = 0; i < adm.pod_sets.size() && i < e.placements.size(); ++i) {
-    adm.pod_sets[i].placements = e.placements[i];
-  }
-  return adm;
-}
-
 auto Engine::Impl::placementTargets(const Entry& e, const std::vector<PodSetAssignment>& flavors,
                                     const std::set<int>& victims) -> std::vector<Target> {
   const Wl& pre = wls_[u(e.wl)];
@@ -521,18 +417,6 @@ auto Engine::Impl::evict(int id, const std::string& reason, const std::string& m
   events_.push_back({Event::Kind::kEvicted, w.spec.name, q.spec.name, reason,
                      reason == "Preempted" ? std::string() : message, "", cycles_});
   retryInadmissible(w.cq);
-}
-
-auto Engine::Impl::runUntilStable(int64_t max_cycles) -> CycleResult {
-  CycleResult all;
-  for (int64_t i = 0; i < max_cycles; ++i) {
-    CycleResult r = cycle();
-    for (auto& a : r.admitted) all.admitted.push_back(std::move(a));
-    for (auto& p : r.preempted) all.preempted.push_back(std::move(p));
-    if (!r.changed) break;
-    all.changed = true;
-  }
-  return all;
 }
 
 auto Engine::Impl::preemptionTargets(const Workload& incoming, const std::string& cq_name,

@@ -9,7 +9,9 @@
 //   cycle.cc              nomination, ordering, reservation, admission, placement
 //   explain.cc            why a workload waits
 //   engine.cc             the public Engine, which forwards here
-// Only the fleet's own files include this header. Not thread-safe (one Engine, one thread).
+// The small methods the others call in their loops (quota arithmetic, orders, comparisons) are
+// defined here, in the class, so that every file inlines them; the rest live in their part's
+// file. Only the fleet's own files include this header. Not thread-safe (one Engine, one thread).
 #pragma once
 
 #include "fleet/engine.h"
@@ -152,7 +154,10 @@ class Engine::Impl {
     int spare = -1;
   };
 
-  static bool orderedBefore(const Wl& a, const Wl& b);
+  static bool orderedBefore(const Wl& a, const Wl& b) {
+    if (a.order_ms != b.order_ms) return a.order_ms < b.order_ms;
+    return a.order_seq < b.order_seq;
+  }
 
   // One pod set's flavors.
   struct PodSetAssign {
@@ -186,41 +191,124 @@ class Engine::Impl {
   Result<void> build();
 
   // The cache's usage or admitted set changed somewhere in `cq`'s cohort tree.
-  void touch(int cq);
+  void touch(int cq) { ++tree_version_[u(root_of_[u(cqs_[u(cq)].node)])]; }
 
-  int resourceIndex(const std::string& name, bool create);
-  int fr(int flavor, int resource) const;
-  int frOf(const std::string& flavor, const std::string& resource) const;
-  const std::string& flavorName(int fr_index) const;
-  const std::string& resourceName(int fr_index) const;
+  int resourceIndex(const std::string& name, bool create) {
+    auto it = resource_index_.find(name);
+    if (it != resource_index_.end()) return it->second;
+    if (!create) return -1;
+    const int i = static_cast<int>(resources_.size());
+    resources_.push_back(name);
+    resource_index_[name] = i;
+    return i;
+  }
+  int fr(int flavor, int resource) const {
+    return flavor * static_cast<int>(resources_.size()) + resource;
+  }
+  int frOf(const std::string& flavor, const std::string& resource) const {
+    auto f = flavor_index_.find(flavor);
+    auto r = resource_index_.find(resource);
+    if (f == flavor_index_.end() || r == resource_index_.end()) return -1;
+    return fr(f->second, r->second);
+  }
+  const std::string& flavorName(int fr_index) const {
+    return world_.flavors[static_cast<size_t>(fr_index / static_cast<int>(resources_.size()))].name;
+  }
+  const std::string& resourceName(int fr_index) const {
+    return resources_[static_cast<size_t>(fr_index % static_cast<int>(resources_.size()))];
+  }
 
-  int newNode(const std::string& name, bool is_cq);
+  int newNode(const std::string& name, bool is_cq) {
+    Node n;
+    n.name = name;
+    n.is_cq = is_cq;
+    n.nominal.assign(static_cast<size_t>(nfr_), 0);
+    n.bl.assign(static_cast<size_t>(nfr_), kNone);
+    n.ll.assign(static_cast<size_t>(nfr_), kNone);
+    n.subtree.assign(static_cast<size_t>(nfr_), 0);
+    n.local.assign(static_cast<size_t>(nfr_), 0);
+    n.usage.assign(static_cast<size_t>(nfr_), 0);
+    nodes_.push_back(std::move(n));
+    return static_cast<int>(nodes_.size()) - 1;
+  }
 
   Result<void> applyQuotas(Node& node, const std::vector<ResourceGroup>& groups,
                            const std::string& what);
 
-  static size_t u(int i);
+  static size_t u(int i) { return static_cast<size_t>(i); }
 
-  Amount localAvailable(const Node& n, int f) const;
+  Amount localAvailable(const Node& n, int f) const {
+    return std::max<Amount>(0, n.local[u(f)] - n.usage[u(f)]);
+  }
 
-  void addUsage(int n, int f, Amount v);
+  void addUsage(int n, int f, Amount v) {
+    Node& node = nodes_[u(n)];
+    const Amount la = localAvailable(node, f);
+    node.usage[u(f)] += v;
+    if (node.parent >= 0 && v > la) addUsage(node.parent, f, v - la);
+  }
 
-  void removeUsage(int n, int f, Amount v);
+  void removeUsage(int n, int f, Amount v) {
+    Node& node = nodes_[u(n)];
+    const Amount stored = node.usage[u(f)] - node.local[u(f)];
+    node.usage[u(f)] -= v;
+    if (node.parent >= 0 && stored > 0) removeUsage(node.parent, f, std::min(v, stored));
+  }
 
-  Amount available(int n, int f) const;
+  Amount available(int n, int f) const {
+    const Node& node = nodes_[u(n)];
+    if (node.parent < 0) return node.subtree[u(f)] - node.usage[u(f)];
+    Amount p = available(node.parent, f);
+    if (node.bl[u(f)] != kNone) {
+      const Amount stored = node.subtree[u(f)] - node.local[u(f)];
+      const Amount used = std::max<Amount>(0, node.usage[u(f)] - node.local[u(f)]);
+      p = std::min(p, stored - used + node.bl[u(f)]);
+    }
+    return localAvailable(node, f) + p;
+  }
 
-  Amount cqAvailable(int cq, int f) const;
+  Amount cqAvailable(int cq, int f) const {
+    return std::max<Amount>(0, available(cqs_[u(cq)].node, f));
+  }
 
-  Amount potential(int n, int f) const;
+  Amount potential(int n, int f) const {
+    const Node& node = nodes_[u(n)];
+    if (node.parent < 0) return node.subtree[u(f)];
+    Amount a = node.local[u(f)] + potential(node.parent, f);
+    if (node.bl[u(f)] != kNone) a = std::min(a, node.subtree[u(f)] + node.bl[u(f)]);
+    return a;
+  }
 
   // The height of the lowest subtree whose quota holds `val`, and whether that subtree is below
   // the root (so its quota may be reclaimed in the hierarchy).
-  std::pair<int, bool> findHeight(int cq, int f, Amount val) const;
+  std::pair<int, bool> findHeight(int cq, int f, Amount val) const {
+    const Node& node = nodes_[u(cqs_[u(cq)].node)];
+    if (!(node.nominal[u(f)] < node.usage[u(f)] + val) || node.parent < 0) {
+      return {0, node.parent >= 0};
+    }
+    Amount remaining = val - localAvailable(node, f);
+    int last = node.parent;
+    for (int c = node.parent; c >= 0; c = nodes_[u(c)].parent) {
+      const Node& cn = nodes_[u(c)];
+      if (!(cn.subtree[u(f)] < cn.usage[u(f)] + remaining)) return {cn.height, cn.parent >= 0};
+      remaining -= localAvailable(cn, f);
+      last = c;
+    }
+    return {nodes_[u(last)].height, false};
+  }
 
   // --- Workloads -------------------------------------------------------------------------------
 
-  void addWorkloadUsage(int id);
-  void removeWorkloadUsage(int id);
+  void addWorkloadUsage(int id) {
+    Wl& w = wls_[u(id)];
+    const int node = cqs_[u(w.cq)].node;
+    for (const auto& [f, v] : w.usage) addUsage(node, f, v);
+  }
+  void removeWorkloadUsage(int id) {
+    Wl& w = wls_[u(id)];
+    const int node = cqs_[u(w.cq)].node;
+    for (const auto& [f, v] : w.usage) removeUsage(node, f, v);
+  }
 
   Result<int> resolveQueue(Workload& w);
 
@@ -228,40 +316,123 @@ class Engine::Impl {
 
   Result<void> addAdmitted(Workload w);
 
-  Result<void> submit(Workload w);
+  Result<void> submit(Workload w) {
+    w.admission.reset();
+    const int id = PURSER_TRY_VALUE(newWorkload(std::move(w)));
+    Wl& wl = wls_[u(id)];
+    // A new workload goes straight to its queue's active list.
+    cqs_[u(wl.cq)].active.insert(id);
+    return {};
+  }
 
   Result<void> finish(const std::string& name);
 
   // Hardware was released: with an inventory shared by every tree, each tree's parked
   // workloads get another chance.
-  void freePlacement(const std::string& name);
+  void freePlacement(const std::string& name) {
+    if (!options_.placement) return;
+    options_.placement->free(name);
+    std::set<int> roots;
+    for (const auto& q : cqs_) roots.insert(root_of_[u(q.node)]);
+    for (int r : roots) retryTree(r);
+  }
 
   // Quota was released in `cq`'s tree: every parked workload there gets another chance.
-  void retryInadmissible(int cq);
+  void retryInadmissible(int cq) { retryTree(root_of_[u(cqs_[u(cq)].node)]); }
 
   // Every parked workload in the tree under `root` gets another chance.
   void retryTree(int root);
 
   // Is `id` a victim whose preemptor still needs the capacity it was evicted from?
-  bool waitsForPreemptor(int id);
+  bool waitsForPreemptor(int id) {
+    Wl& w = wls_[u(id)];
+    if (w.preempted_for < 0) return false;
+    const Wl& p = wls_[u(w.preempted_for)];
+    if (p.state == State::kPending && p.pressing && !p.inadmissible && !p.held) {
+      w.reason = kWaitingForQuota;
+      w.message = fmt::format(
+          "preempted to make room for {}; waits until that workload is admitted", p.spec.name);
+      return true;
+    }
+    w.preempted_for = -1;
+    return false;
+  }
 
   // Takes a pending workload out of its queue, parked or not.
-  void unqueue(int id);
+  void unqueue(int id) {
+    Wl& w = wls_[u(id)];
+    Cq& q = cqs_[u(w.cq)];
+    if (w.inadmissible) {
+      std::erase(q.parked, id);
+      w.inadmissible = false;
+    } else {
+      q.active.erase(id);
+    }
+  }
 
-  void setParked(int id, bool parked);
+  void setParked(int id, bool parked) {
+    Wl& w = wls_[u(id)];
+    if (w.inadmissible == parked) return;
+    Cq& q = cqs_[u(w.cq)];
+    if (parked) {
+      q.active.erase(id);
+      q.parked.push_back(id);
+    } else {
+      std::erase(q.parked, id);
+      q.active.insert(id);
+    }
+    w.inadmissible = parked;
+  }
 
-  bool namespaceMatches(int cq, const std::string& ns) const;
+  bool namespaceMatches(int cq, const std::string& ns) const {
+    const auto& sel = cqs_[u(cq)].spec.namespace_selector;
+    if (!sel) return true;
+    auto labels = world_.namespaces.find(ns);
+    for (const auto& [key, values] : *sel) {
+      if (labels == world_.namespaces.end()) return false;
+      auto v = labels->second.find(key);
+      if (v == labels->second.end()) return false;
+      if (std::find(values.begin(), values.end(), v->second) == values.end()) return false;
+    }
+    return true;
+  }
 
   // Kueue's queue order: the sticky preemptor, higher priority, earlier creation, then name.
-  bool queueOrderBefore(int a, int b) const;
+  bool queueOrderBefore(int a, int b) const {
+    const Workload& x = wls_[u(a)].spec;
+    const Workload& y = wls_[u(b)].spec;
+    if (x.priority != y.priority) return x.priority > y.priority;
+    if (orderedBefore(wls_[u(a)], wls_[u(b)]) || orderedBefore(wls_[u(b)], wls_[u(a)])) {
+      return orderedBefore(wls_[u(a)], wls_[u(b)]);
+    }
+    if (x.uid != y.uid) return x.uid < y.uid;
+    return x.name < y.name;
+  }
 
   // --- Flavor assignment ---------------------------------------------------------------------
 
   bool flavorMatches(const ResourceFlavor& f, const PodSet& ps, std::string* why) const;
 
-  static bool isPreferred(const Rep& a, const Rep& b, FungibilityPreference pref);
+  static bool isPreferred(const Rep& a, const Rep& b, FungibilityPreference pref) {
+    if (a.pm == kNoFit) return false;
+    if (b.pm == kNoFit) return true;
+    if ((a.pm == kNoCandidates) != (b.pm == kNoCandidates)) return b.pm == kNoCandidates;
+    if (pref == FungibilityPreference::kPreemptionOverBorrowing) {
+      if (a.level != b.level) return a.level < b.level;
+      return a.pm > b.pm;
+    }
+    if (a.pm != b.pm) return a.pm > b.pm;
+    return a.level < b.level;
+  }
 
-  static bool shouldTryNextFlavor(const Rep& r, const FlavorFungibility& f);
+  static bool shouldTryNextFlavor(const Rep& r, const FlavorFungibility& f) {
+    if (r.pm == kNoFit || r.pm == kNoCandidates) return true;
+    if ((r.pm == kPreempt || r.pm == kReclaim) &&
+        f.when_can_preempt == WhenCanPreempt::kTryNextFlavor) {
+      return true;
+    }
+    return r.level > 0 && f.when_can_borrow == WhenCanBorrow::kTryNextFlavor;
+  }
 
   // Whether `cq` could take `val` of one FR, and how.
   Rep fitsResourceQuota(int cq, const Wl& w, int f, Amount val, std::string* why,
@@ -282,20 +453,72 @@ class Engine::Impl {
 
   // --- Preemption ------------------------------------------------------------------------------
 
-  bool mayPreempt(const Workload& pre, const Workload& cand) const;
+  bool mayPreempt(const Workload& pre, const Workload& cand) const {
+    return !options_.may_preempt || options_.may_preempt(pre, cand);
+  }
 
-  static bool satisfies(const Workload& pre, const Workload& cand, int policy_kind, int policy);
+  static bool satisfies(const Workload& pre, const Workload& cand, int policy_kind, int policy) {
+    // policy_kind 0: within cluster queue; 1: reclaim within cohort.
+    if (policy_kind == 0) {
+      switch (static_cast<WithinClusterQueue>(policy)) {
+        case WithinClusterQueue::kNever:
+          return false;
+        case WithinClusterQueue::kLowerPriority:
+          return cand.priority < pre.priority;
+        case WithinClusterQueue::kLowerOrNewerEqualPriority:
+          return cand.priority < pre.priority ||
+                 (cand.priority == pre.priority && pre.created_ms < cand.created_ms);
+      }
+      return false;
+    }
+    switch (static_cast<ReclaimWithinCohort>(policy)) {
+      case ReclaimWithinCohort::kNever:
+        return false;
+      case ReclaimWithinCohort::kLowerPriority:
+        return cand.priority < pre.priority;
+      case ReclaimWithinCohort::kAny:
+        return true;
+    }
+    return false;
+  }
 
-  bool usesAny(const Wl& w, const std::set<int>& frs) const;
+  bool usesAny(const Wl& w, const std::set<int>& frs) const {
+    for (const auto& [f, _] : w.usage) {
+      if (frs.count(f) != 0) return true;
+    }
+    return false;
+  }
 
-  bool withinNominal(int n, const std::set<int>& frs) const;
+  bool withinNominal(int n, const std::set<int>& frs) const {
+    const Node& node = nodes_[u(n)];
+    for (int f : frs) {
+      if (node.usage[u(f)] > node.subtree[u(f)]) return false;
+    }
+    return true;
+  }
 
   // Whether `request` fits in `cq` now (within its nominal quota unless borrowing is allowed).
-  bool fits(int cq, const std::map<int, Amount>& request, bool allow_borrowing) const;
+  bool fits(int cq, const std::map<int, Amount>& request, bool allow_borrowing) const {
+    const Node& node = nodes_[u(cqs_[u(cq)].node)];
+    for (const auto& [f, v] : request) {
+      if (!allow_borrowing && node.usage[u(f)] + v > node.nominal[u(f)]) return false;
+      if (v > cqAvailable(cq, f)) return false;
+    }
+    return true;
+  }
 
   // Candidate order: evicted first, other queues before the preemptor's, lower priority, most
   // recently admitted, then uid and name.
-  bool candidateBefore(int cq, int a, int b) const;
+  bool candidateBefore(int cq, int a, int b) const {
+    const Wl& x = wls_[u(a)];
+    const Wl& y = wls_[u(b)];
+    if (x.evicting != y.evicting) return x.evicting;
+    if ((x.cq == cq) != (y.cq == cq)) return y.cq == cq;
+    if (x.spec.priority != y.spec.priority) return x.spec.priority < y.spec.priority;
+    if (x.admitted_seq != y.admitted_seq) return x.admitted_seq > y.admitted_seq;
+    if (x.spec.uid != y.spec.uid) return x.spec.uid < y.spec.uid;
+    return x.spec.name < y.spec.name;
+  }
 
   std::vector<Target> getTargets(const Wl& pre, int cq, const std::map<int, Amount>& request,
                                  const std::set<int>& need);
@@ -309,9 +532,44 @@ class Engine::Impl {
     double unweighted = 0;
   };
 
-  Share drs(int n) const;
+  Share drs(int n) const {
+    const Node& node = nodes_[u(n)];
+    Share s;
+    if (node.parent < 0) return s;
+    const size_t nres = resources_.size();
+    std::vector<Amount> borrowed(nres, 0), lendable(nres, 0);
+    for (int f = 0; f < nfr_; ++f) {
+      const size_t r = u(f) % nres;
+      const Amount over = node.usage[u(f)] - node.subtree[u(f)];
+      if (over > 0) {
+        borrowed[r] += over;
+        s.borrowing = true;
+      }
+      lendable[r] += potential(node.parent, f);
+    }
+    double ratio = 0;
+    for (size_t r = 0; r < nres; ++r) {
+      if (lendable[r] > 0) {
+        ratio = std::max(
+            ratio, static_cast<double>(borrowed[r]) * 1000.0 / static_cast<double>(lendable[r]));
+      }
+    }
+    s.unweighted = ratio;
+    if (!s.borrowing) return s;
+    if (node.weight_milli == 0) {
+      s.value = std::numeric_limits<double>::infinity();
+    } else {
+      s.value = ratio * 1000.0 / static_cast<double>(node.weight_milli);
+    }
+    return s;
+  }
 
-  static int compareShare(const Share& a, const Share& b);
+  static int compareShare(const Share& a, const Share& b) {
+    if (std::isinf(a.value) && std::isinf(b.value)) {
+      return a.unweighted < b.unweighted ? -1 : (a.unweighted > b.unweighted ? 1 : 0);
+    }
+    return a.value < b.value ? -1 : (a.value > b.value ? 1 : 0);
+  }
 
   std::vector<Target> fairTargets(const Wl& pre, int cq, const std::map<int, Amount>& request,
                                   const std::set<int>& need);
@@ -337,11 +595,46 @@ class Engine::Impl {
   // Everything about a workload its nomination reads: pod sets (names, counts, requests,
   // tolerations, selectors), priority, and its creation time and identity where the queue's
   // preemption policy compares them (LowerOrNewerEqualPriority).
-  std::string signatureOf(const Wl& w) const;
+  std::string signatureOf(const Wl& w) const {
+    std::string s = fmt::format("p{}|", w.spec.priority);
+    for (const auto& ps : w.spec.pod_sets) {
+      s += fmt::format("{}:{}:{}", ps.name, ps.count, ps.min_count.value_or(-1));
+      for (const auto& [r, v] : ps.requests) s += fmt::format(",{}={}", r, v);
+      for (const auto& t : ps.tolerations) {
+        s += fmt::format(",t{}/{}/{}/{}", t.key, t.op, t.value, t.effect);
+      }
+      for (const auto& [k, v] : ps.node_selector) s += fmt::format(",s{}={}", k, v);
+      s += '|';
+    }
+    if (w.spare >= 0) s += fmt::format("x{}|", w.spare);
+    // Who may be preempted depends on whose it is (may_preempt reads the namespace's tenant).
+    if (options_.may_preempt) s += fmt::format("n{}|", w.spec.namespace_);
+    if (cqs_[u(w.cq)].spec.preemption.within_cluster_queue ==
+        WithinClusterQueue::kLowerOrNewerEqualPriority) {
+      s += fmt::format("c{}|{}|{}", w.spec.created_ms, w.spec.uid, w.spec.name);
+    }
+    return s;
+  }
 
   std::vector<Entry> nominate();
 
-  bool entryBefore(const Entry& a, const Entry& b) const;
+  bool entryBefore(const Entry& a, const Entry& b) const {
+    // Heads with no nomination (outside their queue's namespaces) take nothing: first.
+    if (a.inadmissible != b.inadmissible) return a.inadmissible;
+    if (a.inadmissible) return false;
+    if (a.assignment().borrowing != b.assignment().borrowing) {
+      return a.assignment().borrowing < b.assignment().borrowing;
+    }
+    const Workload& x = wls_[u(a.wl)].spec;
+    const Workload& y = wls_[u(b.wl)].spec;
+    if (options_.priority_sorting_within_cohort && x.priority != y.priority) {
+      return x.priority > y.priority;
+    }
+    const Wl& wx = wls_[u(a.wl)];
+    const Wl& wy = wls_[u(b.wl)];
+    if (orderedBefore(wx, wy) || orderedBefore(wy, wx)) return orderedBefore(wx, wy);
+    return x.name < y.name;
+  }
 
   // Fair sharing: the next entry, by Kueue's tournament. Each cohort compares its direct
   // children (ClusterQueues and sub-cohorts) by the child's dominant resource share with the
@@ -358,7 +651,21 @@ class Engine::Impl {
   };
 
   bool fairBefore(const FairCandidate& a, size_t ka, const FairCandidate& b, size_t kb,
-                  const std::vector<Entry>& entries) const;
+                  const std::vector<Entry>& entries) const {
+    const Share& x = a.at[ka];
+    const Share& y = b.at[kb];
+    if (x.borrowing != y.borrowing) return !x.borrowing;
+    if (const int c = compareShare(x, y); c != 0) return c < 0;
+    const Workload& wa = wls_[u(entries[u(a.entry)].wl)].spec;
+    const Workload& wb = wls_[u(entries[u(b.entry)].wl)].spec;
+    if (options_.priority_sorting_within_cohort && wa.priority != wb.priority) {
+      return wa.priority > wb.priority;
+    }
+    const Wl& oa = wls_[u(entries[u(a.entry)].wl)];
+    const Wl& ob = wls_[u(entries[u(b.entry)].wl)];
+    if (orderedBefore(oa, ob) || orderedBefore(ob, oa)) return orderedBefore(oa, ob);
+    return wa.name < wb.name;
+  }
 
   // The winner among the candidates under `node` (an index into cands, or -1), compared at the
   // level of `node`'s children.
@@ -370,15 +677,55 @@ class Engine::Impl {
 
   CycleResult cycle();
 
-  std::string preemptionReason(Variant v) const;
+  std::string preemptionReason(Variant v) const {
+    if (v == Variant::kNever) return "InCohortFairSharing";  // fair-sharing strategies
+    if (options_.fair_sharing && v == Variant::kHierarchicalReclaim) return "InCohortReclamation";
+    return reasonOf(v);
+  }
 
   // A head that needs preemption but has no victims holds its queue's capacity this cycle.
-  void reserve(const Entry& e);
+  void reserve(const Entry& e) {
+    const Cq& q = cqs_[u(e.cq)];
+    const Node& node = nodes_[u(q.node)];
+    for (const auto& [f, v] : e.assignment().usage) {
+      Amount r;
+      if (e.assignment().borrowing > 0) {
+        r = node.bl[u(f)] == kNone
+                ? v
+                : std::min(v, node.nominal[u(f)] + node.bl[u(f)] - node.usage[u(f)]);
+      } else {
+        r = std::max<Amount>(0, std::min(v, node.nominal[u(f)] - node.usage[u(f)]));
+      }
+      if (r > 0) addUsage(q.node, f, r);
+    }
+  }
 
   // The flavors and counts an assignment gives each pod set (and their usage).
-  std::vector<PodSetAssignment> podSetAssignments(const Assignment& a) const;
+  std::vector<PodSetAssignment> podSetAssignments(const Assignment& a) const {
+    std::vector<PodSetAssignment> out;
+    for (const auto& psa : a.pod_sets) {
+      PodSetAssignment p;
+      p.name = psa.name;
+      p.count = psa.count;
+      for (const auto& [res, f] : psa.flavor) {
+        p.flavors[res] = world_.flavors[u(f)].name;
+        auto t = psa.total.find(res);
+        if (t != psa.total.end() && t->second != 0) p.usage[res] = t->second;
+      }
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
 
-  Admission admissionOf(const Entry& e) const;
+  Admission admissionOf(const Entry& e) const {
+    Admission adm;
+    adm.cluster_queue = cqs_[u(e.cq)].spec.name;
+    adm.pod_sets = podSetAssignments(e.assignment());
+    for (size_t i = 0; i < adm.pod_sets.size() && i < e.placements.size(); ++i) {
+      adm.pod_sets[i].placements = e.placements[i];
+    }
+    return adm;
+  }
 
   // Admitted workloads whose leaving would make room on the hardware for `e` (its quota fits),
   // by the preemptor's queue's policy: lower priority in its own ClusterQueue, and, where it
@@ -392,24 +739,78 @@ class Engine::Impl {
   void evict(int id, const std::string& reason = "Preempted",
              const std::string& message = "preempted; waiting for quota again");
 
-  CycleResult runUntilStable(int64_t max_cycles);
+  CycleResult runUntilStable(int64_t max_cycles) {
+    CycleResult all;
+    for (int64_t i = 0; i < max_cycles; ++i) {
+      CycleResult r = cycle();
+      for (auto& a : r.admitted) all.admitted.push_back(std::move(a));
+      for (auto& p : r.preempted) all.preempted.push_back(std::move(p));
+      if (!r.changed) break;
+      all.changed = true;
+    }
+    return all;
+  }
 
   Result<std::vector<std::pair<std::string, std::string>>> preemptionTargets(
       const Workload& incoming, const std::string& cq_name, const GivenAssignment& given);
 
   std::optional<WorkloadStatus> status(const std::string& name) const;
 
-  std::vector<std::string> workloadNames() const;
+  std::vector<std::string> workloadNames() const {
+    std::vector<std::string> out;
+    for (const auto& w : wls_) out.push_back(w.spec.name);
+    return out;
+  }
 
-  void setNamespace(const std::string& name, std::map<std::string, std::string> labels);
+  void setNamespace(const std::string& name, std::map<std::string, std::string> labels) {
+    world_.namespaces[name] = std::move(labels);
+    // A namespace newly selected may unpark workloads that were outside every selector.
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (nodes_[n].parent < 0) retryTree(static_cast<int>(n));
+    }
+  }
 
-  Result<int> pendingId(const std::string& name) const;
+  Result<int> pendingId(const std::string& name) const {
+    auto it = wl_index_.find(name);
+    if (it == wl_index_.end() || wls_[u(it->second)].state == State::kFinished) {
+      return fail(Error(ErrorCode::kNotFound, fmt::format("no workload named \"{}\"", name)));
+    }
+    return it->second;
+  }
 
-  Result<void> hold(const std::string& name, const std::string& reason, const std::string& message);
+  Result<void> hold(const std::string& name, const std::string& reason,
+                    const std::string& message) {
+    const int id = PURSER_TRY_VALUE(pendingId(name));
+    Wl& w = wls_[u(id)];
+    if (w.state != State::kPending) return {};
+    w.held = true;
+    w.reason = reason;
+    w.message = message;
+    Cq& q = cqs_[u(w.cq)];
+    if (q.sticky == id) q.sticky = -1;
+    setParked(id, true);
+    return {};
+  }
 
-  Result<void> stop(const std::string& name, const std::string& reason, const std::string& message);
+  Result<void> stop(const std::string& name, const std::string& reason,
+                    const std::string& message) {
+    auto it = wl_index_.find(name);
+    if (it == wl_index_.end() || wls_[u(it->second)].state != State::kAdmitted) {
+      return fail(
+          Error(ErrorCode::kNotFound, fmt::format("no admitted workload named \"{}\"", name)));
+    }
+    evict(it->second, reason, message);
+    return {};
+  }
 
-  Result<void> release(const std::string& name);
+  Result<void> release(const std::string& name) {
+    const int id = PURSER_TRY_VALUE(pendingId(name));
+    Wl& w = wls_[u(id)];
+    if (!w.held) return {};
+    w.held = false;
+    if (w.state == State::kPending) setParked(id, false);
+    return {};
+  }
 
   std::vector<QueueStatus> queues() const;
 

@@ -14,45 +14,6 @@
 
 namespace purser::fleet {
 
-auto Engine::Impl::drs(int n) const -> Share {
-  const Node& node = nodes_[u(n)];
-  Share s;
-  if (node.parent < 0) return s;
-  const size_t nres = resources_.size();
-  std::vector<Amount> borrowed(nres, 0), lendable(nres, 0);
-  for (int f = 0; f < nfr_; ++f) {
-    const size_t r = u(f) % nres;
-    const Amount over = node.usage[u(f)] - node.subtree[u(f)];
-    if (over > 0) {
-      borrowed[r] += over;
-      s.borrowing = true;
-    }
-    lendable[r] += potential(node.parent, f);
-  }
-  double ratio = 0;
-  for (size_t r = 0; r < nres; ++r) {
-    if (lendable[r] > 0) {
-      ratio = std::max(
-          ratio, static_cast<double>(borrowed[r]) * 1000.0 / static_cast<double>(lendable[r]));
-    }
-  }
-  s.unweighted = ratio;
-  if (!s.borrowing) return s;
-  if (node.weight_milli == 0) {
-    s.value = std::numeric_limits<double>::infinity();
-  } else {
-    s.value = ratio * 1000.0 / static_cast<double>(node.weight_milli);
-  }
-  return s;
-}
-
-auto Engine::Impl::compareShare(const Share& a, const Share& b) -> int {
-  if (std::isinf(a.value) && std::isinf(b.value)) {
-    return a.unweighted < b.unweighted ? -1 : (a.unweighted > b.unweighted ? 1 : 0);
-  }
-  return a.value < b.value ? -1 : (a.value > b.value ? 1 : 0);
-}
-
 auto Engine::Impl::fairTargets(const Wl& pre, int cq, const std::map<int, Amount>& request,
                                const std::set<int>& need) -> std::vector<Target> {
   const Cq& q = cqs_[u(cq)];

@@ -34,27 +34,6 @@ auto Engine::Impl::flavorMatches(const ResourceFlavor& f, const PodSet& ps, std:
   return true;
 }
 
-auto Engine::Impl::isPreferred(const Rep& a, const Rep& b, FungibilityPreference pref) -> bool {
-  if (a.pm == kNoFit) return false;
-  if (b.pm == kNoFit) return true;
-  if ((a.pm == kNoCandidates) != (b.pm == kNoCandidates)) return b.pm == kNoCandidates;
-  if (pref == FungibilityPreference::kPreemptionOverBorrowing) {
-    if (a.level != b.level) return a.level < b.level;
-    return a.pm > b.pm;
-  }
-  if (a.pm != b.pm) return a.pm > b.pm;
-  return a.level < b.level;
-}
-
-auto Engine::Impl::shouldTryNextFlavor(const Rep& r, const FlavorFungibility& f) -> bool {
-  if (r.pm == kNoFit || r.pm == kNoCandidates) return true;
-  if ((r.pm == kPreempt || r.pm == kReclaim) &&
-      f.when_can_preempt == WhenCanPreempt::kTryNextFlavor) {
-    return true;
-  }
-  return r.level > 0 && f.when_can_borrow == WhenCanBorrow::kTryNextFlavor;
-}
-
 auto Engine::Impl::fitsResourceQuota(int cq, const Wl& w, int f, Amount val, std::string* why,
                                      std::string* category) -> Rep {
   const Cq& q = cqs_[u(cq)];

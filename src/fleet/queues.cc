@@ -15,18 +15,6 @@
 
 namespace purser::fleet {
 
-auto Engine::Impl::addWorkloadUsage(int id) -> void {
-  Wl& w = wls_[u(id)];
-  const int node = cqs_[u(w.cq)].node;
-  for (const auto& [f, v] : w.usage) addUsage(node, f, v);
-}
-
-auto Engine::Impl::removeWorkloadUsage(int id) -> void {
-  Wl& w = wls_[u(id)];
-  const int node = cqs_[u(w.cq)].node;
-  for (const auto& [f, v] : w.usage) removeUsage(node, f, v);
-}
-
 auto Engine::Impl::resolveQueue(Workload& w) -> Result<int> {
   if (!w.priority_class.empty()) {
     auto pc = priority_classes_.find(w.priority_class);
@@ -142,15 +130,6 @@ auto Engine::Impl::addAdmitted(Workload w) -> Result<void> {
   return {};
 }
 
-auto Engine::Impl::submit(Workload w) -> Result<void> {
-  w.admission.reset();
-  const int id = PURSER_TRY_VALUE(newWorkload(std::move(w)));
-  Wl& wl = wls_[u(id)];
-  // A new workload goes straight to its queue's active list.
-  cqs_[u(wl.cq)].active.insert(id);
-  return {};
-}
-
 auto Engine::Impl::finish(const std::string& name) -> Result<void> {
   auto it = wl_index_.find(name);
   if (it == wl_index_.end() || wls_[u(it->second)].state == State::kFinished) {
@@ -176,16 +155,6 @@ auto Engine::Impl::finish(const std::string& name) -> Result<void> {
   return {};
 }
 
-auto Engine::Impl::freePlacement(const std::string& name) -> void {
-  if (!options_.placement) return;
-  options_.placement->free(name);
-  std::set<int> roots;
-  for (const auto& q : cqs_) roots.insert(root_of_[u(q.node)]);
-  for (int r : roots) retryTree(r);
-}
-
-auto Engine::Impl::retryInadmissible(int cq) -> void { retryTree(root_of_[u(cqs_[u(cq)].node)]); }
-
 auto Engine::Impl::retryTree(int root) -> void {
   std::vector<int> stack = {root};
   while (!stack.empty()) {
@@ -209,69 +178,6 @@ auto Engine::Impl::retryTree(int root) -> void {
   }
 }
 
-auto Engine::Impl::waitsForPreemptor(int id) -> bool {
-  Wl& w = wls_[u(id)];
-  if (w.preempted_for < 0) return false;
-  const Wl& p = wls_[u(w.preempted_for)];
-  if (p.state == State::kPending && p.pressing && !p.inadmissible && !p.held) {
-    w.reason = kWaitingForQuota;
-    w.message = fmt::format("preempted to make room for {}; waits until that workload is admitted",
-                            p.spec.name);
-    return true;
-  }
-  w.preempted_for = -1;
-  return false;
-}
-
-auto Engine::Impl::unqueue(int id) -> void {
-  Wl& w = wls_[u(id)];
-  Cq& q = cqs_[u(w.cq)];
-  if (w.inadmissible) {
-    std::erase(q.parked, id);
-    w.inadmissible = false;
-  } else {
-    q.active.erase(id);
-  }
-}
-
-auto Engine::Impl::setParked(int id, bool parked) -> void {
-  Wl& w = wls_[u(id)];
-  if (w.inadmissible == parked) return;
-  Cq& q = cqs_[u(w.cq)];
-  if (parked) {
-    q.active.erase(id);
-    q.parked.push_back(id);
-  } else {
-    std::erase(q.parked, id);
-    q.active.insert(id);
-  }
-  w.inadmissible = parked;
-}
-
-auto Engine::Impl::namespaceMatches(int cq, const std::string& ns) const -> bool {
-  const auto& sel = cqs_[u(cq)].spec.namespace_selector;
-  if (!sel) return true;
-  auto labels = world_.namespaces.find(ns);
-  for (const auto& [key, values] : *sel) {
-    if (labels == world_.namespaces.end()) return false;
-    auto v = labels->second.find(key);
-    if (v == labels->second.end()) return false;
-    if (std::find(values.begin(), values.end(), v->second) == values.end()) return false;
-  }
-  return true;
-}
-
-auto Engine::Impl::queueOrderBefore(int a, int b) const -> bool {
-  const Workload& x = wls_[u(a)].spec;
-  const Workload& y = wls_[u(b)].spec;
-  if (x.priority != y.priority) return x.priority > y.priority;
-  if (orderedBefore(wls_[u(a)], wls_[u(b)]) || orderedBefore(wls_[u(b)], wls_[u(a)])) {
-    return orderedBefore(wls_[u(a)], wls_[u(b)]);
-  }
-  if (x.uid != y.uid) return x.uid < y.uid;
-  return x.name < y.name;
-}
-
 auto Engine::Impl::status(const std::string& name) const -> std::optional<WorkloadStatus> {
   auto it = wl_index_.find(name);
   if (it == wl_index_.end()) return std::nullopt;
@@ -288,63 +194,6 @@ auto Engine::Impl::status(const std::string& name) const -> std::optional<Worklo
   s.attempted = w.attempted;
   if (w.order_seq > 0) s.queued_ms = w.order_ms;
   return s;
-}
-
-auto Engine::Impl::workloadNames() const -> std::vector<std::string> {
-  std::vector<std::string> out;
-  for (const auto& w : wls_) out.push_back(w.spec.name);
-  return out;
-}
-
-auto Engine::Impl::setNamespace(const std::string& name, std::map<std::string, std::string> labels)
-    -> void {
-  world_.namespaces[name] = std::move(labels);
-  // A namespace newly selected may unpark workloads that were outside every selector.
-  for (size_t n = 0; n < nodes_.size(); ++n) {
-    if (nodes_[n].parent < 0) retryTree(static_cast<int>(n));
-  }
-}
-
-auto Engine::Impl::pendingId(const std::string& name) const -> Result<int> {
-  auto it = wl_index_.find(name);
-  if (it == wl_index_.end() || wls_[u(it->second)].state == State::kFinished) {
-    return fail(Error(ErrorCode::kNotFound, fmt::format("no workload named \"{}\"", name)));
-  }
-  return it->second;
-}
-
-auto Engine::Impl::hold(const std::string& name, const std::string& reason,
-                        const std::string& message) -> Result<void> {
-  const int id = PURSER_TRY_VALUE(pendingId(name));
-  Wl& w = wls_[u(id)];
-  if (w.state != State::kPending) return {};
-  w.held = true;
-  w.reason = reason;
-  w.message = message;
-  Cq& q = cqs_[u(w.cq)];
-  if (q.sticky == id) q.sticky = -1;
-  setParked(id, true);
-  return {};
-}
-
-auto Engine::Impl::stop(const std::string& name, const std::string& reason,
-                        const std::string& message) -> Result<void> {
-  auto it = wl_index_.find(name);
-  if (it == wl_index_.end() || wls_[u(it->second)].state != State::kAdmitted) {
-    return fail(
-        Error(ErrorCode::kNotFound, fmt::format("no admitted workload named \"{}\"", name)));
-  }
-  evict(it->second, reason, message);
-  return {};
-}
-
-auto Engine::Impl::release(const std::string& name) -> Result<void> {
-  const int id = PURSER_TRY_VALUE(pendingId(name));
-  Wl& w = wls_[u(id)];
-  if (!w.held) return {};
-  w.held = false;
-  if (w.state == State::kPending) setParked(id, false);
-  return {};
 }
 
 auto Engine::Impl::queues() const -> std::vector<QueueStatus> {

@@ -15,11 +15,6 @@
 
 namespace purser::fleet {
 
-auto Engine::Impl::orderedBefore(const Wl& a, const Wl& b) -> bool {
-  if (a.order_ms != b.order_ms) return a.order_ms < b.order_ms;
-  return a.order_seq < b.order_seq;
-}
-
 auto Engine::Impl::build() -> Result<void> {
   // Flavors and resources.
   for (const auto& f : world_.flavors) {
@@ -165,51 +160,6 @@ auto Engine::Impl::build() -> Result<void> {
   return {};
 }
 
-auto Engine::Impl::touch(int cq) -> void { ++tree_version_[u(root_of_[u(cqs_[u(cq)].node)])]; }
-
-auto Engine::Impl::resourceIndex(const std::string& name, bool create) -> int {
-  auto it = resource_index_.find(name);
-  if (it != resource_index_.end()) return it->second;
-  if (!create) return -1;
-  const int i = static_cast<int>(resources_.size());
-  resources_.push_back(name);
-  resource_index_[name] = i;
-  return i;
-}
-
-auto Engine::Impl::fr(int flavor, int resource) const -> int {
-  return flavor * static_cast<int>(resources_.size()) + resource;
-}
-
-auto Engine::Impl::frOf(const std::string& flavor, const std::string& resource) const -> int {
-  auto f = flavor_index_.find(flavor);
-  auto r = resource_index_.find(resource);
-  if (f == flavor_index_.end() || r == resource_index_.end()) return -1;
-  return fr(f->second, r->second);
-}
-
-auto Engine::Impl::flavorName(int fr_index) const -> const std::string& {
-  return world_.flavors[static_cast<size_t>(fr_index / static_cast<int>(resources_.size()))].name;
-}
-
-auto Engine::Impl::resourceName(int fr_index) const -> const std::string& {
-  return resources_[static_cast<size_t>(fr_index % static_cast<int>(resources_.size()))];
-}
-
-auto Engine::Impl::newNode(const std::string& name, bool is_cq) -> int {
-  Node n;
-  n.name = name;
-  n.is_cq = is_cq;
-  n.nominal.assign(static_cast<size_t>(nfr_), 0);
-  n.bl.assign(static_cast<size_t>(nfr_), kNone);
-  n.ll.assign(static_cast<size_t>(nfr_), kNone);
-  n.subtree.assign(static_cast<size_t>(nfr_), 0);
-  n.local.assign(static_cast<size_t>(nfr_), 0);
-  n.usage.assign(static_cast<size_t>(nfr_), 0);
-  nodes_.push_back(std::move(n));
-  return static_cast<int>(nodes_.size()) - 1;
-}
-
 auto Engine::Impl::applyQuotas(Node& node, const std::vector<ResourceGroup>& groups,
                                const std::string& what) -> Result<void> {
   for (const auto& g : groups) {
@@ -235,66 +185,6 @@ auto Engine::Impl::applyQuotas(Node& node, const std::vector<ResourceGroup>& gro
     }
   }
   return {};
-}
-
-auto Engine::Impl::u(int i) -> size_t { return static_cast<size_t>(i); }
-
-auto Engine::Impl::localAvailable(const Node& n, int f) const -> Amount {
-  return std::max<Amount>(0, n.local[u(f)] - n.usage[u(f)]);
-}
-
-auto Engine::Impl::addUsage(int n, int f, Amount v) -> void {
-  Node& node = nodes_[u(n)];
-  const Amount la = localAvailable(node, f);
-  node.usage[u(f)] += v;
-  if (node.parent >= 0 && v > la) addUsage(node.parent, f, v - la);
-}
-
-auto Engine::Impl::removeUsage(int n, int f, Amount v) -> void {
-  Node& node = nodes_[u(n)];
-  const Amount stored = node.usage[u(f)] - node.local[u(f)];
-  node.usage[u(f)] -= v;
-  if (node.parent >= 0 && stored > 0) removeUsage(node.parent, f, std::min(v, stored));
-}
-
-auto Engine::Impl::available(int n, int f) const -> Amount {
-  const Node& node = nodes_[u(n)];
-  if (node.parent < 0) return node.subtree[u(f)] - node.usage[u(f)];
-  Amount p = available(node.parent, f);
-  if (node.bl[u(f)] != kNone) {
-    const Amount stored = node.subtree[u(f)] - node.local[u(f)];
-    const Amount used = std::max<Amount>(0, node.usage[u(f)] - node.local[u(f)]);
-    p = std::min(p, stored - used + node.bl[u(f)]);
-  }
-  return localAvailable(node, f) + p;
-}
-
-auto Engine::Impl::cqAvailable(int cq, int f) const -> Amount {
-  return std::max<Amount>(0, available(cqs_[u(cq)].node, f));
-}
-
-auto Engine::Impl::potential(int n, int f) const -> Amount {
-  const Node& node = nodes_[u(n)];
-  if (node.parent < 0) return node.subtree[u(f)];
-  Amount a = node.local[u(f)] + potential(node.parent, f);
-  if (node.bl[u(f)] != kNone) a = std::min(a, node.subtree[u(f)] + node.bl[u(f)]);
-  return a;
-}
-
-auto Engine::Impl::findHeight(int cq, int f, Amount val) const -> std::pair<int, bool> {
-  const Node& node = nodes_[u(cqs_[u(cq)].node)];
-  if (!(node.nominal[u(f)] < node.usage[u(f)] + val) || node.parent < 0) {
-    return {0, node.parent >= 0};
-  }
-  Amount remaining = val - localAvailable(node, f);
-  int last = node.parent;
-  for (int c = node.parent; c >= 0; c = nodes_[u(c)].parent) {
-    const Node& cn = nodes_[u(c)];
-    if (!(cn.subtree[u(f)] < cn.usage[u(f)] + remaining)) return {cn.height, cn.parent >= 0};
-    remaining -= localAvailable(cn, f);
-    last = c;
-  }
-  return {nodes_[u(last)].height, false};
 }
 
 }  // namespace purser::fleet
