@@ -3,6 +3,8 @@
 #   free_port    prints a TCP port nothing listens on
 #   wait_for URL waits (bounded) until URL answers
 #   jsonfield F  prints field F of the JSON object on stdin
+#   field J F    prints field F of the JSON object J
+#   ratio A B    prints A / B to one decimal
 #   bench_member URL ADMIN_KEY [KEY_FIELDS]
 #                creates tenant "bench", its team "t", user "u" and a key of u's (KEY_FIELDS: more
 #                JSON fields for the key, such as ,"rpm":1000); sets $tenant, $team, $user and $key
@@ -19,6 +21,8 @@ free_port() {
   done
 }
 wait_for() { for _ in $(seq 200); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+field() { node -e "console.log(JSON.parse(process.argv[1])['$2'])" "$1"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a / b}'; }
 jsonfield() { node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.parse(s)['$1']))"; }
 bench_member() {
   local url=$1 admin=$2 extra=${3:-}

@@ -58,8 +58,6 @@ load --probes 50 >/dev/null  # warm up
 alone=$(load --attack none)
 bodies=$(load --attack bodies --attackers 6 --attack-model sink)
 events=$(load --attack events --attackers 6 --attack-model flood)
-field() { node -e "console.log(JSON.parse(process.argv[1])['$2'])" "$1"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a / b}'; }
 cores=$(nproc)
 echo "hostile ($cores cores; probe: $probes small chat requests in a row)"
 for run in alone bodies events; do

@@ -75,8 +75,6 @@ load --probes 50 >/dev/null  # warm up
 alone=$(load --attack none)
 one=$(load --attack reports --attackers 1)
 four=$(load --attack reports --attackers 4)
-field() { node -e "console.log(JSON.parse(process.argv[1])['$2'])" "$1"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a / b}'; }
 cores=$(nproc)
 echo "reports ($cores cores, $threads workers; $events usage events; probe: $probes small chat requests in a row)"
 for run in alone one four; do
