@@ -120,45 +120,27 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
     if (!t) co_return problem(t.error().withField("from"));
     from_ms = unixMillis(*t);
   }
-  std::string where = "at_ms >= $1";
-  std::vector<store::Value> params = {from_ms};
-  if (who->role == Role::kTenantAdmin) {
-    where += " AND tenant_id = $2";
-    params.emplace_back(who->tenant_id);
-  } else if (who->role != Role::kPlatformAdmin) {
-    where += " AND tenant_id = $2 AND team_id = $3";
-    params.emplace_back(who->tenant_id);
-    params.emplace_back(who->team_id);
+  ledger::RecentQuery query{.from_ms = from_ms, .limit = kMaxLatencySamples};
+  if (who->role != Role::kPlatformAdmin) query.tenant_id = who->tenant_id;
+  if (who->role != Role::kPlatformAdmin && who->role != Role::kTenantAdmin) {
+    query.team_id = who->team_id;
   }
   // Per route and per (route, provider, model): the target that served the request.
   std::map<std::string, Stats> by_route;
   std::map<std::tuple<std::string, std::string, std::string>, Stats> by_target;
-  auto read = co_await http::runBlocking(s.readers, [&]() -> Result<void> {
-    PURSER_TRY(s.meter.catchUp());
-    return s.store.read([&](store::Tx& tx) -> Result<void> {
-      auto rows = PURSER_TRY_VALUE(tx.query(
-          fmt::format("SELECT route, provider, model, status, latency_ms, input_tokens, "
-                      "output_tokens, cost_nanos FROM usage_events WHERE {} ORDER BY at_ms DESC "
-                      "LIMIT {}",
-                      where, kMaxLatencySamples),
-          params));
-      for (const auto& r : rows) {
-        const int64_t status = r.getInt(3);
-        const bool ok = status >= 200 && status < 300;
-        for (Stats* st :
-             {&by_route[r.getText(0)], &by_target[{r.getText(0), r.getText(1), r.getText(2)}]}) {
-          ++st->requests;
-          st->errors += ok ? 0 : 1;
-          st->input_tokens += r.getInt(5);
-          st->output_tokens += r.getInt(6);
-          st->cost = st->cost.add(Money::fromNanos(r.getInt(7))).value_or(Money::max());
-          if (ok) st->latencies.push_back(r.getInt(4));
-        }
-      }
-      return {};
-    });
-  });
+  auto read = co_await http::runBlocking(s.readers, [&] { return s.meter.recentRequests(query); });
   if (!read) co_return problem(read.error());
+  for (const ledger::RequestSample& r : *read) {
+    const bool ok = r.status >= 200 && r.status < 300;
+    for (Stats* st : {&by_route[r.route], &by_target[{r.route, r.provider, r.model}]}) {
+      ++st->requests;
+      st->errors += ok ? 0 : 1;
+      st->input_tokens += r.input_tokens;
+      st->output_tokens += r.output_tokens;
+      st->cost = st->cost.add(r.cost).value_or(Money::max());
+      if (ok) st->latencies.push_back(r.latency_ms);
+    }
+  }
   json items = json::array();
   if (s.gateway != nullptr) {
     const MonoTime now = s.clock.monotonic();

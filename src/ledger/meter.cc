@@ -768,4 +768,34 @@ Result<std::vector<SpendRow>> Meter::spend(const UsageQuery& q, std::string_view
   return out;
 }
 
+Result<std::vector<RequestSample>> Meter::recentRequests(const RecentQuery& q) {
+  std::string where = "at_ms >= $1";
+  std::vector<store::Value> params = {q.from_ms};
+  if (!q.tenant_id.empty()) {
+    where += " AND tenant_id = $2";
+    params.emplace_back(q.tenant_id);
+    if (!q.team_id.empty()) {
+      where += " AND team_id = $3";
+      params.emplace_back(q.team_id);
+    }
+  }
+  PURSER_TRY(catchUp());
+  std::vector<RequestSample> out;
+  PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
+    auto rows = PURSER_TRY_VALUE(tx.query(
+        fmt::format("SELECT route, provider, model, status, latency_ms, input_tokens, "
+                    "output_tokens, cost_nanos FROM usage_events WHERE {} ORDER BY at_ms DESC "
+                    "LIMIT {}",
+                    where, std::max<int64_t>(1, q.limit)),
+        params));
+    out.reserve(rows.size());
+    for (const auto& r : rows) {
+      out.push_back({r.getText(0), r.getText(1), r.getText(2), r.getInt(3), r.getInt(4),
+                     r.getInt(5), r.getInt(6), Money::fromNanos(r.getInt(7))});
+    }
+    return {};
+  }));
+  return out;
+}
+
 }  // namespace purser::ledger

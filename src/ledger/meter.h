@@ -72,6 +72,24 @@ struct SpendRow {
   TokenCounts tokens;
 };
 
+// The newest requests since `from_ms` (at most `limit`, newest first), over every tenant, one
+// tenant (`tenant_id`) or one team of it (`team_id` too): what the console's route statistics are
+// computed from.
+struct RecentQuery {
+  int64_t from_ms = 0;
+  std::string tenant_id;
+  std::string team_id;
+  int64_t limit = 100'000;
+};
+
+struct RequestSample {
+  std::string route, provider, model;
+  int64_t status = 0;
+  int64_t latency_ms = 0;
+  int64_t input_tokens = 0, output_tokens = 0;
+  Money cost;
+};
+
 // group_by: user (users and service accounts), team, key, model, route, session, or a time
 // bucket in UTC: day, hour, minute.
 Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect dialect);
@@ -168,6 +186,7 @@ class Meter {
 
   Result<std::vector<UsageEvent>> events(const UsageQuery& query);
   Result<std::vector<SpendRow>> spend(const UsageQuery& query, std::string_view group_by);
+  Result<std::vector<RequestSample>> recentRequests(const RecentQuery& query);
 
   // Syncs and materialises what the journal holds; later records are refused.
   void close();

@@ -1,0 +1,79 @@
+// The meter's usage queries: the recent requests the console's route statistics are computed from,
+// newest first, scoped to a tenant or a team, bounded.
+#include <gtest/gtest.h>
+
+#include "fakes/temp_dir.h"
+#include "ledger/meter.h"
+#include "store/sqlite_store.h"
+
+namespace purser::ledger {
+namespace {
+
+TEST(MeterQueriesTest, RecentRequestsAreNewestFirstScopedAndBounded) {
+  testing::TempDir dir;
+  ManualClock clock(SystemTime(std::chrono::milliseconds(1'767'225'600'000)));
+  auto s = store::SqliteStore::open({.path = dir.file("m.db")}, clock);
+  ASSERT_TRUE(s.has_value());
+  WalletBook book(clock);
+  auto m = Meter::open(**s, book, clock, nullptr, {.dir = dir.file("journal")});
+  ASSERT_TRUE(m.has_value()) << m.error().toString();
+  Meter& meter = **m;
+  struct Sent {
+    const char* id;
+    const char* tenant;
+    const char* team;
+    const char* route;
+    int status;
+  };
+  const Sent sent[] = {{"e1", "t1", "a", "chat", 200},
+                       {"e2", "t1", "b", "chat", 500},
+                       {"e3", "t2", "c", "embed", 200},
+                       {"e4", "t1", "a", "embed", 200}};
+  for (const Sent& x : sent) {
+    clock.advance(std::chrono::seconds(1));
+    UsageEvent draft;
+    draft.id = x.id;
+    draft.tenant_id = x.tenant;
+    draft.team_id = x.team;
+    draft.route = x.route;
+    draft.provider = "p";
+    draft.model = "m";
+    ASSERT_TRUE(
+        meter.reserve(draft, {}, Money::fromNanos(100), std::chrono::minutes(1)).has_value());
+    UsageEvent done = draft;
+    done.at = clock.now();
+    done.status = x.status;
+    done.latency_ms = 7;
+    done.tokens.input = 3;
+    done.cost = Money::fromNanos(40);
+    ASSERT_TRUE(meter.settle(done).has_value());
+  }
+  const int64_t from = unixMillis(clock.now()) - 60'000;
+  auto all = meter.recentRequests({.from_ms = from});
+  ASSERT_TRUE(all.has_value()) << all.error().toString();
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].route, "embed") << "newest first";
+  EXPECT_EQ((*all)[1].route, "embed");
+  EXPECT_EQ((*all)[3].route, "chat");
+  EXPECT_EQ((*all)[2].status, 500);
+  EXPECT_EQ((*all)[0].cost.nanos(), 40);
+  EXPECT_EQ((*all)[0].input_tokens, 3);
+
+  auto tenant = meter.recentRequests({.from_ms = from, .tenant_id = "t1"});
+  ASSERT_TRUE(tenant.has_value());
+  EXPECT_EQ(tenant->size(), 3u) << "another tenant's request is not counted";
+  auto team = meter.recentRequests({.from_ms = from, .tenant_id = "t1", .team_id = "a"});
+  ASSERT_TRUE(team.has_value());
+  EXPECT_EQ(team->size(), 2u);
+  auto bounded = meter.recentRequests({.from_ms = from, .limit = 1});
+  ASSERT_TRUE(bounded.has_value());
+  ASSERT_EQ(bounded->size(), 1u);
+  EXPECT_EQ((*bounded)[0].route, "embed");
+  auto later = meter.recentRequests({.from_ms = unixMillis(clock.now()) + 1});
+  ASSERT_TRUE(later.has_value());
+  EXPECT_TRUE(later->empty());
+  meter.close();
+}
+
+}  // namespace
+}  // namespace purser::ledger
