@@ -14,8 +14,8 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "diagnose/case.h"
-#include "diagnose_io/case_io.h"
 #include "diagnose/engine.h"
+#include "diagnose_io/case_io.h"
 #include "observe/prom_text.h"
 
 namespace {

@@ -17,9 +17,9 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "diagnose/answer.h"
-#include "diagnose_io/case_io.h"
 #include "diagnose/case.h"
 #include "diagnose/engine.h"
+#include "diagnose_io/case_io.h"
 
 namespace purser::cli {
 
