@@ -24,21 +24,28 @@ std::string label(const std::string& key) {
 bool empty(const Json& v) { return v.is_null() || ((v.is_array() || v.is_object()) && v.empty()); }
 
 // Text as one line a terminal shows as it is: control characters (a newline, an escape sequence a
-// workload's author wrote) are written as \n or \xNN.
+// workload's author wrote, and the C1 controls U+0080-U+009F, which some terminals obey as 8-bit
+// escapes: CSI, OSC) are written as \n, \xNN or \u00NN.
 std::string printable(const std::string& text) {
+  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    const auto next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+    if (u == '\n') {
       out += "\\n";
     } else if (u < 0x20 || u == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
       out += "\\x";
       out += kHex[u >> 4];
       out += kHex[u & 15];
+    } else if (u == 0xc2 && next >= 0x80 && next <= 0x9f) {  // UTF-8 of U+0080-U+009F
+      out += "\\u00";
+      out += kHex[next >> 4];
+      out += kHex[next & 15];
+      ++i;
     } else {
-      out += c;
+      out += text[i];
     }
   }
   return out;

@@ -53,6 +53,16 @@ TEST(DescribeTest, ControlCharactersAMemberWroteNeverReachTheTerminal) {
   EXPECT_NE(text.find("Items: a\\x09b\n"), std::string::npos) << text;
   // Exactly one line per field: the newline in a value did not start another.
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;
+
+  // The C1 controls as UTF-8 (CSI U+009B, OSC U+009D, ST U+009C), which terminals that take 8-bit
+  // controls obey, are written out too; other non-ASCII text is left as it is.
+  const std::string c1 = described(Json{{"command",
+                                         "a\xc2\x9b"
+                                         "31mred \xc2\x9d"
+                                         "0;t\xc2\x9c caf\xc3\xa9"}});
+  EXPECT_EQ(c1.find("\xc2\x9b"), std::string::npos) << c1;
+  EXPECT_EQ(c1.find("\xc2\x9d"), std::string::npos) << c1;
+  EXPECT_EQ(c1, "Command: a\\u009b31mred \\u009d0;t\\u009c caf\xc3\xa9\n") << c1;
 }
 
 TEST(DescribeTest, APlainValueOrAnEmptyObjectIsShownAsItIs) {
