@@ -365,6 +365,10 @@ TEST(LocalExecutorFilesTest, EndedPodsFilesGoOnceOlderThanTheRetention) {
   testing::writeFile(outside.file("precious"), "keep");
   ASSERT_EQ(::symlink(outside.file("precious").c_str(), dir.file("evil.log").c_str()), 0);
   age(dir.file("evil.log"), 30, AT_SYMLINK_NOFOLLOW);
+  // ... of a pod whose ended files are swept (its exit file is old): its other files go, the link
+  // is left (a link in the log directory is not a file Purser wrote).
+  testing::writeFile(dir.file("evil.exit"), "exit 0 0");
+  age(dir.file("evil.exit"), 30);
   // A pod that may still run (no exit file yet): its pid file is how a restart takes it back.
   for (const char* f : {"ml.live.main.0.1.log", "ml.live.main.0.1.pid"}) {
     testing::writeFile(dir.file(f), "x");
@@ -384,6 +388,7 @@ TEST(LocalExecutorFilesTest, EndedPodsFilesGoOnceOlderThanTheRetention) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("ml.old.main.0.1.log")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("ml.old.main.0.1.exit")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("ml.old.main.0.1.pid")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("evil.exit"))) << "the pod's files were swept";
   EXPECT_TRUE(std::filesystem::is_symlink(dir.file("evil.log")));
   EXPECT_EQ(testing::readFile(outside.file("precious")), "keep");
   EXPECT_TRUE(std::filesystem::exists(dir.file("notes.txt")));
