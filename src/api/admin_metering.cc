@@ -17,6 +17,7 @@
 #include "api/async_store.h"
 #include "common/duration.h"
 #include "common/json.h"
+#include "gateway/durable.h"
 #include "http/async.h"
 #include "identity/payer.h"
 #include "ledger/budget.h"
@@ -236,10 +237,7 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     }
     co_return problem(held.error());
   }
-  if (s.meter.syncsEachRecord() &&
-      !co_await http::whenCalled<bool>([&](std::function<void(bool)> done) {
-        s.meter.whenDurable(held->journalSequence(), std::move(done));
-      })) {
+  if (s.meter.syncsEachRecord() && !co_await gateway::durable(s.meter, held->journalSequence())) {
     co_return problem(unavailable("the ledger could not make the reservation durable; try again"));
   }
   const std::vector<std::string> chain = held->wallets();
@@ -279,9 +277,7 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
                                event.model.empty() ? event.route : event.model, event, estimate);
   if (!settled) co_return problem(settled.error());
   if (!settled->duplicate && s.meter.syncsEachRecord() &&
-      !co_await http::whenCalled<bool>([&](std::function<void(bool)> done) {
-        s.meter.whenDurable(settled->journal_sequence, std::move(done));
-      })) {
+      !co_await gateway::durable(s.meter, settled->journal_sequence)) {
     co_return problem(
         unavailable("the ledger could not make the usage durable; it will be "
                     "recovered at the next start"));

@@ -8,7 +8,7 @@
 namespace purser {
 
 WorkPool::WorkPool(std::string name, size_t threads, size_t max_queued)
-    : name_(std::move(name)), max_queued_(max_queued), count_(threads) {
+    : name_(std::move(name)), max_queued_(max_queued) {
   threads_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
 }
@@ -29,7 +29,7 @@ void WorkPool::stop() {
 bool WorkPool::post(std::function<void()> work) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || queue_.size() >= max_queued_ || count_ == 0) return false;
+    if (stopping_ || queue_.size() >= max_queued_ || threads_.empty()) return false;
     queue_.push_back(std::move(work));
   }
   wake_.notify_one();

@@ -34,7 +34,7 @@ class WorkPool {
   // the pool's own threads.
   void stop();
 
-  size_t threads() const { return count_; }
+  size_t threads() const { return threads_.size(); }
   size_t maxQueued() const { return max_queued_; }
 
  private:
@@ -42,12 +42,11 @@ class WorkPool {
 
   const std::string name_;
   const size_t max_queued_;
-  const size_t count_;
   std::mutex mu_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_
   bool stopping_ = false;                    // guarded by mu_
-  std::vector<std::thread> threads_;         // written by the constructor only
+  std::vector<std::thread> threads_;         // its size set by the constructor only
 };
 
 }  // namespace purser

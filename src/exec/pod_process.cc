@@ -44,9 +44,13 @@ void putNumber(char* buf, size_t* len, int64_t v) {
   while (n > 0) buf[(*len)++] = digits[--n];
 }
 
+namespace {
+
 void putText(char* buf, size_t* len, const char* text) {
   while (*text != '\0') buf[(*len)++] = *text++;
 }
+
+}  // namespace
 
 void writeAll(int fd, const char* data, size_t size) {
   while (size > 0) {
@@ -62,6 +66,8 @@ void report(int fd, int err, int step) {
   const StartFailure f{err, step};
   writeAll(fd, reinterpret_cast<const char*>(&f), sizeof f);
 }
+
+namespace {
 
 // Copies what the pod's output (fd `out`, non-blocking) holds into the log (fd 1), rolling it
 // over at the bound; true at the output's end.
@@ -93,6 +99,8 @@ bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes) {
     *log_bytes += size;
   }
 }
+
+}  // namespace
 
 // The supervisor's life: runs with the log as fd 1; `init` is the pod's init, `out` the read
 // end of the pod's output, `status` where init tells how the pod's first process ended. Never

@@ -17,8 +17,7 @@ namespace purser::exec::pod_process {
 // Appends the decimal digits of `v` to buf at *len (room for 21 bytes is the caller's).
 void putNumber(char* buf, size_t* len, int64_t v);
 
-void putText(char* buf, size_t* len, const char* text);
-
+// Writes all of `data` to `fd` (retrying short writes; a full disk loses output, never the pod).
 void writeAll(int fd, const char* data, size_t size);
 
 // What a start that failed in a child reports through the error pipe: an errno and the step
@@ -46,10 +45,6 @@ struct SupervisorPlan {
   char* buf;
   size_t buf_size;
 };
-
-// Copies what the pod's output (fd `out`, non-blocking) holds into the log (fd 1), rolling it
-// over at the bound; true at the output's end.
-bool copyOutput(const SupervisorPlan& plan, int out, size_t* log_bytes);
 
 // The supervisor's life: runs with the log as fd 1; `init` is the pod's init, `out` the read
 // end of the pod's output, `status` where init tells how the pod's first process ended. Never

@@ -152,9 +152,7 @@ asio::awaitable<void> Gateway::Impl::settle(Call& c, ledger::TokenCounts tokens,
   auto settled = c.hold.settle(e);
   if (settled && !settled->duplicate && d_.meter.syncsEachRecord()) {
     const auto asked = d_.clock.monotonic();
-    if (!co_await http::whenCalled<bool>([&](std::function<void(bool)> done) {
-          d_.meter.whenDurable(settled->journal_sequence, std::move(done));
-        })) {
+    if (!co_await durable(d_.meter, settled->journal_sequence)) {
       spdlog::error("gateway: the usage of {} may not be on disk", e.id);
     }
     c.commit_time += d_.clock.monotonic() - asked;

@@ -31,6 +31,7 @@
 #include "common/json_scan.h"
 #include "gateway/admission.h"
 #include "gateway/api_shape.h"
+#include "gateway/durable.h"
 #include "gateway/gateway.h"
 #include "gateway/sse.h"
 #include "gateway/translate.h"
@@ -432,7 +433,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
       work();
       co_return;
     }
-    co_await http::runOn(cpu_->get_executor(), work);
+    co_await http::runOn(cpu_->get_executor(), [&work] { work(); });
   }
 
   // The upstream request for `t` (see upstreamRequest), built off the worker for large bodies.

@@ -153,9 +153,12 @@ TEST(AsyncTest, AWorkerWaitingOnASlowReadServesOthers) {
     order.push_back("chat");
     served.set_value();
   });
-  served.get_future().wait();
+  // Bounded only so that a bridge that blocks the worker fails here instead of hanging the run.
+  const bool answered =
+      served.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   release.count_down();
   run.join();
+  ASSERT_TRUE(answered) << "the worker did not serve the other request while the read ran";
   EXPECT_EQ(order, (std::vector<std::string>{"chat", "report 3"}));
 }
 
@@ -168,10 +171,13 @@ TEST(AsyncTest, LaterDeliveredBeforeOrAfterItIsAwaited) {
         [&]() -> asio::awaitable<void> {
           auto later = std::make_shared<Later<int>>(co_await asio::this_coro::executor);
           auto deliver = Later<int>::deliver(later);
-          if (early)
+          if (early) {
             deliver(5);
-          else
+            // Let the delivery land before the wait begins: get() finds the value there.
+            co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+          } else {
             asio::post(here, [deliver] { deliver(5); });
+          }
           got = co_await later->get();
         },
         asio::detached);
