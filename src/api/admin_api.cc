@@ -1,5 +1,5 @@
-// The admin and metering APIs' route tables, the loading of their state at start and the first
-// start's platform admin. The handlers live by resource in admin_*.cc (see admin_common.h).
+// The admin and metering APIs' route tables and the first start's platform admin. The handlers
+// live by resource in admin_*.cc (see admin_common.h).
 #include "api/admin_api.h"
 
 #include <utility>
@@ -9,7 +9,6 @@
 #include "common/json.h"
 #include "identity/identity_store.h"
 #include "identity/keys.h"
-#include "ledger/ledger_store.h"
 
 namespace purser::api {
 
@@ -17,21 +16,6 @@ using http::Method;
 using http::Request;
 using identity::Principal;
 using identity::Role;
-
-void restoreReservations(const Services& s,
-                         const std::vector<ledger::RestoredReservation>& restored) {
-  s.reservations->restore(restored);
-}
-
-Result<void> loadState(const Services& s) {
-  PURSER_TRY(s.store.migrate("identity", identity::identityMigrations()));
-  PURSER_TRY(s.store.migrate("ledger", ledger::ledgerMigrations()));
-  PURSER_TRY(s.store.migrate("audit", ledger::AuditLog::migrations()));
-  s.directory.load(PURSER_TRY_VALUE(identity::loadIdentity(s.store)));
-  PURSER_TRY(ledger::loadWalletBook(s.store, s.wallets, s.clock, /*keep_known=*/false));
-  for (auto& l : PURSER_TRY_VALUE(ledger::loadRateLimits(s.store))) s.rate_limits.put(std::move(l));
-  return {};
-}
 
 Result<std::optional<std::string>> bootstrap(const Services& s,
                                              const std::optional<std::string>& admin_key) {
@@ -58,13 +42,10 @@ Result<std::optional<std::string>> bootstrap(const Services& s,
   Principal system;
   system.id = "system";
   system.role = Role::kPlatformAdmin;
-  PURSER_TRY(s.store.write([&](store::Tx& tx) -> Result<void> {
-    PURSER_TRY(identity::insertUser(tx, user));
-    PURSER_TRY(identity::insertKey(tx, key));
-    PURSER_TRY(s.audit.append(tx, admin::auditEntry(system, "bootstrap", "user:" + user.id, "",
-                                                    writeJson(admin::toJson(user)), "")));
-    return {};
-  }));
+  PURSER_TRY(s.records.commitNow(
+      {ledger::change(identity::insertUser, user), ledger::change(identity::insertKey, key)},
+      {identity::auditEntry(system, "bootstrap", "user:" + user.id, "",
+                            writeJson(admin::toJson(user)), "")}));
   s.directory.put(user);
   s.directory.put(key);
   if (admin_key) return std::optional<std::string>();

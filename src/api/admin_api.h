@@ -9,32 +9,28 @@
 
 #include <utility>
 
-#include <boost/asio/any_io_executor.hpp>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "api/denial_log.h"
-#include "api/reservations.h"
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
 #include "common/work_pool.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
-#include "http/client.h"
 #include "http/router.h"
-#include "http/workers.h"
+#include "identity/denial_log.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
 #include "ledger/meter.h"
 #include "ledger/price.h"
 #include "ledger/rate_limiter.h"
+#include "ledger/records.h"
+#include "ledger/reservations.h"
 #include "ledger/wallet_book.h"
 #include "observe/series.h"
-#include "store/store.h"
 
 namespace purser::api {
 
@@ -42,23 +38,21 @@ struct Services {
   const Clock& clock;
   Random& random;
   IdGenerator& ids;
-  store::Store& store;
+  // Where changes are committed with their audit entries, and the audit log read.
+  ledger::Records& records;
   identity::Directory& directory;
   ledger::WalletBook& wallets;
-  ledger::AuditLog& audit;
   ledger::Meter& meter;
   ledger::RateLimiter& limiter;
   ledger::RateLimitBook& rate_limits;
   const ledger::PriceBook& prices;
-  // Budget alerts are also POSTed here as JSON when set (best effort; the audit entry is the
-  // record). Needs `http_clients` for the workers the API runs on.
-  std::string alert_webhook = {};
-  http::WorkerLocal<http::HttpClient>* http_clients = nullptr;
+  // Where budget alerts are posted (the webhook, best effort; the audit entry is the record).
+  ledger::AlertSink* alerts = nullptr;
   // The model gateway and its sealed provider keys, for /api/v1/providers (platform admins).
   gateway::Gateway* gateway = nullptr;
   gateway::ProviderKeyStore* provider_keys = nullptr;
   // Bounds the audit entries denials write per principal; without it every denial is written.
-  DenialLog* denials = nullptr;
+  identity::DenialLog* denials = nullptr;
   // What scraping keeps of the model servers' metrics, for the targets' history.
   const observe::SeriesStore* series = nullptr;
   // What percentiles are judged over (observe.window), Purser's own measurements included.
@@ -69,32 +63,21 @@ struct Services {
   WorkPool* readers = nullptr;
   // The outstanding reservations made through this API. Each Services made is a table of its own;
   // its copies (the route tables keep one each) share it.
-  std::shared_ptr<Reservations> reservations = std::make_shared<Reservations>();
+  std::shared_ptr<ledger::Reservations> reservations = std::make_shared<ledger::Reservations>();
 };
 
-// Applies the identity and ledger migrations, then loads the directory and the wallets (with
-// what each has spent in its current window).
-Result<void> loadState(const Services& s);
+// On first start (no keys at all): creates the platform admin "admin" and its key — the value
+// of `admin_key` (PURSER_ADMIN_KEY, at least 16 characters) or a generated one — and audits it.
+// Returns the key to show once when one was generated, nullopt otherwise. Runs before the
+// workers start (it waits for its write).
+Result<std::optional<std::string>> bootstrap(const Services& s,
+                                             const std::optional<std::string>& admin_key);
 
-// The audit entries a denial of `who` writes (entry `action`, on `target`, with `detail`): the
-// denial itself while the principal is within its share of the audit log (DenialLog), and the
-// summaries of windows that closed.
+// The audit entries a denial of `who` writes (entry `action`, on `target`, with `detail`):
+// through the DenialLog when there is one, else the denial itself.
 std::vector<ledger::AuditEntry> denialEntries(const Services& s, const identity::Principal& who,
                                               std::string action, std::string target,
                                               std::string detail);
-// Writes the summaries of denial windows that are over (the server calls it every second).
-void auditClosedDenials(const Services& s);
-
-// Makes reservations the ledger held again at start (Meter::recover) settleable through the API
-// of `s`.
-void restoreReservations(const Services& s,
-                         const std::vector<ledger::RestoredReservation>& restored);
-
-// On first start (no keys at all): creates the platform admin "admin" and its key — the value
-// of `admin_key` (PURSER_ADMIN_KEY, at least 16 characters) or a generated one. Returns the key
-// to show once when one was generated, nullopt otherwise.
-Result<std::optional<std::string>> bootstrap(const Services& s,
-                                             const std::optional<std::string>& admin_key);
 
 // The principal of a request's `Authorization: Bearer <key>`; kUnauthenticated when it has none
 // or the key is not valid.
@@ -113,12 +96,5 @@ Result<void> addAdminRoutes(http::Router& router, const Services& s);
 //   GET    /api/v1/spend?scope=KIND:ID&group_by=user|team|key|model|route|session|day&from=&to=
 //   POST   /api/v1/rate-limits, GET /api/v1/rate-limits?scope=KIND:ID
 Result<void> addMeteringRoutes(http::Router& router, const Services& s);
-
-// Budget alerts: POSTed to the alert webhook (best effort, from `executor`, which must be the
-// calling worker's), and written to the audit log inside `tx`.
-void postAlerts(const Services& s, const boost::asio::any_io_executor& executor,
-                const std::vector<ledger::Alert>& alerts, const std::string& tenant_id);
-Result<void> auditAlerts(const Services& s, store::Tx& tx, const std::vector<ledger::Alert>& alerts,
-                         const std::string& tenant_id, const std::string& actor);
 
 }  // namespace purser::api

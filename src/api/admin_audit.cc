@@ -3,7 +3,6 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -109,7 +108,7 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
   // One more than asked, to say whether there is another page.
   const int64_t page = q.limit;
   ++q.limit;
-  API_TRY(entries, co_await http::runBlocking(s.readers, [&] { return s.audit.list(s.store, q); }));
+  API_TRY(entries, co_await http::runBlocking(s.readers, [&] { return s.records.audit(q); }));
   const bool more = static_cast<int64_t>(entries.size()) > page;
   if (more) entries.resize(static_cast<size_t>(page));
   json items = json::array();
@@ -137,7 +136,7 @@ asio::awaitable<Response> verifyAudit(const Services& s, Request& req) {
   if (auto denied = identity::authorize(who, Action::kVerifyAudit, {}); !denied) {
     co_return co_await deny(s, who, denied.error(), "audit.verify", "audit");
   }
-  API_TRY(v, co_await http::runBlocking(s.readers, [&] { return s.audit.verify(s.store); }));
+  API_TRY(v, co_await http::runBlocking(s.readers, [&] { return s.records.verifyAudit(); }));
   json out = {{"ok", v.ok},
               {"entries", v.entries},
               {"signed_entries", v.signed_entries},
@@ -151,42 +150,14 @@ asio::awaitable<Response> verifyAudit(const Services& s, Request& req) {
 
 }  // namespace admin
 
-namespace {
-
-void writeAudits(const Services& s, std::vector<ledger::AuditEntry> entries) {
-  if (entries.empty()) return;
-  const ledger::AuditLog& log = s.audit;
-  s.store.writeAsync(
-      [entries = std::move(entries), &log](store::Tx& tx) -> Result<void> {
-        for (const auto& e : entries) PURSER_TRY(log.append(tx, e));
-        return {};
-      },
-      [](Result<void> r) {
-        if (!r) spdlog::error("api: could not audit a denial: {}", r.error().message);
-      });
-}
-
-}  // namespace
-
 std::vector<ledger::AuditEntry> denialEntries(const Services& s, const Principal& who,
                                               std::string action, std::string target,
                                               std::string detail) {
-  std::vector<ledger::AuditEntry> entries;
-  bool write = true;
   if (s.denials != nullptr) {
-    auto decision = s.denials->note(who, action);
-    entries = std::move(decision.summaries);
-    write = decision.write;
+    return s.denials->entries(who, std::move(action), std::move(target), std::move(detail));
   }
-  if (write) {
-    entries.push_back(admin::auditEntry(who, std::move(action), std::move(target), "",
-                                        std::move(detail), who.tenant_id));
-  }
-  return entries;
-}
-
-void auditClosedDenials(const Services& s) {
-  if (s.denials != nullptr) writeAudits(s, s.denials->closed());
+  return {identity::auditEntry(who, std::move(action), std::move(target), "", std::move(detail),
+                               who.tenant_id)};
 }
 
 }  // namespace purser::api

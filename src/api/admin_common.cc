@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "api/async_store.h"
 #include "common/json.h"
+#include "http/async.h"
 
 namespace purser::api {
 
@@ -72,40 +72,29 @@ json toJson(const identity::ApiKey& k) {
 
 json listOf(json items) { return {{"data", std::move(items)}}; }
 
-ledger::AuditEntry auditEntry(const Principal& who, std::string action, std::string target,
-                              std::string before, std::string after, std::string tenant_id) {
-  ledger::AuditEntry e;
-  e.tenant_id = std::move(tenant_id);
-  e.actor = who.id;
-  e.actor_role = std::string(identity::roleName(who.role));
-  e.action = std::move(action);
-  e.target = std::move(target);
-  e.before = std::move(before);
-  e.after = std::move(after);
-  return e;
-}
-
 asio::awaitable<Response> deny(const Services& s, const Principal& who, const Error& why,
                                std::string action, std::string target) {
   auto entries = denialEntries(s, who, "policy.deny", std::move(target),
                                writeJson(json{{"action", action}, {"reason", why.message}}));
   if (!entries.empty()) {
-    auto logged = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-      for (const auto& e : entries) PURSER_TRY(s.audit.append(tx, e));
-      return {};
-    });
+    auto logged = co_await record(s, {}, std::move(entries));
     if (!logged) spdlog::error("api: could not audit a denial: {}", logged.error().message);
   }
   co_return problem(why);
 }
 
-asio::awaitable<Result<void>> commitAudited(const Services& s, store::TxFn change,
+asio::awaitable<Result<void>> record(const Services& s, std::vector<ledger::Change> changes,
+                                     std::vector<ledger::AuditEntry> entries) {
+  return http::whenCalled<Result<void>>(
+      [&records = s.records, changes = std::move(changes),
+       entries = std::move(entries)](std::function<void(Result<void>)> done) mutable {
+        records.commit(std::move(changes), std::move(entries), std::move(done));
+      });
+}
+
+asio::awaitable<Result<void>> commitAudited(const Services& s, ledger::Change change,
                                             ledger::AuditEntry entry) {
-  co_return co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-    PURSER_TRY(change(tx));
-    PURSER_TRY(s.audit.append(tx, entry));
-    return {};
-  });
+  return record(s, {std::move(change)}, {std::move(entry)});
 }
 
 Error notFound(std::string_view what, std::string_view id, std::string_view field) {

@@ -6,7 +6,7 @@
 // Each resource has its own file: admin_identity.cc (tenants, teams, users, service accounts,
 // whoami), admin_keys.cc, admin_wallets.cc (wallets and rate limits), admin_audit.cc,
 // admin_metering.cc (reservations, budget alerts), admin_usage.cc (recorded usage, usage and
-// spend), admin_providers.cc; admin_api.cc holds the route tables, loadState and bootstrap.
+// spend), admin_providers.cc; admin_api.cc holds the route tables and bootstrap.
 //
 // Thread-safety: as admin_api.h; nothing here keeps state of its own.
 #pragma once
@@ -46,9 +46,7 @@ json listOf(json items);
 
 // --- Audit ---------------------------------------------------------------------------------------
 
-ledger::AuditEntry auditEntry(const identity::Principal& who, std::string action,
-                              std::string target, std::string before, std::string after,
-                              std::string tenant_id);
+using identity::auditEntry;
 
 // Records a policy denial in the audit log (within the principal's share, DenialLog), then
 // answers with it.
@@ -56,8 +54,12 @@ boost::asio::awaitable<http::Response> deny(const Services& s, const identity::P
                                             const Error& why, std::string action,
                                             std::string target);
 
+// Commits `changes` and `entries` in one transaction (ledger::Records), awaited without blocking
+// the worker.
+boost::asio::awaitable<Result<void>> record(const Services& s, std::vector<ledger::Change> changes,
+                                            std::vector<ledger::AuditEntry> entries);
 // Commits `change` and its audit entry in one transaction.
-boost::asio::awaitable<Result<void>> commitAudited(const Services& s, store::TxFn change,
+boost::asio::awaitable<Result<void>> commitAudited(const Services& s, ledger::Change change,
                                                    ledger::AuditEntry entry);
 
 // --- Lookups within the caller's reach -------------------------------------------------------

@@ -106,13 +106,12 @@ asio::awaitable<Response> createTenant(const Services& s, Request& req) {
     t.grant = std::move(grant);
   }
   auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::insertTenant(tx, t); },
+      s, ledger::change(identity::insertTenant, t),
       auditEntry(who, "tenant.create", "tenant:" + t.id, "", writeJson(toJson(t)), t.id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(t);
   co_return jsonResponse(201, toJson(t));
 }
-
 
 asio::awaitable<Response> grantPriority(const Services& s, Request& req) {
   API_TRY(who, authenticate(s, req));
@@ -126,7 +125,7 @@ asio::awaitable<Response> grantPriority(const Services& s, Request& req) {
   identity::Tenant after = tenant;
   after.grant = std::move(grant);
   auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::updateTenantGrant(tx, after); },
+      s, ledger::change(identity::updateTenantGrant, after),
       auditEntry(who, "tenant.priority", "tenant:" + after.id, writeJson(toJson(tenant)),
                  writeJson(toJson(after)), after.id));
   if (!done) co_return problem(done.error());
@@ -148,7 +147,7 @@ asio::awaitable<Response> createTeam(const Services& s, Request& req) {
   }
   const identity::Team t{s.ids.next(), tenant.id, name, now(s)};
   auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::insertTeam(tx, t); },
+      s, ledger::change(identity::insertTeam, t),
       auditEntry(who, "team.create", "team:" + t.id, "", writeJson(toJson(t)), t.tenant_id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(t);
@@ -206,7 +205,7 @@ asio::awaitable<Response> createUser(const Services& s, Request& req) {
     co_return problem(409, fmt::format("a user named \"{}\" already exists here", u.name), "name");
   }
   auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::insertUser(tx, u); },
+      s, ledger::change(identity::insertUser, u),
       auditEntry(who, "user.create", "user:" + u.id, "", writeJson(toJson(u)), u.tenant_id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(u);
@@ -230,10 +229,10 @@ asio::awaitable<Response> createServiceAccount(const Services& s, Request& req) 
                       "name");
   }
   const identity::ServiceAccount a{s.ids.next(), tenant.id, team.id, name, now(s)};
-  auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::insertServiceAccount(tx, a); },
-      auditEntry(who, "service_account.create", "service_account:" + a.id, "", writeJson(toJson(a)),
-                 a.tenant_id));
+  auto done =
+      co_await commitAudited(s, ledger::change(identity::insertServiceAccount, a),
+                             auditEntry(who, "service_account.create", "service_account:" + a.id,
+                                        "", writeJson(toJson(a)), a.tenant_id));
   if (!done) co_return problem(done.error().withField("name"));
   s.directory.put(a);
   co_return jsonResponse(201, toJson(a));

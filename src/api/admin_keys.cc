@@ -90,13 +90,13 @@ Result<void> fitPriority(const identity::Principal& who, identity::Priority ceil
   // (the platform admin grants it, and may make keys of any priority).
   if (asked && tenant != nullptr && who.role != identity::Role::kPlatformAdmin &&
       *asked > tenant->grant.max_key_priority) {
-    return fail(Error(ErrorCode::kPermissionDenied,
-                      fmt::format("tenant {}'s keys may be at most {} (its priority grant, which "
-                                  "the platform admin sets); {} was asked",
-                                  tenant->name,
-                                  identity::priorityName(tenant->grant.max_key_priority),
-                                  identity::priorityName(*asked)))
-                    .withField("priority"));
+    return fail(
+        Error(ErrorCode::kPermissionDenied,
+              fmt::format("tenant {}'s keys may be at most {} (its priority grant, which "
+                          "the platform admin sets); {} was asked",
+                          tenant->name, identity::priorityName(tenant->grant.max_key_priority),
+                          identity::priorityName(*asked)))
+            .withField("priority"));
   }
   key.priority = *asked;
   return {};
@@ -200,7 +200,7 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
   key.name = name;
   key.created_at = now(s);
   auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::insertKey(tx, key); },
+      s, ledger::change(identity::insertKey, key),
       auditEntry(who, "key.create", "key:" + key.id, "", writeJson(toJson(key)), key.tenant_id));
   if (!done) co_return problem(done.error());
   s.directory.put(key);
@@ -230,19 +230,17 @@ asio::awaitable<Response> revokeKey(const Services& s, Request& req) {
   json out = toJson(after);
   out["revoked_with_it"] = json::array();
   for (const auto& k : derived) out["revoked_with_it"].push_back(k.id);
-  auto done = co_await commitAudited(
-      s,
-      [&](store::Tx& tx) -> Result<void> {
-        PURSER_TRY(identity::updateKey(tx, after));
-        for (const auto& k : derived) {
-          PURSER_TRY(identity::updateKey(tx, k));
-          PURSER_TRY(s.audit.append(tx, auditEntry(who, "key.revoke", "key:" + k.id, "",
-                                                   writeJson(json{{"with", id}}), k.tenant_id)));
-        }
-        return {};
-      },
-      auditEntry(who, "key.revoke", "key:" + id, writeJson(toJson(*key)), writeJson(toJson(after)),
-                 key->tenant_id));
+  // The derived keys' entries first, then the key's own (the order the log has always had).
+  std::vector<ledger::Change> changes{ledger::change(identity::updateKey, after)};
+  std::vector<ledger::AuditEntry> entries;
+  for (const auto& k : derived) {
+    changes.push_back(ledger::change(identity::updateKey, k));
+    entries.push_back(auditEntry(who, "key.revoke", "key:" + k.id, "",
+                                 writeJson(json{{"with", id}}), k.tenant_id));
+  }
+  entries.push_back(auditEntry(who, "key.revoke", "key:" + id, writeJson(toJson(*key)),
+                               writeJson(toJson(after)), key->tenant_id));
+  auto done = co_await record(s, std::move(changes), std::move(entries));
   if (!done) co_return problem(done.error());
   s.directory.put(after);
   for (const auto& k : derived) s.directory.put(k);
@@ -280,10 +278,10 @@ asio::awaitable<Response> rotateKey(const Services& s, Request& req) {
   after.previous_hash = key->secret_hash;
   after.previous_valid_until = formatRfc3339(s.clock.now() + grace);
   after.secret_hash = secret.secret_hash;
-  auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return identity::updateKey(tx, after); },
-      auditEntry(who, "key.rotate", "key:" + id, writeJson(toJson(*key)), writeJson(toJson(after)),
-                 key->tenant_id));
+  auto done =
+      co_await commitAudited(s, ledger::change(identity::updateKey, after),
+                             auditEntry(who, "key.rotate", "key:" + id, writeJson(toJson(*key)),
+                                        writeJson(toJson(after)), key->tenant_id));
   if (!done) co_return problem(done.error());
   s.directory.put(after);
   json out = toJson(after);

@@ -4,17 +4,12 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 #include <initializer_list>
 
 #include "api/admin_common.h"
 #include "api/admin_handlers.h"
-#include "api/async_store.h"
 #include "common/duration.h"
 #include "common/json.h"
 #include "gateway/durable.h"
@@ -51,22 +46,6 @@ Result<std::pair<ledger::UsageEvent, int64_t>> ownReservation(const Services& s,
   if (owner != who.id)
     PURSER_TRY(identity::authorize(who, Action::kManageKey, {d.tenant_id, d.team_id, owner}));
   return *r;
-}
-
-// Delivers one alert; failures are logged, never retried forever (the audit log has the alert).
-asio::awaitable<void> postWebhook(http::HttpClient& client, std::string url, std::string body) {
-  http::ClientRequest req;
-  req.method = Method::kPost;
-  req.url = std::move(url);
-  req.headers.add("Content-Type", "application/json");
-  req.body = std::move(body);
-  req.timeout = std::chrono::seconds(10);
-  auto res = co_await client.request(std::move(req));
-  if (!res) {
-    spdlog::warn("alerts: webhook failed: {}", res.error().message);
-  } else if (res->status >= 300) {
-    spdlog::warn("alerts: webhook answered {}", res->status);
-  }
 }
 
 }  // namespace
@@ -219,10 +198,7 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
     auto entries = denialEntries(s, who, "rate.deny", "key:" + key->id,
                                  writeJson(json{{"bucket", rate.key}, {"limit", rate.limit}}));
     if (!entries.empty()) {
-      (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-        for (const auto& e : entries) PURSER_TRY(s.audit.append(tx, e));
-        return {};
-      });
+      (void)co_await record(s, {}, std::move(entries));
     }
     Response r = problem(why);
     if (!rate.never) {
@@ -290,19 +266,10 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
                       {"limit", a.limit.toString()}});
   }
   if (!settled->alerts.empty()) {
-    postAlerts(s, co_await asio::this_coro::executor, settled->alerts, event.tenant_id);
-  }
-  if (!settled->alerts.empty()) {
-    (void)co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-      for (const auto& a : settled->alerts) {
-        PURSER_TRY(s.audit.append(tx, auditEntry(who, "budget.alert", "wallet:" + a.wallet_id, "",
-                                                 writeJson(json{{"threshold", a.threshold},
-                                                                {"spent", a.spent.toString()},
-                                                                {"limit", a.limit.toString()}}),
-                                                 event.tenant_id)));
-      }
-      return {};
-    });
+    if (s.alerts != nullptr) s.alerts->post(event.tenant_id, settled->alerts);
+    (void)co_await record(s, {},
+                          ledger::alertEntries(settled->alerts, event.tenant_id, who.id,
+                                               std::string(identity::roleName(who.role))));
   }
   co_return jsonResponse(200, {{"id", id},
                                {"charged", settled->charged.toString()},
@@ -324,43 +291,5 @@ asio::awaitable<Response> releaseReservation(const Services& s, Request& req) {
 }
 
 }  // namespace admin
-
-void postAlerts(const Services& s, const asio::any_io_executor& executor,
-                const std::vector<ledger::Alert>& alerts, const std::string& tenant_id) {
-  if (s.alert_webhook.empty() || s.http_clients == nullptr) return;
-  for (const auto& a : alerts) {
-    json payload = {{"type", "budget.alert"},
-                    {"wallet", a.wallet_id},
-                    {"tenant", tenant_id},
-                    {"threshold", a.threshold},
-                    {"spent", a.spent.toString()},
-                    {"limit", a.limit.toString()},
-                    {"at", formatRfc3339(s.clock.now())}};
-    if (a.window.end != SystemTime::max()) {
-      payload["window"] = {{"start", formatRfc3339(a.window.start)},
-                           {"end", formatRfc3339(a.window.end)}};
-    }
-    asio::co_spawn(
-        executor,
-        admin::postWebhook(s.http_clients->current(), s.alert_webhook, writeJson(payload)),
-        asio::detached);
-  }
-}
-
-Result<void> auditAlerts(const Services& s, store::Tx& tx, const std::vector<ledger::Alert>& alerts,
-                         const std::string& tenant_id, const std::string& actor) {
-  for (const auto& a : alerts) {
-    ledger::AuditEntry e;
-    e.tenant_id = tenant_id;
-    e.actor = actor;
-    e.actor_role = "system";
-    e.action = "budget.alert";
-    e.target = "wallet:" + a.wallet_id;
-    e.after = writeJson(json{
-        {"threshold", a.threshold}, {"spent", a.spent.toString()}, {"limit", a.limit.toString()}});
-    PURSER_TRY(s.audit.append(tx, e));
-  }
-  return {};
-}
 
 }  // namespace purser::api

@@ -53,8 +53,7 @@ asio::awaitable<Response> replaceProviderKeys(const Services& s, Request& req) {
   ledger::AuditEntry entry = auditEntry(who, "provider.keys.replace", "provider:" + name,
                                         writeJson(json{{"keys", provider->keyCount()}}),
                                         writeJson(json{{"keys", keys.size()}}), std::string());
-  auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return s.provider_keys->put(tx, name, keys); }, entry);
+  auto done = co_await commitAudited(s, s.provider_keys->replacement(name, keys), entry);
   if (!done) co_return problem(done.error());
   provider->replaceKeys(keys);
   co_return jsonResponse(200, {{"name", name}, {"keys", keys.size()}});
@@ -77,13 +76,7 @@ asio::awaitable<Response> restoreProviderKeys(const Services& s, Request& req) {
   ledger::AuditEntry entry = auditEntry(who, "provider.keys.restore", "provider:" + name,
                                         writeJson(json{{"keys_source", "api"}}),
                                         writeJson(json{{"keys_source", "config"}}), std::string());
-  auto done = co_await commitAudited(
-      s,
-      [&](store::Tx& tx) -> Result<void> {
-        PURSER_TRY(s.provider_keys->remove(tx, name));
-        return {};
-      },
-      entry);
+  auto done = co_await commitAudited(s, s.provider_keys->removal(name), entry);
   if (!done) co_return problem(done.error());
   provider->clearReplacedKeys();
   co_return jsonResponse(

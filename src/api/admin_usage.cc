@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,7 +12,6 @@
 
 #include "api/admin_common.h"
 #include "api/admin_handlers.h"
-#include "api/async_store.h"
 #include "common/json.h"
 #include "http/async.h"
 
@@ -256,14 +254,12 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
     co_return problem(caught.error());
   }
   std::set<std::string> recorded;
-  auto looked = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-    for (const auto& r : events) {
-      auto rows = PURSER_TRY_VALUE(
-          tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {r.event.id}));
-      if (!rows.empty()) recorded.insert(r.event.id);
-    }
-    return {};
-  });
+  std::vector<std::string> asked;
+  asked.reserve(events.size());
+  for (const auto& r : events) asked.push_back(r.event.id);
+  std::vector<ledger::Change> lookup;
+  lookup.push_back(ledger::findRecordedEvents(std::move(asked), &recorded));
+  auto looked = co_await record(s, std::move(lookup), {});
   if (!looked) co_return problem(unavailable("the ledger could not be read; try again"));
   // Charged in memory first (as every charge is), then written together; a failed write leaves
   // memory charged (never under-counting), and the retry records what this attempt charged.
@@ -274,7 +270,7 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
     std::vector<ledger::Alert> alerts;
   };
   std::map<std::string, TenantTotal> tenants;
-  std::vector<store::TxFn> writes;
+  std::vector<ledger::Change> writes;
   Money charged, overage;
   json alerts = json::array();
   Error failed;
@@ -305,33 +301,34 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
                         {"limit", a.limit.toString()}});
     }
   }
-  auto written = co_await commit(s.store, [&](store::Tx& tx) -> Result<void> {
-    for (const auto& w : writes) PURSER_TRY(w(tx));
-    for (const auto& [tenant, t] : tenants) {
-      PURSER_TRY(auditAlerts(s, tx, t.alerts, tenant, who.id));
-      PURSER_TRY(s.audit.append(tx, auditEntry(who, "usage.record", "tenant:" + tenant, "",
-                                               writeJson(json{{"events", t.events},
-                                                              {"charged", t.charged.toString()},
-                                                              {"overage", t.overage.toString()},
-                                                              {"from", formatRfc3339(t.from)},
-                                                              {"to", formatRfc3339(t.to)}}),
-                                               tenant)));
-    }
-    return {};
-  });
+  // The charges, then per tenant its alerts and one summary entry, in one transaction.
+  std::vector<ledger::AuditEntry> entries;
+  for (const auto& [tenant, t] : tenants) {
+    const std::vector<ledger::AuditEntry> alerted =
+        ledger::alertEntries(t.alerts, tenant, who.id, "system");
+    entries.insert(entries.end(), alerted.begin(), alerted.end());
+    entries.push_back(auditEntry(who, "usage.record", "tenant:" + tenant, "",
+                                 writeJson(json{{"events", t.events},
+                                                {"charged", t.charged.toString()},
+                                                {"overage", t.overage.toString()},
+                                                {"from", formatRfc3339(t.from)},
+                                                {"to", formatRfc3339(t.to)}}),
+                                 tenant));
+  }
+  const size_t recorded_now = writes.size();
+  auto written = co_await record(s, std::move(writes), std::move(entries));
   if (!written) {
     spdlog::error("api: recorded usage not written: {}", written.error().message);
     co_return problem(unavailable(
         "the ledger could not record the usage; send the same events again (ids already recorded "
         "are skipped)"));
   }
-  const auto executor = co_await asio::this_coro::executor;
   for (const auto& [tenant, t] : tenants) {
-    if (!t.alerts.empty()) postAlerts(s, executor, t.alerts, tenant);
+    if (!t.alerts.empty() && s.alerts != nullptr) s.alerts->post(tenant, t.alerts);
   }
   if (stopped) co_return problem(failed);
   co_return jsonResponse(
-      200, {{"recorded", writes.size()},
+      200, {{"recorded", recorded_now},
             {"already_recorded", json(std::vector<std::string>(recorded.begin(), recorded.end()))},
             {"charged", charged.toString()},
             {"overage", overage.toString()},

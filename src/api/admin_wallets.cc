@@ -154,10 +154,9 @@ asio::awaitable<Response> createWallet(const Services& s, Request& req) {
   fresh.spec = w;
   fresh.window = ledger::periodWindow(w.period, w.zone, s.clock.now());
   fresh.remaining = w.limit;
-  auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return ledger::insertWallet(tx, w, now(s)); },
-      auditEntry(who, "wallet.create", "wallet:" + w.id, "", writeJson(toJson(fresh)),
-                 w.tenant_id));
+  auto done = co_await commitAudited(s, ledger::change(ledger::insertWallet, w, now(s)),
+                                     auditEntry(who, "wallet.create", "wallet:" + w.id, "",
+                                                writeJson(toJson(fresh)), w.tenant_id));
   if (!done) {
     if (done.error().code == ErrorCode::kAlreadyExists) {
       co_return problem(409, "this scope already has a wallet for that model", "scope");
@@ -204,10 +203,9 @@ asio::awaitable<Response> createRateLimit(const Services& s, Request& req) {
                         "scope");
     }
   }
-  auto done = co_await commitAudited(
-      s, [&](store::Tx& tx) { return ledger::insertRateLimit(tx, l, now(s)); },
-      auditEntry(who, "rate_limit.create", "rate_limit:" + l.id, "", writeJson(toJson(l)),
-                 l.tenant_id));
+  auto done = co_await commitAudited(s, ledger::change(ledger::insertRateLimit, l, now(s)),
+                                     auditEntry(who, "rate_limit.create", "rate_limit:" + l.id, "",
+                                                writeJson(toJson(l)), l.tenant_id));
   if (!done) co_return problem(done.error().withField("scope"));
   s.rate_limits.put(l);
   co_return jsonResponse(201, toJson(l));

@@ -364,7 +364,7 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
     q.from = formatRfc3339(SystemTime(std::chrono::milliseconds(start_ms)));
     q.newest_first = true;
     q.limit = 1000;
-    auto entries = co_await http::runBlocking(s.readers, [&] { return s.audit.list(s.store, q); });
+    auto entries = co_await http::runBlocking(s.readers, [&] { return s.records.audit(q); });
     if (!entries) co_return problem(entries.error());
     const auto wallets = s.wallets.all();
     const auto wallet_scope =

@@ -3,13 +3,11 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <nlohmann/json.hpp>
 
-#include <atomic>
 #include <set>
 
 #include "api/fleet_views.h"
@@ -293,7 +291,7 @@ asio::awaitable<Response> why(const Services& s, FleetService& svc, Request& req
     }
     auto explained = f.engine().explain(name);
     if (!explained) return problem(explained.error());
-    json out = std::move(*explained);
+    json out = explanationJson(*explained);
     // Would-be victims the caller may not see are not named.
     if (out.contains("preemption") && out["preemption"].contains("would_preempt")) {
       for (auto& v : out["preemption"]["would_preempt"]) {
@@ -449,30 +447,9 @@ Fleet::Fleet(const Services& s, std::unique_ptr<workloads::FleetService> service
     : s_(s), service_(std::move(service)) {}
 Fleet::~Fleet() = default;
 
-Result<std::unique_ptr<Fleet>> Fleet::open(const Services& s, FleetOptions options) {
-  workloads::Deps deps{s.clock, s.ids,    s.store, s.directory, s.wallets,
-                       s.meter, s.prices, s.audit, {},          options.served};
-  deps.gpu_utilisation = options.gpu_utilisation;
-  deps.audit_alerts = [&s](store::Tx& tx, const std::vector<ledger::Alert>& alerts,
-                           const std::string& tenant) {
-    return auditAlerts(s, tx, alerts, tenant, "fleet");
-  };
-  // A pod's end wakes the service at once (it is told which service once there is one).
-  auto service_of = std::make_shared<std::atomic<FleetService*>>(nullptr);
-  const std::function<void()> nudge = [service_of] {
-    if (FleetService* f = service_of->load()) f->nudge();
-  };
-  if (!options.executors) return fail(invalidArgument("the fleet has no executors"));
-  workloads::Executors executors = PURSER_TRY_VALUE(options.executors(s.clock, nudge));
-  auto service = PURSER_TRY_VALUE(
-      FleetService::open(std::move(deps), std::move(options.service), std::move(executors)));
-  service_of->store(service.get());
-  return std::unique_ptr<Fleet>(new Fleet(s, std::move(service)));
-}
-
-void Fleet::tick(const boost::asio::any_io_executor& executor) {
+void Fleet::tick() {
   for (const auto& [tenant, alerts] : service_->takeAlerts()) {
-    postAlerts(s_, executor, alerts, tenant);
+    if (s_.alerts != nullptr) s_.alerts->post(tenant, alerts);
   }
 }
 

@@ -59,24 +59,11 @@
 
 namespace purser::api {
 
-struct FleetOptions {
-  workloads::Options service;
-  // Builds the executors the service runs pods with (the composition root knows which: local
-  // processes, Slurm, Kubernetes); `nudge` wakes the service when a pod changes.
-  std::function<Result<workloads::Executors>(const Clock& clock,
-                                             const std::function<void()>& nudge)>
-      executors;
-  // Where served models' replicas join (the gateway's routes); none: they join nothing.
-  workloads::ServedRoutes* served = nullptr;
-  // How busy the GPUs are (the DCGM exporters); none: utilisation is unknown.
-  const fleet::GpuUtilisation* gpu_utilisation = nullptr;
-};
-
 class Fleet {
  public:
-  // Applies the fleet's migrations, reads the configured and the applied manifests and the
-  // workloads from the store, and schedules them. An invalid manifest is an error naming it.
-  static Result<std::unique_ptr<Fleet>> open(const Services& services, FleetOptions options);
+  // The API of `service`, which the composition root opened (server/fleet_setup.h: its
+  // migrations, manifests, executors and workloads).
+  Fleet(const Services& services, std::unique_ptr<workloads::FleetService> service);
   ~Fleet();
   Fleet(const Fleet&) = delete;
   Fleet& operator=(const Fleet&) = delete;
@@ -95,9 +82,9 @@ class Fleet {
   // The gauges of the fleet current at each scrape (none while there is none).
   static void addMetrics(http::MetricsRegistry& metrics, Current current);
 
-  // Posts the budget alerts that charging GPU time raised (from `executor`, the calling
-  // worker's). Call every second or so; the service meters and schedules on its own thread.
-  void tick(const boost::asio::any_io_executor& executor);
+  // Posts the budget alerts that charging GPU time raised (Services::alerts). Call every second
+  // or so; the service meters and schedules on its own thread.
+  void tick();
 
   // Stops the fleet service's thread (before the store closes). Pods keep running.
   void stop();
@@ -109,7 +96,6 @@ class Fleet {
   std::vector<std::string> warnings() const;
 
  private:
-  Fleet(const Services& s, std::unique_ptr<workloads::FleetService> service);
   const Services s_;
   std::unique_ptr<workloads::FleetService> service_;
 };

@@ -226,6 +226,132 @@ json queueView(const fleet::QueueStatus& q) {
 }
 
 // The structured reasons in words.
+namespace {
+
+const char* policyName(fleet::WithinClusterQueue p) {
+  switch (p) {
+    case fleet::WithinClusterQueue::kNever:
+      return "Never";
+    case fleet::WithinClusterQueue::kLowerPriority:
+      return "LowerPriority";
+    case fleet::WithinClusterQueue::kLowerOrNewerEqualPriority:
+      return "LowerOrNewerEqualPriority";
+  }
+  return "Never";
+}
+
+const char* policyName(fleet::ReclaimWithinCohort p) {
+  switch (p) {
+    case fleet::ReclaimWithinCohort::kNever:
+      return "Never";
+    case fleet::ReclaimWithinCohort::kAny:
+      return "Any";
+    case fleet::ReclaimWithinCohort::kLowerPriority:
+      return "LowerPriority";
+  }
+  return "Never";
+}
+
+const char* policyName(fleet::BorrowWithinCohort p) {
+  return p == fleet::BorrowWithinCohort::kNever ? "Never" : "LowerPriority";
+}
+
+const char* verdictText(fleet::Explanation::FlavorTry::Verdict v) {
+  using V = fleet::Explanation::FlavorTry::Verdict;
+  switch (v) {
+    case V::kFits:
+      return "fits";
+    case V::kNeedsPreemption:
+      return "needs preemption or released quota";
+    case V::kNeverFits:
+      return "never fits";
+    case V::kDoesNotMatch:
+      return "does not match";
+    case V::kNotCovered:
+      return "not covered";
+  }
+  return "";
+}
+
+}  // namespace
+
+json explanationJson(const fleet::Explanation& e) {
+  using State = fleet::Explanation::State;
+  using Verdict = fleet::Explanation::FlavorTry::Verdict;
+  json out = {{"workload", e.workload},
+              {"cluster_queue", e.cluster_queue},
+              {"local_queue", e.local_queue},
+              {"priority", e.priority}};
+  if (e.state != State::kPending) {
+    out["state"] = e.state == State::kAdmitted ? "admitted" : "finished";
+    return out;
+  }
+  out["state"] = "pending";
+  out["reason"] = e.reason.empty() ? json("NotYetAttempted") : json(e.reason);
+  out["message"] = e.message;
+  out["held"] = e.held;
+  out["inadmissible"] = e.inadmissible;
+  out["ahead_in_queue"] = e.ahead_in_queue;
+  if (e.queue_stopped) {
+    out["stopped"] = "the ClusterQueue is stopped (stopPolicy); nothing is admitted from it";
+  }
+  if (e.namespace_mismatch) {
+    out["namespace_mismatch"] = fmt::format(
+        "namespace \"{}\" is not selected by ClusterQueue \"{}\"", e.namespace_, e.cluster_queue);
+  }
+  json pod_sets = json::array();
+  for (const auto& ps : e.pod_sets) {
+    json flavors = json::array();
+    for (const auto& t : ps.flavors) {
+      json entry = {{"resource", t.resource}, {"verdict", verdictText(t.verdict)}};
+      if (t.verdict != Verdict::kNotCovered) entry["flavor"] = t.flavor;
+      if (t.verdict == Verdict::kNotCovered || t.verdict == Verdict::kDoesNotMatch) {
+        entry["detail"] = t.detail;
+      } else {
+        entry["requested"] = t.requested;
+        entry["nominal"] = t.nominal;
+        entry["in_use"] = t.in_use;
+        entry["available"] = t.available;
+        entry["borrowable"] = t.borrowable;
+        entry["at_most"] = t.at_most;
+      }
+      flavors.push_back(std::move(entry));
+    }
+    pod_sets.push_back({{"name", ps.name},
+                        {"count", ps.count},
+                        {"min_count", ps.min_count ? json(*ps.min_count) : json(nullptr)},
+                        {"flavors", std::move(flavors)}});
+  }
+  out["pod_sets"] = std::move(pod_sets);
+  json preemption = {{"within_cluster_queue", policyName(e.policy.within_cluster_queue)},
+                     {"reclaim_within_cohort", policyName(e.policy.reclaim_within_cohort)},
+                     {"borrow_within_cohort", policyName(e.policy.borrow_within_cohort)}};
+  if (e.tried) {
+    using Mode = fleet::Explanation::Mode;
+    preemption["mode"] = e.mode == Mode::kFit       ? "fit"
+                         : e.mode == Mode::kPreempt ? "preempt"
+                                                    : "no fit";
+    json victims = json::array();
+    for (const auto& v : e.would_preempt) {
+      victims.push_back({{"workload", v.workload},
+                         {"cluster_queue", v.cluster_queue},
+                         {"priority", v.priority},
+                         {"reason", v.reason}});
+    }
+    preemption["would_preempt"] = std::move(victims);
+    if (e.mode == Mode::kPreempt && e.would_preempt.empty()) {
+      preemption["why_not"] = fmt::format(
+          "no set of workloads this queue's policy lets it preempt frees enough quota "
+          "(withinClusterQueue {}, reclaimWithinCohort {}, borrowWithinCohort {})",
+          policyName(e.policy.within_cluster_queue), policyName(e.policy.reclaim_within_cohort),
+          policyName(e.policy.borrow_within_cohort));
+    }
+    if (!e.assignment.empty()) preemption["assignment"] = e.assignment;
+  }
+  out["preemption"] = std::move(preemption);
+  return out;
+}
+
 json whySentences(const json& why) {
   json out = json::array();
   const std::string cq = why.value("cluster_queue", "");

@@ -39,6 +39,8 @@ nlohmann::json workloadView(const workloads::FleetService& svc, const workloads:
 
 // The structured reasons of GET .../why in words.
 nlohmann::json whySentences(const nlohmann::json& why);
+// The engine's explanation of a workload (GET .../why before the caller's view is applied).
+nlohmann::json explanationJson(const fleet::Explanation& e);
 
 nlohmann::json queueView(const fleet::QueueStatus& q);
 

@@ -1,7 +1,8 @@
 // KubeApi: a small blocking client for the Kubernetes API server — JSON requests and watch
-// streams over HTTP/1.1, HTTPS (OpenSSL, verifying the server against a CA unless told not to)
-// and a bearer token or a client certificate. One connection per request; a watch holds its own
-// until the server ends it or stop() is called.
+// streams over HTTP/1.1 or HTTPS (verifying the server against its CA unless told not to) with a
+// bearer token or a client certificate — spoken through Purser's one HTTP client (http/client.h).
+// One connection per request; a watch holds its own until the server ends it or `stop` is set.
+// Thread-safe: each call runs on its caller's thread.
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "http/client.h"
 
 namespace purser::exec {
 
@@ -46,13 +48,11 @@ class KubeApi {
                           const std::atomic<bool>& stop);
 
  private:
-  struct Conn;
   explicit KubeApi(KubeApiOptions options);
-  Result<std::unique_ptr<Conn>> connect();
+  http::ClientRequest request(http::Method method, const std::string& path) const;
   KubeApiOptions options_;
-  std::string host_, port_;
-  bool tls_ = false;
-  void* ssl_ctx_ = nullptr;  // SSL_CTX*
+  std::string base_;            // scheme://host:port
+  http::ClientOptions client_;  // the TLS and timeouts every call's client is made with
 };
 
 }  // namespace purser::exec

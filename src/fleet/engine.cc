@@ -87,7 +87,7 @@ bool Engine::hasNamespace(const std::string& name) const {
   return impl_->world_.namespaces.count(name) != 0;
 }
 std::vector<QueueStatus> Engine::queues() const { return impl_->queues(); }
-Result<nlohmann::json> Engine::explain(const std::string& name) { return impl_->explain(name); }
+Result<Explanation> Engine::explain(const std::string& name) { return impl_->explain(name); }
 const std::vector<Event>& Engine::events() const { return impl_->events_; }
 void Engine::setTime(int64_t now_ms) { impl_->now_ms_ = std::max(impl_->now_ms_, now_ms); }
 std::vector<Event> Engine::takeEvents() { return std::exchange(impl_->events_, {}); }

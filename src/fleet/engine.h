@@ -27,8 +27,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/result.h"
 #include "fleet/model.h"
 
@@ -109,6 +107,53 @@ struct WorkloadStatus {
   // When it was requeued by a preemption: it queues as of then, not its creation (pass it back
   // as Workload::queued_ms to keep its place after a restart).
   std::optional<int64_t> queued_ms;
+};
+
+// Why a workload is where it is (Engine::explain): facts only; `api/fleet_views.cc` renders them.
+struct Explanation {
+  enum class State { kPending, kAdmitted, kFinished };
+  // One flavor tried for one resource of a pod set, or a resource no flavor covers.
+  struct FlavorTry {
+    enum class Verdict { kFits, kNeedsPreemption, kNeverFits, kDoesNotMatch, kNotCovered };
+    std::string flavor;  // empty when kNotCovered
+    std::string resource;
+    Verdict verdict = Verdict::kFits;
+    std::string detail;  // kDoesNotMatch, kNotCovered: why
+    // The quota figures (milli-units), for a flavor that matches.
+    Amount requested = 0, nominal = 0, in_use = 0, available = 0, borrowable = 0, at_most = 0;
+  };
+  struct PodSet {
+    std::string name;
+    int64_t count = 0;
+    std::optional<int64_t> min_count;
+    std::vector<FlavorTry> flavors;
+  };
+  struct Victim {
+    std::string workload, cluster_queue;
+    int32_t priority = 0;
+    std::string reason;  // Kueue's preemption reason (InClusterQueue, InCohortReclamation, ...)
+  };
+  enum class Mode { kFit, kPreempt, kNoFit };
+
+  std::string workload, cluster_queue, local_queue;
+  int32_t priority = 0;
+  State state = State::kPending;
+  // The rest is set for a pending workload only.
+  std::string reason;  // the last attempt's category; empty: not yet attempted
+  std::string message;
+  bool held = false;
+  bool inadmissible = false;
+  int64_t ahead_in_queue = 0;
+  bool queue_stopped = false;  // the ClusterQueue's stopPolicy
+  bool namespace_mismatch = false;
+  std::string namespace_;  // the workload's, for the mismatch
+  std::vector<PodSet> pod_sets;
+  PreemptionPolicy policy;  // the ClusterQueue's
+  // What a cycle would do now (not when the queue is stopped or the workload held).
+  bool tried = false;
+  Mode mode = Mode::kNoFit;
+  std::vector<Victim> would_preempt;
+  std::string assignment;  // the assignment's message, when it has one
 };
 
 struct QueueStatus {
@@ -196,7 +241,7 @@ class Engine {
   std::vector<QueueStatus> queues() const;
   // Why a workload is where it is: per pod set, flavor and resource what it asks for, what the
   // queue has and could borrow, and what preemption would take or why it may not.
-  Result<nlohmann::json> explain(const std::string& name);
+  Result<Explanation> explain(const std::string& name);
 
   std::optional<WorkloadStatus> status(const std::string& name) const;
   std::vector<std::string> workloadNames() const;

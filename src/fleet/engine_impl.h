@@ -815,7 +815,7 @@ class Engine::Impl {
   std::vector<QueueStatus> queues() const;
 
   // Why `name` is where it is, recomputed against the current state.
-  Result<nlohmann::json> explain(const std::string& name);
+  Result<Explanation> explain(const std::string& name);
 
   World world_;
   EngineOptions options_;

@@ -128,4 +128,17 @@ Result<std::vector<std::pair<std::string, std::vector<std::string>>>> ProviderKe
   return out;
 }
 
+ledger::Change ProviderKeyStore::replacement(std::string provider, std::vector<std::string> keys) {
+  return [this, provider = std::move(provider), keys = std::move(keys)](store::Tx& tx) {
+    return put(tx, provider, keys);
+  };
+}
+
+ledger::Change ProviderKeyStore::removal(std::string provider) {
+  return [this, provider = std::move(provider)](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(remove(tx, provider));
+    return {};
+  };
+}
+
 }  // namespace purser::gateway

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/random.h"
 #include "common/result.h"
+#include "ledger/records.h"
 #include "store/store.h"
 
 namespace purser::gateway {
@@ -47,6 +48,9 @@ class ProviderKeyStore {
                    const std::vector<std::string>& keys);
   // Forgets `provider`'s stored keys inside the caller's transaction; false if none were stored.
   Result<bool> remove(store::Tx& tx, const std::string& provider);
+  // The same two as changes for ledger::Records (this store must outlive them).
+  ledger::Change replacement(std::string provider, std::vector<std::string> keys);
+  ledger::Change removal(std::string provider);
   // Every stored provider's keys, unsealed.
   Result<std::vector<std::pair<std::string, std::vector<std::string>>>> loadAll();
 

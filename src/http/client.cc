@@ -3,6 +3,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -14,6 +15,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include <deque>
+#include <limits>
 #include <unordered_map>
 
 #include "http/url.h"
@@ -65,6 +67,38 @@ void copyHeaders(const bhttp::fields& from, Headers& to) {
   }
 }
 
+// Sets `ctx` up as `o` says: the protocols, whom to trust, the client certificate.
+Result<void> configureTls(ssl::context& ctx, const ClientOptions& o) {
+  ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                  ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+  error_code ec;
+  if (o.verify_tls) {
+    if (o.system_trust) ctx.set_default_verify_paths(ec);
+    if (!o.ca_file.empty()) {
+      ctx.load_verify_file(o.ca_file, ec);
+      if (ec) return fail(invalidArgument(fmt::format("the CA file {} cannot be read", o.ca_file)));
+    }
+    if (!o.ca_pem.empty()) {
+      ctx.add_certificate_authority(net::buffer(o.ca_pem), ec);
+      if (ec) return fail(invalidArgument("the CA is not PEM certificates"));
+    }
+    ctx.set_verify_mode(ssl::verify_peer);
+  } else {
+    ctx.set_verify_mode(ssl::verify_none);
+  }
+  if (!o.client_cert_pem.empty() || !o.client_key_pem.empty()) {
+    error_code cert_ec, key_ec;
+    ctx.use_certificate_chain(net::buffer(o.client_cert_pem), cert_ec);
+    if (!cert_ec) ctx.use_private_key(net::buffer(o.client_key_pem), ssl::context::pem, key_ec);
+    const bool ok = !cert_ec && !key_ec && SSL_CTX_check_private_key(ctx.native_handle()) == 1;
+    ERR_clear_error();
+    if (!ok) {
+      return fail(invalidArgument("the client certificate and key are not a matching PEM pair"));
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 class HttpClient::Impl {
@@ -73,18 +107,8 @@ class HttpClient::Impl {
       : context_(context),
         clock_(clock),
         options_(std::move(options)),
-        tls_(ssl::context::tls_client) {
-    tls_.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                     ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
-    if (options_.verify_tls) {
-      error_code ec;
-      tls_.set_default_verify_paths(ec);
-      if (!options_.ca_file.empty()) tls_.load_verify_file(options_.ca_file, ec);
-      tls_.set_verify_mode(ssl::verify_peer);
-    } else {
-      tls_.set_verify_mode(ssl::verify_none);
-    }
-  }
+        tls_(ssl::context::tls_client),
+        tls_ready_(configureTls(tls_, options_)) {}
 
   Stats stats() const {
     Stats s = stats_;
@@ -185,6 +209,7 @@ class HttpClient::Impl {
     if (ec) co_return fail(mapError(ec, "connecting to", url));
     tcp_stream.socket().set_option(tcp::no_delay(true), ec);
     if (url.tls) {
+      if (!tls_ready_) co_return fail(tls_ready_.error());
       conn->tls = std::make_unique<ssl::stream<beast::tcp_stream>>(std::move(tcp_stream), tls_);
       if (!SSL_set_tlsext_host_name(conn->tls->native_handle(), url.host.c_str())) {
         co_return fail(unavailable(fmt::format("cannot set TLS server name {}", url.host)));
@@ -276,6 +301,7 @@ class HttpClient::Impl {
   const Clock& clock_;
   ClientOptions options_;
   ssl::context tls_;
+  const Result<void> tls_ready_;  // what configureTls() said of options_
   std::unordered_map<std::string, std::deque<std::unique_ptr<Connection>>> idle_;
   Stats stats_;
 };
@@ -297,7 +323,10 @@ class StreamImpl final : public ClientStream {
   net::awaitable<error_code> readHeader(std::chrono::nanoseconds timeout, size_t header_limit,
                                         bool& started) {
     parser_.header_limit(static_cast<std::uint32_t>(header_limit));
-    parser_.body_limit(boost::none);  // a stream is consumed as it arrives, never held whole
+    // A stream is consumed as it arrives, never held whole: no limit. (Not boost::none: Boost
+    // 1.74's parser compares a Content-Length with the limit as optionals, and any length is
+    // "greater" than none, so every body with a Content-Length would be refused.)
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
     error_code ec;
     conn_->lowest().expires_after(timeout);
     co_await HttpClient::Impl::onStream(*conn_, [&](auto& s) {
@@ -314,6 +343,15 @@ class StreamImpl final : public ClientStream {
   int status() const override { return status_; }
   const Headers& headers() const override { return headers_; }
 
+  void cancel() override {
+    cancelled_ = true;
+    if (conn_) {
+      error_code ec;
+      conn_->lowest().socket().cancel(ec);
+      conn_->lowest().socket().close(ec);
+    }
+  }
+
   net::awaitable<Result<std::optional<std::string>>> next() override {
     if (conn_ == nullptr) co_return std::optional<std::string>();
     std::array<char, 16 * 1024> buf;
@@ -321,6 +359,10 @@ class StreamImpl final : public ClientStream {
       if (parser_.is_done()) {
         finish();
         co_return std::optional<std::string>();
+      }
+      if (cancelled_) {
+        conn_.reset();
+        co_return fail(Error(ErrorCode::kCancelled, "the stream was cancelled"));
       }
       parser_.get().body().data = buf.data();
       parser_.get().body().size = buf.size();
@@ -333,6 +375,7 @@ class StreamImpl final : public ClientStream {
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) {
         conn_.reset();
+        if (cancelled_) co_return fail(Error(ErrorCode::kCancelled, "the stream was cancelled"));
         co_return fail(mapError(ec, "reading the response stream from", url_));
       }
       const size_t n = buf.size() - parser_.get().body().size;
@@ -355,6 +398,7 @@ class StreamImpl final : public ClientStream {
   bhttp::response_parser<bhttp::buffer_body> parser_;
   int status_ = 0;
   Headers headers_;
+  bool cancelled_ = false;
 };
 
 }  // namespace
@@ -382,8 +426,9 @@ net::awaitable<Result<std::unique_ptr<ClientStream>>> HttpClient::Impl::stream(C
     }
     // The request's timeout bounds the header and then every silence between pieces, so a
     // stream that stalls mid-way is cut off as soon as one that never starts.
-    auto out = std::make_unique<StreamImpl>(*this, std::move(*conn), *url,
-                                            req.timeout.value_or(options_.read_timeout));
+    auto out = std::make_unique<StreamImpl>(
+        *this, std::move(*conn), *url,
+        req.idle_timeout.value_or(req.timeout.value_or(options_.read_timeout)));
     bool started = false;
     ec = co_await out->readHeader(req.timeout.value_or(options_.read_timeout),
                                   options_.max_response_header_bytes, started);
@@ -411,5 +456,10 @@ net::awaitable<Result<std::unique_ptr<ClientStream>>> HttpClient::stream(ClientR
 }
 
 HttpClient::Stats HttpClient::stats() const { return impl_->stats(); }
+
+Result<void> HttpClient::checkTls(const ClientOptions& options) {
+  ssl::context ctx(ssl::context::tls_client);
+  return configureTls(ctx, options);
+}
 
 }  // namespace purser::http

@@ -38,6 +38,12 @@ struct ClientOptions {
   size_t max_response_header_bytes = 64 * 1024;
   bool verify_tls = true;
   std::string ca_file;  // extra PEM trust anchors, e.g. a private CA
+  std::string ca_pem;   // the same given as PEM text (a kubeconfig's certificate-authority-data)
+  // Whether the system's trust store counts besides ca_file and ca_pem (a Kubernetes API server
+  // is trusted only by the CA its kubeconfig names).
+  bool system_trust = true;
+  // A client certificate (PEM, the chain after it) and its key, for servers that ask for one.
+  std::string client_cert_pem, client_key_pem;
   std::string user_agent = "purser";
 };
 
@@ -51,6 +57,9 @@ struct ClientRequest {
   std::optional<std::chrono::nanoseconds> timeout;
   // For request(): the largest body accepted (default: ClientOptions::max_response_bytes).
   std::optional<size_t> max_response_bytes;
+  // For stream(): each silence between pieces once the header came (default: timeout), for a
+  // long watch whose header must come soon.
+  std::optional<std::chrono::nanoseconds> idle_timeout;
 };
 
 struct ClientResponse {
@@ -67,6 +76,9 @@ class ClientStream {
   virtual const Headers& headers() const = 0;
   // The next piece of the body; std::nullopt once the body is complete.
   virtual asio::awaitable<Result<std::optional<std::string>>> next() = 0;
+  // Ends the stream: a next() waiting now ends with kCancelled, and the connection is closed.
+  // On the client's thread, between its handlers (a blocking caller running the io_context).
+  virtual void cancel() = 0;
 };
 
 class HttpClient {
@@ -84,6 +96,11 @@ class HttpClient {
   asio::awaitable<Result<ClientResponse>> request(ClientRequest request);
   // Sends the request and returns once the response header has arrived.
   asio::awaitable<Result<std::unique_ptr<ClientStream>>> stream(ClientRequest request);
+
+  // kInvalidArgument naming what of `options`' TLS settings cannot be used (a CA file that
+  // cannot be read, a CA that holds no certificate, a client key that is not its certificate's).
+  // A client made with such options fails every HTTPS request with that error.
+  static Result<void> checkTls(const ClientOptions& options);
 
   struct Stats {
     uint64_t requests = 0;

@@ -43,8 +43,8 @@ const std::vector<store::Migration>& identityMigrations() {
 
 std::string grantText(const PriorityGrant& g) {
   const Json j = {{"max_workload_priority", g.max_workload_priority},
-                 {"classes", g.classes},
-                 {"max_key_priority", std::string(priorityName(g.max_key_priority))}};
+                  {"classes", g.classes},
+                  {"max_key_priority", std::string(priorityName(g.max_key_priority))}};
   return writeJson(j);
 }
 
@@ -67,15 +67,15 @@ Result<PriorityGrant> grantFrom(const std::string& text) {
 }
 
 Result<void> insertTenant(store::Tx& tx, const Tenant& t) {
-  PURSER_TRY(tx.exec(
-      "INSERT INTO tenants (id, name, created_at, priority_grant) VALUES ($1, $2, $3, $4)",
-      {t.id, t.name, t.created_at, grantText(t.grant)}));
+  PURSER_TRY(
+      tx.exec("INSERT INTO tenants (id, name, created_at, priority_grant) VALUES ($1, $2, $3, $4)",
+              {t.id, t.name, t.created_at, grantText(t.grant)}));
   return {};
 }
 
 Result<void> updateTenantGrant(store::Tx& tx, const Tenant& t) {
-  const int64_t changed = PURSER_TRY_VALUE(tx.exec(
-      "UPDATE tenants SET priority_grant = $1 WHERE id = $2", {grantText(t.grant), t.id}));
+  const int64_t changed = PURSER_TRY_VALUE(
+      tx.exec("UPDATE tenants SET priority_grant = $1 WHERE id = $2", {grantText(t.grant), t.id}));
   if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such tenant"));
   return {};
 }
@@ -154,14 +154,15 @@ Result<void> updateKey(store::Tx& tx, const ApiKey& k) {
 Result<Snapshot> loadIdentity(store::Store& store) {
   Snapshot s;
   PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
-    for (const auto& r : PURSER_TRY_VALUE(
-             tx.query("SELECT id, name, created_at, priority_grant FROM tenants"))) {
+    for (const auto& r :
+         PURSER_TRY_VALUE(tx.query("SELECT id, name, created_at, priority_grant FROM tenants"))) {
       auto grant = grantFrom(r.getText(3));
       if (!grant) {
         spdlog::error("identity: tenant {}'s priority grant is unreadable; it has the default",
                       r.getText(0));
       }
-      s.tenants.push_back({r.getText(0), r.getText(1), r.getText(2), grant.value_or(PriorityGrant{})});
+      s.tenants.push_back(
+          {r.getText(0), r.getText(1), r.getText(2), grant.value_or(PriorityGrant{})});
     }
     for (const auto& r :
          PURSER_TRY_VALUE(tx.query("SELECT id, tenant_id, name, created_at FROM teams"))) {
@@ -222,6 +223,12 @@ Result<Snapshot> loadIdentity(store::Store& store) {
     return {};
   }));
   return s;
+}
+
+Result<void> openDirectory(store::Store& store, Directory& directory) {
+  PURSER_TRY(store.migrate("identity", identityMigrations()));
+  directory.load(PURSER_TRY_VALUE(loadIdentity(store)));
+  return {};
 }
 
 }  // namespace purser::identity

@@ -27,5 +27,7 @@ Result<void> insertKey(store::Tx& tx, const ApiKey& k);
 Result<void> updateKey(store::Tx& tx, const ApiKey& k);
 
 Result<Snapshot> loadIdentity(store::Store& store);
+// Makes identity's tables current and loads them into `directory` (at start).
+Result<void> openDirectory(store::Store& store, Directory& directory);
 
 }  // namespace purser::identity

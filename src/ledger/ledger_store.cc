@@ -1,11 +1,13 @@
 #include "ledger/ledger_store.h"
-#include "common/json.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <set>
+
+#include "common/json.h"
+#include "ledger/audit.h"
 
 namespace purser::ledger {
 
@@ -137,6 +139,19 @@ Result<void> insertWallet(store::Tx& tx, const WalletSpec& w, const std::string&
       {w.id, w.tenant_id, std::string(scopeKindName(w.scope.kind)), w.scope.id, w.limit.nanos(),
        std::string(periodName(w.period)), w.zone.name(), int64_t{w.hard ? 1 : 0},
        writeJson(nlohmann::json(w.alert_at)), w.model, created_at}));
+  return {};
+}
+
+Result<void> migrateLedger(store::Store& store) {
+  PURSER_TRY(store.migrate("ledger", ledgerMigrations()));
+  PURSER_TRY(store.migrate("audit", AuditLog::migrations()));
+  return {};
+}
+
+Result<void> loadBooks(store::Store& store, const Clock& clock, WalletBook& wallets,
+                       RateLimitBook& rate_limits, bool keep_known) {
+  PURSER_TRY(loadWalletBook(store, wallets, clock, keep_known));
+  for (auto& l : PURSER_TRY_VALUE(loadRateLimits(store))) rate_limits.put(std::move(l));
   return {};
 }
 

@@ -48,6 +48,14 @@ Result<Money> spentSince(store::Tx& tx, const std::string& wallet_id, SystemTime
 Result<void> loadWalletBook(store::Store& store, WalletBook& book, const Clock& clock,
                             bool keep_known);
 
+// Makes the ledger's tables (wallets, usage, rate limits, the audit log) current.
+Result<void> migrateLedger(store::Store& store);
+
+// The books as stored: the wallet book (loadWalletBook, with `keep_known`) and the rate limits.
+// The one load for a start (keep_known false) and for another replica's change (true).
+Result<void> loadBooks(store::Store& store, const Clock& clock, WalletBook& wallets,
+                       RateLimitBook& rate_limits, bool keep_known);
+
 // What events charged each wallet, summed per wallet and minute until write() adds it to
 // wallet_spend: one upsert per wallet and minute however many events a journal batch holds.
 //

@@ -39,13 +39,18 @@
 #include "http/router.h"
 #include "http/server.h"
 #include "http/workers.h"
+#include "identity/denial_log.h"
 #include "identity/directory.h"
+#include "identity/identity_store.h"
 #include "ledger/audit.h"
+#include "ledger/ledger_store.h"
 #include "ledger/meter.h"
 #include "ledger/rate_leases.h"
 #include "ledger/rate_limiter.h"
+#include "ledger/records.h"
 #include "ledger/wallet_book.h"
 #include "ledger/wallet_leases.h"
+#include "server/alert_webhook.h"
 #include "server/console.h"
 #include "server/data_dir.h"
 #include "server/fleet_leader.h"
@@ -104,20 +109,23 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   http::WorkerLocal<http::HttpClient> http_clients(workers, [&clock](boost::asio::io_context& ctx) {
     return std::make_unique<http::HttpClient>(ctx, http::ClientOptions{}, clock);
   });
-  api::Services services{clock,        SystemRandom::instance(),
-                         ids,          *store,
-                         directory,    wallets,
-                         audit,        meter,
-                         limiter,      rate_limits,
-                         prices,       config.alerts.webhook_url,
-                         &http_clients};
+  ledger::Records records(*store, audit);
+  AlertWebhook alert_webhook(clock, config.alerts.webhook_url, workers, http_clients);
+  api::Services services{clock,         SystemRandom::instance(),
+                         ids,           records,
+                         directory,     wallets,
+                         meter,         limiter,
+                         rate_limits,   prices,
+                         &alert_webhook};
   // The API's store reads run here, never on an HTTP worker.
   WorkPool readers("purser-reader", static_cast<size_t>(config.store.readers),
                    static_cast<size_t>(config.store.read_queue));
   services.readers = &readers;
-  api::DenialLog denials(clock);
+  identity::DenialLog denials(clock);
   services.denials = &denials;
-  PURSER_TRY(api::loadState(services));
+  PURSER_TRY(identity::openDirectory(*store, directory));
+  PURSER_TRY(ledger::migrateLedger(*store));
+  PURSER_TRY(ledger::loadBooks(*store, clock, wallets, rate_limits, /*keep_known=*/false));
   PURSER_TRY(audit.open(*store));
   std::optional<ledger::WalletLeases> leases;
   std::optional<ledger::RateLeases> rate_leases;
@@ -135,7 +143,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   }
   {
     const ledger::Recovery recovery = PURSER_TRY_VALUE(meter.recover());
-    api::restoreReservations(services, recovery.reservations);
+    services.reservations->restore(recovery.reservations);
     logRecovery(recovery);
   }
   // Started once recovery has charged what the last stop cut off, within the leases taken
@@ -158,15 +166,12 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   // The model API: providers and routes from the configuration.
   GatewayTables tables = PURSER_TRY_VALUE(gatewayTables(config, directory, prices));
   // Budget alerts raised by model traffic: audited, and posted to the webhook when one is set.
-  const auto on_alerts = [&services](const boost::asio::any_io_executor& executor,
-                                     const std::vector<ledger::Alert>& alerts,
-                                     const std::string& tenant_id) {
-    api::postAlerts(services, executor, alerts, tenant_id);
-    services.store.writeAsync(
-        [&services, alerts, tenant_id](store::Tx& tx) {
-          return api::auditAlerts(services, tx, alerts, tenant_id, "gateway");
-        },
-        [](Result<void> r) {
+  const auto on_alerts = [&alert_webhook, &records](const boost::asio::any_io_executor&,
+                                                    const std::vector<ledger::Alert>& alerts,
+                                                    const std::string& tenant_id) {
+    alert_webhook.post(tenant_id, alerts);
+    records.commit(
+        {}, ledger::alertEntries(alerts, tenant_id, "gateway", "system"), [](Result<void> r) {
           if (!r) spdlog::error("gateway: a budget alert was not audited: {}", r.error().message);
         });
   };
@@ -205,7 +210,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     change_watch = std::jthread([&](std::stop_token stop) {
       watchChanges(stop, config.store.postgres, *store, [&] {
         guardedTurn("replicas", [&] {
-          if (auto r = reloadShared(services, gateway, provider_keys); !r) {
+          if (auto r = reloadShared(*store, services, gateway, provider_keys); !r) {
             spdlog::error("replicas: a change from another replica was not read: {}",
                           r.error().message);
           }
@@ -217,8 +222,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(api::addMeteringRoutes(router, services));
   PURSER_TRY(api::addConsoleApiRoutes(router, services));
   // The fleet: the configured Kueue manifests, then what was applied and submitted since.
-  api::FleetOptions fleet_setup =
-      PURSER_TRY_VALUE(fleetSetup(config, *data_dir, installation, warnings));
+  FleetSetup fleet_setup = PURSER_TRY_VALUE(fleetSetup(config, *data_dir, installation, warnings));
   if (!warnings.empty()) {
     // Ready (nothing else is amiss), but degraded: said in every answer until it is fixed.
     readiness.addDegraded("fleet.local", [&warnings]() -> Result<void> {
@@ -247,11 +251,11 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     lo.interval = config.fleet.leader_check;
     leadership = PURSER_TRY_VALUE(FleetLeadership::create(
         *store, std::move(lo),
-        [&services,
+        [&services, &store, &audit,
          fleet_setup](FleetLeadership::Fence fence) -> Result<std::unique_ptr<api::Fleet>> {
-          api::FleetOptions options = fleet_setup;
-          options.service.fence = std::move(fence);
-          return api::Fleet::open(services, std::move(options));
+          FleetSetup setup = fleet_setup;
+          setup.service.fence = std::move(fence);
+          return openFleet(services, *store, audit, std::move(setup));
         },
         clock));
     if (!PURSER_TRY_VALUE(leadership->tryLead())) {
@@ -268,7 +272,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     api::Fleet::addMetrics(metrics, current_fleet);
     leadership->addMetrics(metrics);
   } else if (config.fleet.enabled) {
-    fleet_api = PURSER_TRY_VALUE(api::Fleet::open(services, std::move(fleet_setup)));
+    fleet_api = PURSER_TRY_VALUE(openFleet(services, *store, audit, std::move(fleet_setup)));
     for (const auto& w : fleet_api->warnings()) spdlog::warn("fleet: {}", w);
     PURSER_TRY(fleet_api->addRoutes(router));
     fleet_api->addMetrics(metrics);

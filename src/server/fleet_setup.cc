@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "exec/slurm_executor.h"
 #include "fleet/inventory.h"
 #include "fleet/placement.h"
+#include "ledger/records.h"
 
 namespace purser::server {
 namespace {
@@ -133,10 +135,9 @@ Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_di
 
 }  // namespace
 
-Result<api::FleetOptions> fleetSetup(const config::Config& config, const DataDir& data_dir,
-                                     const std::string& installation,
-                                     std::vector<std::string>& warnings) {
-  api::FleetOptions setup;
+Result<FleetSetup> fleetSetup(const config::Config& config, const DataDir& data_dir,
+                              const std::string& installation, std::vector<std::string>& warnings) {
+  FleetSetup setup;
   ExecutorOptions executors;
   exec::LocalExecutorOptions& local = executors.local;
   setup.service.mode =
@@ -292,6 +293,31 @@ Result<api::FleetOptions> fleetSetup(const config::Config& config, const DataDir
     return built;
   };
   return setup;
+}
+
+Result<std::unique_ptr<api::Fleet>> openFleet(const api::Services& s, store::Store& store,
+                                              ledger::AuditLog& audit, FleetSetup setup) {
+  workloads::Deps deps{s.clock, s.ids,    store, s.directory, s.wallets,
+                       s.meter, s.prices, audit, {},          setup.served};
+  deps.gpu_utilisation = setup.gpu_utilisation;
+  deps.audit_alerts = [&audit](store::Tx& tx, const std::vector<ledger::Alert>& alerts,
+                               const std::string& tenant) -> Result<void> {
+    for (const auto& e : ledger::alertEntries(alerts, tenant, "fleet", "system")) {
+      PURSER_TRY(audit.append(tx, e));
+    }
+    return {};
+  };
+  // A pod's end wakes the service at once (it is told which service once there is one).
+  auto service_of = std::make_shared<std::atomic<workloads::FleetService*>>(nullptr);
+  const std::function<void()> nudge = [service_of] {
+    if (workloads::FleetService* f = service_of->load()) f->nudge();
+  };
+  if (!setup.executors) return fail(invalidArgument("the fleet has no executors"));
+  workloads::Executors executors = PURSER_TRY_VALUE(setup.executors(s.clock, nudge));
+  auto service = PURSER_TRY_VALUE(workloads::FleetService::open(
+      std::move(deps), std::move(setup.service), std::move(executors)));
+  service_of->store(service.get());
+  return std::make_unique<api::Fleet>(s, std::move(service));
 }
 
 api::DiagnoseOptions liveDiagnosis(const config::Config& config,

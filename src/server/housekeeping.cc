@@ -51,7 +51,14 @@ void Housekeeping::expireLeases(const boost::system::error_code& ec) {
       spdlog::warn("ledger: reservation {} expired unsettled; its hold was released", id);
     }
   });
-  guardedTurn("denial summaries", [&] { api::auditClosedDenials(p_.services); });
+  guardedTurn("denial summaries", [&] {
+    if (p_.services.denials == nullptr) return;
+    auto summaries = p_.services.denials->closed();
+    if (summaries.empty()) return;
+    p_.services.records.commit({}, std::move(summaries), [](Result<void> r) {
+      if (!r) spdlog::error("api: could not audit a denial: {}", r.error().message);
+    });
+  });
   lease_timer_.expires_after(std::chrono::seconds(1));
   lease_timer_.async_wait([this](const auto& e) { expireLeases(e); });
 }
@@ -89,7 +96,7 @@ void Housekeeping::writeAnchor() {
 void Housekeeping::fleetTick(const boost::system::error_code& ec) {
   if (ec) return;
   guardedTurn("fleet tick", [&] {
-    if (auto f = p_.current_fleet()) f->tick(p_.worker.get_executor());
+    if (auto f = p_.current_fleet()) f->tick();
   });
   fleet_timer_.expires_after(std::chrono::seconds(1));
   fleet_timer_.async_wait([this](const auto& e) { fleetTick(e); });

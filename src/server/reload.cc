@@ -53,25 +53,22 @@ void Reload::apply(const config::Config& fresh) {
   }
   configured_ = fresh.routes;
   if (!changes.empty()) {
-    services_.store.writeAsync(
-        [&services = services_, changes, applied](store::Tx& tx) -> Result<void> {
-          for (const auto& c : changes) {
-            ledger::AuditEntry e;
-            e.actor = "system";
-            e.actor_role = "system";
-            e.action = c.action;
-            e.target = "route:" + c.route;
-            const bool live = std::find(applied.begin(), applied.end(), c.route) != applied.end();
-            e.after = writeJson(nlohmann::json{{"change", c.change},
-                                               {"source", "configuration reload"},
-                                               {"applied", live ? "now" : "next start"}});
-            PURSER_TRY(services.audit.append(tx, e));
-          }
-          return {};
-        },
-        [](Result<void> r) {
-          if (!r) spdlog::error("reload: a route change was not audited: {}", r.error().message);
-        });
+    std::vector<ledger::AuditEntry> entries;
+    for (const auto& c : changes) {
+      ledger::AuditEntry e;
+      e.actor = "system";
+      e.actor_role = "system";
+      e.action = c.action;
+      e.target = "route:" + c.route;
+      const bool live = std::find(applied.begin(), applied.end(), c.route) != applied.end();
+      e.after = writeJson(nlohmann::json{{"change", c.change},
+                                         {"source", "configuration reload"},
+                                         {"applied", live ? "now" : "next start"}});
+      entries.push_back(std::move(e));
+    }
+    services_.records.commit({}, std::move(entries), [](Result<void> r) {
+      if (!r) spdlog::error("reload: a route change was not audited: {}", r.error().message);
+    });
   }
   size_t updated = 0;
   for (const auto& p : fresh.providers) {

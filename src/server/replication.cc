@@ -49,18 +49,17 @@ const std::vector<store::Migration>& changeNoticeMigrations() {
   return kMigrations;
 }
 
-Result<void> reloadShared(const api::Services& s, gateway::Gateway& gateway,
+Result<void> reloadShared(store::Store& store, const api::Services& s, gateway::Gateway& gateway,
                           gateway::ProviderKeyStore& provider_keys) {
   // Read again if this process changed the directory meanwhile (its write may be missing from
   // the snapshot, and loading it would undo the put until the next notice).
   bool loaded = false;
   for (int attempt = 0; attempt < 20 && !loaded; ++attempt) {
     const uint64_t before = s.directory.generation();
-    loaded = s.directory.loadIfUnchanged(PURSER_TRY_VALUE(identity::loadIdentity(s.store)), before);
+    loaded = s.directory.loadIfUnchanged(PURSER_TRY_VALUE(identity::loadIdentity(store)), before);
   }
   if (!loaded) return fail(unavailable("the directory kept changing while it was read"));
-  PURSER_TRY(ledger::loadWalletBook(s.store, s.wallets, s.clock, /*keep_known=*/true));
-  for (auto& l : PURSER_TRY_VALUE(ledger::loadRateLimits(s.store))) s.rate_limits.put(std::move(l));
+  PURSER_TRY(ledger::loadBooks(store, s.clock, s.wallets, s.rate_limits, /*keep_known=*/true));
   for (auto& [name, keys] : PURSER_TRY_VALUE(provider_keys.loadAll())) {
     if (auto* p = gateway.provider(name)) p->replaceKeys(std::move(keys));
   }

@@ -26,8 +26,8 @@ const std::vector<store::Migration>& changeNoticeMigrations();
 
 // Reads identities, keys, wallets (limits and windows; what was spent stays), rate limits and
 // provider keys from the store into memory again.
-Result<void> reloadShared(const api::Services& services, gateway::Gateway& gateway,
-                          gateway::ProviderKeyStore& provider_keys);
+Result<void> reloadShared(store::Store& store, const api::Services& services,
+                          gateway::Gateway& gateway, gateway::ProviderKeyStore& provider_keys);
 
 // Until `stop`: waits for notices on `url` (a libpq connection string) and checks the version
 // every second; calls `reload` after each change. Errors are logged, and it goes on.

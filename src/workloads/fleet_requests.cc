@@ -64,7 +64,7 @@ Result<Record> FleetService::remove(std::string name, const std::string& by, Don
   Record& r = it->second;
   const int64_t now = nowMs();
   if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
-  sampling_.erase(name);
+  gpu_.forget(name);
   releaseGpu(r);
   stopPods(r, "Deleted");
   if (!r.external.empty()) {

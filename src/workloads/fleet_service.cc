@@ -70,7 +70,10 @@ FleetService::FleetService(Deps deps, Options options, Executors executors)
     : d_(std::move(deps)),
       options_(std::move(options)),
       executors_(std::move(executors)),
-      configured_nodes_(options_.inventory) {}
+      configured_nodes_(options_.inventory),
+      gpu_({d_.clock, d_.ids, d_.directory, d_.wallets, d_.meter, d_.prices, d_.audit_alerts,
+            d_.gpu_utilisation},
+           options_.metering_interval) {}
 
 Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options options,
                                                          Executors executors) {
@@ -270,20 +273,7 @@ std::string FleetService::namespaceOf(const std::string& tenant_id, const std::s
   return owner.empty() || owner == tenant_id ? name : name + "@" + tenant_id;
 }
 
-std::string FleetService::shown(std::string text) {
-  constexpr size_t kIdLength = 26;  // a tenant id (common/id.h)
-  size_t at = 0;
-  while ((at = text.find('@', at)) != std::string::npos) {
-    size_t end = at + 1;
-    while (end < text.size() && std::isalnum(static_cast<unsigned char>(text[end]))) ++end;
-    if (end - at - 1 == kIdLength) {
-      text.erase(at, end - at);
-    } else {
-      at = end;
-    }
-  }
-  return text;
-}
+std::string FleetService::shown(std::string text) { return shownText(std::move(text)); }
 
 // The labels of namespace `ns` of `tenant_id`'s team.
 std::map<std::string, std::string> FleetService::labelsOf(const std::string& ns,

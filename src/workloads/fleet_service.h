@@ -56,6 +56,7 @@
 #include "ledger/price.h"
 #include "ledger/wallet_book.h"
 #include "store/store.h"
+#include "workloads/gpu_meter.h"
 #include "workloads/record.h"
 
 namespace purser::workloads {
@@ -96,8 +97,7 @@ struct Deps {
   const ledger::PriceBook& prices;
   ledger::AuditLog& audit;
   // Writes the audit entries of budget alerts that charging GPU time raised, inside `tx`.
-  std::function<Result<void>(store::Tx&, const std::vector<ledger::Alert>&, const std::string&)>
-      audit_alerts;
+  AuditAlerts audit_alerts;
   // Where served models' replicas join (none: workloads that serve run, and join nothing).
   ServedRoutes* served = nullptr;
   // How busy the fleet's GPUs are (none: nothing is observed; GPU time is still charged).
@@ -177,13 +177,6 @@ struct UtilisationRow {
   int64_t observed_gpu_ms = 0;  // of that, while the GPU had a reading
   int64_t busy_gpu_ms = 0;      // of that, weighted by the readings
   int64_t last_ms = 0;          // the end of the newest stretch
-};
-
-// What is known now of a live workload's GPU utilisation (in milli-GPU-milliseconds).
-struct LiveUtilisation {
-  fleet::GpuTime unmetered;  // since its last metering (not recorded yet)
-  fleet::GpuTime recent;     // over the idle window (fleet::kIdleWindowMs)
-  bool idle = false;         // fleet::isIdle(recent)
 };
 
 // A ClusterQueue's figures, as last scheduled (for /metrics, read from any thread).
@@ -323,20 +316,16 @@ class FleetService {
   void refreshInventory();
 
   int64_t nowMs() const;
-  ledger::Charged chargedOf(const Record& r) const;
-  std::chrono::milliseconds lookahead() const;
-  Money lookaheadCost(const Record& r) const;
+  // GPU time (gpu_time.cc, over gpu_): what `r`'s next stretch costs (while it waits, at the
+  // dearest flavor its ClusterQueue offers GPUs in), why its budget holds it, its hold, its
+  // metering up to `until_ms`, and whether it is charged for its GPUs now.
+  Money costAhead(const Record& r) const;
   std::string budgetHold(const Record& r) const;
   bool holdGpu(Record& r);
-  void releaseGpu(Record& r);
+  void releaseGpu(Record& r) { gpu_.release(r); }
   void stopForBudget(const std::string& name);
   std::optional<store::TxFn> meter(Record& r, int64_t until_ms);
-  // GPU utilisation: is `r` charged for its GPUs now? Its GPU time from its last sample to
-  // `until_ms`, each GPU at `percent`.
   bool charging(const Record& r) const;
-  void sample(const Record& r, int64_t until_ms, const fleet::PercentOf& percent);
-  // Readings for one pass, each GPU read once.
-  fleet::PercentOf percentNow() const;
   void noteEvent(std::string kind, const std::string& workload, std::string cluster_queue,
                  std::string reason, std::string message, std::string by);
 
@@ -393,7 +382,6 @@ class FleetService {
   uint64_t directory_generation_ = 0;        // the directory's, when it was last looked at
   // Workloads whose pods found no room on their executor: (when to try again, the delay) in ms.
   std::map<std::string, std::pair<int64_t, int64_t>> start_backoff_;
-  int64_t hold_seq_ = 0;  // GPU holds taken
   int64_t last_tick_ms_ = 0;
   std::atomic<bool> closing_{false};
   std::atomic<bool> nudged_{false};           // a nudge is on its way
@@ -402,16 +390,9 @@ class FleetService {
   std::map<std::string, Record> just_ended_;  // what ended since the last submit()
   std::vector<EventRow> new_events_;          // events to write
   std::vector<store::TxFn> metering_;         // usage events to write
-  // Utilisation of the workloads charged for GPU time now (fleet/utilisation.h).
-  struct Sampling {
-    int64_t sampled_ms = 0;    // accumulated up to here
-    fleet::GpuTime unmetered;  // since the last metering
-    fleet::RecentUtilisation recent;
-  };
-  std::map<std::string, Sampling> sampling_;
+  GpuMeter gpu_;  // GPU time: holds, metering, utilisation (gpu_meter.h)
 
-  mutable std::mutex shared_mu_;  // what other threads read or hand in
-  std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // shared_mu_
+  mutable std::mutex shared_mu_;      // what other threads read or hand in
   std::vector<store::TxFn> retries_;  // writes that failed, to try again; shared_mu_
   QueueSnapshot queues_;              // shared_mu_ (and warnings_, above)
 

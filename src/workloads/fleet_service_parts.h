@@ -3,7 +3,8 @@
 // (fleet_service.h), whose methods are defined in the file of their part:
 //   fleet_service.cc    opening, closing, the world (tenancy, queues, manifests)
 //   fleet_inventory.cc  the inventory feed and placement on it
-//   gpu_time.cc         GPU time: holds in wallets, metering, utilisation
+//   gpu_time.cc         GPU time, over its part GpuMeter (gpu_meter.h): holds, metering,
+//                       utilisation
 //   scheduling.cc       scheduling cycles and persisting records and events
 //   pods.cc             starting, watching and ending pods; served replicas
 //   fleet_requests.cc   what the API hands in, and reads from the store
@@ -23,7 +24,6 @@
 namespace purser::workloads {
 
 inline constexpr const char* kGpu = "nvidia.com/gpu";
-inline constexpr const char* kGpuModel = "gpu-hours";  // what GPU time is metered as in the ledger
 
 inline bool requestsGpu(const fleet::Workload& w) {
   for (const auto& ps : w.pod_sets) {

@@ -437,7 +437,7 @@ void FleetService::endRun(Record& r, bool failed, const std::string& reason,
   }
   if (decisive == nullptr && !r.pods.empty()) decisive = &r.pods.back();
   if (auto tx = meter(r, std::max(end, r.metered_until_ms))) metering_.push_back(std::move(*tx));
-  sampling_.erase(r.spec.name);
+  gpu_.forget(r.spec.name);
   releaseGpu(r);
   if (decisive != nullptr) {
     if (decisive->exit_code) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <map>
 
 #include "common/json.h"
@@ -282,6 +283,21 @@ Result<Record> recordFrom(const std::string& text) {
     return fail(
         Error(ErrorCode::kDataLoss, fmt::format("a workload record is unreadable: {}", e.what())));
   }
+}
+
+std::string shownText(std::string text) {
+  constexpr size_t kIdLength = 26;  // a tenant id (common/id.h)
+  size_t at = 0;
+  while ((at = text.find('@', at)) != std::string::npos) {
+    size_t end = at + 1;
+    while (end < text.size() && std::isalnum(static_cast<unsigned char>(text[end]))) ++end;
+    if (end - at - 1 == kIdLength) {
+      text.erase(at, end - at);
+    } else {
+      at = end;
+    }
+  }
+  return text;
 }
 
 }  // namespace purser::workloads

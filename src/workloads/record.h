@@ -81,6 +81,10 @@ bool isTerminal(const std::string& state);
 bool holdsQuota(const std::string& state);
 
 std::string recordText(const Record& r);
+
+// What a tenant sees of a namespace, of "namespace/name" or of a message naming them: Purser's
+// "NAME@TENANT-ID" for a second tenant's namespace of a name is shown as NAME.
+std::string shownText(std::string text);
 // kDataLoss when the text is not a record.
 Result<Record> recordFrom(const std::string& text);
 

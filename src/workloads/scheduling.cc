@@ -104,7 +104,7 @@ void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
         break;
       case fleet::Event::Kind::kEvicted: {
         if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
-        sampling_.erase(e.workload);
+        gpu_.forget(e.workload);
         stopPods(r, e.reason);
         const bool budget = e.reason == "BudgetExhausted";
         r.state = budget ? "suspended" : "evicted";
@@ -193,8 +193,7 @@ QueueSnapshot FleetService::queueSnapshot() const {
 }
 
 std::vector<std::pair<std::string, std::vector<ledger::Alert>>> FleetService::takeAlerts() {
-  std::lock_guard lock(shared_mu_);
-  return std::exchange(alerts_, {});
+  return gpu_.takeAlerts();
 }
 
 // Every poll interval: the pods' ends; every second: retried writes, GPU time that is due and

@@ -15,6 +15,8 @@
 #include "diagnose/case.h"
 #include "diagnose/engine.h"
 #include "diagnose_io/case_io.h"
+#include "fakes/api_client.h"
+#include "fakes/governance.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
 #include "fakes/test_server.h"
@@ -26,31 +28,17 @@ namespace {
 using nlohmann::json;
 using testing::RawClient;
 
-constexpr const char* kAdminKey = "test-platform-admin-key-0123456789";
+constexpr const char* kAdminKey = testing::kGovernanceAdminKey;
 
-struct Reply {
-  int status = 0;
-  json body;
-  std::string text;
-};
+using Reply = testing::ApiReply;
 
-class DiagnoseApiTest : public ::testing::Test {
+class DiagnoseApiTest : public ::testing::Test, protected testing::Governance {
  protected:
   void SetUp() override {
-    auto s = store::SqliteStore::open({.path = dir.file("purser.db")}, clock);
-    ASSERT_TRUE(s.has_value());
-    store = std::move(*s);
-    auto m = ledger::Meter::open(*store, wallets, clock, &audit, {.dir = dir.file("journal")});
-    ASSERT_TRUE(m.has_value()) << m.error().toString();
-    meter = std::move(*m);
     auto series_or = observe::SeriesStore::create();
     ASSERT_TRUE(series_or.has_value());
     series = std::move(*series_or);
-    services.emplace(Services{clock, random, ids, *store, directory, wallets, audit, *meter,
-                              limiter, rate_limits, prices});
-    services->series = series.get();
-    ASSERT_TRUE(loadState(*services).has_value());
-    ASSERT_TRUE(bootstrap(*services, std::string(kAdminKey)).has_value());
+    ASSERT_TRUE(openGovernance([this](Services& s) { s.series = series.get(); }));
     ASSERT_TRUE(addAdminRoutes(server.router, *services).has_value());
     DiagnoseOptions options;
     options.narrator_route = narrator;
@@ -75,17 +63,9 @@ class DiagnoseApiTest : public ::testing::Test {
 
   Reply call(const std::string& method, const std::string& path, const std::string& key,
              const json& body = nullptr) {
-    RawClient c(server.port());
-    std::string req = method + " " + path + " HTTP/1.1\r\nHost: t\r\n";
-    if (!key.empty()) req += "Authorization: Bearer " + key + "\r\n";
-    const std::string text = body.is_null() ? "" : writeJson(body);
-    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(text.size()) +
-           "\r\n\r\n" + text;
-    EXPECT_TRUE(c.send(req));
-    auto r = c.readResponse();
-    EXPECT_TRUE(r.has_value());
-    if (!r) return {};
-    return {r->status, parseJsonOrDiscarded(r->body), r->body};
+    Reply r = testing::callApi(server.port(), method, path, key, body);
+    EXPECT_NE(r.status, 0) << method << " " << path << ": no answer";
+    return r;
   }
 
   std::string create(const std::string& path, const json& body) {
@@ -141,20 +121,7 @@ class DiagnoseApiTest : public ::testing::Test {
     }
   }
 
-  testing::TempDir dir;
-  ManualClock clock;
-  SeededRandom random{7};
-  IdGenerator ids{clock, random};
-  std::unique_ptr<store::SqliteStore> store;
-  identity::Directory directory{clock};
-  ledger::WalletBook wallets{clock};
-  ledger::AuditLog audit{clock};
-  std::unique_ptr<ledger::Meter> meter;
-  ledger::RateLimiter limiter{clock};
-  ledger::RateLimitBook rate_limits;
-  const ledger::PriceBook prices{{}, {}};
   std::unique_ptr<observe::SeriesStore> series;
-  std::optional<Services> services;
   testing::TestServer server;
   std::string alpha, borealis, zephyr, zephyr_wallet, lead_key;
   std::string narrator;  // set before SetUp: the narrator route

@@ -8,9 +8,13 @@
 #include <openssl/ssl.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <vector>
+
+#include <sys/socket.h>
 
 #include "config/kubeconfig.h"
 #include "exec/kube_api.h"
@@ -153,6 +157,114 @@ TEST_F(KubeApiTlsTest, WithoutAClientCertificateOrWithAnotherCaTheConnectionFail
   auto mismatched = get(*lab);
   ASSERT_FALSE(mismatched);
   EXPECT_EQ(mismatched.error().code, ErrorCode::kInvalidArgument);
+}
+
+// A watch over plain HTTP: a fake API server streams events in chunks (one split across two),
+// then keeps the connection open and quiet, as a real one does between events.
+class KubeWatchTest : public ::testing::Test {
+ protected:
+  static std::string chunk(const std::string& data) {
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", data.size());
+    return std::string(size) + "\r\n" + data + "\r\n";
+  }
+
+  std::unique_ptr<KubeApi> client() {
+    KubeApiOptions o;
+    o.server = "http://127.0.0.1:" + std::to_string(server.port());
+    o.token = "t0ken";
+    auto api = KubeApi::create(o);
+    EXPECT_TRUE(api.has_value()) << api.error().message;
+    return api ? std::move(*api) : nullptr;
+  }
+
+  std::mutex mu;
+  std::string request;  // guarded by mu
+  testing::FakeUpstream server{[this](int fd) {
+    const std::string head = testing::FakeUpstream::readRequestHead(fd);
+    {
+      std::lock_guard lock(mu);
+      request = head;
+    }
+    if (head.find("/refused") != std::string::npos) {
+      testing::FakeUpstream::writeAll(
+          fd, "HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\n\r\nforbidden");
+      return;
+    }
+    testing::FakeUpstream::writeAll(
+        fd,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+            chunk("{\"type\":\"ADDED\"}\n{\"type\":\"MOD") + chunk("IFIED\"}\n") +
+            chunk("{\"type\":\"DELETED\"}\n"));
+    // Quiet until the client goes.
+    char byte;
+    while (::recv(fd, &byte, 1, 0) > 0) {
+    }
+  }};
+};
+
+TEST_F(KubeWatchTest, LinesArriveWholeAndStopEndsAQuietWatch) {
+  auto api = client();
+  ASSERT_NE(api, nullptr);
+  std::vector<std::string> lines;
+  std::atomic<bool> stop{false};
+  auto reply = api->watch(
+      "/api/v1/pods?watch=1",
+      [&](const std::string& line) {
+        lines.push_back(line);
+        if (lines.size() == 3) stop = true;  // the watch is quiet from here on
+        return true;
+      },
+      stop);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_EQ(lines, (std::vector<std::string>{"{\"type\":\"ADDED\"}", "{\"type\":\"MODIFIED\"}",
+                                             "{\"type\":\"DELETED\"}"}));
+  std::lock_guard lock(mu);
+  EXPECT_NE(request.find("GET /api/v1/pods?watch=1 HTTP/1.1"), std::string::npos) << request;
+  EXPECT_NE(request.find("Authorization: Bearer t0ken"), std::string::npos) << request;
+}
+
+TEST_F(KubeWatchTest, TheCallerEndsTheWatchByAnsweringFalse) {
+  auto api = client();
+  ASSERT_NE(api, nullptr);
+  int seen = 0;
+  std::atomic<bool> stop{false};
+  auto reply = api->watch(
+      "/api/v1/pods?watch=1", [&](const std::string&) { return ++seen < 2; }, stop);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_EQ(seen, 2);
+}
+
+TEST_F(KubeWatchTest, ARefusedWatchSaysItsStatusAndWhy) {
+  auto api = client();
+  ASSERT_NE(api, nullptr);
+  std::atomic<bool> stop{false};
+  auto reply = api->watch(
+      "/refused?watch=1", [](const std::string&) { return true; }, stop);
+  ASSERT_TRUE(reply.has_value()) << reply.error().message;
+  EXPECT_EQ(reply->status, 403);
+  EXPECT_EQ(reply->body, "forbidden");
+}
+
+TEST_F(KubeWatchTest, AServerThatIsNotThereIsUnavailableAndABadUrlIsRefused) {
+  int closed_port = 0;
+  {
+    testing::FakeUpstream gone{[](int) {}};
+    closed_port = gone.port();
+  }
+  KubeApiOptions o;
+  o.server = "http://127.0.0.1:" + std::to_string(closed_port);
+  auto api = KubeApi::create(o);
+  ASSERT_TRUE(api.has_value());
+  auto reply = (*api)->call("GET", "/api");
+  ASSERT_FALSE(reply.has_value());
+  EXPECT_EQ(reply.error().code, ErrorCode::kUnavailable);
+  o.server = "ftp://127.0.0.1";
+  EXPECT_FALSE(KubeApi::create(o).has_value());
+  o.server = "https://127.0.0.1:6443/api";
+  EXPECT_FALSE(KubeApi::create(o).has_value());
 }
 
 }  // namespace

@@ -138,30 +138,40 @@ TEST(EngineTest, ExplainSaysWhatIsAskedWhatIsThereAndWhatPreemptionWouldTake) {
   ASSERT_TRUE(e.submit(gpuJob("same", "a", 4, 0, 2)));
   ASSERT_TRUE(e.submit(gpuJob("huge", "a", 9, 0, 3)));
   e.runUntilStable();
+  using Verdict = Explanation::FlavorTry::Verdict;
   auto same = e.explain("ml/same");
   ASSERT_TRUE(same) << same.error().message;
-  EXPECT_EQ((*same)["state"], "pending");
-  const auto& flavor = (*same)["pod_sets"][0]["flavors"][0];
-  EXPECT_EQ(flavor["flavor"], "h100");
-  EXPECT_EQ(flavor["requested"], 4000);
-  EXPECT_EQ(flavor["nominal"], 4000);
-  EXPECT_EQ(flavor["in_use"], 4000);
-  EXPECT_EQ(flavor["available"], 2000);  // what "b" lends
-  EXPECT_EQ(flavor["at_most"], 6000);
-  EXPECT_EQ(flavor["verdict"], "needs preemption or released quota");
+  EXPECT_EQ(same->state, Explanation::State::kPending);
+  ASSERT_EQ(same->pod_sets.size(), 1u);
+  ASSERT_FALSE(same->pod_sets[0].flavors.empty());
+  const auto& flavor = same->pod_sets[0].flavors[0];
+  EXPECT_EQ(flavor.flavor, "h100");
+  EXPECT_EQ(flavor.requested, 4000);
+  EXPECT_EQ(flavor.nominal, 4000);
+  EXPECT_EQ(flavor.in_use, 4000);
+  EXPECT_EQ(flavor.available, 2000);  // what "b" lends
+  EXPECT_EQ(flavor.borrowable, 2000);
+  EXPECT_EQ(flavor.at_most, 6000);
+  EXPECT_EQ(flavor.verdict, Verdict::kNeedsPreemption);
   // Equal priority: LowerPriority lets nothing be preempted.
-  EXPECT_TRUE((*same)["preemption"]["would_preempt"].empty());
-  EXPECT_TRUE((*same)["preemption"].contains("why_not"));
+  EXPECT_TRUE(same->tried);
+  EXPECT_EQ(same->mode, Explanation::Mode::kPreempt);
+  EXPECT_TRUE(same->would_preempt.empty());
   auto huge = e.explain("ml/huge");
   ASSERT_TRUE(huge);
-  EXPECT_EQ((*huge)["pod_sets"][0]["flavors"][0]["verdict"], "never fits");
+  EXPECT_EQ(huge->pod_sets[0].flavors[0].verdict, Verdict::kNeverFits);
   // A higher-priority workload would preempt the low one, and explain() names it.
   ASSERT_TRUE(e.submit(gpuJob("urgent", "a", 4, 100, 4)));
   auto urgent = e.explain("ml/urgent");
   ASSERT_TRUE(urgent);
-  ASSERT_EQ((*urgent)["preemption"]["would_preempt"].size(), 1u);
-  EXPECT_EQ((*urgent)["preemption"]["would_preempt"][0]["workload"], "ml/low");
-  EXPECT_EQ((*urgent)["preemption"]["would_preempt"][0]["reason"], "InClusterQueue");
+  ASSERT_EQ(urgent->would_preempt.size(), 1u);
+  EXPECT_EQ(urgent->would_preempt[0].workload, "ml/low");
+  EXPECT_EQ(urgent->would_preempt[0].reason, "InClusterQueue");
+  EXPECT_EQ(urgent->would_preempt[0].priority, 0);
+  auto low = e.explain("ml/low");
+  ASSERT_TRUE(low);
+  EXPECT_EQ(low->state, Explanation::State::kAdmitted);
+  EXPECT_TRUE(low->pod_sets.empty()) << "an admitted workload's explanation stops at its state";
   EXPECT_FALSE(e.explain("ml/nobody"));
 }
 

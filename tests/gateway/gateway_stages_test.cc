@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <future>
 #include <mutex>
 
@@ -45,6 +46,11 @@ constexpr const char* kAnswer =
     R"("message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],)"
     R"("usage":{"prompt_tokens":12,"completion_tokens":3}})";
 
+// An upstream's own refusal, sized by its Content-Length.
+constexpr const char* kRefusal =
+    R"({"error":{"message":"this model's context length is 8192 tokens","type":)"
+    R"("invalid_request_error","code":"context_length_exceeded"}})";
+
 class GatewayStagesTest : public ::testing::Test {
  protected:
   GatewayStagesTest()
@@ -64,12 +70,13 @@ class GatewayStagesTest : public ::testing::Test {
         std::lock_guard lock(mu_);
         received_.push_back(req.substr(req.find("\r\n\r\n") + 4));
       }
-      const std::string body = kAnswer;
-      FakeUpstream::writeAll(fd,
-                             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             "Content-Length: " +
-                                 std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" +
-                                 body);
+      const bool refuse = refuse_;
+      const std::string body = refuse ? kRefusal : kAnswer;
+      FakeUpstream::writeAll(
+          fd, std::string(refuse ? "HTTP/1.1 400 Bad Request" : "HTTP/1.1 200 OK") +
+                  "\r\nContent-Type: application/json\r\n"
+                  "Content-Length: " +
+                  std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
     });
     auto store = store::SqliteStore::open({.path = dir_.file("ledger.db")}, clock_);
     EXPECT_TRUE(store.has_value());
@@ -197,6 +204,7 @@ class GatewayStagesTest : public ::testing::Test {
   std::string key_;
   std::mutex mu_;
   std::vector<std::string> received_;  // request bodies the upstream got
+  std::atomic<bool> refuse_{false};    // the upstream answers 400 with kRefusal
 };
 
 TEST_F(GatewayStagesTest, ARefusalStopsAtItsStageWithNothingHeldOrSent) {
@@ -265,6 +273,21 @@ TEST_F(GatewayStagesTest, AServedRequestIsHeldForwardedAsBytesSettledAndCharged)
   EXPECT_NE(text.find(R"(purser_gateway_requests_total{route="chat",target="up",code="200"} 1)"),
             std::string::npos)
       << text;
+}
+
+// A streamed request the upstream refuses with a plain JSON answer: the member reads the
+// upstream's own words, and nothing is charged.
+TEST_F(GatewayStagesTest, AStreamedRequestsRefusalReachesTheMemberInTheUpstreamsWords) {
+  refuse_ = true;
+  http::Response r = post("/v1/chat/completions",
+                          R"({"messages":[{"role":"user","content":"hello"}], "model": "chat", )"
+                          R"("stream": true})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(parsed(r)["error"]["message"], "this model's context length is 8192 tokens") << r.body;
+  EXPECT_EQ(parsed(r)["error"]["code"], "context_length_exceeded") << r.body;
+  EXPECT_EQ(receivedCount(), 1u);
+  EXPECT_EQ(wallet().spent, Money::zero());
+  EXPECT_EQ(wallet().reserved, Money::zero());
 }
 
 TEST_F(GatewayStagesTest, AWorstCaseBeyondTheWalletIsRefusedBeforeTheUpstream) {

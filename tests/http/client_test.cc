@@ -129,6 +129,35 @@ TEST_F(ClientTest, StreamsTheBodyAsItArrives) {
   EXPECT_EQ(client.stats().idle, 1u) << "a finished stream returns its connection to the pool";
 }
 
+// An answer to a stream that is not a stream — an upstream's JSON error, sized by its
+// Content-Length — reads through the same stream, whole.
+TEST_F(ClientTest, AStreamedAnswerWithAContentLengthIsReadWhole) {
+  FakeUpstream fake([](int fd) {
+    FakeUpstream::readRequestHead(fd);
+    FakeUpstream::writeAll(fd,
+                           "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 29\r\n\r\n{\"error\":\"slow down, please\"}");
+  });
+  HttpClient client(ctx, {});
+  auto body = runCoroutine(ctx, [&]() -> asio::awaitable<Result<std::string>> {
+    ClientRequest req;
+    req.url = "http://127.0.0.1:" + std::to_string(fake.port()) + "/v1/chat/completions";
+    auto stream = co_await client.stream(std::move(req));
+    if (!stream) co_return fail(stream.error());
+    EXPECT_EQ((*stream)->status(), 429);
+    std::string out;
+    for (;;) {
+      auto piece = co_await (*stream)->next();
+      if (!piece) co_return fail(piece.error());
+      if (!*piece) break;
+      out += **piece;
+    }
+    co_return out;
+  }());
+  ASSERT_TRUE(body.has_value()) << body.error().toString();
+  EXPECT_EQ(*body, "{\"error\":\"slow down, please\"}");
+}
+
 TEST_F(ClientTest, RetriesOnceWhenAPooledConnectionWasClosedByThePeer) {
   // Answers one request per connection, claiming keep-alive, then hangs up.
   FakeUpstream fake([](int fd) {

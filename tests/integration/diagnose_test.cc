@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/json.h"
+#include "fakes/kueue_manifest.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/serve.h"
@@ -378,28 +379,7 @@ TEST_F(DiagnoseTest, AHardWalletSpentToItsLimitIsNamedAsTheUsersBudgetExhausted)
 }
 
 TEST_F(DiagnoseTest, WorkloadsBeyondAQueuesNominalQuotaAreNamedAsItsQuotaExhausted) {
-  testing::writeFile(dir.file("fleet.yaml"), R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: research}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-    - coveredResources: [cpu, nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: cpu, nominalQuota: 64}
-            - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: research}
-spec: {clusterQueue: research}
-)");
+  testing::writeFile(dir.file("fleet.yaml"), testing::KueueQueue{}.yaml());
   const uint16_t up = sim();
   ASSERT_NE(up, 0);
   ASSERT_TRUE(serve(

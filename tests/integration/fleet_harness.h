@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "fakes/kueue_manifest.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -25,40 +26,11 @@ namespace purser::testing {
 // ResourceFlavor h100; ClusterQueue research (`cpus` CPUs, 8 GPUs, preempting lower priorities
 // within it); LocalQueue ml/research; WorkloadPriorityClasses low (-10) and urgent (1000).
 inline std::string fleetManifests(int cpus) {
-  return R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: research}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-    - coveredResources: [cpu, nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: cpu, nominalQuota: )" +
-         std::to_string(cpus) + R"(}
-            - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: research}
-spec: {clusterQueue: research}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: -10
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: urgent}
-value: 1000
-)";
+  testing::KueueQueue q;
+  q.preemption = "withinClusterQueue: LowerPriority";
+  q.quota = {{"cpu", std::to_string(cpus)}, {"nvidia.com/gpu", "8"}};
+  q.priority_classes = {{"low", -10}, {"urgent", 1000}};
+  return q.yaml();
 }
 
 // A loopback port nothing listens on now (for servers that must be told theirs: Slurm's daemons,

@@ -17,6 +17,7 @@
 
 #include "common/money.h"
 #include "fakes/eventually.h"
+#include "fakes/kueue_manifest.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -306,28 +307,9 @@ TEST_F(FleetRunTest, AQueueRemovedFromTheManifestsWhileWorkIsAdmittedTerminatesU
   waitFor("long", "running");
   EXPECT_EQ(server.kill(), 128 + SIGKILL);
   // The new file: ClusterQueue research and its LocalQueue are gone; another takes their place.
-  testing::writeFile(dir.file("fleet.yaml"), R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: batch}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-    - coveredResources: [cpu, nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: cpu, nominalQuota: 64}
-            - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: batch}
-spec: {clusterQueue: batch}
-)");
+  testing::KueueQueue batch;
+  batch.cluster_queue = "batch";
+  testing::writeFile(dir.file("fleet.yaml"), batch.yaml());
   std::string why;
   ASSERT_TRUE(server.start(&why)) << "a removed queue with work in it must not stop the start: "
                                   << why;

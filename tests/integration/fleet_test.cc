@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "fakes/kueue_manifest.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -22,35 +23,16 @@ using testing::Process;
 
 constexpr const char* kAdminKey = "fleet-test-admin-key-0123456789";
 
-constexpr const char* kManifests = R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: research}
-spec:
-  cohort: gpus
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}
-  resourceGroups:
-    - coveredResources: [cpu, nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: cpu, nominalQuota: 64}
-            - {name: nvidia.com/gpu, nominalQuota: 8, borrowingLimit: 0}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: research}
-spec: {clusterQueue: research}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: urgent}
-value: 1000
-)";
+// ClusterQueue research (cohort gpus, 64 CPUs and 8 GPUs of h100 it may not lend beyond), its
+// LocalQueue in ml, and WorkloadPriorityClass urgent.
+const std::string kManifests = [] {
+  testing::KueueQueue q;
+  q.cohort = "gpus";
+  q.preemption = "withinClusterQueue: LowerPriority, reclaimWithinCohort: Any";
+  q.quota = {{"cpu", "64"}, {"nvidia.com/gpu", "8, borrowingLimit: 0"}};
+  q.priority_classes = {{"urgent", 1000}};
+  return q.yaml();
+}();
 
 constexpr const char* kTrain = R"(apiVersion: kueue.x-k8s.io/v1beta1
 kind: Workload

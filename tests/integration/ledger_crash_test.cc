@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "fakes/api_client.h"
 #include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
@@ -27,23 +28,11 @@ using testing::RawClient;
 
 constexpr const char* kAdminKey = "crash-test-admin-key-0123456789";
 
-struct Reply {
-  int status = 0;
-  json body;
-};
+using Reply = testing::ApiReply;
 
 Reply call(uint16_t port, const std::string& method, const std::string& path,
            const std::string& key, const json& body = nullptr) {
-  RawClient c(port);
-  if (!c.connected()) return {};
-  const std::string text = body.is_null() ? "" : body.dump();
-  if (!c.send(method + " " + path + " HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + key +
-              "\r\nContent-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text)) {
-    return {};
-  }
-  auto r = c.readResponse();
-  if (!r) return {};
-  return {r->status, json::parse(r->body, nullptr, false)};
+  return testing::callApi(port, method, path, key, body);
 }
 
 class LedgerCrashTest : public ::testing::Test {

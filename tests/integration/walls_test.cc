@@ -19,15 +19,16 @@
 #include <filesystem>
 #include <thread>
 
+#include "fakes/kueue_manifest.h"
 #include "fakes/temp_dir.h"
 #include "integration/fleet_harness.h"
 
 namespace purser {
 namespace {
 
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::json;
 
 constexpr const char* kAdminKey = "walls-test-admin-key-0123456789abcdef";
 constexpr const char* kMasterKey =
@@ -43,44 +44,15 @@ std::string binary() {
 
 // ClusterQueue shared, open to every namespace, with a LocalQueue in each team's.
 std::string manifests() {
-  return R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: cpu}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: shared}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-    - coveredResources: [cpu, memory]
-      flavors:
-        - name: cpu
-          resources:
-            - {name: cpu, nominalQuota: 16}
-            - {name: memory, nominalQuota: 64Gi}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: jobs}
-spec: {clusterQueue: shared}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: research, name: jobs}
-spec: {clusterQueue: shared}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: low}
-value: -10
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: urgent}
-value: 1000
-)";
+  testing::KueueQueue q;
+  q.flavor = "cpu";
+  q.cluster_queue = "shared";
+  q.preemption = "withinClusterQueue: LowerPriority";
+  q.quota = {{"cpu", "16"}, {"memory", "64Gi"}};
+  q.namespaces = {"ml", "research"};
+  q.local_queue = "jobs";
+  q.priority_classes = {{"low", -10}, {"urgent", 1000}};
+  return q.yaml();
 }
 
 class WallsTest : public ::testing::TestWithParam<Mode> {
@@ -146,8 +118,7 @@ class WallsTest : public ::testing::TestWithParam<Mode> {
     server.stop();
   }
 
-  std::string member(const std::string& tenant, const std::string& team,
-                     const std::string& user) {
+  std::string member(const std::string& tenant, const std::string& team, const std::string& user) {
     server.call("POST", "/api/v1/tenants", kAdminKey, json{{"name", tenant}}.dump());
     server.call("POST", "/api/v1/teams", kAdminKey,
                 json{{"name", team}, {"tenant", tenant}}.dump());
@@ -221,7 +192,8 @@ TEST_P(WallsTest, AMembersJobCanReachNothingOfPurserNorOfTheOtherTenant) {
   const std::string pid = std::to_string(server.pid());
   // Alice's job tries everything, and says what it saw.
   const std::string attack =
-      "P=" + pid + "; D=" + d + "; "
+      "P=" + pid + "; D=" + d +
+      "; "
       "echo \"environ=$(cat /proc/$P/environ 2>&1 | head -c 100)\"; "
       "echo \"anyenv=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | "
       "grep -c -e PURSER_ADMIN_KEY -e PURSER_MASTER_KEY -e BOB_TOKEN)\"; "
@@ -229,10 +201,15 @@ TEST_P(WallsTest, AMembersJobCanReachNothingOfPurserNorOfTheOtherTenant) {
       "echo \"auditkey=$(cat $D/audit.key 2>&1 | head -c 100)\"; "
       "echo \"masterkey=$(cat $D/master.key 2>&1 | head -c 100)\"; "
       "echo \"db=$(head -c 15 $D/purser.db 2>&1 | head -c 100)\"; "
-      "echo \"config=$(cat " + dir.file("purser.yaml") + " 2>&1 | head -c 100)\"; "
+      "echo \"config=$(cat " +
+      dir.file("purser.yaml") +
+      " 2>&1 | head -c 100)\"; "
       "echo \"logs=$(cat $D/pods/*.log 2>&1 | head -c 100)\"; "
-      "echo \"forge=$( (echo 'exit 0 0' > $D/pods/research.victim.main.0.exit) 2>&1 | head -c 100)\"; "
-      "echo \"theirs=$(ls " + workspace("research") + " 2>&1 | head -c 100)\"; "
+      "echo \"forge=$( (echo 'exit 0 0' > $D/pods/research.victim.main.0.exit) 2>&1 | head -c "
+      "100)\"; "
+      "echo \"theirs=$(ls " +
+      workspace("research") +
+      " 2>&1 | head -c 100)\"; "
       "echo attack-over";
   ASSERT_EQ(submit(alice, "ml", "attack", attack), 201);
   json done = waitFor(alice, "ml", "attack", {"succeeded", "failed"});
@@ -271,8 +248,8 @@ TEST_P(WallsTest, AMembersJobCanReachNothingOfPurserNorOfTheOtherTenant) {
 }
 
 TEST_P(WallsTest, AJobCannotWorkInPursersDataDirectoryNorInAnotherTeamsWorkspace) {
-  for (const std::string& where : {dir.file("var"), workspace("research"), std::string("/"),
-                                   std::string("relative")}) {
+  for (const std::string& where :
+       {dir.file("var"), workspace("research"), std::string("/"), std::string("relative")}) {
     const std::string name = "wd" + std::to_string(gates_.size() + where.size());
     ASSERT_EQ(submit(alice, "ml", name, "echo ran; ls", {{"working_dir", where}}), 201);
     json w = waitFor(alice, "ml", name, {"failed", "succeeded"});
@@ -373,16 +350,23 @@ TEST_P(WallsTest, PriorityIsGrantedPerTenantAndNeverEvictsAnotherTenantsWorkItCo
   EXPECT_EQ(status, 403) << "a tenant admin does not grant its own tenant priority";
   // Without a grant: no urgent class for a member, no bare priority for a tenant admin, no
   // critical key.
-  json w = {{"name", "jump"}, {"namespace", "ml"}, {"queue", "jobs"}, {"priority_class", "urgent"},
+  json w = {{"name", "jump"},
+            {"namespace", "ml"},
+            {"queue", "jobs"},
+            {"priority_class", "urgent"},
             {"pod_sets", {{{"name", "m"}, {"requests", {{"cpu", "1"}}}}}}};
-  json refused = server.call("POST", "/api/v1/workloads", alice, w.dump(), "application/json",
-                             &status);
+  json refused =
+      server.call("POST", "/api/v1/workloads", alice, w.dump(), "application/json", &status);
   EXPECT_EQ(status, 403) << refused.dump();
   EXPECT_THAT(refused.value("detail", ""),
               HasSubstr("tenant acme's workloads may have priorities up to 0"));
-  json bare = {{"name", "vip"}, {"namespace", "research"}, {"queue", "jobs"}, {"priority", 1000},
+  json bare = {{"name", "vip"},
+               {"namespace", "research"},
+               {"queue", "jobs"},
+               {"priority", 1000},
                {"pod_sets", {{{"name", "m"}, {"requests", {{"cpu", "1"}}}}}}};
-  refused = server.call("POST", "/api/v1/workloads", gina, bare.dump(), "application/json", &status);
+  refused =
+      server.call("POST", "/api/v1/workloads", gina, bare.dump(), "application/json", &status);
   EXPECT_EQ(status, 403) << refused.dump();
   server.call("POST", "/api/v1/keys", gina,
               json{{"name", "fast"},
@@ -400,13 +384,17 @@ TEST_P(WallsTest, PriorityIsGrantedPerTenantAndNeverEvictsAnotherTenantsWorkItCo
                    {{"requests", {{"cpu", "16"}, {"memory", "256Mi"}}}}),
             201);
   waitFor(bob, "research", "steady", {"running"});
-  json urgent = {{"name", "urgent"}, {"namespace", "ml"}, {"queue", "jobs"},
+  json urgent = {{"name", "urgent"},
+                 {"namespace", "ml"},
+                 {"queue", "jobs"},
                  {"priority_class", "urgent"},
-                 {"pod_sets", {{{"name", "m"}, {"count", 1},
-                                {"requests", {{"cpu", "16"}, {"memory", "256Mi"}}},
-                                {"command", {"/bin/sh", "-c", "echo urgent ran"}}}}}};
-  json sent = server.call("POST", "/api/v1/workloads", alice, urgent.dump(), "application/json",
-                          &status);
+                 {"pod_sets",
+                  {{{"name", "m"},
+                    {"count", 1},
+                    {"requests", {{"cpu", "16"}, {"memory", "256Mi"}}},
+                    {"command", {"/bin/sh", "-c", "echo urgent ran"}}}}}};
+  json sent =
+      server.call("POST", "/api/v1/workloads", alice, urgent.dump(), "application/json", &status);
   ASSERT_EQ(status, 201) << sent.dump();
   for (int i = 0; i < 25; ++i) {  // a few admission cycles
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -448,16 +436,18 @@ while (my $c = $s->accept) {
 TEST_P(WallsTest, AMembersModelServesOnlyARouteThatSaysItMayAndIsPricedWhateverItReports) {
   const uint16_t port = testing::freePort();
   const auto served = [&](const std::string& name, const std::string& route) {
-    json w = {{"name", name},
-              {"namespace", "ml"},
-              {"queue", "jobs"},
-              {"serve", {{"route", route}, {"port", port}, {"model", "liar"}, {"health", "/healthz"}}},
-              {"pod_sets",
-               {{{"name", "replicas"},
-                 {"requests", {{"cpu", "1"}, {"memory", "256Mi"}}},
-                 {"command", {"/usr/bin/perl", "-e", kLyingReplica}}}}}};
+    json w = {
+        {"name", name},
+        {"namespace", "ml"},
+        {"queue", "jobs"},
+        {"serve", {{"route", route}, {"port", port}, {"model", "liar"}, {"health", "/healthz"}}},
+        {"pod_sets",
+         {{{"name", "replicas"},
+           {"requests", {{"cpu", "1"}, {"memory", "256Mi"}}},
+           {"command", {"/usr/bin/perl", "-e", kLyingReplica}}}}}};
     int status = 0;
-    json out = server.call("POST", "/api/v1/workloads", alice, w.dump(), "application/json", &status);
+    json out =
+        server.call("POST", "/api/v1/workloads", alice, w.dump(), "application/json", &status);
     return std::make_pair(status, out);
   };
   // Another tenant's route, and a route nobody may serve: refused, saying who may.
@@ -479,11 +469,11 @@ TEST_P(WallsTest, AMembersModelServesOnlyARouteThatSaysItMayAndIsPricedWhateverI
   }
   ASSERT_TRUE(w["pods"][0].value("serving", false)) << w.dump();
   int status = 0;
-  json answer = server.call(
-      "POST", "/v1/chat/completions", alice,
-      R"({"model":"chat","max_tokens":50,"messages":[{"role":"user","content":")" +
-          std::string(600, 'x') + R"("}]})",
-      "application/json", &status);
+  json answer =
+      server.call("POST", "/v1/chat/completions", alice,
+                  R"({"model":"chat","max_tokens":50,"messages":[{"role":"user","content":")" +
+                      std::string(600, 'x') + R"("}]})",
+                  "application/json", &status);
   ASSERT_EQ(status, 200) << answer.dump();
   json usage = server.call("GET", "/api/v1/usage?scope=tenant:acme&limit=10", kAdminKey);
   ASSERT_FALSE(usage["data"].empty()) << usage.dump();
@@ -529,8 +519,9 @@ TEST(RouteAllowTest, AllowNamesTenantsAndTeamsAndANameOfNothingFailsTheStart) {
   auto [bad_team, err_team] = start("{teams: [acme/nope]}");
   EXPECT_FALSE(bad_team);
   EXPECT_THAT(err_team, HasSubstr("\"acme/nope\" names no team"));
-  for (const std::string& allow : {std::string("{tenants: [acme]}"), std::string("{teams: [acme/ml]}"),
-                                   std::string("{teams: [ml]}")}) {
+  for (const std::string& allow :
+       {std::string("{tenants: [acme]}"), std::string("{teams: [acme/ml]}"),
+        std::string("{teams: [ml]}")}) {
     auto [ok, why_not] = start(allow);
     ASSERT_TRUE(ok) << allow << ": " << why_not;
     // acme's member may use the route (it answers past admission: 502 from the dead upstream).

@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
+#include "fakes/kueue_manifest.h"
 #include "fakes/temp_dir.h"
 #include "fleet/utilisation.h"
 #include "identity/directory.h"
@@ -37,27 +38,12 @@
 namespace purser::workloads {
 namespace {
 
-constexpr const char* kManifests = R"(apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: h100}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: research}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-    - coveredResources: [nvidia.com/gpu]
-      flavors:
-        - name: h100
-          resources:
-            - {name: nvidia.com/gpu, nominalQuota: 8}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {namespace: ml, name: research}
-spec: {clusterQueue: research}
-)";
+// ClusterQueue research: 8 GPUs of h100; its LocalQueue in ml.
+const std::string kManifests = [] {
+  testing::KueueQueue q;
+  q.quota = {{"nvidia.com/gpu", "8"}};
+  return q.yaml();
+}();
 
 // Readings set by the test, read on the service's thread.
 class FakeGpus final : public fleet::GpuUtilisation {

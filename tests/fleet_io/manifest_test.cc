@@ -1,8 +1,8 @@
 // Tests of reading Kueue manifests and workloads into fleet objects.
 #include "fleet_io/manifest.h"
 
-#include <gmock/gmock.h>
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

@@ -20,24 +20,23 @@
 #include "ledger/meter.h"
 #include "ledger/usage_event.h"
 
-namespace purser::api {
+namespace purser::ledger {
 
 class Reservations {
  public:
   static constexpr size_t kMax = 500'000;
 
-  void put(const ledger::UsageEvent& draft, int64_t tokens_estimate);
+  void put(const UsageEvent& draft, int64_t tokens_estimate);
   // Those the ledger held again at start (Meter::recover).
-  void restore(const std::vector<ledger::RestoredReservation>& restored);
+  void restore(const std::vector<RestoredReservation>& restored);
   // The draft event and token estimate of reservation `id`.
-  std::optional<std::pair<ledger::UsageEvent, int64_t>> get(const std::string& id) const;
+  std::optional<std::pair<UsageEvent, int64_t>> get(const std::string& id) const;
   void erase(const std::string& id);
 
  private:
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::pair<ledger::UsageEvent, int64_t>>
-      drafts_;                     // guarded by mu_
+  std::unordered_map<std::string, std::pair<UsageEvent, int64_t>> drafts_;  // guarded by mu_
   std::deque<std::string> order_;  // ids, oldest first; guarded by mu_
 };
 
-}  // namespace purser::api
+}  // namespace purser::ledger

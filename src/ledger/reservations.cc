@@ -1,8 +1,8 @@
-#include "api/reservations.h"
+#include "ledger/reservations.h"
 
-namespace purser::api {
+namespace purser::ledger {
 
-void Reservations::put(const ledger::UsageEvent& draft, int64_t tokens_estimate) {
+void Reservations::put(const UsageEvent& draft, int64_t tokens_estimate) {
   std::lock_guard lock(mu_);
   drafts_[draft.id] = {draft, tokens_estimate};
   order_.push_back(draft.id);
@@ -12,12 +12,11 @@ void Reservations::put(const ledger::UsageEvent& draft, int64_t tokens_estimate)
   }
 }
 
-void Reservations::restore(const std::vector<ledger::RestoredReservation>& restored) {
+void Reservations::restore(const std::vector<RestoredReservation>& restored) {
   for (const auto& r : restored) put(r.draft, r.token_estimate);
 }
 
-std::optional<std::pair<ledger::UsageEvent, int64_t>> Reservations::get(
-    const std::string& id) const {
+std::optional<std::pair<UsageEvent, int64_t>> Reservations::get(const std::string& id) const {
   std::lock_guard lock(mu_);
   auto it = drafts_.find(id);
   if (it == drafts_.end()) return std::nullopt;
@@ -29,4 +28,4 @@ void Reservations::erase(const std::string& id) {
   drafts_.erase(id);
 }
 
-}  // namespace purser::api
+}  // namespace purser::ledger

@@ -22,7 +22,7 @@
 #include "identity/identity.h"
 #include "ledger/audit.h"
 
-namespace purser::api {
+namespace purser::identity {
 
 class DenialLog {
  public:
@@ -38,14 +38,19 @@ class DenialLog {
     bool write = false;                         // audit this denial on its own
     std::vector<ledger::AuditEntry> summaries;  // windows that closed, to audit as well
   };
-  Decision note(const identity::Principal& who, std::string_view action);
+  Decision note(const Principal& who, std::string_view action);
+  // What a denial of `who` writes to the audit log (entry `action` on `target`, with `detail`):
+  // the denial itself while the principal is within its share (note()), and the summaries of
+  // windows that closed.
+  std::vector<ledger::AuditEntry> entries(const Principal& who, std::string action,
+                                          std::string target, std::string detail);
 
   // The summaries of every window that is over by now.
   std::vector<ledger::AuditEntry> closed();
 
  private:
   struct Window {
-    identity::Principal who;
+    Principal who;
     SystemTime start;
     size_t seen = 0;
     std::map<std::string, int64_t> left_out;  // by action
@@ -59,4 +64,9 @@ class DenialLog {
   std::unordered_map<std::string, Window> windows_;  // by key id (or principal id); mu_
 };
 
-}  // namespace purser::api
+// The audit entry of `who` doing `action` on `target` of `tenant_id` (before and after as JSON
+// text, either may be empty).
+ledger::AuditEntry auditEntry(const Principal& who, std::string action, std::string target,
+                              std::string before, std::string after, std::string tenant_id);
+
+}  // namespace purser::identity

@@ -1,10 +1,10 @@
-#include "api/denial_log.h"
+#include "identity/denial_log.h"
 
 #include <algorithm>
 
 #include "common/json.h"
 
-namespace purser::api {
+namespace purser::identity {
 
 DenialLog::DenialLog(const Clock& clock, Options options) : clock_(clock), options_(options) {}
 
@@ -19,7 +19,7 @@ void DenialLog::close(const Window& w, SystemTime end, std::vector<ledger::Audit
   ledger::AuditEntry e;
   e.tenant_id = w.who.tenant_id;
   e.actor = w.who.id;
-  e.actor_role = std::string(identity::roleName(w.who.role));
+  e.actor_role = std::string(roleName(w.who.role));
   e.action = "policy.deny.summary";
   e.target = w.who.key_id.empty() ? "principal:" + w.who.id : "key:" + w.who.key_id;
   e.after = writeJson(Json{{"left_out", total},
@@ -29,7 +29,7 @@ void DenialLog::close(const Window& w, SystemTime end, std::vector<ledger::Audit
   out.push_back(std::move(e));
 }
 
-DenialLog::Decision DenialLog::note(const identity::Principal& who, std::string_view action) {
+DenialLog::Decision DenialLog::note(const Principal& who, std::string_view action) {
   const SystemTime now = clock_.now();
   const std::string id = who.key_id.empty() ? who.id : who.key_id;
   Decision d;
@@ -65,6 +65,16 @@ DenialLog::Decision DenialLog::note(const identity::Principal& who, std::string_
   return d;
 }
 
+std::vector<ledger::AuditEntry> DenialLog::entries(const Principal& who, std::string action,
+                                                   std::string target, std::string detail) {
+  Decision d = note(who, action);
+  if (d.write) {
+    d.summaries.push_back(auditEntry(who, std::move(action), std::move(target), "",
+                                     std::move(detail), who.tenant_id));
+  }
+  return std::move(d.summaries);
+}
+
 std::vector<ledger::AuditEntry> DenialLog::closed() {
   const SystemTime now = clock_.now();
   std::vector<ledger::AuditEntry> out;
@@ -80,4 +90,17 @@ std::vector<ledger::AuditEntry> DenialLog::closed() {
   return out;
 }
 
-}  // namespace purser::api
+ledger::AuditEntry auditEntry(const Principal& who, std::string action, std::string target,
+                              std::string before, std::string after, std::string tenant_id) {
+  ledger::AuditEntry e;
+  e.tenant_id = std::move(tenant_id);
+  e.actor = who.id;
+  e.actor_role = std::string(roleName(who.role));
+  e.action = std::move(action);
+  e.target = std::move(target);
+  e.before = std::move(before);
+  e.after = std::move(after);
+  return e;
+}
+
+}  // namespace purser::identity

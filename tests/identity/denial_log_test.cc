@@ -1,17 +1,17 @@
-#include "api/denial_log.h"
+#include "identity/denial_log.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-namespace purser::api {
+namespace purser::identity {
 namespace {
 
-identity::Principal member(const std::string& id) {
-  identity::Principal p;
+Principal member(const std::string& id) {
+  Principal p;
   p.id = id;
   p.key_id = "key-" + id;
   p.tenant_id = "t1";
-  p.role = identity::Role::kMember;
+  p.role = Role::kMember;
   return p;
 }
 
@@ -75,4 +75,4 @@ TEST(DenialLogTest, ManyPrincipalsAreBoundedAndNothingIsForgotten) {
 }
 
 }  // namespace
-}  // namespace purser::api
+}  // namespace purser::identity
