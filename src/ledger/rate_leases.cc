@@ -274,8 +274,8 @@ Result<void> RateLeases::tick() { return flush(/*everything=*/false); }
 Result<void> RateLeases::giveBackAll() { return flush(/*everything=*/true); }
 
 RateLeaseCounters RateLeases::counters() const {
-  std::lock_guard lock(mu_);
-  return counters_;
+  return {counters_.takes.load(), counters_.refused_takes.load(), counters_.local.load(),
+          counters_.local_refusals.load()};
 }
 
 }  // namespace purser::ledger

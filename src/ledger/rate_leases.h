@@ -22,6 +22,7 @@
 // Thread-safe. A take blocks its caller for one store write; nothing is held locked meanwhile.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <span>
 #include <string>
@@ -96,7 +97,10 @@ class RateLeases final : public SharedRateLimits {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Local> local_;  // guarded by mu_
   MonoTime last_tick_{};                          // guarded by mu_
-  RateLeaseCounters counters_;                    // guarded by mu_
+  // Counted outside mu_, as WalletLeases' are.
+  struct {
+    std::atomic<uint64_t> takes{0}, refused_takes{0}, local{0}, local_refusals{0};
+  } counters_;
 };
 
 }  // namespace purser::ledger

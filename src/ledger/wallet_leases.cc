@@ -337,8 +337,8 @@ Result<void> WalletLeases::giveBackAll() {
 }
 
 LeaseCounters WalletLeases::counters() const {
-  std::lock_guard lock(mu_);
-  return counters_;
+  return {counters_.grants.load(), counters_.top_ups.load(), counters_.refused_top_ups.load(),
+          counters_.give_backs.load(), counters_.renewals.load()};
 }
 
 }  // namespace purser::ledger

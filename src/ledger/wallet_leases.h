@@ -35,6 +35,7 @@
 // grants is always the store's.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -117,7 +118,11 @@ class WalletLeases final : public LeaseSource {
   bool wanted_read_ = false;               // guarded by mu_
   MonoTime last_wanted_check_{};           // guarded by mu_
   std::map<std::string, int64_t> wanted_;  // wallet -> when another replica last fell short; mu_
-  LeaseCounters counters_;                 // guarded by mu_
+  // Counted outside mu_: reading them (a scrape, on a worker) never waits behind a store round
+  // trip that holds mu_.
+  struct {
+    std::atomic<uint64_t> grants{0}, top_ups{0}, refused_top_ups{0}, give_backs{0}, renewals{0};
+  } counters_;
 };
 
 }  // namespace purser::ledger

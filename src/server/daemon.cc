@@ -157,7 +157,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   http::Readiness readiness;
   std::unique_ptr<http::Server> server;
 
-  PURSER_TRY(addServerInfo(router, metrics, readiness, *store, shared_store,
+  StoreProbe store_probe(*store, clock);  // asked again every second by housekeeping
+  PURSER_TRY(addServerInfo(router, metrics, readiness, store_probe, shared_store,
                            {.installation = installation,
                             .started_at = started_at,
                             .workers = workers.size(),
@@ -341,7 +342,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
                              .audit = audit,
                              .store = *store,
                              .shared_store = shared_store,
-                             .current_fleet = current_fleet});
+                             .current_fleet = current_fleet,
+                             .store_probe = &store_probe});
   housekeeping.start();
 
   observer->start();

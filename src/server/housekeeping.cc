@@ -17,6 +17,7 @@ Housekeeping::Housekeeping(Parts parts)
       lease_timer_(p_.worker),
       anchor_timer_(p_.worker),
       fleet_timer_(p_.worker),
+      probe_timer_(p_.worker),
       next_partition_check_(p_.clock.monotonic() + std::chrono::hours(1)) {}
 
 void Housekeeping::start() {
@@ -28,6 +29,10 @@ void Housekeeping::start() {
   anchor_timer_.async_wait([this](const auto& ec) { anchor(ec); });
   fleet_timer_.expires_after(std::chrono::seconds(1));
   fleet_timer_.async_wait([this](const auto& ec) { fleetTick(ec); });
+  if (p_.store_probe != nullptr) {
+    probe_timer_.expires_after(std::chrono::seconds(1));
+    probe_timer_.async_wait([this](const auto& ec) { probeStore(ec); });
+  }
 }
 
 // Purser's own metrics join the series, for live diagnosis.
@@ -69,6 +74,20 @@ void Housekeeping::anchor(const boost::system::error_code& ec) {
   if (!anchoring_.exchange(true)) boost::asio::post(thread_, [this] { writeAnchor(); });
   anchor_timer_.expires_after(std::chrono::seconds(5));
   anchor_timer_.async_wait([this](const auto& e) { anchor(e); });
+}
+
+// Whether the store answers, asked off the workers; a check still waiting on a store that hangs
+// is not asked again meanwhile.
+void Housekeeping::probeStore(const boost::system::error_code& ec) {
+  if (ec) return;
+  if (!probing_.exchange(true)) {
+    boost::asio::post(thread_, [this] {
+      guardedTurn("store check", [&] { p_.store_probe->check(); });
+      probing_ = false;
+    });
+  }
+  probe_timer_.expires_after(std::chrono::seconds(1));
+  probe_timer_.async_wait([this](const auto& e) { probeStore(e); });
 }
 
 void Housekeeping::writeAnchor() {

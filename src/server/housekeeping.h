@@ -1,7 +1,8 @@
 // What `purser serve` does on a clock, beside the requests: on worker 0's timers, Purser's own
 // metrics sampled into the series (every observe.interval), reservations whose lease ended
 // released and denial windows summarised (every second), the fleet's tick (every second); on the
-// housekeeping thread, the audit log's anchor written (every 5 s: a file write and fsync) and, on
+// housekeeping thread, the store asked whether it answers (every second, for /readyz and
+// /metrics: info.h), the audit log's anchor written (every 5 s: a file write and fsync) and, on
 // PostgreSQL, next month's usage partition made (hourly). A turn that fails is logged and the
 // loop goes on.
 #pragma once
@@ -22,6 +23,7 @@
 #include "ledger/meter.h"
 #include "observe/self_scrape.h"
 #include "observe/series.h"
+#include "server/info.h"
 #include "store/store.h"
 
 namespace purser::server {
@@ -40,6 +42,7 @@ class Housekeeping {
     store::Store& store;
     bool shared_store = false;
     api::Fleet::Current current_fleet;
+    StoreProbe* store_probe = nullptr;  // checked every second when given
   };
 
   explicit Housekeeping(Parts parts);
@@ -53,13 +56,15 @@ class Housekeeping {
   void expireLeases(const boost::system::error_code& ec);
   void anchor(const boost::system::error_code& ec);
   void fleetTick(const boost::system::error_code& ec);
+  void probeStore(const boost::system::error_code& ec);
   void writeAnchor();  // on the housekeeping thread
 
   Parts p_;
   observe::SelfScrape self_scrape_;  // on the worker
-  boost::asio::steady_timer self_timer_, lease_timer_, anchor_timer_, fleet_timer_;
+  boost::asio::steady_timer self_timer_, lease_timer_, anchor_timer_, fleet_timer_, probe_timer_;
   boost::asio::thread_pool thread_{1};
   std::atomic<bool> anchoring_{false};
+  std::atomic<bool> probing_{false};
   MonoTime next_partition_check_;  // on the housekeeping thread
 };
 

@@ -1,6 +1,9 @@
 // What `purser serve` says about itself: see info.h.
 #include "server/info.h"
 
+#include <utility>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
@@ -8,8 +11,31 @@
 
 namespace purser::server {
 
+void StoreProbe::check() {
+  {
+    std::lock_guard lock(mu_);
+    waiting_ = clock_.monotonic();
+  }
+  Result<void> answer = store_.read([](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(tx.query("SELECT 1"));
+    return {};
+  });
+  std::lock_guard lock(mu_);
+  last_ = std::move(answer);
+  waiting_.reset();
+}
+
+Result<void> StoreProbe::last() const {
+  std::lock_guard lock(mu_);
+  if (waiting_ && clock_.monotonic() - *waiting_ > kPatience) {
+    const auto s = std::chrono::duration_cast<std::chrono::seconds>(clock_.monotonic() - *waiting_);
+    return fail(unavailable(fmt::format("the store has not answered a check for {} s", s.count())));
+  }
+  return last_;
+}
+
 Result<void> addServerInfo(http::Router& router, http::MetricsRegistry& metrics,
-                           http::Readiness& readiness, store::Store& store, bool shared_store,
+                           http::Readiness& readiness, const StoreProbe& store, bool shared_store,
                            ServerFacts facts) {
   const auto& build = cli::buildInfo();
   metrics
@@ -20,12 +46,7 @@ Result<void> addServerInfo(http::Router& router, http::MetricsRegistry& metrics,
   metrics.gauge("purser_start_time_seconds", "When this process started, in Unix seconds.")
       .set(static_cast<double>(unixMillis(facts.started_at)) / 1000.0);
 
-  const auto store_check = [&store]() -> Result<void> {
-    return store.read([](store::Tx& tx) -> Result<void> {
-      PURSER_TRY(tx.query("SELECT 1"));
-      return {};
-    });
-  };
+  const auto store_check = [&store]() -> Result<void> { return store.last(); };
   if (shared_store) {
     // PostgreSQL down: every replica goes on serving from its budget leases and rate-limit units
     // until they run out, so none is taken out of its load balancer for it; /readyz says

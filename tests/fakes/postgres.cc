@@ -1,14 +1,20 @@
 #include "fakes/postgres.h"
 
 #include <pwd.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace purser::testing {
 
@@ -76,6 +82,7 @@ PostgresServer::PostgresServer() {
 
 PostgresServer::~PostgresServer() {
   if (dir_.empty()) return;
+  thaw();
   stop(/*immediate=*/true);
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
@@ -95,6 +102,49 @@ bool PostgresServer::start() {
   return run(quote(bindir_ + "/pg_ctl") + " -D " + quote(dir_ + "/data") + " -l " +
              quote(dir_ + "/server.log") + " -w -t 60 -o " + quote(options) +
              " start > /dev/null") == 0;
+}
+
+namespace {
+
+// The postmaster's pid (the first line of postmaster.pid) and every process whose parent it is.
+std::vector<pid_t> serverProcesses(const std::string& data_dir) {
+  std::vector<pid_t> out;
+  std::ifstream pidfile(data_dir + "/postmaster.pid");
+  long postmaster = 0;
+  if (!(pidfile >> postmaster) || postmaster <= 0) return out;
+  out.push_back(static_cast<pid_t>(postmaster));
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: the comm may hold spaces, so read after its closing parenthesis.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == postmaster)
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool PostgresServer::freeze() {
+  const auto pids = serverProcesses(dir_ + "/data");
+  if (pids.empty()) return false;
+  for (pid_t pid : pids) ::kill(pid, SIGSTOP);
+  frozen_ = true;
+  return true;
+}
+
+void PostgresServer::thaw() {
+  if (!frozen_) return;
+  for (pid_t pid : serverProcesses(dir_ + "/data")) ::kill(pid, SIGCONT);
+  frozen_ = false;
 }
 
 bool PostgresServer::stop(bool immediate) {

@@ -31,6 +31,10 @@ class PostgresServer {
   // pg_ctl stop -m fast (clean) or -m immediate (as a crash: no checkpoint), and start again.
   bool stop(bool immediate = false);
   bool start();
+  // Freezes the server and every backend (SIGSTOP), as a host that hangs: connections stay open
+  // and nothing answers. thaw() (SIGCONT) lets it go on; the destructor thaws it too.
+  bool freeze();
+  void thaw();
 
  private:
   // Runs a server binary (as the postgres user when this process is root); its exit status.
@@ -41,6 +45,7 @@ class PostgresServer {
   std::string bindir_;
   std::string dir_;  // holds data/ and the socket
   bool as_postgres_ = false;
+  bool frozen_ = false;
 };
 
 }  // namespace purser::testing

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/json.h"
+#include "fakes/eventually.h"
 #include "fakes/postgres.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
@@ -183,6 +184,46 @@ TEST(ReplicasTest, ReplicasOnOnePostgresNeverOverspendAHardWalletEvenWhenOneIsKi
   EXPECT_EQ(overage, 0);
 }
 
+// A store that hangs (its host frozen: connections open, nothing answers) holds no worker and no
+// health check: /healthz and /readyz answer at once throughout, /readyz says the store does not
+// answer within seconds, and once the store is back it says so again.
+TEST(ReplicasTest, AStoreThatHangsHoldsNoWorkerAndNoHealthCheck) {
+  testing::PostgresServer pg;
+  if (!pg.available()) GTEST_SKIP() << pg.why();
+  ASSERT_TRUE(pg.createDatabase("purser"));
+  const std::string config = fmt::format(
+      "store: {{postgres: \"{}\", lease_ttl: 60s}}\nfleet: {{enabled: false}}\n", pg.url("purser"));
+  testing::TempDir dir;
+  testing::Served a = testing::startServe(PURSER_BINARY, dir, config, kAdminKey);
+  ASSERT_NE(a.port, 0) << a.process->err();
+  const auto readyz = [&] { return testing::callJson(a.port, "GET", "/readyz", {}); };
+  testing::RawResponse ready = readyz();
+  ASSERT_EQ(ready.status, 200) << ready.body;
+  ASSERT_EQ(ready.body.find("degraded"), std::string::npos) << ready.body;
+  ASSERT_TRUE(pg.freeze());
+  // Every answer comes (a worker waiting on the store would leave the client's read to time out:
+  // status 0); within a few checks it says the store does not answer.
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        ready = readyz();
+        EXPECT_NE(ready.status, 0) << "/readyz did not answer while the store hung";
+        return ready.status == 0 || ready.body.find("has not answered") != std::string::npos;
+      },
+      {.attempts = 1000, .what = "/readyz says the store does not answer"}));
+  EXPECT_EQ(ready.status, 200) << "degraded, still ready: " << ready.body;
+  EXPECT_EQ(testing::callJson(a.port, "GET", "/healthz", {}).status, 200);
+  auto metrics = testing::callJson(a.port, "GET", "/metrics", {});
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("purser_store_up 0"), std::string::npos);
+  pg.thaw();
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        ready = readyz();
+        return ready.status == 200 && ready.body.find("degraded") == std::string::npos;
+      },
+      {.attempts = 1000, .what = "/readyz says the store is back"}));
+}
+
 TEST(ReplicasTest, WithPostgresDownReplicasServeFromTheirLeasesThenRefuseClearlyAndLoseNothing) {
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
@@ -221,8 +262,15 @@ TEST(ReplicasTest, WithPostgresDownReplicasServeFromTheirLeasesThenRefuseClearly
     }
   }
   ASSERT_TRUE(pg.stop(/*immediate=*/true));
-  // Still ready (a load balancer keeps both), and says why it is degraded.
-  auto ready = testing::callJson(a.port, "GET", "/readyz", {});
+  // Still ready (a load balancer keeps both), and says why it is degraded once its store check
+  // (every second, off the workers) has seen the store go.
+  testing::RawResponse ready;
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        ready = testing::callJson(a.port, "GET", "/readyz", {});
+        return ready.status != 200 || ready.body.find("degraded") != std::string::npos;
+      },
+      {.attempts = 1000, .what = "/readyz says degraded"}));
   EXPECT_EQ(ready.status, 200) << ready.body;
   EXPECT_NE(ready.body.find("degraded"), std::string::npos) << ready.body;
   // Served from the leases until they run out, then refused with a clear, retryable error.
