@@ -108,7 +108,8 @@ asio::awaitable<Response> listAudit(const Services& s, Request& req) {
   // One more than asked, to say whether there is another page.
   const int64_t page = q.limit;
   ++q.limit;
-  API_TRY(entries, co_await http::runBlocking(s.readers, [&] { return s.records.audit(q); }));
+  API_TRY(entries,
+          co_await http::runBlocking(s.readers, who.tenant_id, [&] { return s.records.audit(q); }));
   const bool more = static_cast<int64_t>(entries.size()) > page;
   if (more) entries.resize(static_cast<size_t>(page));
   json items = json::array();
@@ -136,7 +137,8 @@ asio::awaitable<Response> verifyAudit(const Services& s, Request& req) {
   if (auto denied = identity::authorize(who, Action::kVerifyAudit, {}); !denied) {
     co_return co_await deny(s, who, denied.error(), "audit.verify", "audit");
   }
-  API_TRY(v, co_await http::runBlocking(s.readers, [&] { return s.records.verifyAudit(); }));
+  API_TRY(v, co_await http::runBlocking(s.readers, who.tenant_id,
+                                        [&] { return s.records.verifyAudit(); }));
   json out = {{"ok", v.ok},
               {"entries", v.entries},
               {"signed_entries", v.signed_entries},

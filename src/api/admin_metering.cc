@@ -176,7 +176,7 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   ledger::RateDecision rate;
   // A client-chosen id is looked up in the store (ids are unique across the durable record):
   // off the worker, like every store read. A fresh id needs no read.
-  auto held = co_await http::runBlocking(id ? s.readers : nullptr, [&] {
+  auto held = co_await http::runBlocking(id ? s.readers : nullptr, who.tenant_id, [&] {
     return budget.hold({.payer = identity::payerOf(who, s.directory),
                         .model = model_name,
                         .draft = draft,

@@ -249,7 +249,8 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
   }
   // The ids the durable record already has: a retry, or ids in use (the journal's latest
   // settlements included, once the store has caught up with it).
-  if (auto caught = co_await http::runBlocking(s.readers, [&] { return s.meter.catchUp(); });
+  if (auto caught =
+          co_await http::runBlocking(s.readers, who.tenant_id, [&] { return s.meter.catchUp(); });
       !caught) {
     co_return problem(caught.error());
   }
@@ -338,7 +339,8 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
 asio::awaitable<Response> listUsage(const Services& s, Request& req) {
   auto q = co_await usageQuery(s, req);
   if (!q) co_return std::move(q.error());
-  API_TRY(events, co_await http::runBlocking(s.readers, [&] { return s.meter.events(*q); }));
+  API_TRY(events, co_await http::runBlocking(s.readers, readerKey(s, req),
+                                             [&] { return s.meter.events(*q); }));
   json items = json::array();
   for (const auto& e : events) items.push_back(toJson(e));
   co_return jsonResponse(200, listOf(std::move(items)));
@@ -348,7 +350,8 @@ asio::awaitable<Response> spend(const Services& s, Request& req) {
   auto q = co_await usageQuery(s, req);
   if (!q) co_return std::move(q.error());
   const std::string group_by = req.queryParam("group_by").value_or("day");
-  auto rows = co_await http::runBlocking(s.readers, [&] { return s.meter.spend(*q, group_by); });
+  auto rows = co_await http::runBlocking(s.readers, readerKey(s, req),
+                                         [&] { return s.meter.spend(*q, group_by); });
   if (!rows) co_return problem(rows.error().withField("group_by"));
   // Who a group is, beside its id.
   std::optional<ledger::ScopeKind> named;

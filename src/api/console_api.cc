@@ -128,7 +128,8 @@ asio::awaitable<Response> listRoutes(const Services& s, Request& req) {
   // Per route and per (route, provider, model): the target that served the request.
   std::map<std::string, Stats> by_route;
   std::map<std::tuple<std::string, std::string, std::string>, Stats> by_target;
-  auto read = co_await http::runBlocking(s.readers, [&] { return s.meter.recentRequests(query); });
+  auto read = co_await http::runBlocking(s.readers, who->tenant_id,
+                                         [&] { return s.meter.recentRequests(query); });
   if (!read) co_return problem(read.error());
   for (const ledger::RequestSample& r : *read) {
     const bool ok = r.status >= 200 && r.status < 300;

@@ -351,8 +351,9 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
   // --- Events ----------------------------------------------------------------------------------
   std::vector<diagnose::Event> events = fleet.pending;
   if (fleet_service) {
-    auto rows = co_await http::runBlocking(
-        s.readers, [&] { return fleet_service->events(workloads::Visibility{}, std::nullopt); });
+    auto rows = co_await http::runBlocking(s.readers, who.tenant_id, [&] {
+      return fleet_service->events(workloads::Visibility{}, std::nullopt);
+    });
     if (!rows) co_return problem(rows.error());
     for (const auto& row : *rows) {
       auto e = fleetEvent(row);
@@ -364,7 +365,8 @@ asio::awaitable<Response> handle(const Context& ctx, Request& req) {
     q.from = formatRfc3339(SystemTime(std::chrono::milliseconds(start_ms)));
     q.newest_first = true;
     q.limit = 1000;
-    auto entries = co_await http::runBlocking(s.readers, [&] { return s.records.audit(q); });
+    auto entries =
+        co_await http::runBlocking(s.readers, who.tenant_id, [&] { return s.records.audit(q); });
     if (!entries) co_return problem(entries.error());
     const auto wallets = s.wallets.all();
     const auto wallet_scope =

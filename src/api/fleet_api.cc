@@ -167,7 +167,7 @@ asio::awaitable<Response> list(const Services& s, FleetService& svc, Request& re
   json items = json::array();
   if (state && (*state == "finished" || workloads::isTerminal(*state))) {
     auto ended = co_await http::runBlocking(
-        s.readers, [&] { return svc.endedRecords(visibilityOf(*who), 1000); });
+        s.readers, who->tenant_id, [&] { return svc.endedRecords(visibilityOf(*who), 1000); });
     if (!ended) co_return problem(ended.error());
     co_return co_await svc.call([&](FleetService& f) -> Response {
       for (const auto& r : *ended) {
@@ -205,7 +205,8 @@ asio::awaitable<std::optional<Record>> findRecord(const Services& s, FleetServic
   });
   if (!live) {
     // Ended workloads are served from their record; live ones are in memory.
-    auto stored = co_await http::runBlocking(s.readers, [&] { return svc.storedRecord(name); });
+    auto stored = co_await http::runBlocking(s.readers, who.tenant_id,
+                                             [&] { return svc.storedRecord(name); });
     if (stored && *stored && workloads::isTerminal((*stored)->state)) live = std::move(**stored);
   }
   if (live && !mayAccess(who, live->tenant_id, live->team_id)) live.reset();
@@ -364,8 +365,9 @@ asio::awaitable<Response> utilisation(const Services& s, FleetService& svc, Requ
   for (const auto& l : live) {
     if (!l.visible) others.push_back(l.name);
   }
-  auto stored = co_await http::runBlocking(
-      s.readers, [&] { return svc.utilisationSince(from_ms, visibilityOf(*who), others); });
+  auto stored = co_await http::runBlocking(s.readers, who->tenant_id, [&] {
+    return svc.utilisationSince(from_ms, visibilityOf(*who), others);
+  });
   if (!stored) co_return problem(stored.error());
   co_return jsonResponse(200, utilisationView(live, *stored, s.directory, *who, from_ms));
 }
@@ -382,7 +384,7 @@ asio::awaitable<Response> events(const Services& s, FleetService& svc, Request& 
              (slash == std::string::npos ? "" : workload->substr(slash));
     });
   }
-  auto rows = co_await http::runBlocking(s.readers,
+  auto rows = co_await http::runBlocking(s.readers, who->tenant_id,
                                          [&] { return svc.events(visibilityOf(*who), workload); });
   if (!rows) co_return problem(rows.error());
   const auto shown = FleetService::shown;

@@ -3,12 +3,16 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace purser {
 
-WorkPool::WorkPool(std::string name, size_t threads, size_t max_queued)
-    : name_(std::move(name)), max_queued_(max_queued) {
+WorkPool::WorkPool(std::string name, size_t threads, size_t max_queued, size_t max_queued_per_key)
+    : name_(std::move(name)),
+      max_queued_(max_queued),
+      max_queued_per_key_(max_queued_per_key != 0 ? std::min(max_queued_per_key, max_queued)
+                                                  : std::max<size_t>(1, max_queued / 4)) {
   threads_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
 }
@@ -26,14 +30,18 @@ void WorkPool::stop() {
   }
 }
 
-bool WorkPool::post(std::function<void()> work) {
+WorkPool::Posted WorkPool::post(std::function<void()> work, const std::string& key) {
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || queue_.size() >= max_queued_ || threads_.empty()) return false;
-    queue_.push_back(std::move(work));
+    if (stopping_ || threads_.empty()) return Posted::kStopped;
+    if (queued_ >= max_queued_) return Posted::kFull;
+    auto& queue = queues_[key];
+    if (queue.size() >= max_queued_per_key_) return Posted::kKeyFull;
+    queue.push_back(std::move(work));
+    ++queued_;
   }
   wake_.notify_one();
-  return true;
+  return Posted::kQueued;
 }
 
 void WorkPool::run() {
@@ -43,11 +51,17 @@ void WorkPool::run() {
     std::function<void()> work;
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      wake_.wait(lock, [this] { return stopping_ || queued_ > 0; });
       // What was queued before the stop still runs: its caller waits for the answer.
-      if (queue_.empty()) return;
-      work = std::move(queue_.front());
-      queue_.pop_front();
+      if (queued_ == 0) return;
+      // The keys in turn: the first after the one served last, wrapping around.
+      auto turn = queues_.upper_bound(last_key_);
+      if (turn == queues_.end()) turn = queues_.begin();
+      work = std::move(turn->second.front());
+      turn->second.pop_front();
+      --queued_;
+      last_key_ = turn->first;
+      if (turn->second.empty()) queues_.erase(turn);
     }
     work();
   }

@@ -95,31 +95,52 @@ auto whenCalled(Start start) {
       asio::use_awaitable, std::move(start));
 }
 
-// Runs fn() — blocking work returning a Result — on `pool` and resumes here with its result; with
-// no pool, runs it here (unit tests' seam). When the pool already has as much waiting as it
-// takes, completes with kUnavailable at once (the API answers 503): a flood of slow reports
-// waits nowhere. What fn throws completes as kInternal.
+// Runs fn() — blocking work returning a Result — on `pool`, as `key`'s (the caller's tenant: the
+// pool is fair between keys, work_pool.h), and resumes here with its result; with no pool, runs
+// it here (unit tests' seam). When the pool already has as much waiting as it takes, or `key` its
+// share, completes with kUnavailable at once (the API answers 503): a flood of slow reports
+// waits nowhere, and fills only its own tenant's share. What fn throws completes as kInternal.
+template <typename F>
+auto runBlocking(WorkPool* pool, std::string key, F fn) {
+  using T = std::invoke_result_t<F&>;
+  return whenCalled<T>(
+      [pool, key = std::move(key), fn = std::move(fn)](std::function<void(T)> done) mutable {
+        auto shared = std::make_shared<F>(std::move(fn));
+        auto work = [shared, done] {
+          try {
+            done((*shared)());
+          } catch (const std::exception& e) {
+            done(T(fail(internalError(fmt::format("{}", e.what())))));
+          }
+        };
+        if (pool == nullptr) {
+          work();
+          return;
+        }
+        switch (pool->post(work, key)) {
+          case WorkPool::Posted::kQueued:
+            return;
+          case WorkPool::Posted::kKeyFull:
+            done(T(fail(unavailable(fmt::format(
+                "the server is busy: {} reads of yours already wait for its store readers; try "
+                "again shortly",
+                pool->maxQueuedPerKey())))));
+            return;
+          case WorkPool::Posted::kFull:
+          case WorkPool::Posted::kStopped:
+            done(T(fail(unavailable(
+                fmt::format("the server is busy: {} reads already wait for its {} store readers; "
+                            "try again shortly",
+                            pool->maxQueued(), pool->threads())))));
+            return;
+        }
+      });
+}
+
+// The same, unkeyed (work of no one tenant).
 template <typename F>
 auto runBlocking(WorkPool* pool, F fn) {
-  using T = std::invoke_result_t<F&>;
-  return whenCalled<T>([pool, fn = std::move(fn)](std::function<void(T)> done) mutable {
-    auto shared = std::make_shared<F>(std::move(fn));
-    auto work = [shared, done] {
-      try {
-        done((*shared)());
-      } catch (const std::exception& e) {
-        done(T(fail(internalError(fmt::format("{}", e.what())))));
-      }
-    };
-    if (pool == nullptr) {
-      work();
-    } else if (!pool->post(work)) {
-      done(T(fail(unavailable(
-          fmt::format("the server is busy: {} reads already wait for its {} store readers; try "
-                      "again shortly",
-                      pool->maxQueued(), pool->threads())))));
-    }
-  });
+  return runBlocking(pool, std::string(), std::move(fn));
 }
 
 // A value handed over later than it was asked for: an operation started inside another call

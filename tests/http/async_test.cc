@@ -84,12 +84,13 @@ TEST(AsyncTest, WhenCalledResumesOnItsOwnExecutorWhateverThreadCalls) {
 TEST(AsyncTest, RunBlockingAnswersUnavailableWhenThePoolIsFull) {
   WorkPool pool("test-readers", 1, 1);
   std::latch started(1), release(1);
-  ASSERT_TRUE(pool.post([&] {
+  ASSERT_EQ(pool.post([&] {
     started.count_down();
     release.wait();
-  }));
+  }),
+            WorkPool::Posted::kQueued);
   started.wait();
-  ASSERT_TRUE(pool.post([] {}));  // the one place to wait is taken
+  ASSERT_EQ(pool.post([] {}), WorkPool::Posted::kQueued);  // the one place to wait is taken
   asio::io_context here;
   std::optional<Result<int>> got;
   asio::co_spawn(
@@ -104,6 +105,40 @@ TEST(AsyncTest, RunBlockingAnswersUnavailableWhenThePoolIsFull) {
   ASSERT_FALSE(got->has_value());
   EXPECT_EQ(got->error().code, ErrorCode::kUnavailable);
   EXPECT_NE(got->error().message.find("busy"), std::string::npos) << got->error().message;
+}
+
+// A tenant whose share of the pool waits is told so at once; another tenant's read still runs.
+TEST(AsyncTest, RunBlockingAnswersATenantAtItsShareAndServesAnother) {
+  WorkPool pool("test-readers", 1, 8, 1);
+  std::latch started(1), release(1);
+  ASSERT_EQ(pool.post(
+                [&] {
+                  started.count_down();
+                  release.wait();
+                },
+                "flood"),
+            WorkPool::Posted::kQueued);
+  started.wait();
+  ASSERT_EQ(pool.post([] {}, "flood"), WorkPool::Posted::kQueued);  // its one place is taken
+  asio::io_context here;
+  std::optional<Result<int>> flood, other;
+  asio::co_spawn(
+      here,
+      [&]() -> asio::awaitable<void> {
+        flood = co_await runBlocking(&pool, "flood", []() -> Result<int> { return 1; });
+        release.count_down();  // the flood's first piece ends; the other tenant's read runs
+        other = co_await runBlocking(&pool, "other", []() -> Result<int> { return 2; });
+      },
+      asio::detached);
+  here.run();
+  ASSERT_TRUE(flood.has_value());
+  ASSERT_FALSE(flood->has_value());
+  EXPECT_EQ(flood->error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(flood->error().message.find("reads of yours"), std::string::npos)
+      << flood->error().message;
+  ASSERT_TRUE(other.has_value());
+  ASSERT_TRUE(other->has_value()) << other->error().message;
+  EXPECT_EQ(**other, 2);
 }
 
 TEST(AsyncTest, RunBlockingTurnsAThrowIntoAnError) {
