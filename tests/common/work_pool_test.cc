@@ -6,10 +6,11 @@
 
 #include <atomic>
 #include <future>
-#include <latch>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "fakes/busy_pool.h"
 
 namespace purser {
 namespace {
@@ -24,19 +25,14 @@ TEST(WorkPoolTest, RunsWorkOnItsOwnThreads) {
 
 TEST(WorkPoolTest, RefusesBeyondWhatMayWait) {
   WorkPool pool("test-pool", 1, 2, 2);
-  std::latch started(1), release(1);
-  ASSERT_EQ(pool.post([&] {
-    started.count_down();
-    release.wait();
-  }),
-            WorkPool::Posted::kQueued);
-  started.wait();  // the one thread is busy: what comes next waits
+  testing::BusyThread busy(pool);  // the one thread is busy: what comes next waits
+  ASSERT_TRUE(busy.holding());
   std::atomic<int> ran{0};
   EXPECT_EQ(pool.post([&] { ++ran; }), WorkPool::Posted::kQueued);
   EXPECT_EQ(pool.post([&] { ++ran; }), WorkPool::Posted::kQueued);
   EXPECT_EQ(pool.post([&] { ++ran; }), WorkPool::Posted::kFull)
       << "a third waiting piece is beyond max_queued";
-  release.count_down();
+  busy.release();
   pool.stop();
   EXPECT_EQ(ran.load(), 2) << "what was queued before the stop ran";
 }
@@ -53,15 +49,8 @@ TEST(WorkPoolTest, RefusesAfterStopAndStopsTwice) {
 TEST(WorkPoolTest, AKeyThatFloodsThePoolFillsOnlyItsShareAndOthersGoNext) {
   WorkPool pool("test-pool", 1, 8, 3);
   EXPECT_EQ(pool.maxQueuedPerKey(), 3u);
-  std::latch started(1), release(1);
-  ASSERT_EQ(pool.post(
-                [&] {
-                  started.count_down();
-                  release.wait();
-                },
-                "flood"),
-            WorkPool::Posted::kQueued);
-  started.wait();  // the thread is busy: everything below waits
+  testing::BusyThread busy(pool, "flood");  // the thread is busy: everything below waits
+  ASSERT_TRUE(busy.holding());
   std::mutex mu;
   std::vector<std::string> order;
   const auto piece = [&](std::string name) {
@@ -79,7 +68,7 @@ TEST(WorkPoolTest, AKeyThatFloodsThePoolFillsOnlyItsShareAndOthersGoNext) {
       << "another key still has room";
   EXPECT_EQ(pool.post(piece("other-2"), "other"), WorkPool::Posted::kQueued);
   EXPECT_EQ(pool.post(piece("platform-1"), ""), WorkPool::Posted::kQueued);
-  release.count_down();
+  busy.release();
   pool.stop();
   // The keys in turn (in key order from the one served last): never three of the flood in a row
   // while another key waits.

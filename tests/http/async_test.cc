@@ -14,6 +14,8 @@
 #include <optional>
 #include <thread>
 
+#include "fakes/busy_pool.h"
+
 namespace purser::http {
 namespace {
 
@@ -83,13 +85,8 @@ TEST(AsyncTest, WhenCalledResumesOnItsOwnExecutorWhateverThreadCalls) {
 
 TEST(AsyncTest, RunBlockingAnswersUnavailableWhenThePoolIsFull) {
   WorkPool pool("test-readers", 1, 1);
-  std::latch started(1), release(1);
-  ASSERT_EQ(pool.post([&] {
-    started.count_down();
-    release.wait();
-  }),
-            WorkPool::Posted::kQueued);
-  started.wait();
+  testing::BusyThread busy(pool);
+  ASSERT_TRUE(busy.holding());
   ASSERT_EQ(pool.post([] {}), WorkPool::Posted::kQueued);  // the one place to wait is taken
   asio::io_context here;
   std::optional<Result<int>> got;
@@ -100,7 +97,7 @@ TEST(AsyncTest, RunBlockingAnswersUnavailableWhenThePoolIsFull) {
       },
       asio::detached);
   here.run();
-  release.count_down();
+  busy.release();
   ASSERT_TRUE(got.has_value());
   ASSERT_FALSE(got->has_value());
   EXPECT_EQ(got->error().code, ErrorCode::kUnavailable);
@@ -110,15 +107,8 @@ TEST(AsyncTest, RunBlockingAnswersUnavailableWhenThePoolIsFull) {
 // A tenant whose share of the pool waits is told so at once; another tenant's read still runs.
 TEST(AsyncTest, RunBlockingAnswersATenantAtItsShareAndServesAnother) {
   WorkPool pool("test-readers", 1, 8, 1);
-  std::latch started(1), release(1);
-  ASSERT_EQ(pool.post(
-                [&] {
-                  started.count_down();
-                  release.wait();
-                },
-                "flood"),
-            WorkPool::Posted::kQueued);
-  started.wait();
+  testing::BusyThread busy(pool, "flood");
+  ASSERT_TRUE(busy.holding());
   ASSERT_EQ(pool.post([] {}, "flood"), WorkPool::Posted::kQueued);  // its one place is taken
   asio::io_context here;
   std::optional<Result<int>> flood, other;
@@ -126,7 +116,7 @@ TEST(AsyncTest, RunBlockingAnswersATenantAtItsShareAndServesAnother) {
       here,
       [&]() -> asio::awaitable<void> {
         flood = co_await runBlocking(&pool, "flood", []() -> Result<int> { return 1; });
-        release.count_down();  // the flood's first piece ends; the other tenant's read runs
+        busy.release();  // the flood's first piece ends; the other tenant's read runs
         other = co_await runBlocking(&pool, "other", []() -> Result<int> { return 2; });
       },
       asio::detached);
