@@ -73,7 +73,8 @@ FleetService::FleetService(Deps deps, Options options, Executors executors)
       configured_nodes_(options_.inventory),
       gpu_({d_.clock, d_.ids, d_.directory, d_.wallets, d_.meter, d_.prices, d_.audit_alerts,
             d_.gpu_utilisation},
-           options_.metering_interval) {}
+           options_.metering_interval),
+      tenancy_(d_.directory, base_) {}
 
 Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options options,
                                                          Executors executors) {
@@ -243,7 +244,7 @@ fleet::World FleetService::worldOf(const fleet::ManifestSet& set) const {
   fleet::World w = fleet::toWorld(set);
   for (const auto& team : d_.directory.teams()) {
     const std::string ns = namespaceOf(team.tenant_id, team.name);
-    w.namespaces[ns] = labelsOf(ns, team.tenant_id);
+    w.namespaces[ns] = tenancy_.labelsOf(ns, team.tenant_id);
   }
   for (const auto& [name, r] : records_) {
     w.namespaces[r.spec.namespace_].emplace("kubernetes.io/metadata.name", r.spec.namespace_);
@@ -252,44 +253,17 @@ fleet::World FleetService::worldOf(const fleet::ManifestSet& set) const {
 }
 
 std::string FleetService::owningTenant(const std::string& name) const {
-  if (auto given = base_.namespaces.find(name); given != base_.namespaces.end()) {
-    if (auto t = given->second.find("purser.dev/tenant"); t != given->second.end()) {
-      if (auto tenant = d_.directory.tenantByName(t->second)) return tenant->id;
-    }
-  }
-  std::optional<identity::Team> first;
-  for (const auto& team : d_.directory.teams()) {
-    if (team.name != name) continue;
-    if (!first || std::tie(team.created_at, team.id) < std::tie(first->created_at, first->id)) {
-      first = team;
-    }
-  }
-  return first ? first->tenant_id : std::string();
+  return tenancy_.owningTenant(name);
 }
 
 std::string FleetService::namespaceOf(const std::string& tenant_id, const std::string& name) const {
-  if (tenant_id.empty() || name.find('@') != std::string::npos) return name;
-  const std::string owner = owningTenant(name);
-  return owner.empty() || owner == tenant_id ? name : name + "@" + tenant_id;
+  return tenancy_.namespaceOf(tenant_id, name);
 }
 
 std::string FleetService::shown(std::string text) { return shownText(std::move(text)); }
 
-// The labels of namespace `ns` of `tenant_id`'s team.
-std::map<std::string, std::string> FleetService::labelsOf(const std::string& ns,
-                                                          const std::string& tenant_id) const {
-  std::map<std::string, std::string> labels = {{"kubernetes.io/metadata.name", ns}};
-  if (auto tenant = d_.directory.tenant(tenant_id)) labels["purser.dev/tenant"] = tenant->name;
-  // Labels from Namespace objects in the manifests win.
-  auto given = base_.namespaces.find(ns);
-  if (given != base_.namespaces.end()) {
-    for (const auto& [k, v] : given->second) labels[k] = v;
-  }
-  return labels;
-}
-
 void FleetService::ensureNamespace(const std::string& ns, const std::string& tenant_id) {
-  if (!engine_->hasNamespace(ns)) engine_->setNamespace(ns, labelsOf(ns, tenant_id));
+  if (!engine_->hasNamespace(ns)) engine_->setNamespace(ns, tenancy_.labelsOf(ns, tenant_id));
 }
 
 }  // namespace purser::workloads

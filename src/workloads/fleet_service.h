@@ -58,6 +58,7 @@
 #include "store/store.h"
 #include "workloads/gpu_meter.h"
 #include "workloads/record.h"
+#include "workloads/tenancy.h"
 
 namespace purser::workloads {
 
@@ -241,11 +242,8 @@ class FleetService {
   std::map<std::string, std::string> admissionEnv(const Record& r, const std::string& pod_set,
                                                   int64_t index) const;
 
-  // Namespaces are per tenant: two tenants' teams of one name are two namespaces, and neither
-  // learns of the other. The name belongs to one tenant — the one a `v1 Namespace` object of the
-  // manifests labels `purser.dev/tenant`, else the tenant whose team took the name first — and is
-  // that tenant's namespace as it is; another tenant's team of the name has the namespace
-  // "NAME@TENANT-ID" inside Purser, shown to that tenant as NAME.
+  // Namespaces are per tenant (tenancy.h, its part Tenancy): the tenant a namespace is, and the
+  // namespace of a tenant's team inside Purser.
   std::string owningTenant(const std::string& name) const;
   std::string namespaceOf(const std::string& tenant_id, const std::string& name) const;
   // What a tenant sees of a namespace, of "namespace/name" or of a message naming them.
@@ -309,8 +307,6 @@ class FleetService {
   void startThread();
 
   fleet::World worldOf(const fleet::ManifestSet& set) const;
-  std::map<std::string, std::string> labelsOf(const std::string& ns,
-                                              const std::string& tenant_id) const;
   Result<Built> rebuild(fleet::World world);
   std::vector<fleet::InventoryNode> gatherInventory();
   void refreshInventory();
@@ -390,7 +386,8 @@ class FleetService {
   std::map<std::string, Record> just_ended_;  // what ended since the last submit()
   std::vector<EventRow> new_events_;          // events to write
   std::vector<store::TxFn> metering_;         // usage events to write
-  GpuMeter gpu_;  // GPU time: holds, metering, utilisation (gpu_meter.h)
+  GpuMeter gpu_;     // GPU time: holds, metering, utilisation (gpu_meter.h)
+  Tenancy tenancy_;  // whose namespace is whose (tenancy.h), over the directory and base_
 
   mutable std::mutex shared_mu_;      // what other threads read or hand in
   std::vector<store::TxFn> retries_;  // writes that failed, to try again; shared_mu_

@@ -1,7 +1,8 @@
 // What the fleet service's files share (internal to src/workloads): the fleet's resource names and
 // small helpers over workloads, manifests and pods. The service is one class, FleetService
 // (fleet_service.h), whose methods are defined in the file of their part:
-//   fleet_service.cc    opening, closing, the world (tenancy, queues, manifests)
+//   fleet_service.cc    opening, closing, the world (queues, manifests; tenancy over its part
+//                       Tenancy, tenancy.h)
 //   fleet_inventory.cc  the inventory feed and placement on it
 //   gpu_time.cc         GPU time, over its part GpuMeter (gpu_meter.h): holds, metering,
 //                       utilisation

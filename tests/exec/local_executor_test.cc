@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/temp_dir.h"
 
 namespace purser::exec {
@@ -114,9 +115,9 @@ TEST_F(LocalExecutorTest, StoppingSendsTermToTheWholeGroupAndAPodThatHandlesItEn
       shell("trap 'echo stopping; kill $child; exit 0' TERM; sleep 300 & child=$!; echo ready; "
             "while :; do sleep 1; done"));
   // Up: its first line is out.
-  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
-    std::this_thread::yield();
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return executor->logTail(h, 64).value_or("").find("ready") != std::string::npos; },
+      {.what = "the pod's line \"ready\""}));
   ASSERT_TRUE(executor->stop(h, std::chrono::seconds(30)));
   // Still stopping, or already ended (its trap may exit before this is asked): never running on
   // as if nothing had been asked.
@@ -131,9 +132,9 @@ TEST_F(LocalExecutorTest, StoppingSendsTermToTheWholeGroupAndAPodThatHandlesItEn
 
 TEST_F(LocalExecutorTest, APodThatIgnoresTermIsKilledOnceTheGraceHasPassed) {
   const std::string h = started(shell("trap '' TERM; echo ready; while :; do sleep 1; done"));
-  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
-    std::this_thread::yield();
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return executor->logTail(h, 64).value_or("").find("ready") != std::string::npos; },
+      {.what = "the pod's line \"ready\""}));
   ASSERT_TRUE(executor->stop(h, std::chrono::seconds(30)));
   // Within its grace it keeps running (its own loop goes on; nothing here waits on time).
   EXPECT_EQ(executor->status(h)->phase, PodPhase::kRunning);
@@ -161,9 +162,9 @@ TEST_F(LocalExecutorTest, APodStartsWithNoSignalIgnoredOrBlockedWhateverPurserDo
   const std::string h = started(shell("echo ready; while :; do sleep 1; done"));
   ::sigaction(SIGTERM, &before, nullptr);
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
-    std::this_thread::yield();
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return executor->logTail(h, 64).value_or("").find("ready") != std::string::npos; },
+      {.what = "the pod's line \"ready\""}));
   ASSERT_TRUE(executor->stop(h, std::chrono::seconds(30)));
   auto done = executor->wait(h);  // no clock advance: only SIGTERM can end it
   ASSERT_TRUE(done);
@@ -242,9 +243,10 @@ TEST_F(LocalExecutorTest, AtMostMaxPodsRunAndAnEndIsToldAtOnce) {
   EXPECT_EQ(full.error().code, ErrorCode::kResourceExhausted);
   EXPECT_THAT(full.error().message, HasSubstr("at most 1 pods"));
   writeGate(gate);
-  // The watcher tells of the end without anyone polling (bounded by a count, not a time).
-  for (int i = 0; i < 100'000 && told.load() == 0; ++i) std::this_thread::yield();
-  EXPECT_GE(told.load(), 1);
+  // The watcher tells of the end without anyone polling the executor (bounded by looks at the
+  // count, not by a time; the pod itself looks for the gate every 20 ms).
+  EXPECT_TRUE(testing::eventually([&] { return told.load() >= 1; },
+                                  {.what = "the watcher told of the pod's end"}));
   ASSERT_TRUE(executor->wait(h));
   // Ended, there is room again; once forgotten, its handle is unknown but its log stays.
   const std::string next = started(shell("echo next"));
@@ -258,9 +260,9 @@ TEST_F(LocalExecutorTest, ClosingTheExecutorEndsWhatStillRunsWhenAskedTo) {
   executor = std::make_unique<LocalExecutor>(
       clock, LocalExecutorOptions{.log_dir = dir.path(), .stop_on_close = true});
   const std::string h = started(shell("sleep 300 & echo ready; while :; do sleep 1; done"));
-  while (executor->logTail(h, 64).value_or("").find("ready") == std::string::npos) {
-    std::this_thread::yield();
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return executor->logTail(h, 64).value_or("").find("ready") != std::string::npos; },
+      {.what = "the pod's line \"ready\""}));
   const pid_t group = *executor->processGroup(h);
   ASSERT_GE(liveInGroup(group), 1);
   executor.reset();
@@ -273,9 +275,9 @@ TEST_F(LocalExecutorTest, APodOutlivesItsExecutorAndANewOneAdoptsItWithItsOutput
   const std::string gate = dir.file("gate");
   const std::string h = started(
       shell("echo before; while [ ! -e '" + gate + "' ]; do sleep 0.05; done; echo after; exit 7"));
-  while (executor->logTail(h, 64).value_or("").find("before") == std::string::npos) {
-    std::this_thread::yield();
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return executor->logTail(h, 64).value_or("").find("before") != std::string::npos; },
+      {.what = "the pod's line \"before\""}));
   const auto id = executor->identity(h);
   ASSERT_TRUE(id.has_value());
   const SystemTime started_at = executor->status(h)->started_at;
@@ -313,7 +315,8 @@ TEST_F(LocalExecutorTest, AKeyedStartMadeAgainByAnotherExecutorTakesThePodBackIn
   const std::string h = started(p);
   EXPECT_EQ(h, "ml.train.workers.0.k12-1") << "a keyed start's handle is made from its key";
   EXPECT_EQ(started(p), h) << "the same executor knows the key already";
-  while (testing::readFile(count).empty()) std::this_thread::yield();
+  ASSERT_TRUE(testing::eventually([&] { return !testing::readFile(count).empty(); },
+                                  {.what = "the pod's first count"}));
   const auto id = executor->identity(h);
   ASSERT_TRUE(id.has_value());
   executor.reset();  // killed: the pod keeps running
