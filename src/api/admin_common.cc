@@ -97,11 +97,6 @@ asio::awaitable<Result<void>> commitAudited(const Services& s, ledger::Change ch
   return record(s, {std::move(change)}, {std::move(entry)});
 }
 
-std::string readerKey(const Services& s, const http::Request& req) {
-  auto who = authenticate(s, req);
-  return who ? who->tenant_id : std::string();
-}
-
 Error notFound(std::string_view what, std::string_view id, std::string_view field) {
   return Error(ErrorCode::kNotFound, fmt::format("{} \"{}\" not found", what, id)).withField(field);
 }

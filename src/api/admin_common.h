@@ -82,10 +82,6 @@ Result<identity::Team> findTeam(const Services& s, const std::string& tenant_id,
 Result<identity::Tenant> tenantFor(const Services& s, const identity::Principal& who,
                                    const json& body);
 
-// Whose share of the store readers a request's reads take (http::runBlocking): its caller's
-// tenant ("" for platform admins and for a request without a valid key).
-std::string readerKey(const Services& s, const http::Request& req);
-
 // The current time as the store writes it (RFC 3339).
 std::string now(const Services& s);
 

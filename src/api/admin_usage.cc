@@ -14,6 +14,7 @@
 #include "api/admin_handlers.h"
 #include "common/json.h"
 #include "http/async.h"
+#include "ledger/ledger_store.h"
 
 namespace purser::api {
 
@@ -160,10 +161,15 @@ Result<RecordedEvent> readRecordedEvent(const Services& s, const Principal& who,
   return out;
 }
 
+// A usage or spend query as asked, and the tenant whose share of the store readers it takes.
+struct UsageAsk {
+  ledger::UsageQuery query;
+  std::string reader_key;
+};
+
 // The scope and time range a usage or spend read asks for, authorized for the caller; else the
 // answer that refuses it (not authenticated, a bad parameter, or a denial, audited).
-asio::awaitable<std::expected<ledger::UsageQuery, Response>> usageQuery(const Services& s,
-                                                                        Request& req) {
+asio::awaitable<std::expected<UsageAsk, Response>> usageQuery(const Services& s, Request& req) {
   auto authenticated = authenticate(s, req);
   if (!authenticated) co_return std::unexpected(problem(authenticated.error()));
   const Principal& who = *authenticated;
@@ -199,7 +205,7 @@ asio::awaitable<std::expected<ledger::UsageQuery, Response>> usageQuery(const Se
     }
     q.limit = n;
   }
-  co_return q;
+  co_return UsageAsk{q, who.tenant_id};
 }
 
 }  // namespace
@@ -259,7 +265,7 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
   asked.reserve(events.size());
   for (const auto& r : events) asked.push_back(r.event.id);
   std::vector<ledger::Change> lookup;
-  lookup.push_back(ledger::findRecordedEvents(std::move(asked), &recorded));
+  lookup.push_back(ledger::change(ledger::findRecordedEvents, std::move(asked), &recorded));
   auto looked = co_await record(s, std::move(lookup), {});
   if (!looked) co_return problem(unavailable("the ledger could not be read; try again"));
   // Charged in memory first (as every charge is), then written together; a failed write leaves
@@ -339,8 +345,8 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
 asio::awaitable<Response> listUsage(const Services& s, Request& req) {
   auto q = co_await usageQuery(s, req);
   if (!q) co_return std::move(q.error());
-  API_TRY(events, co_await http::runBlocking(s.readers, readerKey(s, req),
-                                             [&] { return s.meter.events(*q); }));
+  API_TRY(events, co_await http::runBlocking(s.readers, q->reader_key,
+                                             [&] { return s.meter.events(q->query); }));
   json items = json::array();
   for (const auto& e : events) items.push_back(toJson(e));
   co_return jsonResponse(200, listOf(std::move(items)));
@@ -350,8 +356,8 @@ asio::awaitable<Response> spend(const Services& s, Request& req) {
   auto q = co_await usageQuery(s, req);
   if (!q) co_return std::move(q.error());
   const std::string group_by = req.queryParam("group_by").value_or("day");
-  auto rows = co_await http::runBlocking(s.readers, readerKey(s, req),
-                                         [&] { return s.meter.spend(*q, group_by); });
+  auto rows = co_await http::runBlocking(s.readers, q->reader_key,
+                                         [&] { return s.meter.spend(q->query, group_by); });
   if (!rows) co_return problem(rows.error().withField("group_by"));
   // Who a group is, beside its id.
   std::optional<ledger::ScopeKind> named;

@@ -163,7 +163,7 @@ asio::awaitable<void> Gateway::Impl::settle(Call& c, ledger::TokenCounts tokens,
   if (!settled) {
     spdlog::error("gateway: settling {} failed: {}", e.id, settled.error().message);
   } else if (!settled->alerts.empty() && d_.on_alerts) {
-    d_.on_alerts(co_await asio::this_coro::executor, settled->alerts, e.tenant_id);
+    d_.on_alerts(settled->alerts, e.tenant_id);
   }
 }
 

@@ -19,8 +19,6 @@
 
 #include <utility>
 
-#include <boost/asio/any_io_executor.hpp>
-
 #include <functional>
 #include <memory>
 #include <string>
@@ -53,10 +51,9 @@ struct GatewayDeps {
   ledger::RateLimitBook& rate_limits;
   const ledger::PriceBook& prices;
   http::WorkerLocal<http::HttpClient>& clients;
-  // Budget thresholds a settlement crossed, on the worker that settled (`executor` is its own):
-  // the server audits them and posts them to the alert webhook.
-  std::function<void(const boost::asio::any_io_executor& executor,
-                     const std::vector<ledger::Alert>& alerts, const std::string& tenant_id)>
+  // Budget thresholds a settlement crossed, on the worker that settled: the server audits them and
+  // posts them to the alert webhook (it must not block).
+  std::function<void(const std::vector<ledger::Alert>& alerts, const std::string& tenant_id)>
       on_alerts = {};
   // Threads that parse and write large bodies off the I/O workers.
   size_t cpu_threads = 1;

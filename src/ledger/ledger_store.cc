@@ -142,6 +142,16 @@ Result<void> insertWallet(store::Tx& tx, const WalletSpec& w, const std::string&
   return {};
 }
 
+Result<void> findRecordedEvents(store::Tx& tx, const std::vector<std::string>& ids,
+                                std::set<std::string>* found) {
+  for (const std::string& id : ids) {
+    auto rows =
+        PURSER_TRY_VALUE(tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {id}));
+    if (!rows.empty()) found->insert(id);
+  }
+  return {};
+}
+
 Result<void> migrateLedger(store::Store& store) {
   PURSER_TRY(store.migrate("ledger", ledgerMigrations()));
   PURSER_TRY(store.migrate("audit", AuditLog::migrations()));

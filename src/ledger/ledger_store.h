@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,10 @@ Result<Money> spentSince(store::Tx& tx, const std::string& wallet_id, SystemTime
 // put with its spend read again.
 Result<void> loadWalletBook(store::Store& store, WalletBook& book, const Clock& clock,
                             bool keep_known);
+
+// Adds to `found` the ids among `ids` that the store already has as usage events.
+Result<void> findRecordedEvents(store::Tx& tx, const std::vector<std::string>& ids,
+                                std::set<std::string>* found);
 
 // Makes the ledger's tables (wallets, usage, rate limits, the audit log) current.
 Result<void> migrateLedger(store::Store& store);

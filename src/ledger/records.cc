@@ -48,15 +48,4 @@ std::vector<AuditEntry> alertEntries(const std::vector<Alert>& alerts, const std
   return out;
 }
 
-Change findRecordedEvents(std::vector<std::string> ids, std::set<std::string>* found) {
-  return [ids = std::move(ids), found](store::Tx& tx) -> Result<void> {
-    for (const std::string& id : ids) {
-      auto rows =
-          PURSER_TRY_VALUE(tx.query("SELECT 1 FROM usage_events WHERE id = $1 LIMIT 1", {id}));
-      if (!rows.empty()) found->insert(id);
-    }
-    return {};
-  };
-}
-
 }  // namespace purser::ledger

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <functional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,9 +69,5 @@ class AlertSink {
   // Never blocks; may be called from any thread.
   virtual void post(const std::string& tenant_id, const std::vector<Alert>& alerts) = 0;
 };
-
-// A Change that adds to `found` the ids among `ids` that the store already has as usage events
-// (`found` must outlive it).
-Change findRecordedEvents(std::vector<std::string> ids, std::set<std::string>* found);
 
 }  // namespace purser::ledger

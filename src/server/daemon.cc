@@ -167,8 +167,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   // The model API: providers and routes from the configuration.
   GatewayTables tables = PURSER_TRY_VALUE(gatewayTables(config, directory, prices));
   // Budget alerts raised by model traffic: audited, and posted to the webhook when one is set.
-  const auto on_alerts = [&alert_webhook, &records](const boost::asio::any_io_executor&,
-                                                    const std::vector<ledger::Alert>& alerts,
+  const auto on_alerts = [&alert_webhook, &records](const std::vector<ledger::Alert>& alerts,
                                                     const std::string& tenant_id) {
     alert_webhook.post(tenant_id, alerts);
     records.commit(

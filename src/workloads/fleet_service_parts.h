@@ -24,16 +24,6 @@
 
 namespace purser::workloads {
 
-inline constexpr const char* kGpu = "nvidia.com/gpu";
-
-inline bool requestsGpu(const fleet::Workload& w) {
-  for (const auto& ps : w.pod_sets) {
-    auto it = ps.requests.find(kGpu);
-    if (it != ps.requests.end() && it->second > 0) return true;
-  }
-  return false;
-}
-
 // Queued in the engine: waiting for admission (held or not).
 inline bool queued(const std::string& state) {
   return state == "pending" || state == "evicted" || state == "suspended";

@@ -12,20 +12,6 @@
 
 namespace purser::workloads {
 
-namespace {
-
-constexpr const char* kGpu = "nvidia.com/gpu";
-
-bool requestsGpu(const Record& r) {
-  for (const auto& ps : r.spec.pod_sets) {
-    auto it = ps.requests.find(kGpu);
-    if (it != ps.requests.end() && it->second > 0) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 GpuMeter::GpuMeter(Deps deps, Duration metering_interval)
     : d_(std::move(deps)), metering_interval_(metering_interval) {}
 
@@ -75,7 +61,7 @@ Money GpuMeter::lookaheadCost(const Record& r, const std::vector<std::string>& o
 }
 
 std::string GpuMeter::budgetHold(const Record& r, Money need) const {
-  if (r.tenant_id.empty() || !requestsGpu(r)) return {};
+  if (r.tenant_id.empty() || !requestsGpu(r.spec)) return {};
   for (const auto& id : d_.wallets.chain(payerOf(r), kGpuModel)) {
     auto st = d_.wallets.status(id);
     if (!st || !st->spec.hard) continue;
@@ -96,7 +82,7 @@ std::string GpuMeter::budgetHold(const Record& r, Money need) const {
 
 bool GpuMeter::hold(Record& r, Money need) {
   release(r);
-  if (r.tenant_id.empty() || !requestsGpu(r) || need.isZero()) return true;
+  if (r.tenant_id.empty() || !requestsGpu(r.spec) || need.isZero()) return true;
   ledger::ReserveRequest q;
   q.event_id = fmt::format("gpu-hold:{}:{}", r.spec.name, ++hold_seq_);
   q.wallet_ids = d_.wallets.chain(payerOf(r), kGpuModel);

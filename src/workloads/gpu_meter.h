@@ -40,6 +40,16 @@ namespace purser::workloads {
 
 // What the fleet's GPU time is metered as in the ledger (wallets scoped to it count only it).
 inline constexpr const char* kGpuModel = "gpu-hours";
+// The resource GPUs are asked for by.
+inline constexpr const char* kGpu = "nvidia.com/gpu";
+
+inline bool requestsGpu(const fleet::Workload& w) {
+  for (const auto& ps : w.pod_sets) {
+    auto it = ps.requests.find(kGpu);
+    if (it != ps.requests.end() && it->second > 0) return true;
+  }
+  return false;
+}
 
 // What a live workload's GPUs did lately, in milli-GPU-milliseconds.
 struct LiveUtilisation {

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <set>
+#include <vector>
 
 #include "common/json.h"
 #include "fakes/temp_dir.h"
@@ -137,8 +139,11 @@ TEST_F(RecordsTest, RecordedEventsAreFoundAmongTheIdsAsked) {
                   })
                   .has_value());
   std::set<std::string> found;
-  ASSERT_TRUE(
-      records->commitNow({findRecordedEvents({"ev-0", "ev-1", "ev-2"}, &found)}, {}).has_value());
+  ASSERT_TRUE(records
+                  ->commitNow({change(findRecordedEvents,
+                                      std::vector<std::string>{"ev-0", "ev-1", "ev-2"}, &found)},
+                              {})
+                  .has_value());
   EXPECT_EQ(found, (std::set<std::string>{"ev-1"}));
 }
 
