@@ -24,6 +24,7 @@
 #include "identity/denial_log.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
+#include "ledger/budget.h"
 #include "ledger/meter.h"
 #include "ledger/price.h"
 #include "ledger/rate_limiter.h"
@@ -61,6 +62,10 @@ struct Services {
   // ended workloads, fleet events, diagnosis), never on an HTTP worker; without one they run on
   // the caller's thread (unit tests).
   WorkPool* readers = nullptr;
+  // The one door to the wallets (holds, settlements, GPU time charged after it ran), over the
+  // books above; the fleet service is given it too. Copies share it.
+  std::shared_ptr<ledger::Budget> budget =
+      std::make_shared<ledger::Budget>(wallets, meter, limiter, rate_limits);
   // The outstanding reservations made through this API. Each Services made is a table of its own;
   // its copies (the route tables keep one each) share it.
   std::shared_ptr<ledger::Reservations> reservations = std::make_shared<ledger::Reservations>();

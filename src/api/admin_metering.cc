@@ -172,7 +172,7 @@ asio::awaitable<Response> createReservation(const Services& s, Request& req) {
   draft.route = route.value_or("");
   draft.model = model.value_or("");
   draft.provider = provider.value_or("");
-  ledger::Budget budget(s.wallets, s.meter, s.limiter, s.rate_limits);
+  ledger::Budget& budget = *s.budget;
   ledger::RateDecision rate;
   // A client-chosen id is looked up in the store (ids are unique across the durable record):
   // off the worker, like every store read. A fresh id needs no read.
@@ -246,7 +246,7 @@ asio::awaitable<Response> settleReservation(const Services& s, Request& req) {
   event.estimated = estimated.value_or(false);
   event.at = s.clock.now();
   // The tokens-per-minute limits took the estimate at reservation; the settlement reconciles.
-  ledger::Budget budget(s.wallets, s.meter, s.limiter, s.rate_limits);
+  ledger::Budget& budget = *s.budget;
   ledger::Charged charged{
       event.tenant_id, event.team_id, event.user_id, event.service_account_id, {}};
   auto settled = budget.settle(identity::payerOf(std::move(charged), event.key_id, s.directory),

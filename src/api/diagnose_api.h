@@ -1,6 +1,7 @@
-// Live diagnosis over HTTP: the diagnosis engine (diagnose/engine.h) run over Purser's own
-// scraped series, gateway events, fleet events and audit entries. Read-only: GET only, nothing
-// is changed and nothing outside is called.
+// Live diagnosis over HTTP: the question parsed and checked here, the case gathered and answered
+// by the Investigator (diagnose_live/investigator.h) over Purser's own scraped series, gateway
+// events, fleet events and audit entries. Read-only: GET only, nothing is changed and nothing
+// outside is called.
 //
 //   GET /api/v1/diagnose?kind=route&name=chat-default&symptom=slow&since=30m
 //     kind     route | deployment | workload (NAME is NAMESPACE/NAME) | queue | team | user |
@@ -33,24 +34,20 @@
 
 #include "api/admin_api.h"
 #include "common/result.h"
+#include "diagnose_live/investigator.h"
 #include "http/router.h"
 #include "workloads/fleet_service.h"
 
 namespace purser::api {
 
-// What the configuration says about a provider, for the inventory.
-struct ProviderFacts {
-  std::string name;
-  bool scraped = false;           // it has a metrics_url: a model server Purser observes
-  std::vector<std::string> gpus;  // "EXPORTER/GPU-INDEX" it runs on
-};
+using diagnose_live::ProviderFacts;
 
 struct DiagnoseOptions {
   // The fleet this replica leads now; none (or null): no workloads, queues or fleet events.
   std::function<std::shared_ptr<workloads::FleetService>()> fleet;
   std::vector<ProviderFacts> providers;
   size_t max_case_bytes = 48u << 20;  // format=case: a larger case is refused (422)
-  // Narration (diagnose_narrate.h): the route whose model summarises the findings, through the
+  // Narration (diagnose_live/narrate.h): the route whose model summarises the findings, through the
   // gateway on the same router, as the caller ("" for none), and the summary's output cap.
   std::string narrator_route;
   int64_t narrator_max_tokens = 400;

@@ -27,8 +27,12 @@ using http::Response;
 using identity::Principal;
 using identity::Role;
 using nlohmann::json;
+using workloads::bareName;
 using workloads::FleetService;
+using workloads::mayAccess;
 using workloads::Record;
+using workloads::visibilityOf;
+using workloads::visibleQueues;
 
 namespace {
 

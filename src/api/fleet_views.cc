@@ -16,7 +16,9 @@ using fleet::Amount;
 using identity::Principal;
 using identity::Role;
 using nlohmann::json;
+using workloads::bareName;
 using workloads::FleetService;
+using workloads::mayAccess;
 using workloads::Record;
 
 namespace {
@@ -51,11 +53,6 @@ int32_t priorityOf(const FleetService& svc, const fleet::Workload& w) {
 
 }  // namespace
 
-std::string bareName(const std::string& name) {
-  const size_t slash = name.find('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
-}
-
 std::string quantityText(Amount milli) {
   constexpr Amount kMebi = Amount{1} << 20;
   // Whole mebibytes and up read best in binary units.
@@ -63,45 +60,6 @@ std::string quantityText(Amount milli) {
     return Quantity::fromInt(milli / 1000, Quantity::Format::kBinarySI).toString();
   }
   return Quantity::fromMilli(milli).toString();
-}
-
-bool mayAccess(const Principal& who, const std::string& tenant_id, const std::string& team_id) {
-  switch (who.role) {
-    case Role::kPlatformAdmin:
-      return true;
-    case Role::kTenantAdmin:
-      return who.tenant_id == tenant_id;
-    default:
-      return who.tenant_id == tenant_id && !who.team_id.empty() && who.team_id == team_id;
-  }
-}
-
-workloads::Visibility visibilityOf(const Principal& who) {
-  switch (who.role) {
-    case Role::kPlatformAdmin:
-      return {};
-    case Role::kTenantAdmin:
-      return {who.tenant_id, ""};
-    default:
-      // No team: nothing (an id no row has).
-      return {who.tenant_id, who.team_id.empty() ? std::string("-") : who.team_id};
-  }
-}
-
-std::set<std::string> visibleQueues(const identity::Directory& directory, const FleetService& svc,
-                                    const Principal& who) {
-  std::set<std::string> namespaces;
-  for (const auto& team : directory.teams()) {
-    if (team.tenant_id != who.tenant_id) continue;
-    if (who.role == Role::kTenantAdmin || team.id == who.team_id) {
-      namespaces.insert(svc.namespaceOf(team.tenant_id, team.name));
-    }
-  }
-  std::set<std::string> out;
-  for (const auto& lq : svc.manifests().local_queues) {
-    if (namespaces.count(lq.namespace_) != 0) out.insert(lq.cluster_queue);
-  }
-  return out;
 }
 
 json workloadView(const FleetService& svc, const Record& r) {

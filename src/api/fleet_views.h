@@ -12,27 +12,12 @@
 #include "identity/directory.h"
 #include "identity/identity.h"
 #include "workloads/fleet_service.h"
+#include "workloads/visibility.h"
 
 namespace purser::api {
 
 // An amount in milli-units as a Kubernetes quantity: "2", "500m", "512Gi".
 std::string quantityText(fleet::Amount milli);
-
-// The bare name of "namespace/name".
-std::string bareName(const std::string& name);
-
-// May `who` see (and delete) workloads owned by this tenant and team?
-bool mayAccess(const identity::Principal& who, const std::string& tenant_id,
-               const std::string& team_id);
-
-// Which stored rows (ended workloads, events) `who` may read.
-workloads::Visibility visibilityOf(const identity::Principal& who);
-
-// The ClusterQueues `who` may see: those with a LocalQueue in a namespace of theirs (their
-// tenant's teams for a tenant admin, their own team otherwise).
-std::set<std::string> visibleQueues(const identity::Directory& directory,
-                                    const workloads::FleetService& svc,
-                                    const identity::Principal& who);
 
 // A workload as the API shows it (live ones with their place in the queue).
 nlohmann::json workloadView(const workloads::FleetService& svc, const workloads::Record& r);

@@ -29,7 +29,7 @@ std::optional<Response> Gateway::Impl::identify(Call& c, Request& req) {
 }
 
 // Rate limits and the reservation (ledger::Budget). A response when the request stops here.
-std::optional<Response> Gateway::Impl::reserve(Call& c) {
+asio::awaitable<std::optional<Response>> Gateway::Impl::reserve(Call& c) {
   // The worst case over every target the route may fall back to.
   Money worst;
   for (const Target* t : allTargets(*c.route)) {
@@ -50,30 +50,38 @@ std::optional<Response> Gateway::Impl::reserve(Call& c) {
   // The intent is in the journal when this returns; nothing waits for a sync here (the
   // response, which comes later, is what waits when ledger.sync is "always").
   ledger::RateDecision rate;
-  auto held = budget_.hold({.payer = identity::payerOf(c.who, d_.directory),
-                            .model = c.route->alias,
-                            .draft = e,
-                            .amount = worst,
-                            .tokens = c.input_estimate + c.max_output,
-                            .lease = std::chrono::minutes(15),
-                            .options = {.fresh_id = true}},
-                           &rate);
+  const ledger::HoldRequest request{.payer = identity::payerOf(c.who, d_.directory),
+                                    .model = c.route->alias,
+                                    .draft = e,
+                                    .amount = worst,
+                                    .tokens = c.input_estimate + c.max_output,
+                                    .lease = std::chrono::minutes(15),
+                                    .options = {.fresh_id = true}};
+  std::optional<Result<ledger::Hold>> now = d_.budget.tryHold(request, &rate);
+  Result<ledger::Hold> held = fail(internalError("no hold"));
+  if (now) {
+    held = std::move(*now);
+  } else {
+    // The shared store must be asked first: off the worker, in the tenant's share of the pool.
+    held = co_await http::runBlocking(d_.ledger_waits, c.who.tenant_id,
+                                      [&] { return d_.budget.hold(request, &rate); });
+  }
   if (held) {
     c.hold = std::move(*held);
-    return std::nullopt;
+    co_return std::nullopt;
   }
-  if (!rate.allowed) return rateLimited(c, rate);
+  if (!rate.allowed) co_return rateLimited(c, rate);
   if (held.error().code == ErrorCode::kResourceExhausted) {
-    return apiError(c.api, Fault::kBudget,
-                    "You exceeded your budget: " + held.error().message + ".", {},
-                    "budget_exceeded");
+    co_return apiError(c.api, Fault::kBudget,
+                       "You exceeded your budget: " + held.error().message + ".", {},
+                       "budget_exceeded");
   }
   // The ledger could not record the reservation, or this replica's budget lease ran out while
-  // the shared store is unreachable: nothing ran, and a retry (here or on another replica) may
-  // succeed.
-  return apiError(c.api, Fault::kOverloaded,
-                  "The ledger is unavailable: " + held.error().message + "; try again.", {},
-                  "ledger_unavailable");
+  // the shared store is unreachable (or its waits are full): nothing ran, and a retry (here or on
+  // another replica) may succeed.
+  co_return apiError(c.api, Fault::kOverloaded,
+                     "The ledger is unavailable: " + held.error().message + "; try again.", {},
+                     "ledger_unavailable");
 }
 
 Response Gateway::Impl::rateLimited(const Call& c, const ledger::RateDecision& rate) const {
@@ -150,9 +158,9 @@ asio::awaitable<void> Gateway::Impl::settle(Call& c, ledger::TokenCounts tokens,
   }
   // Tokens-per-minute limits took the estimate; the hold reconciles them with what was used.
   auto settled = c.hold.settle(e);
-  if (settled && !settled->duplicate && d_.meter.syncsEachRecord()) {
+  if (settled && !settled->duplicate && d_.budget.meter().syncsEachRecord()) {
     const auto asked = d_.clock.monotonic();
-    if (!co_await durable(d_.meter, settled->journal_sequence)) {
+    if (!co_await durable(d_.budget.meter(), settled->journal_sequence)) {
       spdlog::error("gateway: the usage of {} may not be on disk", e.id);
     }
     c.commit_time += d_.clock.monotonic() - asked;
@@ -206,7 +214,7 @@ asio::awaitable<Response> Gateway::Impl::serve(const std::shared_ptr<Call>& c, R
     overhead(*stop, *c);
     co_return std::move(*stop);
   }
-  if (auto stop = reserve(*c)) {
+  if (auto stop = co_await reserve(*c)) {
     unclaim(*c);
     overhead(*stop, *c);
     co_return std::move(*stop);

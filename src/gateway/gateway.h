@@ -28,12 +28,14 @@
 #include "common/clock.h"
 #include "common/id.h"
 #include "common/random.h"
+#include "common/work_pool.h"
 #include "gateway/routing.h"
 #include "http/client.h"
 #include "http/metrics.h"
 #include "http/router.h"
 #include "http/workers.h"
 #include "identity/directory.h"
+#include "ledger/budget.h"
 #include "ledger/meter.h"
 #include "ledger/price.h"
 #include "ledger/rate_limiter.h"
@@ -45,10 +47,8 @@ struct GatewayDeps {
   Random& random;
   IdGenerator& ids;
   identity::Directory& directory;
-  ledger::WalletBook& wallets;
-  ledger::Meter& meter;
-  ledger::RateLimiter& limiter;
-  ledger::RateLimitBook& rate_limits;
+  // The one door to the wallets and the rate limits: every request's hold and settlement.
+  ledger::Budget& budget;
   const ledger::PriceBook& prices;
   http::WorkerLocal<http::HttpClient>& clients;
   // Budget thresholds a settlement crossed, on the worker that settled: the server audits them and
@@ -57,6 +57,10 @@ struct GatewayDeps {
       on_alerts = {};
   // Threads that parse and write large bodies off the I/O workers.
   size_t cpu_threads = 1;
+  // Where a hold that must wait on a shared store runs (replicas: a rate limit beyond the units
+  // held, a budget lease to extend), keyed by the caller's tenant, so that a slow or hung
+  // database holds no worker; none: on the worker.
+  WorkPool* ledger_waits = nullptr;
   // Where the gateway's own metrics go (none when null).
   http::MetricsRegistry* metrics = nullptr;
 };

@@ -305,7 +305,8 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
   }
 
   // Rate limits and the reservation (ledger::Budget). A response when the request stops here.
-  std::optional<Response> reserve(Call& c);
+  // A hold that needs the shared store waits for it on d_.ledger_waits, never on the worker.
+  asio::awaitable<std::optional<Response>> reserve(Call& c);
 
   // The request's priority: its key's, or lower when the x-purser-priority header asks.
   std::optional<Response> prioritise(Call& c, const Request& req);
@@ -616,7 +617,6 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
 
  private:
   GatewayDeps d_;
-  ledger::Budget budget_{d_.wallets, d_.meter, d_.limiter, d_.rate_limits};
   std::vector<std::unique_ptr<Provider>> providers_;
   // Routes are only ever added (a served model's own route at run time), never removed, so a
   // Route* stays valid for the gateway's life; the map itself is guarded by routes_mu_.

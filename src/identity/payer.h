@@ -20,4 +20,9 @@ ledger::Payer payerOf(const Principal& who, const Directory& directory);
 ledger::Payer payerOf(ledger::Charged charged, const std::string& key_id,
                       const Directory& directory);
 
+// A wallet's scope as Purser's metrics and answers name it: "team:ml", "user:dana",
+// "service_account:ci", "key:KEY-NAME", "tenant:acme" (the id when the owner is gone; a key by its
+// name only, never its secret or hash).
+std::string walletScopeName(const Directory& directory, const ledger::Scope& scope);
+
 }  // namespace purser::identity

@@ -13,6 +13,7 @@ Hold& Hold::operator=(Hold&& other) noexcept {
     buckets_ = std::move(other.buckets_);
     tokens_ = other.tokens_;
     sequence_ = other.sequence_;
+    ahead_ = other.ahead_;
   }
   return *this;
 }
@@ -22,6 +23,12 @@ Result<Settlement> Hold::settle(UsageEvent event) {
   if (budget == nullptr) {
     return fail(Error(ErrorCode::kFailedPrecondition, "the hold was settled or released before"));
   }
+  if (ahead_) {
+    budget_ = budget;
+    release();
+    return fail(Error(ErrorCode::kFailedPrecondition,
+                      "a hold ahead of use is not settled: what ran is charged (Budget::charge)"));
+  }
   event.id = id_;
   budget->reconcileTokens(buckets_, event.tokens.total() - tokens_);
   return budget->meter_.settle(std::move(event));
@@ -30,6 +37,10 @@ Result<Settlement> Hold::settle(UsageEvent event) {
 void Hold::release() {
   Budget* budget = std::exchange(budget_, nullptr);
   if (budget == nullptr) return;
+  if (ahead_) {
+    budget->meter_.releaseAhead(id_);
+    return;
+  }
   for (const auto& b : buckets_) budget->limiter_.adjust(b, -b.cost);
   if (auto r = budget->meter_.release(id_); !r) {
     spdlog::warn("ledger: hold {} not released: {}", id_, r.error().message);
@@ -50,26 +61,40 @@ std::vector<BucketRequest> Budget::rateBuckets(const Payer& payer, std::string_v
 }
 
 Result<Hold> Budget::hold(const HoldRequest& request, RateDecision* rate) {
+  return *take(request, rate, /*may_wait=*/true);
+}
+
+std::optional<Result<Hold>> Budget::tryHold(const HoldRequest& request, RateDecision* rate) {
+  return take(request, rate, /*may_wait=*/false);
+}
+
+std::optional<Result<Hold>> Budget::take(const HoldRequest& request, RateDecision* rate,
+                                         bool may_wait) {
   Hold h;
   h.buckets_ = rateBuckets(request.payer, request.model, request.tokens);
-  const RateDecision decision = limiter_.acquire(h.buckets_);
-  if (rate != nullptr) *rate = decision;
-  if (!decision.allowed) {
-    return fail(Error(ErrorCode::kResourceExhausted, "rate limit " + decision.key + " reached"));
+  std::optional<RateDecision> decision =
+      may_wait ? limiter_.acquire(h.buckets_) : limiter_.tryAcquire(h.buckets_);
+  if (!decision) return std::nullopt;  // the shared limits must be asked: nothing was taken
+  if (rate != nullptr) *rate = *decision;
+  if (!decision->allowed) {
+    return Result<Hold>(
+        fail(Error(ErrorCode::kResourceExhausted, "rate limit " + decision->key + " reached")));
   }
   h.wallets_ = wallets_.chain(request.payer.charged, request.model);
-  auto sequence =
-      meter_.reserve(request.draft, h.wallets_, request.amount, request.lease, request.options);
+  ReserveOptions options = request.options;
+  options.may_wait = may_wait;
+  auto sequence = meter_.reserve(request.draft, h.wallets_, request.amount, request.lease, options);
   if (!sequence) {
     // Nothing ran: what the rate limits took goes back.
     for (const auto& b : h.buckets_) limiter_.adjust(b, -b.cost);
-    return fail(sequence.error());
+    if (!may_wait && sequence.error().code == ErrorCode::kAborted) return std::nullopt;
+    return Result<Hold>(fail(sequence.error()));
   }
   h.budget_ = this;
   h.id_ = request.draft.id;
   h.tokens_ = request.tokens;
   h.sequence_ = *sequence;
-  return h;
+  return Result<Hold>(std::move(h));
 }
 
 Result<Settlement> Budget::settle(const Payer& payer, std::string_view model, UsageEvent event,
@@ -79,6 +104,32 @@ Result<Settlement> Budget::settle(const Payer& payer, std::string_view model, Us
     reconcileTokens(rateBuckets(payer, model, 1), event.tokens.total() - estimated_tokens);
   }
   return settled;
+}
+
+std::optional<WalletStatus> Budget::shortfall(const Charged& payer, std::string_view model,
+                                              Money need) const {
+  for (const auto& id : wallets_.chain(payer, model)) {
+    auto st = wallets_.status(id);
+    if (!st || !st->spec.hard) continue;
+    if (st->remaining.isZero() || st->remaining < need) return std::move(*st);
+  }
+  return std::nullopt;
+}
+
+Result<Hold> Budget::holdAhead(const Charged& payer, std::string_view model, std::string id,
+                               Money amount, Duration lease) {
+  Hold h;
+  h.wallets_ = wallets_.chain(payer, model);
+  PURSER_TRY(meter_.holdAhead(id, h.wallets_, amount, lease));
+  h.budget_ = this;
+  h.id_ = std::move(id);
+  h.ahead_ = true;
+  return h;
+}
+
+Result<Meter::Charge> Budget::charge(const Charged& payer, std::string_view model,
+                                     UsageEvent event) {
+  return meter_.charge(std::move(event), wallets_.chain(payer, model));
 }
 
 void Budget::reconcileTokens(const std::vector<BucketRequest>& buckets, int64_t delta) {

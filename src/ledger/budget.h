@@ -9,9 +9,15 @@
 // What a settlement may charge — never more than was held, never past a hard wallet's limit, the
 // rest recorded as overage — is WalletBook's rule; Budget is its only caller on the request path.
 //
+// Work charged after it runs (a workload's GPU time) goes through Budget too: holdAhead() holds the
+// next stretch on the same chain (in memory; nothing is journaled, since nothing is settled from
+// it), and charge() charges what ran. It takes no rate limits: they count requests and tokens, and
+// a workload's limit is its queue's quota. Budget is the one door to the wallets for both.
+//
 // Thread-safe; cheap to construct (it holds references).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +81,8 @@ class Hold {
   void release();
   // The hold outlives this object (an API reservation is settled or released by id later).
   void detach() { budget_ = nullptr; }
+  // Taken by Budget::holdAhead(): released, never settled.
+  bool ahead() const { return ahead_; }
 
  private:
   friend class Budget;
@@ -84,6 +92,7 @@ class Hold {
   std::vector<BucketRequest> buckets_;
   int64_t tokens_ = 0;
   uint64_t sequence_ = 0;
+  bool ahead_ = false;
 };
 
 class Budget {
@@ -101,16 +110,36 @@ class Budget {
   // a wallet: kResourceExhausted naming it (the rate limits are given back). kAlreadyExists for a
   // used id, kUnavailable when the ledger cannot record it.
   Result<Hold> hold(const HoldRequest& request, RateDecision* rate = nullptr);
+  // As hold(), without ever waiting on the store (for an HTTP worker): where the hold needs a
+  // store round trip first — replicas sharing the store, a rate limit beyond the units this
+  // replica holds, a budget lease to extend — nothing is taken and the answer is nullopt; the
+  // caller then calls hold() where it may wait (off the workers). Without a shared store it is
+  // hold().
+  std::optional<Result<Hold>> tryHold(const HoldRequest& request, RateDecision* rate = nullptr);
 
   // Settles a hold made earlier and detached, by id (an API reservation): `estimated_tokens` is
   // what its tokens-per-minute limits took.
   Result<Settlement> settle(const Payer& payer, std::string_view model, UsageEvent event,
                             int64_t estimated_tokens);
 
+  // Work charged after it runs (see the file comment). The first hard wallet of `payer`'s chain
+  // for `model` that cannot hold `need` — nothing left, or less than `need` — or nullopt.
+  std::optional<WalletStatus> shortfall(const Charged& payer, std::string_view model,
+                                        Money need) const;
+  // Holds `amount` on the chain for the next stretch of such work; kResourceExhausted names the
+  // wallet that cannot. The Hold gives it back when released or dropped.
+  Result<Hold> holdAhead(const Charged& payer, std::string_view model, std::string id, Money amount,
+                         Duration lease);
+  // Charges what ran (Meter::charge) to the chain: the write that records it, for the caller to
+  // commit with its own state, and the alerts the charge raised.
+  Result<Meter::Charge> charge(const Charged& payer, std::string_view model, UsageEvent event);
+
   Meter& meter() { return meter_; }
 
  private:
   friend class Hold;
+  // hold() and tryHold(): nullopt only when `may_wait` is false and the store must be asked.
+  std::optional<Result<Hold>> take(const HoldRequest& request, RateDecision* rate, bool may_wait);
   void reconcileTokens(const std::vector<BucketRequest>& buckets, int64_t delta);
 
   WalletBook& wallets_;

@@ -414,6 +414,35 @@ void Meter::applied(uint64_t through) {
   }
 }
 
+Result<void> Meter::hold(const std::string& id, const std::vector<std::string>& wallet_ids,
+                         Money amount, Duration lease, bool may_wait) {
+  auto reserved = book_.reserve({id, wallet_ids, amount, lease});
+  if (!reserved && reserved.error().code == ErrorCode::kResourceExhausted && leases_ != nullptr &&
+      !book_.shortfall(wallet_ids, amount).empty()) {
+    if (!may_wait) {
+      return fail(Error(ErrorCode::kAborted,
+                        "this replica's budget lease must be extended from the store first"));
+    }
+    // This replica's lease is short, not necessarily the wallet: ask the store for more, once.
+    auto more = leases_->topUp(wallet_ids, amount);
+    if (!more && more.error().code == ErrorCode::kUnavailable) {
+      return fail(unavailable(
+          "this replica's budget lease is used up and the store cannot be reached to extend "
+          "it: " +
+          more.error().message));
+    }
+    reserved = book_.reserve({id, wallet_ids, amount, lease});
+  }
+  return reserved;
+}
+
+Result<void> Meter::holdAhead(const std::string& id, const std::vector<std::string>& wallet_ids,
+                              Money amount, Duration lease) {
+  return hold(id, wallet_ids, amount, lease);
+}
+
+void Meter::releaseAhead(const std::string& id) { (void)book_.release(id); }
+
 Result<uint64_t> Meter::reserve(const UsageEvent& draft, const std::vector<std::string>& wallet_ids,
                                 Money amount, Duration lease, ReserveOptions options) {
   auto used = [&] {
@@ -423,6 +452,9 @@ Result<uint64_t> Meter::reserve(const UsageEvent& draft, const std::vector<std::
                              draft.id))
         .withField("id");
   };
+  if (!options.fresh_id && !options.may_wait) {
+    return fail(Error(ErrorCode::kAborted, "the store must be asked whether the id is used"));
+  }
   if (!options.fresh_id) {
     // Ids are unique across the durable record, not only across what memory remembers.
     if (pendingSettlement(draft.id)) return fail(used());
@@ -437,20 +469,7 @@ Result<uint64_t> Meter::reserve(const UsageEvent& draft, const std::vector<std::
     }
     if (recorded) return fail(used());
   }
-  auto reserved = book_.reserve({draft.id, wallet_ids, amount, lease});
-  if (!reserved && reserved.error().code == ErrorCode::kResourceExhausted && leases_ != nullptr &&
-      !book_.shortfall(wallet_ids, amount).empty()) {
-    // This replica's lease is short, not necessarily the wallet: ask the store for more, once.
-    auto more = leases_->topUp(wallet_ids, amount);
-    if (!more && more.error().code == ErrorCode::kUnavailable) {
-      return fail(unavailable(
-          "this replica's budget lease is used up and the store cannot be reached to extend "
-          "it: " +
-          more.error().message));
-    }
-    reserved = book_.reserve({draft.id, wallet_ids, amount, lease});
-  }
-  if (!reserved) {
+  if (auto reserved = hold(draft.id, wallet_ids, amount, lease, options.may_wait); !reserved) {
     if (reserved.error().code == ErrorCode::kAlreadyExists) return fail(used());
     return fail(reserved.error());
   }

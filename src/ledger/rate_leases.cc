@@ -82,6 +82,15 @@ Result<std::vector<RateLeases::Taken>> RateLeases::take(const std::vector<Take>&
 }
 
 RateDecision RateLeases::acquire(std::span<const BucketRequest> requests) {
+  return *acquire(requests, /*may_wait=*/true);
+}
+
+std::optional<RateDecision> RateLeases::tryAcquire(std::span<const BucketRequest> requests) {
+  return acquire(requests, /*may_wait=*/false);
+}
+
+std::optional<RateDecision> RateLeases::acquire(std::span<const BucketRequest> requests,
+                                                bool may_wait) {
   const MonoTime mono = clock_.monotonic();
   RateDecision decision;
   std::vector<Take> takes;
@@ -123,6 +132,15 @@ RateDecision RateLeases::acquire(std::span<const BucketRequest> requests) {
       const auto prefetch = std::min<int64_t>(
           cap, static_cast<int64_t>(std::llround(std::max(0.0, l.units_per_second * horizon))));
       takes.push_back({r.key, r.limit, r.period, r.cost - mine, r.cost - mine + prefetch});
+    }
+    if (!takes.empty() && !may_wait) {
+      // The store must be asked: nothing is taken, and the demand is counted by the call that
+      // waits for it.
+      undo();
+      for (const BucketRequest& r : requests) {
+        if (r.limit > 0) local_[r.key].used -= r.cost;
+      }
+      return std::nullopt;
     }
     if (takes.empty()) {
       ++counters_.local;

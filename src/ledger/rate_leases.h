@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -54,6 +55,7 @@ class RateLeases final : public SharedRateLimits {
   RateLeases(store::Store& store, const Clock& clock, RateLeaseOptions options = {});
 
   RateDecision acquire(std::span<const BucketRequest> requests) override;
+  std::optional<RateDecision> tryAcquire(std::span<const BucketRequest> requests) override;
   void adjust(const BucketRequest& bucket, int64_t delta) override;
   // Gives back units idle for `idle` and pushes what is owed; at most one store write.
   Result<void> tick();
@@ -62,6 +64,10 @@ class RateLeases final : public SharedRateLimits {
   RateLeaseCounters counters() const;
 
  private:
+  // Takes from what is held, then (when `may_wait`) the store; nullopt when it would have to ask
+  // the store and may not.
+  std::optional<RateDecision> acquire(std::span<const BucketRequest> requests, bool may_wait);
+
   struct Local {
     int64_t limit = 0;
     Duration period{0};

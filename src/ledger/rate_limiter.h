@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,9 @@ class SharedRateLimits {
  public:
   virtual ~SharedRateLimits() = default;
   virtual RateDecision acquire(std::span<const BucketRequest> requests) = 0;
+  // As acquire(), from what this replica holds already: nullopt, with nothing taken, when the
+  // answer needs a store round trip (the caller then calls acquire() where it may wait).
+  virtual std::optional<RateDecision> tryAcquire(std::span<const BucketRequest> requests) = 0;
   virtual void adjust(const BucketRequest& bucket, int64_t delta) = 0;
 };
 
@@ -62,6 +66,9 @@ class RateLimiter {
   // Takes every request's cost, or none of them.
   RateDecision acquire(std::span<const BucketRequest> requests);
   RateDecision acquire(const BucketRequest& request) { return acquire({&request, 1}); }
+  // As acquire(), but never waits on a shared store: nullopt, with nothing taken, when the
+  // answer needs one (see SharedRateLimits::tryAcquire). Without a shared store, acquire().
+  std::optional<RateDecision> tryAcquire(std::span<const BucketRequest> requests);
 
   // Adds `delta` units to a bucket's usage (negative: returns units, never beyond full).
   void adjust(const BucketRequest& bucket, int64_t delta);

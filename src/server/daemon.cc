@@ -176,8 +176,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
         });
   };
   gateway::Gateway gateway(
-      {clock, SystemRandom::instance(), ids, directory, wallets, meter, limiter, rate_limits,
-       prices, http_clients, on_alerts, std::max<size_t>(1, workers.size() / 2), &metrics},
+      {clock, SystemRandom::instance(), ids, directory, *services.budget, prices, http_clients,
+       on_alerts, std::max<size_t>(1, workers.size() / 2), &readers, &metrics},
       std::move(tables.providers), std::move(tables.routes));
   addLedgerMetrics(metrics, wallets, directory, leases ? &*leases : nullptr,
                    rate_leases ? &*rate_leases : nullptr);

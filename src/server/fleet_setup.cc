@@ -297,8 +297,8 @@ Result<FleetSetup> fleetSetup(const config::Config& config, const DataDir& data_
 
 Result<std::unique_ptr<api::Fleet>> openFleet(const api::Services& s, store::Store& store,
                                               ledger::AuditLog& audit, FleetSetup setup) {
-  workloads::Deps deps{s.clock, s.ids,    store, s.directory, s.wallets,
-                       s.meter, s.prices, audit, {},          setup.served};
+  workloads::Deps deps{s.clock,  s.ids, store, s.directory, *s.budget,
+                       s.prices, audit, {},    setup.served};
   deps.gpu_utilisation = setup.gpu_utilisation;
   deps.audit_alerts = [&audit](store::Tx& tx, const std::vector<ledger::Alert>& alerts,
                                const std::string& tenant) -> Result<void> {

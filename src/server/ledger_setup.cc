@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "api/diagnose_live.h"
+#include "identity/payer.h"
 #include "server/startup.h"
 #include "store/postgres_store.h"
 
@@ -83,7 +83,7 @@ void addLedgerMetrics(http::MetricsRegistry& metrics, const ledger::WalletBook& 
         // "team:ml", "key:KEY-NAME": a key is named by its name, never anything secret.
         const auto tenant = directory.tenant(w.spec.tenant_id);
         spent_ratio
-            .labels({api::walletScopeName(directory, w.spec.scope),
+            .labels({identity::walletScopeName(directory, w.spec.scope),
                      tenant ? tenant->name : std::string(), w.spec.id})
             .set(static_cast<double>(w.used_basis_points) / 10'000.0);
       }

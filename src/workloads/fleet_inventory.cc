@@ -1,4 +1,5 @@
-// The fleet service's inventory feed: nodes and GPUs from the executors, placement on them.
+// The fleet service's inventory, over its part InventoryFeed (inventory_feed.h), and the engine
+// rebuilt on it; priority grants; ClusterQueues kept terminating.
 #include "workloads/fleet_service.h"
 
 #include "workloads/executor_slots.h"
@@ -28,81 +29,29 @@ using fleet::Workload;
 // --- The inventory
 // ---------------------------------------------------------------------------------
 
-namespace {
-
-// Everything placement reads of a node, to tell whether an inventory changed.
-std::string inventoryKey(const std::vector<fleet::InventoryNode>& nodes) {
-  std::string key;
-  for (const auto& n : nodes) {
-    key += fmt::format("{}|{}|{}|{}|{}|", n.name, n.cpu_milli, n.memory_mib, n.rack, n.block);
-    for (const auto& [k, v] : n.labels) key += fmt::format("{}={};", k, v);
-    for (const auto& t : n.taints) key += fmt::format("{}={}:{};", t.key, t.value, t.effect);
-    for (const auto& g : n.gpus) {
-      key += fmt::format("[{} {} {} {} {} {} {}]", g.index, g.uuid, g.model, g.memory_mib, g.numa,
-                         g.nvlink_domain, g.mig_capable);
-    }
-    key += '\n';
-  }
-  return key;
-}
-
-}  // namespace
-
-std::vector<fleet::InventoryNode> FleetService::gatherInventory() {
-  std::vector<fleet::InventoryNode> out = configured_nodes_;
-  std::set<std::string> names;
-  for (const auto& n : out) names.insert(n.name);
-  const auto warnOnce = [&](const std::string& what) {
-    if (inventory_warned_.insert(what).second) spdlog::warn("fleet: inventory: {}", what);
-  };
-  for (const auto& name : options_.inventory_from) {
-    exec::Executor* e = executorNamed(name);
-    auto reported = e == nullptr ? std::nullopt : e->nodes();
-    if (!reported) continue;
-    if (!*reported) {
-      warnOnce(fmt::format("{}: {}", name, reported->error().message));
-      continue;
-    }
-    for (auto& n : **reported) {
-      if (auto valid = fleet::validateInventory({n}); !valid) {
-        warnOnce(fmt::format("{} node left out: {}", name, valid.error().message));
-        continue;
-      }
-      if (!names.insert(n.name).second) {
-        warnOnce(fmt::format("{} node \"{}\" left out: a node of that name is listed before it",
-                             name, n.name));
-        continue;
-      }
-      out.push_back(std::move(n));
-    }
-  }
-  // Nodes that admitted work is placed on stay until it is gone.
-  std::set<std::string> used;
+std::vector<fleet::InventoryNode> FleetService::readInventory() {
+  // The nodes admitted work is placed on: kept, tainted, when no one reports them any more.
+  std::set<std::string> placed;
   for (const auto& [name, r] : records_) {
     if (!holdsQuota(r.state) || !r.admission) continue;
     for (const auto& ps : r.admission->pod_sets) {
-      for (const auto& p : ps.placements) used.insert(p.node);
+      for (const auto& p : ps.placements) placed.insert(p.node);
     }
   }
-  for (const auto& n : options_.inventory) {
-    if (used.count(n.name) == 0 || names.count(n.name) != 0) continue;
-    fleet::InventoryNode kept = n;
-    const bool tainted = std::any_of(kept.taints.begin(), kept.taints.end(), [](const auto& t) {
-      return t.key == "node.kubernetes.io/unreachable";
-    });
-    if (!tainted) kept.taints.push_back({"node.kubernetes.io/unreachable", "", "NoSchedule"});
-    names.insert(kept.name);
-    out.push_back(std::move(kept));
-  }
-  return out;
+  const NodesOf nodes_of =
+      [this](const std::string& name) -> std::optional<Result<std::vector<fleet::InventoryNode>>> {
+    exec::Executor* e = executorNamed(name);
+    if (e == nullptr) return std::nullopt;
+    return e->nodes();
+  };
+  return inventory_.read(nodes_of, placed, options_.inventory, nowMs());
 }
 
 // Reads the engines' nodes again; a changed inventory gets a new engine holding every live
 // workload where it is (if it cannot, the old inventory stays and the reason is logged).
 void FleetService::refreshInventory() {
-  inventory_read_ms_ = nowMs();
-  std::vector<fleet::InventoryNode> fresh = gatherInventory();
-  if (inventoryKey(fresh) == inventoryKey(options_.inventory)) return;
+  std::vector<fleet::InventoryNode> fresh = readInventory();
+  if (InventoryFeed::same(fresh, options_.inventory)) return;
   std::vector<fleet::InventoryNode> old = std::move(options_.inventory);
   options_.inventory = std::move(fresh);
   auto built = rebuild(worldOf(base_));
@@ -114,7 +63,7 @@ void FleetService::refreshInventory() {
   spdlog::info("fleet: inventory now {} node(s)", options_.inventory.size());
   engine_ = std::move(built->engine);
   placer_ = std::move(built->placer);
-  for (const auto& [name, r] : records_) dirty_.insert(name);
+  for (const auto& [name, r] : records_) writes_.changed(name);
 }
 
 // A new engine over `world` holding every live workload: admitted ones keep their quota.
@@ -241,8 +190,8 @@ void FleetService::endTerminated() {
       return w.starts_with("ClusterQueue " + cq + " is no longer in the manifests");
     });
   }
-  for (const auto& [name, r] : records_) dirty_.insert(name);
-  if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+  for (const auto& [name, r] : records_) writes_.changed(name);
+  if (auto write = schedule()) writes_.enqueue(std::move(*write), nullptr);
 }
 
 Result<FleetService::Built> FleetService::rebuild(fleet::World world) {

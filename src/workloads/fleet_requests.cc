@@ -45,11 +45,11 @@ Result<Record> FleetService::submit(Record r, Done done) {
   PURSER_TRY(engine_->submit(r.spec));
   r.seq = next_seq_++;
   records_[name] = std::move(r);
-  dirty_.insert(name);
+  writes_.changed(name);
   noteEvent("Submitted", name, "", "", "", "");
   auto write = schedule();
   if (write) {
-    enqueue(std::move(*write), std::move(done));
+    writes_.enqueue(std::move(*write), std::move(done));
   } else if (done) {
     done({});
   }
@@ -63,7 +63,7 @@ Result<Record> FleetService::remove(std::string name, const std::string& by, Don
   if (it == records_.end()) return fail(Error(ErrorCode::kNotFound, "no such workload"));
   Record& r = it->second;
   const int64_t now = nowMs();
-  if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+  if (auto tx = meter(r, now)) writes_.metered(std::move(*tx));
   gpu_.forget(name);
   releaseGpu(r);
   stopPods(r, "Deleted");
@@ -81,12 +81,12 @@ Result<Record> FleetService::remove(std::string name, const std::string& by, Don
   r.finished_ms = now;
   noteEvent("Finished", name, queue, "Deleted", r.message, "");
   Record out = r;
-  ended_.push_back(std::move(r));
+  writes_.ended(std::move(r));
   records_.erase(it);
-  dirty_.erase(name);
+  writes_.forget(name);
   auto write = schedule();
   if (write) {
-    enqueue(std::move(*write), std::move(done));
+    writes_.enqueue(std::move(*write), std::move(done));
   } else if (done) {
     done({});
   }
@@ -114,11 +114,11 @@ Result<void> FleetService::apply(fleet::ManifestSet set, const std::string& text
   }
   engine_ = std::move(fresh.engine);
   placer_ = std::move(fresh.placer);
-  for (const auto& [name, r] : records_) dirty_.insert(name);
+  for (const auto& [name, r] : records_) writes_.changed(name);
   auto changes = schedule();
   const std::string at = formatRfc3339(d_.clock.now());
   const ledger::AuditLog& log = d_.audit;
-  enqueue(
+  writes_.enqueue(
       [changes = std::move(changes), text, at, audit = std::move(audit),
        &log](store::Tx& tx) -> Result<void> {
         PURSER_TRY(tx.exec(

@@ -70,8 +70,9 @@ FleetService::FleetService(Deps deps, Options options, Executors executors)
     : d_(std::move(deps)),
       options_(std::move(options)),
       executors_(std::move(executors)),
-      configured_nodes_(options_.inventory),
-      gpu_({d_.clock, d_.ids, d_.directory, d_.wallets, d_.meter, d_.prices, d_.audit_alerts,
+      inventory_(options_.inventory, options_.inventory_from, options_.inventory_refresh),
+      writes_(d_.store, d_.clock, options_.fence),
+      gpu_({d_.clock, d_.ids, d_.directory, d_.budget, d_.prices, d_.audit_alerts,
             d_.gpu_utilisation},
            options_.metering_interval),
       tenancy_(d_.directory, base_) {}
@@ -122,7 +123,7 @@ void FleetService::nudge() {
   asio::post(context_, [this] {
     nudged_ = false;
     pollPods();
-    if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+    if (auto write = schedule()) writes_.enqueue(std::move(*write), nullptr);
   });
 }
 
@@ -211,26 +212,23 @@ Result<void> FleetService::load() {
     }
     if (!changed.empty()) {
       const std::string at = formatRfc3339(d_.clock.now());
-      PURSER_TRY(d_.store.write(fenced([&](store::Tx& tx) -> Result<void> {
+      PURSER_TRY(writes_.writeNow([&](store::Tx& tx) -> Result<void> {
         for (const auto& [file, text] : changed) {
           PURSER_TRY(tx.exec(
               "INSERT INTO fleet_configured_manifests (file, text, seen_at) VALUES ($1, $2, $3)",
               {file, text, at}));
         }
         return {};
-      })));
+      }));
     }
   }
-  if (!options_.inventory_from.empty()) {
-    options_.inventory = gatherInventory();
-    inventory_read_ms_ = nowMs();
-  }
+  if (inventory_.live()) options_.inventory = readInventory();
   Built built = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
   engine_ = std::move(built.engine);
   placer_ = std::move(built.placer);
   adopt();
   auto write = schedule();
-  if (write) PURSER_TRY(d_.store.write(fenced(std::move(*write))));
+  if (write) PURSER_TRY(writes_.writeNow(std::move(*write)));
   spdlog::info("fleet: {} ClusterQueue(s), {} workload(s) restored", base_.cluster_queues.size(),
                records_.size());
   return {};

@@ -52,12 +52,13 @@
 #include "http/async.h"
 #include "identity/directory.h"
 #include "ledger/audit.h"
-#include "ledger/meter.h"
+#include "ledger/budget.h"
 #include "ledger/price.h"
-#include "ledger/wallet_book.h"
 #include "store/store.h"
 #include "workloads/gpu_meter.h"
+#include "workloads/inventory_feed.h"
 #include "workloads/record.h"
+#include "workloads/record_writer.h"
 #include "workloads/tenancy.h"
 
 namespace purser::workloads {
@@ -93,8 +94,8 @@ struct Deps {
   IdGenerator& ids;
   store::Store& store;
   identity::Directory& directory;
-  ledger::WalletBook& wallets;
-  ledger::Meter& meter;
+  // The one door to the wallets: GPU time is held ahead and charged through it.
+  ledger::Budget& budget;
   const ledger::PriceBook& prices;
   ledger::AuditLog& audit;
   // Writes the audit entries of budget alerts that charging GPU time raised, inside `tx`.
@@ -136,7 +137,7 @@ struct Options {
   // error once this one no longer leads (so a replica that lost the lead changes nothing). With
   // it, a run is written before its pods are asked to start, under keys that make a second
   // start of them (by the next leader) take them back. Empty: one replica, no fence.
-  std::function<Result<void>(store::Tx&)> fence;
+  Fence fence;
   // This installation's id (its database's): keyed starts carry it, so that the files of pods
   // another database started are never taken for this one's.
   std::string installation;
@@ -154,14 +155,7 @@ const std::vector<store::Migration>& fleetMigrations();
 // The executors by name: "local", "slurm", ...
 using Executors = std::map<std::string, std::unique_ptr<exec::Executor>>;
 
-// Called with the outcome of a store write once it is known (on the store's writer thread).
-using Done = std::function<void(Result<void>)>;
-
 // One row of fleet_events, as stored.
-struct EventRow {
-  std::string at, kind, workload, cluster_queue, reason, message, by, tenant_id, team_id,
-      by_tenant_id;
-};
 
 // Which stored rows a reader may see: all, one tenant's, or one team's.
 struct Visibility {
@@ -308,7 +302,8 @@ class FleetService {
 
   fleet::World worldOf(const fleet::ManifestSet& set) const;
   Result<Built> rebuild(fleet::World world);
-  std::vector<fleet::InventoryNode> gatherInventory();
+  // The inventory as the feed reads it now (inventory_feed.h), kept nodes included.
+  std::vector<fleet::InventoryNode> readInventory();
   void refreshInventory();
 
   int64_t nowMs() const;
@@ -327,10 +322,6 @@ class FleetService {
 
   std::optional<store::TxFn> schedule();
   void processEvents(int64_t now, std::vector<std::string>& stops);
-  std::optional<store::TxFn> flush();
-  void enqueue(store::TxFn fn, Done done);
-  // `fn` behind options_.fence (when there is one).
-  store::TxFn fenced(store::TxFn fn) const;
   void publishQueues();
 
   // Pods.
@@ -362,10 +353,8 @@ class FleetService {
   Options options_;
   Executors executors_;
   std::vector<std::string> warnings_;  // guarded by shared_mu_ (written on the fleet thread)
-  std::vector<fleet::InventoryNode> configured_nodes_;  // options_.inventory as configured
-  int64_t inventory_read_ms_ = 0;
-  std::set<std::string> inventory_warned_;  // problems with the inventory already logged
-  std::set<std::string> found_warned_;      // found work that could not be queued, logged once
+  InventoryFeed inventory_;  // the nodes: configured, then the executors' (inventory_feed.h)
+  std::set<std::string> found_warned_;  // found work that could not be queued, logged once
 
   fleet::ManifestSet base_;            // configured, then applied objects
   std::set<std::string> terminating_;  // ClusterQueues kept only for their workloads
@@ -381,17 +370,13 @@ class FleetService {
   int64_t last_tick_ms_ = 0;
   std::atomic<bool> closing_{false};
   std::atomic<bool> nudged_{false};           // a nudge is on its way
-  std::set<std::string> dirty_;               // records to write
-  std::vector<Record> ended_;                 // ended records to write
   std::map<std::string, Record> just_ended_;  // what ended since the last submit()
-  std::vector<EventRow> new_events_;          // events to write
-  std::vector<store::TxFn> metering_;         // usage events to write
-  GpuMeter gpu_;     // GPU time: holds, metering, utilisation (gpu_meter.h)
-  Tenancy tenancy_;  // whose namespace is whose (tenancy.h), over the directory and base_
+  RecordWriter writes_;  // records, events and charges to the store, fenced (record_writer.h)
+  GpuMeter gpu_;         // GPU time: holds, metering, utilisation (gpu_meter.h)
+  Tenancy tenancy_;      // whose namespace is whose (tenancy.h), over the directory and base_
 
-  mutable std::mutex shared_mu_;      // what other threads read or hand in
-  std::vector<store::TxFn> retries_;  // writes that failed, to try again; shared_mu_
-  QueueSnapshot queues_;              // shared_mu_ (and warnings_, above)
+  mutable std::mutex shared_mu_;  // what other threads read
+  QueueSnapshot queues_;          // shared_mu_ (and warnings_, above)
 
   boost::asio::io_context context_{1};
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{

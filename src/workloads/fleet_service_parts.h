@@ -3,10 +3,12 @@
 // (fleet_service.h), whose methods are defined in the file of their part:
 //   fleet_service.cc    opening, closing, the world (queues, manifests; tenancy over its part
 //                       Tenancy, tenancy.h)
-//   fleet_inventory.cc  the inventory feed and placement on it
+//   fleet_inventory.cc  the inventory, over its part InventoryFeed (inventory_feed.h), and the
+//                       engine rebuilt on it
 //   gpu_time.cc         GPU time, over its part GpuMeter (gpu_meter.h): holds, metering,
 //                       utilisation
-//   scheduling.cc       scheduling cycles and persisting records and events
+//   scheduling.cc       scheduling cycles; what they change is written through its part
+//                       RecordWriter (record_writer.h): one write a pass, fenced, retried
 //   pods.cc             starting, watching and ending pods; served replicas
 //   fleet_requests.cc   what the API hands in, and reads from the store
 #pragma once
@@ -61,31 +63,6 @@ inline std::string endOf(const PodRun& p) {
   }
   if (p.signal) return fmt::format("was ended by signal {}", *p.signal);
   return fmt::format("exited with code {}", p.exit_code.value_or(-1));
-}
-
-// A workload's row as one write records it.
-struct WorkloadRow {
-  std::string name, state, tenant_id, team_id, record;
-  int64_t seq, version;
-};
-
-inline WorkloadRow rowOf(Record& r) {
-  ++r.version;
-  return {r.spec.name, r.state, r.tenant_id, r.team_id, recordText(r), r.seq, r.version};
-}
-
-inline Result<void> writeRow(store::Tx& tx, const WorkloadRow& r, const std::string& at) {
-  // A write retried after a failure must not undo a newer one that landed since.
-  PURSER_TRY(
-      tx.exec("INSERT INTO fleet_workloads (name, seq, version, state, tenant_id, team_id, record, "
-              "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO UPDATE "
-              "SET seq = excluded.seq, version = excluded.version, state = excluded.state, "
-              "tenant_id = excluded.tenant_id, team_id = excluded.team_id, record = "
-              "excluded.record, updated_at = excluded.updated_at WHERE excluded.seq > "
-              "fleet_workloads.seq OR (excluded.seq = fleet_workloads.seq AND excluded.version > "
-              "fleet_workloads.version)",
-              {r.name, r.seq, r.version, r.state, r.tenant_id, r.team_id, r.record, at}));
-  return {};
 }
 
 }  // namespace purser::workloads

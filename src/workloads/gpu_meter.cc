@@ -62,46 +62,37 @@ Money GpuMeter::lookaheadCost(const Record& r, const std::vector<std::string>& o
 
 std::string GpuMeter::budgetHold(const Record& r, Money need) const {
   if (r.tenant_id.empty() || !requestsGpu(r.spec)) return {};
-  for (const auto& id : d_.wallets.chain(payerOf(r), kGpuModel)) {
-    auto st = d_.wallets.status(id);
-    if (!st || !st->spec.hard) continue;
-    if (!st->remaining.isZero() && !(st->remaining < need)) continue;
-    return fmt::format(
-        "the GPU budget is used up: wallet {} ({} {}) has {} of {} left{}, and this workload's "
-        "next {} s of GPU time cost {}; it waits until the wallet is raised or its period "
-        "resets",
-        id, ledger::scopeKindName(st->spec.scope.kind), st->spec.scope.id, st->remaining.toString(),
-        st->spec.limit.toString(),
-        st->spec.period == ledger::Period::kNone
-            ? std::string()
-            : fmt::format(" until {}", formatRfc3339(st->window.end)),
-        lookahead().count() / 1000, need.toString());
-  }
-  return {};
+  auto st = d_.budget.shortfall(payerOf(r), kGpuModel, need);
+  if (!st) return {};
+  return fmt::format(
+      "the GPU budget is used up: wallet {} ({} {}) has {} of {} left{}, and this workload's "
+      "next {} s of GPU time cost {}; it waits until the wallet is raised or its period resets",
+      st->spec.id, ledger::scopeKindName(st->spec.scope.kind), st->spec.scope.id,
+      st->remaining.toString(), st->spec.limit.toString(),
+      st->spec.period == ledger::Period::kNone
+          ? std::string()
+          : fmt::format(" until {}", formatRfc3339(st->window.end)),
+      lookahead().count() / 1000, need.toString());
 }
 
-bool GpuMeter::hold(Record& r, Money need) {
+bool GpuMeter::hold(const Record& r, Money need) {
   release(r);
   if (r.tenant_id.empty() || !requestsGpu(r.spec) || need.isZero()) return true;
-  ledger::ReserveRequest q;
-  q.event_id = fmt::format("gpu-hold:{}:{}", r.spec.name, ++hold_seq_);
-  q.wallet_ids = d_.wallets.chain(payerOf(r), kGpuModel);
-  q.amount = need;
-  q.lease = lookahead() * 3;
-  auto held = d_.wallets.reserve(q);
+  auto held = d_.budget.holdAhead(payerOf(r), kGpuModel,
+                                  fmt::format("gpu-hold:{}:{}", r.spec.name, ++hold_seq_), need,
+                                  lookahead() * 3);
   if (!held) {
     if (held.error().code == ErrorCode::kResourceExhausted) return false;
     spdlog::error("fleet: GPU time of {} not held: {}", r.spec.name, held.error().message);
     return true;  // not the budget's doing: metering still charges what runs
   }
-  r.gpu_hold = q.event_id;
+  holds_.insert_or_assign(r.spec.name, std::move(*held));
   return true;
 }
 
-void GpuMeter::release(Record& r) {
-  if (r.gpu_hold.empty()) return;
-  (void)d_.wallets.release(r.gpu_hold);
-  r.gpu_hold.clear();
+std::string GpuMeter::holdOf(const std::string& name) const {
+  auto it = holds_.find(name);
+  return it == holds_.end() ? std::string() : it->second.id();
 }
 
 std::optional<store::TxFn> GpuMeter::meter(Record& r, int64_t now_ms, bool awaiting_pods) {
@@ -161,7 +152,7 @@ std::optional<store::TxFn> GpuMeter::meter(Record& r, int64_t now_ms, bool await
   e.cost = cost;
   e.latency_ms = elapsed;
   e.status = 200;
-  auto charged = d_.meter.charge(e, d_.wallets.chain(payerOf(r), kGpuModel));
+  auto charged = d_.budget.charge(payerOf(r), kGpuModel, e);
   if (!charged) {
     spdlog::error("fleet: GPU time of {} not charged: {}", r.spec.name, charged.error().message);
     return std::nullopt;

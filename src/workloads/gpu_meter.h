@@ -6,9 +6,10 @@
 //     the model "gpu-hours" (wallets without a model count it too); a hard wallet that cannot
 //     hold it stops the workload (budgetHold() says why, in words a member reads).
 //   - Metering: the GPU-seconds used since the last metering are charged to the chain at the
-//     flavor's price per GPU-hour, as a usage event through the ledger's Meter; the write it
-//     returns records the event and the stretch's utilisation, and audits the budget alerts the
-//     charge raised (takeAlerts() hands them to whoever posts them).
+//     flavor's price per GPU-hour, as a usage event. Holds and charges both go through the
+//     ledger's Budget (budget.h), the one door to the wallets that model requests use too; the
+//     write it returns records the event and the stretch's utilisation, and audits the budget
+//     alerts the charge raised (takeAlerts() hands them to whoever posts them).
 //   - Utilisation: the GPUs a charged workload holds are read (the DCGM exporters) about every
 //     second; what they did is recorded beside each charge and kept for the idle test.
 //
@@ -30,9 +31,8 @@
 #include "common/money.h"
 #include "fleet/utilisation.h"
 #include "identity/directory.h"
-#include "ledger/meter.h"
+#include "ledger/budget.h"
 #include "ledger/price.h"
-#include "ledger/wallet_book.h"
 #include "store/store.h"
 #include "workloads/record.h"
 
@@ -68,8 +68,7 @@ class GpuMeter {
     const Clock& clock;
     IdGenerator& ids;
     const identity::Directory& directory;
-    ledger::WalletBook& wallets;
-    ledger::Meter& meter;
+    ledger::Budget& budget;
     const ledger::PriceBook& prices;
     AuditAlerts audit_alerts;                                // none: alerts are not audited
     const fleet::GpuUtilisation* gpu_utilisation = nullptr;  // none: nothing is observed
@@ -86,11 +85,14 @@ class GpuMeter {
   // Why a GPU workload of `r`'s payer may not start (or go on): a hard wallet of its chain that
   // cannot hold `need`. Empty when it may.
   std::string budgetHold(const Record& r, Money need) const;
-  // Holds `need` for `r` on its chain (replacing its hold; r.gpu_hold names it); false when a hard
-  // wallet cannot. A hold the ledger fails to take for another reason is logged and not
-  // counted against the workload: metering still charges what runs.
-  bool hold(Record& r, Money need);
-  void release(Record& r);
+  // Holds `need` for `r` on its chain (replacing its hold); false when a hard wallet cannot. A
+  // hold the ledger fails to take for another reason is logged and not counted against the
+  // workload: metering still charges what runs.
+  bool hold(const Record& r, Money need);
+  void release(const Record& r) { holds_.erase(r.spec.name); }
+  // The id of the hold `name` has (in memory; a restart takes a new one at the first metering),
+  // empty when it has none.
+  std::string holdOf(const std::string& name) const;
 
   // Charges `r`'s GPU time from r.metered_until_ms up to `now_ms` and moves it on; the returned
   // write records the charge (nullopt: nothing to write). Its hold is released first (the caller
@@ -128,8 +130,9 @@ class GpuMeter {
 
   const Deps d_;
   const Duration metering_interval_;
-  int64_t hold_seq_ = 0;                      // holds taken
-  std::map<std::string, Sampling> sampling_;  // by workload, while charged
+  int64_t hold_seq_ = 0;                       // holds taken
+  std::map<std::string, ledger::Hold> holds_;  // by workload: its next stretch's
+  std::map<std::string, Sampling> sampling_;   // by workload, while charged
   std::mutex alerts_mu_;
   std::vector<std::pair<std::string, std::vector<ledger::Alert>>> alerts_;  // alerts_mu_
 };

@@ -86,10 +86,9 @@ void FleetService::noteEvent(std::string kind, const std::string& workload,
                              std::string by) {
   const Record* r = find(workload);
   const Record* b = by.empty() ? nullptr : find(by);
-  new_events_.push_back({formatRfc3339(d_.clock.now()), std::move(kind), workload,
-                         std::move(cluster_queue), std::move(reason), std::move(message),
-                         std::move(by), r ? r->tenant_id : "", r ? r->team_id : "",
-                         b ? b->tenant_id : ""});
+  writes_.event({formatRfc3339(d_.clock.now()), std::move(kind), workload, std::move(cluster_queue),
+                 std::move(reason), std::move(message), std::move(by), r ? r->tenant_id : "",
+                 r ? r->team_id : "", b ? b->tenant_id : ""});
 }
 
 const Record* FleetService::find(const std::string& name) const {

@@ -92,7 +92,7 @@ Result<int64_t> FleetService::accountOf(const std::string& team_id) {
   int64_t uid = 0;
   const std::string at = formatRfc3339(d_.clock.now());
   const int64_t base = options_.account_uid_base, count = options_.account_uid_count;
-  PURSER_TRY(d_.store.write(fenced([&](store::Tx& tx) -> Result<void> {
+  PURSER_TRY(writes_.writeNow([&](store::Tx& tx) -> Result<void> {
     // Another leader may have made it meanwhile; else the next uid in the range.
     auto have =
         PURSER_TRY_VALUE(tx.query("SELECT uid FROM fleet_accounts WHERE team_id = $1", {team_id}));
@@ -113,13 +113,13 @@ Result<int64_t> FleetService::accountOf(const std::string& team_id) {
     PURSER_TRY(tx.exec("INSERT INTO fleet_accounts (team_id, uid, created_at) VALUES ($1, $2, $3)",
                        {team_id, uid, at}));
     return {};
-  })));
+  }));
   accounts_[team_id] = uid;
   return uid;
 }
 
 void FleetService::startPods(Record& r, int64_t now) {
-  dirty_.insert(r.spec.name);
+  writes_.changed(r.spec.name);
   // A run written as launching by a leader that died is started again under the same keys.
   const bool resumed = r.launching;
   if (!resumed) ++r.runs;
@@ -132,8 +132,8 @@ void FleetService::startPods(Record& r, int64_t now) {
     r.started_ms = now;  // as launched: a run resumed after a kill is charged from here
     const std::string at = formatRfc3339(d_.clock.now());
     WorkloadRow row = rowOf(r);
-    auto wrote = d_.store.write(
-        fenced([&row, &at](store::Tx& tx) -> Result<void> { return writeRow(tx, row, at); }));
+    auto wrote = writes_.writeNow(
+        [&row, &at](store::Tx& tx) -> Result<void> { return writeRow(tx, row, at); });
     if (!wrote) {
       r.launching = false;
       --r.runs;
@@ -361,7 +361,7 @@ void FleetService::pollPods() {
           // The executor does not know it (nor can it learn of it): ended, with no code.
           p.phase = "failed";
           p.finished_ms = nowMs();
-          dirty_.insert(name);
+          writes_.changed(name);
         } else if (st->phase != exec::PodPhase::kRunning) {
           if (p.serving && d_.served && r.spec.serve) {
             d_.served->leave(r.spec.serve->route, replicaId(r, p));
@@ -372,7 +372,7 @@ void FleetService::pollPods() {
           p.signal = st->signal;
           p.reason = st->reason;
           p.finished_ms = st->finished_at ? unixMillis(*st->finished_at) : nowMs();
-          dirty_.insert(name);
+          writes_.changed(name);
         }
       }
       if (p.phase == "running") running = true;
@@ -386,14 +386,14 @@ void FleetService::pollPods() {
       r.message = lost->message;
       noteEvent("Unknown", name, r.admission ? r.admission->cluster_queue : "",
                 "ExecutorUnreachable", lost->message, "");
-      dirty_.insert(name);
+      writes_.changed(name);
     } else if (!lost && r.state == "unknown") {
       r.state = "running";
       r.reason.clear();
       r.message.clear();
       noteEvent("Running", name, r.admission ? r.admission->cluster_queue : "", "ExecutorReachable",
                 "its executor answers again", "");
-      dirty_.insert(name);
+      writes_.changed(name);
     }
     if (failed && running) {
       // One pod failed: the others are stopped (the workload has failed; none is retried).
@@ -436,7 +436,7 @@ void FleetService::endRun(Record& r, bool failed, const std::string& reason,
     }
   }
   if (decisive == nullptr && !r.pods.empty()) decisive = &r.pods.back();
-  if (auto tx = meter(r, std::max(end, r.metered_until_ms))) metering_.push_back(std::move(*tx));
+  if (auto tx = meter(r, std::max(end, r.metered_until_ms))) writes_.metered(std::move(*tx));
   gpu_.forget(r.spec.name);
   releaseGpu(r);
   if (decisive != nullptr) {
@@ -466,9 +466,9 @@ void FleetService::endRun(Record& r, bool failed, const std::string& reason,
       e->forget(p.handle);
   }
   just_ended_[name] = r;
-  ended_.push_back(std::move(r));
+  writes_.ended(std::move(r));
   records_.erase(name);
-  dirty_.erase(name);
+  writes_.forget(name);
 }
 
 // After a restart: the pods the store says were running are the executor's to find again; one

@@ -71,9 +71,6 @@ struct Record {
   int64_t preemptions = 0;
   std::string hold;     // the budget hold's message while held
   int64_t version = 0;  // bumped at every write; a retried older write never wins
-  // While it holds GPUs: the wallet reservation of its next stretch of GPU time (in memory; a
-  // restart takes a new one at the first metering).
-  std::string gpu_hold;
 };
 
 bool isTerminal(const std::string& state);

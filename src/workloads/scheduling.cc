@@ -46,7 +46,7 @@ std::optional<store::TxFn> FleetService::schedule() {
       r.state = "suspended";
     }
     r.hold = std::move(hold);
-    dirty_.insert(name);
+    writes_.changed(name);
   }
   engine_->setTime(now);
   // Admission takes a hold on the wallets for the GPU time ahead; a workload whose hold fails
@@ -78,7 +78,7 @@ std::optional<store::TxFn> FleetService::schedule() {
     if (it == records_.end() || it->second.state != "admitted") start_backoff_.erase(name);
   }
   publishQueues();
-  return flush();
+  return writes_.take(records_);
 }
 
 void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
@@ -103,7 +103,7 @@ void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
         noteEvent("Preempted", e.workload, e.cluster_queue, e.reason, e.message, e.by);
         break;
       case fleet::Event::Kind::kEvicted: {
-        if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+        if (auto tx = meter(r, now)) writes_.metered(std::move(*tx));
         gpu_.forget(e.workload);
         stopPods(r, e.reason);
         const bool budget = e.reason == "BudgetExhausted";
@@ -121,64 +121,8 @@ void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
       default:
         break;
     }
-    dirty_.insert(e.workload);
+    writes_.changed(e.workload);
   }
-}
-
-// The write for everything changed since the last one.
-
-std::optional<store::TxFn> FleetService::flush() {
-  if (dirty_.empty() && new_events_.empty() && metering_.empty() && ended_.empty()) {
-    return std::nullopt;
-  }
-  std::vector<WorkloadRow> rows;
-  const std::string at = formatRfc3339(d_.clock.now());
-  for (const auto& name : dirty_) {
-    auto it = records_.find(name);
-    if (it != records_.end()) rows.push_back(rowOf(it->second));
-  }
-  for (auto& r : ended_) rows.push_back(rowOf(r));
-  dirty_.clear();
-  ended_.clear();
-  return [rows = std::move(rows), events = std::move(new_events_), metering = std::move(metering_),
-          at](store::Tx& tx) -> Result<void> {
-    for (const auto& m : metering) PURSER_TRY(m(tx));
-    for (const auto& r : rows) PURSER_TRY(writeRow(tx, r, at));
-    for (const auto& e : events) {
-      PURSER_TRY(tx.exec(
-          "INSERT INTO fleet_events (at, kind, workload, cluster_queue, reason, message, "
-          "by_workload, tenant_id, team_id, by_tenant_id) VALUES ($1, $2, $3, $4, $5, $6, $7, "
-          "$8, $9, $10)",
-          {e.at, e.kind, e.workload, e.cluster_queue, e.reason, e.message, e.by, e.tenant_id,
-           e.team_id, e.by_tenant_id}));
-    }
-    return {};
-  };
-}
-
-// Enqueues `fn` now (so writes land in the order they were made); `done`, when given, learns
-// when it is durable.
-store::TxFn FleetService::fenced(store::TxFn fn) const {
-  if (!options_.fence) return fn;
-  return [fence = options_.fence, fn = std::move(fn)](store::Tx& tx) -> Result<void> {
-    PURSER_TRY(fence(tx));
-    return fn(tx);
-  };
-}
-
-void FleetService::enqueue(store::TxFn fn, Done done) {
-  // The retry keeps the write as it was made: enqueue() puts it behind the fence again.
-  auto retry = std::make_shared<store::TxFn>(fn);
-  d_.store.writeAsync(fenced(std::move(fn)), [this, done = std::move(done), retry](Result<void> r) {
-    if (!r) {
-      // Kept to be written again at the next tick; a newer write of the same workload wins
-      // over it (versions), and its usage events and charges go with it.
-      spdlog::error("fleet: a state change was not recorded (retrying): {}", r.error().message);
-      std::lock_guard lock(shared_mu_);
-      retries_.push_back(std::move(*retry));
-    }
-    if (done) done(std::move(r));
-  });
 }
 
 void FleetService::publishQueues() {
@@ -206,38 +150,28 @@ void FleetService::tick() {
   if (const uint64_t g = d_.directory.generation(); g != directory_generation_) {
     directory_generation_ = g;
     engine_->reconsider();
-    if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+    if (auto write = schedule()) writes_.enqueue(std::move(*write), nullptr);
   }
   if (now - last_tick_ms_ >= 1000 || now < last_tick_ms_) {
     last_tick_ms_ = now;
-    std::vector<store::TxFn> retries;
-    {
-      std::lock_guard lock(shared_mu_);
-      retries.swap(retries_);
-    }
-    for (auto& fn : retries) enqueue(std::move(fn), nullptr);
+    writes_.retry();
     const int64_t interval =
         std::chrono::duration_cast<std::chrono::milliseconds>(options_.metering_interval).count();
     sampleUtilisation();
     std::vector<std::string> stops;
     for (auto& [name, r] : records_) {
       if (!holdsQuota(r.state) || now - r.metered_until_ms < interval) continue;
-      if (auto tx = meter(r, now)) metering_.push_back(std::move(*tx));
+      if (auto tx = meter(r, now)) writes_.metered(std::move(*tx));
       if (!holdGpu(r)) stops.push_back(name);
-      dirty_.insert(name);
+      writes_.changed(name);
     }
     for (const auto& name : stops) stopForBudget(name);
     overtime(now);
     if (!terminating_.empty()) endTerminated();
     joinServed();
-    if (!options_.inventory_from.empty() &&
-        now - inventory_read_ms_ >=
-            std::chrono::duration_cast<std::chrono::milliseconds>(options_.inventory_refresh)
-                .count()) {
-      refreshInventory();
-    }
+    if (inventory_.due(now)) refreshInventory();
   }
-  if (auto write = schedule()) enqueue(std::move(*write), nullptr);
+  if (auto write = schedule()) writes_.enqueue(std::move(*write), nullptr);
 }
 
 // A run past its workload's maximum execution time is stopped, and the workload fails (as Kueue
@@ -301,7 +235,7 @@ void FleetService::joinServed() {
                               "route {}",
                               p.pod_set, p.index, kMaxHealthFailures, serve.route),
                   "");
-        dirty_.insert(name);
+        writes_.changed(name);
         continue;
       }
       if (!healthy) continue;
@@ -321,7 +255,7 @@ void FleetService::joinServed() {
           r.reason = why;
           r.message = joined.error().message;
           noteEvent("NotServing", name, queue, r.reason, r.message, "");
-          dirty_.insert(name);
+          writes_.changed(name);
         }
         continue;
       }
@@ -330,7 +264,7 @@ void FleetService::joinServed() {
           "Serving", name, queue, "ReplicaReady",
           fmt::format("pod {}-{} serves route {} at {}", p.pod_set, p.index, serve.route, where),
           "");
-      dirty_.insert(name);
+      writes_.changed(name);
     }
   }
 }

@@ -10,7 +10,6 @@
 #include <mutex>
 #include <vector>
 
-#include "api/diagnose_narrate.h"
 #include "common/json.h"
 #include "diagnose/case.h"
 #include "diagnose/engine.h"
@@ -20,6 +19,7 @@
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
 #include "fakes/test_server.h"
+#include "fakes/wallet_series.h"
 #include "store/sqlite_store.h"
 
 namespace purser::api {
@@ -101,24 +101,7 @@ class DiagnoseApiTest : public ::testing::Test, protected testing::Governance {
 
   // borealis' team zephyr spends its whole budget in the window, and its requests are refused.
   void zephyrRunsOutOfBudget() {
-    const int64_t now = unixMillis(clock.now());
-    const observe::SeriesKey ratio(
-        "purser_wallet_spent_ratio",
-        {{"scope", "team:zephyr"}, {"tenant", "borealis"}, {"wallet", zephyr_wallet}});
-    const observe::SeriesKey refused("purser_gateway_requests_total",
-                                     {{"route", "chat"}, {"code", "429"}});
-    const observe::SeriesKey served("purser_gateway_requests_total",
-                                    {{"route", "chat"}, {"target", "openai"}, {"code", "200"}});
-    double refused_total = 0, served_total = 0;
-    for (int i = 0; i <= 40; ++i) {
-      const int64_t t = now - (40 - i) * 30'000;
-      const double r = i < 20 ? 0.2 + 0.04 * i : 1.0;
-      series->append(ratio, t, r);
-      refused_total += i < 20 ? 0 : 30;
-      served_total += i < 20 ? 30 : 5;
-      series->append(refused, t, refused_total);
-      series->append(served, t, served_total);
-    }
+    testing::recordWalletRunningOut(*series, unixMillis(clock.now()), zephyr_wallet);
   }
 
   std::unique_ptr<observe::SeriesStore> series;
@@ -344,27 +327,6 @@ TEST_F(DiagnoseApiTest, WithoutANarratorNarrateTrueIsAClearProblem) {
   Reply plain = call("GET", "/api/v1/diagnose?kind=fleet", kAdminKey);
   ASSERT_EQ(plain.status, 200);
   EXPECT_FALSE(plain.body.contains("narration"));
-}
-
-TEST(Narration, SecretsAreScrubbedAndTheInputIsBounded) {
-  EXPECT_EQ(scrubSecrets("key pk-01JC2XYZABCDEFGHJKMNPQRSTV-s3cr3tvaluehere leaked"),
-            "key [secret] leaked");
-  EXPECT_EQ(scrubSecrets("header Authorization: Bearer abc.def-123 sent"),
-            "header Authorization: Bearer [secret] sent");
-  EXPECT_EQ(scrubSecrets("sk-proj-aaaaaaaaaaaaaaaaaaaaaaaa"), "[secret]");
-  EXPECT_EQ(scrubSecrets("task-7 and pk-short stay"), "task-7 and pk-short stay");
-  json answer = {{"question", {{"kind", "fleet"}}}, {"findings", json::array()}};
-  for (int i = 0; i < 9; ++i) {
-    json f = {{"cause", "none"}, {"evidence", json::array()}};
-    for (int e = 0; e < 12; ++e) {
-      f["evidence"].push_back({{"kind", "metric"}, {"points", {1, 2, 3}}, {"summary", "x"}});
-    }
-    answer["findings"].push_back(f);
-  }
-  const json in = parseJsonOrDiscarded(narrationInput(answer));
-  ASSERT_EQ(in["findings"].size(), 5u);
-  EXPECT_EQ(in["findings"][0]["evidence"].size(), 8u);
-  EXPECT_FALSE(in["findings"][0]["evidence"][0].contains("points"));
 }
 
 }  // namespace

@@ -48,12 +48,11 @@ int liveInGroup(pid_t group) {
 
 // Waits for a killed group to be gone: SIGKILL cannot be refused, so this ends; the bound only
 // turns a broken kill into a failure instead of a hang.
-bool goneEventually(pid_t group) {
-  for (int i = 0; i < 10'000; ++i) {
-    if (liveInGroup(group) == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;
+::testing::AssertionResult goneEventually(pid_t group) {
+  return testing::eventually([&] { return liveInGroup(group) == 0; },
+                             {.attempts = 10'000,
+                              .pause = std::chrono::milliseconds(1),
+                              .what = "the killed group's end"});
 }
 
 void writeGate(const std::string& path) { std::ofstream(path) << "go\n"; }

@@ -8,8 +8,9 @@
 namespace purser::testing {
 
 Served startServe(const std::string& binary, const TempDir& dir, const std::string& config,
-                  const std::string& admin_key) {
-  writeFile(dir.file("purser.yaml"), "listen: 127.0.0.1:0\nthreads: 2\n" + config);
+                  const std::string& admin_key, int threads) {
+  writeFile(dir.file("purser.yaml"),
+            "listen: 127.0.0.1:0\nthreads: " + std::to_string(threads) + "\n" + config);
   Served s;
   s.process = std::make_unique<Process>(
       std::vector<std::string>{binary, "serve", "--config", dir.file("purser.yaml"), "--data",

@@ -17,10 +17,10 @@ struct Served {
   uint16_t port = 0;  // 0: it did not start (process->err() says why)
 };
 
-// Writes "listen: 127.0.0.1:0", "threads: 2" and `config` to DIR/purser.yaml and starts
+// Writes "listen: 127.0.0.1:0", "threads: THREADS" and `config` to DIR/purser.yaml and starts
 // `binary serve` on it with its data in DIR/var and PURSER_ADMIN_KEY set to `admin_key`.
 Served startServe(const std::string& binary, const TempDir& dir, const std::string& config,
-                  const std::string& admin_key);
+                  const std::string& admin_key, int threads = 2);
 
 // Configuration for one route, "chat", to model "m" of an OpenAI-compatible server on
 // 127.0.0.1:PORT (`purser sim llm`), priced 10 and 100 per million input and output tokens:

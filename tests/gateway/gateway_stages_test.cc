@@ -128,14 +128,12 @@ class GatewayStagesTest : public ::testing::Test {
       route->targets.push_back(std::move(target));
       routes.push_back(std::move(route));
     }
+    budget_ = std::make_unique<ledger::Budget>(wallets_, *meter_, limiter_, rate_limits_);
     gateway_ = std::make_unique<Gateway>(GatewayDeps{.clock = clock_,
                                                      .random = random_,
                                                      .ids = ids_,
                                                      .directory = directory_,
-                                                     .wallets = wallets_,
-                                                     .meter = *meter_,
-                                                     .limiter = limiter_,
-                                                     .rate_limits = rate_limits_,
+                                                     .budget = *budget_,
                                                      .prices = prices_,
                                                      .clients = clients_,
                                                      .metrics = &metrics_},
@@ -199,6 +197,7 @@ class GatewayStagesTest : public ::testing::Test {
   http::Router router_;
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<ledger::Meter> meter_;
+  std::unique_ptr<ledger::Budget> budget_;
   std::unique_ptr<FakeUpstream> upstream_;
   std::unique_ptr<Gateway> gateway_;
   std::string key_;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/raw_client.h"
 #include "fakes/test_server.h"
 
@@ -27,9 +28,9 @@ asio::awaitable<void> waitFor(const std::atomic<bool>& flag) {
 }
 
 void spinUntil(const std::function<bool()>& cond) {
-  for (int i = 0; i < 20'000 && !cond(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_TRUE(cond());
+  ASSERT_TRUE(testing::eventually(cond, {.attempts = 20'000,
+                                         .pause = std::chrono::milliseconds(1),
+                                         .what = "the awaited condition"}));
 }
 
 class ServerTest : public ::testing::Test {

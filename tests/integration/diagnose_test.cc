@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/json.h"
+#include "fakes/eventually.h"
 #include "fakes/kueue_manifest.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
@@ -434,14 +435,16 @@ TEST_F(DiagnoseTest, ARouteChangeThatLeavesOnlyAFailingTargetIsNamedAsABadConfig
                      "listen: 127.0.0.1:0\nthreads: 2\n" + providers +
                          "routes:\n  - model: chat\n    targets: [{provider: flaky, model: m}]\n");
   server->signal(SIGHUP);
-  bool reloaded = false;
-  for (int i = 0; i < 500 && !reloaded; ++i) {
-    Json routes = parseJsonOrDiscarded(admin("GET", "/api/v1/routes").body);
-    reloaded = routes.is_object() && routes["data"].is_array() && !routes["data"].empty() &&
+  ASSERT_TRUE(testing::eventually(
+      [&] {
+        Json routes = parseJsonOrDiscarded(admin("GET", "/api/v1/routes").body);
+        return routes.is_object() && routes["data"].is_array() && !routes["data"].empty() &&
                routes["data"][0]["targets"].is_array() && routes["data"][0]["targets"].size() == 1;
-    if (!reloaded) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(reloaded) << server->err();
+      },
+      {.attempts = 500,
+       .pause = std::chrono::milliseconds(20),
+       .what = "the reloaded route with one target"}))
+      << server->err();
   firstFinding({"route", "chat", "--symptom", "errors", "--since", "2m"}, "bad_config_change",
                "route", "chat", [&] { paced(20, 20); });
 }

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/temp_dir.h"
 #include "integration/fleet_harness.h"
 
@@ -52,12 +53,11 @@ std::multiset<std::string> livePods(const std::string& mark) {
 TEST(FleetChaosTest, KilledAtTwentyRandomPointsPurserNeverLosesStartsTwiceOrLeavesAPodUnknown) {
   testing::TempDir dir;
   testing::writeFile(dir.file("fleet.yaml"), testing::fleetManifests(64));
-  testing::writeFile(
-      dir.file("purser.yaml"),
-      "listen: 127.0.0.1:0\nthreads: 1\n"
-      "fleet:\n  manifests: [fleet.yaml]\n  termination_grace: 0s\n"
-      "  nodes:\n    - {name: n0, cpu: 64, memory: 256Gi, "
-      "gpus: {count: 8, model: H100, memory: 80Gi}}\n");
+  testing::writeFile(dir.file("purser.yaml"),
+                     "listen: 127.0.0.1:0\nthreads: 1\n"
+                     "fleet:\n  manifests: [fleet.yaml]\n  termination_grace: 0s\n"
+                     "  nodes:\n    - {name: n0, cpu: 64, memory: 256Gi, "
+                     "gpus: {count: 8, model: H100, memory: 80Gi}}\n");
   testing::FleetServer server{dir, kAdminKey};
   std::string why;
   ASSERT_TRUE(server.start(&why)) << why;
@@ -67,8 +67,8 @@ TEST(FleetChaosTest, KilledAtTwentyRandomPointsPurserNeverLosesStartsTwiceOrLeav
   const std::string starts = dir.file("var/workspaces/ml/starts.txt");
 
   const char* given = std::getenv("PURSER_CHAOS_SEED");
-  const unsigned seed = given != nullptr ? static_cast<unsigned>(std::stoul(given))
-                                         : std::random_device{}();
+  const unsigned seed =
+      given != nullptr ? static_cast<unsigned>(std::stoul(given)) : std::random_device{}();
   std::mt19937 random(seed);
   std::fprintf(stderr, "fleet chaos: seed %u\n", seed);
   std::set<std::string> acknowledged, deleted, deletion_acknowledged;
@@ -116,48 +116,54 @@ TEST(FleetChaosTest, KilledAtTwentyRandomPointsPurserNeverLosesStartsTwiceOrLeav
     server.kill();
     ASSERT_TRUE(server.start(&why)) << "round " << round << ": " << why;
     // Settled: nothing is starting; what runs, runs.
+    // (Not checked here: what follows is.)
     json all;
-    for (int i = 0; i < 3000; ++i) {
-      all = server.call("GET", "/api/v1/workloads?limit=1000", key);
-      bool settled = all.is_object();
-      for (const auto& w : all.value("data", json::array())) {
-        const std::string st = w.value("state", "");
-        settled = settled && st != "admitted" && st != "unknown";
-      }
-      if (settled) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    testing::eventually(
+        [&] {
+          all = server.call("GET", "/api/v1/workloads?limit=1000", key);
+          bool settled = all.is_object();
+          for (const auto& w : all.value("data", json::array())) {
+            const std::string st = w.value("state", "");
+            settled = settled && st != "admitted" && st != "unknown";
+          }
+          return settled;
+        },
+        {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = "the fleet settled"});
     // No pod runs that Purser does not know as running; each running workload has its pod.
     // (A pod a deletion cut off by the kill stopped is found gone at the next poll.)
     std::map<std::string, std::string> state;
     std::multiset<std::string> live;
-    for (int i = 0; i < 500; ++i) {
-      all = server.call("GET", "/api/v1/workloads?limit=1000", key);
-      state.clear();
-      for (const auto& w : all.value("data", json::array())) {
-        state[w.value("workload", "")] = w.value("state", "");
-      }
-      live = livePods(mark);
-      bool agrees = true;
-      for (const auto& name : live) agrees = agrees && state[name] == "running";
-      for (const auto& [name, st] : state) {
-        agrees = agrees && (st != "running" || live.count(name) == 1);
-      }
-      if (agrees) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    EXPECT_TRUE(testing::eventually(
+        [&] {
+          all = server.call("GET", "/api/v1/workloads?limit=1000", key);
+          state.clear();
+          for (const auto& w : all.value("data", json::array())) {
+            state[w.value("workload", "")] = w.value("state", "");
+          }
+          live = livePods(mark);
+          bool agrees = true;
+          for (const auto& name : live) agrees = agrees && state[name] == "running";
+          for (const auto& [name, st] : state) {
+            agrees = agrees && (st != "running" || live.count(name) == 1);
+          }
+          return agrees;
+        },
+        {.attempts = 500,
+         .pause = std::chrono::milliseconds(20),
+         .what = "the live pods agreeing with the workloads"}))
+        << "round " << round;
     // Every acknowledged submission is known; every acknowledged deletion holds.
     for (const auto& name : acknowledged) {
       if (deleted.count(name) != 0) continue;
       EXPECT_EQ(state.count(name), 1u) << "round " << round << ": " << name << " was lost";
     }
     for (const auto& name : deletion_acknowledged) {
-      EXPECT_EQ(state.count(name), 0u) << "round " << round << ": " << name
-                                       << " was deleted, and is " << state[name];
+      EXPECT_EQ(state.count(name), 0u)
+          << "round " << round << ": " << name << " was deleted, and is " << state[name];
     }
     for (const auto& name : live) {
-      EXPECT_EQ(state[name], "running") << "round " << round << ": pod of " << name
-                                        << " runs while Purser says " << state[name];
+      EXPECT_EQ(state[name], "running")
+          << "round " << round << ": pod of " << name << " runs while Purser says " << state[name];
       EXPECT_EQ(live.count(name), 1u) << "round " << round << ": " << name << " runs twice";
     }
     for (const auto& [name, st] : state) {
@@ -200,10 +206,10 @@ TEST(FleetChaosTest, KilledAtTwentyRandomPointsPurserNeverLosesStartsTwiceOrLeav
   for (const auto& w : all.value("data", json::array())) {
     server.call("DELETE", "/api/v1/workloads/ml/" + w.value("workload", ""), key);
   }
-  for (int i = 0; i < 1000 && !livePods(mark).empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(livePods(mark).empty()) << "every deleted workload's pod is gone";
+  EXPECT_TRUE(testing::eventually([&] { return livePods(mark).empty(); },
+                                  {.attempts = 1000,
+                                   .pause = std::chrono::milliseconds(10),
+                                   .what = "every deleted workload's pod gone"}));
   server.stop();
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/kueue_manifest.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
@@ -81,10 +82,9 @@ class FleetServer {
     if (!process_) return 0;
     process_->signal(SIGTERM);
     const std::string stat = "/proc/" + std::to_string(process_->pid()) + "/stat";
-    for (int i = 0; i < 6000 && !exited(stat); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!exited(stat)) {
+    if (!eventually([&] { return exited(stat); }, {.attempts = 6000,
+                                                   .pause = std::chrono::milliseconds(10),
+                                                   .what = "purser's exit after SIGTERM"})) {
       Process gdb({"/usr/bin/gdb", "-batch", "-p", std::to_string(process_->pid()), "-ex",
                    "thread apply all bt 25"});
       gdb.wait();
@@ -174,39 +174,42 @@ class FleetServer {
   nlohmann::json waitFor(const std::string& key, const std::string& name,
                          const std::string& state) const {
     nlohmann::json w;
-    for (int i = 0; i < 3000; ++i) {
-      w = workload(key, name);
-      if (w.is_object() && w.value("state", "") == state) return w;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << name << " never became " << state << ": " << w.dump();
+    const std::string what = name + " to become " + state;
+    EXPECT_TRUE(eventually(
+        [&] {
+          w = workload(key, name);
+          return w.is_object() && w.value("state", "") == state;
+        },
+        {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = what.c_str()}))
+        << w.dump();
     return w;
   }
   // Polls ml/NAME until its first pod's `serving` is `want` (a failure is added when it never is).
-  bool waitForServing(const std::string& key, const std::string& name, bool want) const {
+  ::testing::AssertionResult waitForServing(const std::string& key, const std::string& name,
+                                            bool want) const {
     nlohmann::json w;
-    for (int i = 0; i < 3000; ++i) {
-      w = workload(key, name);
-      if (w.is_object() && w["pods"].is_array() && !w["pods"].empty() &&
-          w["pods"][0].value("serving", !want) == want) {
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << name << "'s serving never became " << want << ": " << w.dump();
-    return false;
+    const std::string what = name + "'s serving to become " + (want ? "true" : "false");
+    ::testing::AssertionResult serving = eventually(
+        [&] {
+          w = workload(key, name);
+          return w.is_object() && w["pods"].is_array() && !w["pods"].empty() &&
+                 w["pods"][0].value("serving", !want) == want;
+        },
+        {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = what.c_str()});
+    EXPECT_TRUE(serving) << w.dump();
+    return serving;
   }
   // Polls the log of ml/NAME (pod "SET-INDEX", or the default one) until it holds `text`.
   bool logHolds(const std::string& key, const std::string& name, const std::string& pod,
                 const std::string& text) const {
-    for (int i = 0; i < 3000; ++i) {
-      nlohmann::json l =
-          call("GET", "/api/v1/workloads/ml/" + name + "/logs" + (pod.empty() ? "" : "?pod=" + pod),
-               key);
-      if (l.is_string() && l.get<std::string>().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    return eventually(
+        [&] {
+          nlohmann::json l = call(
+              "GET", "/api/v1/workloads/ml/" + name + "/logs" + (pod.empty() ? "" : "?pod=" + pod),
+              key);
+          return l.is_string() && l.get<std::string>().find(text) != std::string::npos;
+        },
+        {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = "the log's text"});
   }
 
  private:

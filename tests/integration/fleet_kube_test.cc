@@ -79,13 +79,16 @@ class FleetKubernetesTest : public ::testing::Test {
   }
   // The Job the fake holds for workload ml/NAME (waits for it to be created).
   std::string jobOf(const std::string& name) {
-    for (int i = 0; i < 3000; ++i) {
-      const std::string job = kube.jobOfWorkload(name + "-main-0-");
-      if (!job.empty()) return job;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << "no Job was created for " << name << ": " << server.workload(key, name).dump();
-    return {};
+    std::string job;
+    const std::string what = "a Job created for " + name;
+    EXPECT_TRUE(testing::eventually(
+        [&] {
+          job = kube.jobOfWorkload(name + "-main-0-");
+          return !job.empty();
+        },
+        {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = what.c_str()}))
+        << server.workload(key, name).dump();
+    return job;
   }
   // Kills Purser with SIGKILL and starts it again: ml/NAME is still running, its first run.
   void killAndRestart(const std::string& name) {
@@ -94,11 +97,15 @@ class FleetKubernetesTest : public ::testing::Test {
     ASSERT_TRUE(server.start(&why)) << why;
     // Until the executor's first list of the cluster is in, a busy machine can show the workload
     // "unknown" (its executor not answering yet) for a poll or two; bounded by work.
-    json adopted = server.workload(key, name);
-    for (int i = 0; i < 400 && adopted["state"] == "unknown"; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      adopted = server.workload(key, name);
-    }
+    json adopted;
+    EXPECT_TRUE(testing::eventually(
+        [&] {
+          adopted = server.workload(key, name);
+          return adopted["state"] != "unknown";
+        },
+        {.attempts = 400,
+         .pause = std::chrono::milliseconds(25),
+         .what = "the workload known after the restart"}));
     EXPECT_EQ(adopted["state"], "running") << adopted.dump();
     EXPECT_EQ(adopted["runs"], 1);
   }

@@ -136,17 +136,20 @@ TEST_F(FleetServeModelTest, AServedModelJoinsItsRouteAndDrainsBeforeItIsPreempte
   ASSERT_EQ(providers().count(replica), 1u) << "the replica served requests";
   // Its server's metrics are scraped as a configured provider's are: it is judged by them.
   json seen;
-  for (int i = 0; i < 400; ++i) {
-    const json routes = server.call("GET", "/api/v1/routes", kAdminKey);
-    for (const auto& r : routes.value("data", json::array())) {
-      for (const auto& t : r["targets"]) {
-        if (t["provider"] == replica) seen = t;
-      }
-    }
-    if (seen.is_object() && !seen["observed_at"].is_null()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_FALSE(seen["observed_at"].is_null()) << seen.dump();
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        const json routes = server.call("GET", "/api/v1/routes", kAdminKey);
+        for (const auto& r : routes.value("data", json::array())) {
+          for (const auto& t : r["targets"]) {
+            if (t["provider"] == replica) seen = t;
+          }
+        }
+        return seen.is_object() && !seen["observed_at"].is_null();
+      },
+      {.attempts = 400,
+       .pause = std::chrono::milliseconds(50),
+       .what = "the replica's metrics observed on its route"}))
+      << seen.dump();
   EXPECT_EQ(seen["state"], "healthy") << seen.dump();
   EXPECT_TRUE(seen["kv_cache_usage"].is_number()) << seen.dump();
 

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -158,14 +159,14 @@ class FleetSlurmTest : public ::testing::Test {
     slurmd = std::make_unique<Process>(std::vector<std::string>{which("slurmd"), "-D", "-f", conf},
                                        "", std::vector<std::string>{"SLURM_CONF=" + conf});
     // Up once the node is idle (bounded by a count).
-    for (int i = 0; i < 600; ++i) {
-      if (slurmTool(conf, {which("sinfo"), "-h", "-o", "%t"}).find("idle") != std::string::npos) {
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "the Slurm cluster did not come up: " << testing::readFile(dir.file("slurm/ctld.log"))
-           << testing::readFile(dir.file("slurm/d.log"));
+    ASSERT_TRUE(testing::eventually(
+        [&] {
+          return slurmTool(conf, {which("sinfo"), "-h", "-o", "%t"}).find("idle") !=
+                 std::string::npos;
+        },
+        {.attempts = 600, .pause = std::chrono::milliseconds(50), .what = "the Slurm node idle"}))
+        << "the Slurm cluster did not come up: " << testing::readFile(dir.file("slurm/ctld.log"))
+        << testing::readFile(dir.file("slurm/d.log"));
   }
 
   json call(const std::string& method, const std::string& target, const std::string& as,
@@ -258,12 +259,12 @@ TEST_F(FleetSlurmTest, APreemptedWorkloadsJobIsSignalledCancelledAndRequeued) {
   EXPECT_EQ(evicted["preemptions"], 1);
   // The batch script got SIGTERM (its trap ran) and its job left the queue.
   EXPECT_TRUE(logHolds("scavenger", "stopping"));
-  bool gone = false;
-  for (int i = 0; i < 600 && !gone; ++i) {
-    gone = queue().find("ml.scavenger") == std::string::npos;  // squeue lists live jobs only
-    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(gone) << queue();
+  // (squeue lists live jobs only.)
+  EXPECT_TRUE(testing::eventually([&] { return queue().find("ml.scavenger") == std::string::npos; },
+                                  {.attempts = 600,
+                                   .pause = std::chrono::milliseconds(50),
+                                   .what = "the scavenger's job leaving the queue"}))
+      << queue();
   waitFor("urgent", "running");
   // Room returns: it runs again, as a new job.
   open("a");
@@ -330,12 +331,14 @@ TEST_F(FleetSlurmTest, AMembersJobRunsAsItsTeamsAccountAndReachesNothingOfAnothe
   const auto state = [&](const std::string& as, const std::string& ns, const std::string& name,
                          const std::string& want) {
     json w;
-    for (int i = 0; i < 3000; ++i) {
-      w = call("GET", "/api/v1/workloads/" + ns + "/" + name, as);
-      if (w.value("state", "") == want) return w;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << ns << "/" << name << " never " << want << ": " << w.dump();
+    const std::string what = ns + "/" + name + " " + want;
+    EXPECT_TRUE(testing::eventually(
+        [&] {
+          w = call("GET", "/api/v1/workloads/" + ns + "/" + name, as);
+          return w.value("state", "") == want;
+        },
+        {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = what.c_str()}))
+        << w.dump();
     return w;
   };
   const auto logs = [&](const std::string& as, const std::string& ns, const std::string& name) {
@@ -352,10 +355,11 @@ TEST_F(FleetSlurmTest, AMembersJobRunsAsItsTeamsAccountAndReachesNothingOfAnothe
                   "application/json", &status);
   ASSERT_EQ(status, 201) << victim.dump();
   state(bob, "research", "victim", "running");
-  for (int i = 0;
-       i < 600 && logs(bob, "research", "victim").find("bob-log-line") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(testing::eventually(
+      [&] { return logs(bob, "research", "victim").find("bob-log-line") != std::string::npos; },
+      {.attempts = 600,
+       .pause = std::chrono::milliseconds(20),
+       .what = "bob's line in research/victim's log"}));
   EXPECT_NE(logs(bob, "research", "victim").find("bob-log-line uid=1\n"), std::string::npos)
       << "research's jobs run as daemon";
   // Alice's job: who it runs as, and everything it can try on the shared log directory and

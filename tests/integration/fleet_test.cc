@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "fakes/eventually.h"
 #include "fakes/kueue_manifest.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
@@ -403,12 +404,13 @@ TEST_F(FleetServeTest, GpuTimeIsHeldAheadAndAHardWalletIsNeverOverrun) {
   }
   // At the first metering the wallet cannot hold the next 48.00: "burn" is sent back, held.
   json burn;
-  for (int i = 0; i < 150; ++i) {
-    burn = workload("ml/burn", key);
-    if (burn["state"] == "suspended") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ASSERT_EQ(burn["state"], "suspended") << burn.dump();
+  ASSERT_TRUE(testing::eventually(
+      [&] {
+        burn = workload("ml/burn", key);
+        return burn["state"] == "suspended";
+      },
+      {.attempts = 150, .pause = std::chrono::milliseconds(100), .what = "ml/burn suspended"}))
+      << burn.dump();
   EXPECT_EQ(burn["reason"], "BudgetExhausted") << burn.dump();
   EXPECT_EQ(burn["preemptions"], 0);
   EXPECT_NE(burn["gpu_charged"], "0.00");

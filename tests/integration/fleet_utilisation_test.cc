@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
@@ -73,12 +74,13 @@ class FleetUtilisationTest : public ::testing::Test {
   json waitUntil(const std::string& what, const std::function<json()>& read,
                  const std::function<bool(const json&)>& done) {
     json last;
-    for (int i = 0; i < 1500; ++i) {
-      last = read();
-      if (done(last)) return last;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << what << " never happened; last: " << last.dump();
+    EXPECT_TRUE(testing::eventually(
+        [&] {
+          last = read();
+          return done(last);
+        },
+        {.attempts = 1500, .pause = std::chrono::milliseconds(20), .what = what.c_str()}))
+        << "last: " << last.dump();
     return last;
   }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/money.h"
+#include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/serve.h"
@@ -465,9 +466,11 @@ TEST_F(GatewayTest, KeysRotateAndProviderKeysAreReplacedWithoutRestartOrFailure)
       (r.status == 200 ? ok : failed)++;
     }
   });
+  // Waits for `n` answered requests; not checked here (the counts are, at the end).
   const auto until = [&](int n) {
-    for (int i = 0; i < 20'000 && ok.load() < n; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    testing::eventually([&] { return ok.load() >= n; }, {.attempts = 20'000,
+                                                         .pause = std::chrono::milliseconds(1),
+                                                         .what = "the requests answered"});
   };
   until(20);
   // The provider key is replaced through the API while requests run.

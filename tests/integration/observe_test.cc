@@ -16,6 +16,7 @@
 #include <functional>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/process.h"
 #include "fakes/raw_client.h"
 #include "fakes/serve.h"
@@ -86,12 +87,14 @@ class ObserveTest : public ::testing::Test {
   // Waits (polling, with a generous bound) until `provider`'s target is in `state`; the target.
   json waitForState(const std::string& provider, const std::string& state) {
     json last;
-    for (int i = 0; i < 600; ++i) {
-      last = targets()[provider];
-      if (last.is_object() && last["state"] == state) return last;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ADD_FAILURE() << provider << " never became " << state << "; last: " << last.dump();
+    const std::string what = provider + " to become " + state;
+    EXPECT_TRUE(testing::eventually(
+        [&] {
+          last = targets()[provider];
+          return last.is_object() && last["state"] == state;
+        },
+        {.attempts = 600, .pause = std::chrono::milliseconds(50), .what = what.c_str()}))
+        << "last: " << last.dump();
     return last;
   }
 
@@ -267,25 +270,30 @@ TEST_F(ObserveTest, ASaturatedRouteShedsSheddableRequestsAndQueuesTheRestByPrior
   RawClient standard(port), critical(port);
   ASSERT_TRUE(standard.send(testing::jsonRequest("POST", "/v1/chat/completions",
                                                  {"Authorization: Bearer " + key}, hello.dump())));
-  for (int i = 0; i < 600; ++i) {
-    if (call(port, "GET", "/metrics", {})
-            .body.find("purser_gateway_queue_waiting{route=\"chat\",priority=\"standard\"} 1") !=
-        std::string::npos) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // (Not checked here: the metrics after the critical one's wait are.)
+  testing::eventually(
+      [&] {
+        return call(port, "GET", "/metrics", {})
+                   .body.find(
+                       "purser_gateway_queue_waiting{route=\"chat\",priority=\"standard\"} 1") !=
+               std::string::npos;
+      },
+      {.attempts = 600,
+       .pause = std::chrono::milliseconds(20),
+       .what = "the standard request waiting"});
   ASSERT_TRUE(critical.send(testing::jsonRequest(
       "POST", "/v1/chat/completions", {"Authorization: Bearer " + critical_key}, hello.dump())));
   std::string metrics;
-  for (int i = 0; i < 600; ++i) {
-    metrics = call(port, "GET", "/metrics", {}).body;
-    if (metrics.find("purser_gateway_queue_waiting{route=\"chat\",priority=\"critical\"} 1") !=
-        std::string::npos) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        metrics = call(port, "GET", "/metrics", {}).body;
+        return metrics.find(
+                   "purser_gateway_queue_waiting{route=\"chat\",priority=\"critical\"} 1") !=
+               std::string::npos;
+      },
+      {.attempts = 600,
+       .pause = std::chrono::milliseconds(20),
+       .what = "the critical request waiting"}));
   EXPECT_NE(metrics.find("purser_gateway_queue_waiting{route=\"chat\",priority=\"standard\"} 1"),
             std::string::npos)
       << metrics;
@@ -413,15 +421,16 @@ TEST_F(ObserveTest, ARealPrometheusScrapesPurserAndRecordsRulesOverItsServiceLev
     return result.empty() ? json(nullptr) : result[0];
   };
   json healthy;
-  for (int i = 0; i < 600 && healthy.is_null(); ++i) {
-    healthy = query("purser:targets_healthy:count");
-    if (healthy.is_null() || healthy["value"][1] != "1") {
-      healthy = nullptr;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  ASSERT_FALSE(healthy.is_null()) << "Prometheus never recorded a healthy target\n"
-                                  << prometheus.err();
+  ASSERT_TRUE(testing::eventually(
+      [&] {
+        healthy = query("purser:targets_healthy:count");
+        if (healthy.is_null() || healthy["value"][1] != "1") healthy = nullptr;
+        return !healthy.is_null();
+      },
+      {.attempts = 600,
+       .pause = std::chrono::milliseconds(100),
+       .what = "Prometheus recording a healthy target"}))
+      << prometheus.err();
   json up = query("up%7Bjob%3D%22purser%22%7D");
   ASSERT_FALSE(up.is_null());
   EXPECT_EQ(up["value"][1], "1");

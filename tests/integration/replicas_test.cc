@@ -224,6 +224,62 @@ TEST(ReplicasTest, AStoreThatHangsHoldsNoWorkerAndNoHealthCheck) {
       {.attempts = 1000, .what = "/readyz says the store is back"}));
 }
 
+// A model request whose hold must ask the store first (its key's rate limit is shared between
+// replicas, and this replica holds none of it yet) while the store hangs waits off the workers:
+// with one worker, the health check and the model list keep answering meanwhile, and the request
+// itself is answered once the store is back. (Before, the worker waited on the store, and every
+// connection on it with it.)
+TEST(ReplicasTest, ARequestWaitingOnAHungStoreHoldsNoWorker) {
+  testing::PostgresServer pg;
+  if (!pg.available()) GTEST_SKIP() << pg.why();
+  ASSERT_TRUE(pg.createDatabase("purser"));
+  Process sim(
+      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
+  auto line = sim.waitForStdout("listening on ");
+  ASSERT_TRUE(line.has_value()) << sim.err();
+  const std::string config =
+      fmt::format("store: {{postgres: \"{}\", lease_ttl: 60s}}\nfleet: {{enabled: false}}\n",
+                  pg.url("purser")) +
+      testing::chatRouteConfig(testing::portFromListeningLine(*line));
+  testing::TempDir dir;
+  testing::Served a = testing::startServe(PURSER_BINARY, dir, config, kAdminKey, /*threads=*/1);
+  ASSERT_NE(a.port, 0) << a.process->err();
+  const testing::Member member = testing::seedMember(a.port, kAdminKey);
+  auto limited = testing::callJson(
+      a.port, "POST", "/api/v1/keys", {std::string("Authorization: Bearer ") + kAdminKey},
+      writeJson(Json{
+          {"owner", {{"kind", "user"}, {"id", member.user}}}, {"name", "limited"}, {"rpm", 600}}));
+  ASSERT_EQ(limited.status, 201) << limited.body;
+  const std::string key = parseJsonOrDiscarded(limited.body).value("key", "");
+  ASSERT_FALSE(key.empty());
+  ASSERT_TRUE(pg.freeze());
+  testing::RawResponse waited;
+  std::thread waiting([&] {
+    waited = testing::callJson(
+        a.port, "POST", "/v1/chat/completions", {"Authorization: Bearer " + key},
+        R"({"model":"chat","messages":[{"role":"user","content":"hello"}],"max_tokens":5})");
+  });
+  // Bounded by work: 200 checks, each on a connection of its own (one worker serves them all).
+  int answered = 0;
+  for (int i = 0; i < 200; ++i) {
+    const bool models = i % 2 == 1;
+    auto r =
+        testing::callJson(a.port, "GET", models ? "/v1/models" : "/healthz",
+                          models ? std::vector<std::string>{"Authorization: Bearer " + member.key}
+                                 : std::vector<std::string>{});
+    if (r.status != 200) {
+      ADD_FAILURE() << "check " << i << " got " << r.status << " while a request waited on the "
+                    << "store: " << r.body;
+      break;
+    }
+    ++answered;
+  }
+  EXPECT_EQ(answered, 200);
+  pg.thaw();
+  waiting.join();
+  EXPECT_EQ(waited.status, 200) << waited.body;
+}
+
 TEST(ReplicasTest, WithPostgresDownReplicasServeFromTheirLeasesThenRefuseClearlyAndLoseNothing) {
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
@@ -379,14 +435,15 @@ TEST(ReplicasTest, WhenTheFleetLeaderIsKilledAnotherTakesOverAndNoWorkloadStarts
     return parseJsonOrDiscarded(r.body).value("state",
                                               std::string("?(") + std::to_string(r.status) + ")");
   };
-  // Bounded by work: at most 400 looks, 25 ms apart.
+  // Bounded by work: at most 400 looks, 25 ms apart; what it saw last (its callers check it).
   const auto until = [&](uint16_t port, const std::string& name, const std::string& want) {
     std::string seen;
-    for (int i = 0; i < 400; ++i) {
-      seen = state_on(port, name);
-      if (seen == want) return seen;
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
+    testing::eventually(
+        [&] {
+          seen = state_on(port, name);
+          return seen == want;
+        },
+        {.attempts = 400, .pause = std::chrono::milliseconds(25), .what = "the state wanted"});
     return seen;
   };
   for (const auto& n : names) ASSERT_EQ(until(a.port, n, "running"), "running") << n;
@@ -407,22 +464,22 @@ TEST(ReplicasTest, WhenTheFleetLeaderIsKilledAnotherTakesOverAndNoWorkloadStarts
       }
     }
   });
-  for (int i = 0; i < 4000 && acknowledged < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  // (Not checked here: what was acknowledged is, once the submitter is done.)
+  testing::eventually([&] { return acknowledged >= 2; },
+                      {.attempts = 4000,
+                       .pause = std::chrono::milliseconds(1),
+                       .what = "two late submissions acknowledged"});
   a.process->signal(SIGKILL);
   (void)a.process->wait();
   submitter.join();
   ASSERT_GE(late_acked.size(), 2u);
   const auto killed_at = std::chrono::steady_clock::now();
-  int looks = 0;
-  while (!leads(b.port) && looks < 2000) {
-    ++looks;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(testing::eventually(
+      [&] { return leads(b.port); },
+      {.attempts = 2000, .pause = std::chrono::milliseconds(5), .what = "replica B to lead"}))
+      << b.process->err();
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - killed_at);
-  ASSERT_TRUE(leads(b.port)) << b.process->err();
   fmt::print(stderr, "fleet fail-over: replica B led {} ms after A was killed\n", took.count());
 
   // Every acknowledged workload ends, having started once; one cut off mid-submission either
@@ -494,11 +551,14 @@ TEST(ReplicasTest, WhatAnAdminChangesOnOneReplicaTakesEffectOnTheOthers) {
   };
   // Polls C until `want` (bounded by work: at most 600 tries, 50 ms apart); the tries it took.
   const auto until_on_c = [&](const std::string& key, int want) {
-    for (int i = 0; i < 600; ++i) {
-      if (status_on(c.port, key) == want) return i;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -1;
+    int tries = -1;
+    const bool worked = testing::eventually(
+        [&] {
+          ++tries;
+          return status_on(c.port, key) == want;
+        },
+        {.attempts = 600, .pause = std::chrono::milliseconds(50), .what = "C's answer wanted"});
+    return worked ? tries : -1;
   };
   // Everything made on A, after C started.
   const testing::Member member = testing::seedMember(a.port, kAdminKey);

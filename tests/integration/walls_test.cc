@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "fakes/eventually.h"
 #include "fakes/kueue_manifest.h"
 #include "fakes/temp_dir.h"
 #include "integration/fleet_harness.h"
@@ -149,14 +150,17 @@ class WallsTest : public ::testing::TestWithParam<Mode> {
   json waitFor(const std::string& key, const std::string& ns, const std::string& name,
                const std::vector<std::string>& states) {
     json w;
-    for (int i = 0; i < 3000; ++i) {
-      w = get(key, ns, name);
-      for (const auto& s : states) {
-        if (w.is_object() && w.value("state", "") == s) return w;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << name << " never reached " << states[0] << ": " << w.dump();
+    const std::string what = name + " to reach " + states[0];
+    EXPECT_TRUE(testing::eventually(
+        [&] {
+          w = get(key, ns, name);
+          for (const auto& s : states) {
+            if (w.is_object() && w.value("state", "") == s) return true;
+          }
+          return false;
+        },
+        {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = what.c_str()}))
+        << w.dump();
     return w;
   }
   std::string logs(const std::string& key, const std::string& ns, const std::string& name) {
@@ -297,11 +301,14 @@ TEST_P(WallsTest, TheExecutorsSlotsAreQuotaAJobThatCannotStartWaitsInsteadOfChur
   waitFor(alice, "ml", "holder", {"running"});
   ASSERT_EQ(submit(bob, "research", "waiter", "echo ran", {{"count", 2}}), 201);
   json w;
-  for (int i = 0; i < 200; ++i) {
-    w = get(bob, "research", "waiter");
-    if (w.value("message", "").find("runs at most 3 pods") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        w = get(bob, "research", "waiter");
+        return w.value("message", "").find("runs at most 3 pods") != std::string::npos;
+      },
+      {.attempts = 200,
+       .pause = std::chrono::milliseconds(20),
+       .what = "research/waiter told the executor's limit"}));
   EXPECT_EQ(w.value("state", ""), "pending") << w.dump();
   EXPECT_THAT(w.value("message", ""), HasSubstr("the local executor runs at most 3 pods at once"));
   // A few polls later, still no pod of it has been started (no files of it in the pods' dir).
@@ -313,11 +320,14 @@ TEST_P(WallsTest, TheExecutorsSlotsAreQuotaAJobThatCannotStartWaitsInsteadOfChur
   EXPECT_EQ(files, 0u) << "a workload that cannot start is never started and stopped";
   // A job that could never run at once is said to be so.
   ASSERT_EQ(submit(bob, "research", "huge", "echo ran", {{"count", 4}}), 201);
-  for (int i = 0; i < 200; ++i) {
-    w = get(bob, "research", "huge");
-    if (w.value("message", "").find("never") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        w = get(bob, "research", "huge");
+        return w.value("message", "").find("never") != std::string::npos;
+      },
+      {.attempts = 200,
+       .pause = std::chrono::milliseconds(20),
+       .what = "research/huge told it can never run"}));
   EXPECT_THAT(w.value("message", ""), HasSubstr("can never run at once on the local executor"));
   // Room returns: Bob's job runs.
   testing::writeFile(gates_["ml"], "");
@@ -462,12 +472,13 @@ TEST_P(WallsTest, AMembersModelServesOnlyARouteThatSaysItMayAndIsPricedWhateverI
   ASSERT_EQ(ok_status, 201) << ok.dump();
   waitFor(alice, "ml", "liar", {"running"});
   json w;
-  for (int i = 0; i < 3000; ++i) {
-    w = get(alice, "ml", "liar");
-    if (w["pods"].is_array() && !w["pods"].empty() && w["pods"][0].value("serving", false)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(w["pods"][0].value("serving", false)) << w.dump();
+  ASSERT_TRUE(testing::eventually(
+      [&] {
+        w = get(alice, "ml", "liar");
+        return w["pods"].is_array() && !w["pods"].empty() && w["pods"][0].value("serving", false);
+      },
+      {.attempts = 3000, .pause = std::chrono::milliseconds(20), .what = "ml/liar serving"}))
+      << w.dump();
   int status = 0;
   json answer =
       server.call("POST", "/v1/chat/completions", alice,

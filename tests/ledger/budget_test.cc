@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <span>
+
 #include "fakes/temp_dir.h"
 #include "ledger/ledger_store.h"
 #include "store/sqlite_store.h"
@@ -146,6 +149,139 @@ TEST_F(BudgetTest, ConfiguredLimitsOnTheScopesCountToo) {
   RateDecision rate;
   EXPECT_FALSE(b.hold(request("e2", 1), &rate).has_value());
   EXPECT_EQ(rate.key, "limit:l1:rpm");
+}
+
+// Work charged after it runs (a workload's GPU time): its next stretch is held on the same chain
+// and charged once it ran. No rate limit counts it, however tight; the hold is never settled, and
+// the shortfall names the first hard wallet that cannot hold the next stretch.
+TEST_F(BudgetTest, WorkChargedAfterItRunsIsHeldAheadAndChargedWithoutRateLimits) {
+  Budget b(book, *meter, limiter, limits);
+  limits.put({"l1", "t", {ScopeKind::kTeam, "team"}, "gpu-hours", 1, 1});  // 1 rpm, 1 tpm
+  EXPECT_FALSE(b.shortfall(payer.charged, "gpu-hours", *Money::fromUnits(2)).has_value());
+  auto short_of = b.shortfall(payer.charged, "gpu-hours", *Money::fromUnits(3));
+  ASSERT_TRUE(short_of.has_value());
+  EXPECT_EQ(short_of->spec.id, "w-user");
+  {
+    auto ahead = b.holdAhead(payer.charged, "gpu-hours", "gpu-1", *Money::fromUnits(2),
+                             std::chrono::minutes(6));
+    ASSERT_TRUE(ahead.has_value()) << ahead.error().toString();
+    EXPECT_TRUE(ahead->ahead());
+    EXPECT_EQ(reserved("w-user"), *Money::fromUnits(2));
+    auto second = b.holdAhead(payer.charged, "gpu-hours", "gpu-2", *Money::fromUnits(1),
+                              std::chrono::minutes(6));
+    ASSERT_FALSE(second.has_value());
+    EXPECT_EQ(second.error().code, ErrorCode::kResourceExhausted);
+    EXPECT_EQ(reserved("w-team"), *Money::fromUnits(2)) << "all or nothing over the chain";
+    UsageEvent e;
+    e.cost = *Money::fromUnits(1);
+    EXPECT_FALSE(ahead->settle(e).has_value()) << "what ran is charged, not settled";
+    EXPECT_FALSE(ahead->active());
+    EXPECT_EQ(reserved("w-user"), Money::zero());
+    ASSERT_TRUE(b.holdAhead(payer.charged, "gpu-hours", "gpu-3", *Money::fromUnits(2),
+                            std::chrono::minutes(6))
+                    .has_value());
+  }  // dropped: given back
+  EXPECT_EQ(book.outstanding(), 0u);
+  for (int i = 0; i < 3; ++i) {  // three charges in a minute under a limit of one request
+    UsageEvent e;
+    e.id = "gpu-charge-" + std::to_string(i);
+    e.tenant_id = "t";
+    e.model = "gpu-hours";
+    e.cost = Money::parse("0.50").value();
+    auto charged = b.charge(payer.charged, "gpu-hours", e);
+    ASSERT_TRUE(charged.has_value()) << charged.error().toString();
+    EXPECT_EQ(charged->charged, Money::parse("0.50").value());
+  }
+  EXPECT_EQ(spent("w-user"), Money::parse("1.50").value());
+  // The hard user wallet has 0.50 left: a charge past it is recorded as overage, never spent.
+  UsageEvent over;
+  over.id = "gpu-charge-over";
+  over.tenant_id = "t";
+  over.cost = *Money::fromUnits(1);
+  auto charged = b.charge(payer.charged, "gpu-hours", over);
+  ASSERT_TRUE(charged.has_value());
+  EXPECT_EQ(charged->overage, Money::parse("0.50").value());
+  EXPECT_EQ(spent("w-user"), *Money::fromUnits(2));
+}
+
+// An HTTP worker never waits on a shared store: tryHold() takes nothing where the store must be
+// asked first — a shared rate limit beyond the units held, or a budget lease to extend — and the
+// hold() made afterwards (off the worker) waits for it and holds.
+TEST_F(BudgetTest, ATryTakesNothingWhereTheStoreMustBeAskedAndAHoldWaitsForIt) {
+  // Shared rate limits that always need the store.
+  class AskTheStore final : public SharedRateLimits {
+   public:
+    RateDecision acquire(std::span<const BucketRequest>) override {
+      ++acquired;
+      return {};
+    }
+    std::optional<RateDecision> tryAcquire(std::span<const BucketRequest>) override {
+      return std::nullopt;
+    }
+    void adjust(const BucketRequest&, int64_t) override { ++adjusted; }
+    int acquired = 0, adjusted = 0;
+  };
+  {
+    AskTheStore shared;
+    RateLimiter shared_limiter(clock);
+    shared_limiter.share(&shared);
+    Budget b(book, *meter, shared_limiter, limits);
+    EXPECT_FALSE(b.tryHold(request("e1", 1)).has_value());
+    EXPECT_EQ(shared.acquired, 0);
+    EXPECT_EQ(book.outstanding(), 0u) << "nothing held";
+    auto held = b.hold(request("e1", 1));
+    ASSERT_TRUE(held.has_value()) << held.error().toString();
+    EXPECT_EQ(shared.acquired, 1);
+    EXPECT_EQ(reserved("w-user"), *Money::fromUnits(1));
+  }
+  EXPECT_EQ(book.outstanding(), 0u);
+
+  // A lease to extend: this replica's book holds none of the hard wallet yet.
+  class Grants final : public LeaseSource {
+   public:
+    Grants(WalletBook& book, const Clock& clock) : book_(book), clock_(clock) {}
+    Result<void> topUp(const std::vector<std::string>& wallet_ids, Money amount) override {
+      ++top_ups;
+      for (const auto& id : wallet_ids) {
+        auto st = book_.leaseState(id);
+        if (!st) continue;
+        book_.setLease(id, windowMillis(st->window.start), st->granted.add(amount).value(),
+                       clock_.monotonic() + std::chrono::hours(1), Money::zero(), Money::zero());
+      }
+      return {};
+    }
+    int top_ups = 0;
+
+   private:
+    WalletBook& book_;
+    const Clock& clock_;
+  };
+  WalletBook leased(clock);
+  leased.enableLeases();
+  WalletSpec w;
+  w.id = "w-leased";
+  w.tenant_id = "t";
+  w.scope = {ScopeKind::kUser, "u"};
+  w.limit = *Money::fromUnits(5);
+  ASSERT_TRUE(leased.put(w).has_value());
+  auto m = Meter::open(*store, leased, clock, nullptr, {.dir = dir.file("leased-journal")});
+  ASSERT_TRUE(m.has_value()) << m.error().toString();
+  Grants grants(leased, clock);
+  (*m)->setLeaseSource(&grants);
+  payer.keys = {{"k", 1, 0}};  // one request a minute: a try that gives up must give it back
+  Budget b(leased, **m, limiter, limits);
+  HoldRequest r = request("e2", 2);
+  r.options.fresh_id = true;
+  EXPECT_FALSE(b.tryHold(r).has_value());
+  EXPECT_EQ(grants.top_ups, 0);
+  EXPECT_EQ(leased.outstanding(), 0u);
+  RateDecision rate;
+  auto held = b.hold(r, &rate);
+  ASSERT_TRUE(held.has_value()) << held.error().toString() << " (" << rate.key << ")";
+  EXPECT_EQ(grants.top_ups, 1);
+  EXPECT_EQ(leased.status("w-leased")->reserved, *Money::fromUnits(2));
+  held->release();
+  (*m)->close();
 }
 
 }  // namespace

@@ -136,6 +136,28 @@ TEST_P(RateLeasesTest, TokensUsedBeyondTheEstimateAreOwedToTheSharedBucket) {
   EXPECT_TRUE(b.limiter->acquire({"limit:l4:tpm", 1000, 100}).allowed);
 }
 
+// An HTTP worker never waits on the store: tryAcquire() answers from the units this replica holds
+// and otherwise takes nothing (nullopt), leaving the round trip to acquire() off the worker.
+TEST_P(RateLeasesTest, ATryServesFromHeldUnitsOnlyAndElseTakesNothing) {
+  Replica& a = start();
+  const BucketRequest rpm{"limit:l5:rpm", 6, 1};
+  const uint64_t takes = a.leases->counters().takes;
+  EXPECT_FALSE(a.limiter->tryAcquire({&rpm, 1}).has_value()) << "nothing held: the store is asked";
+  EXPECT_EQ(a.leases->counters().takes, takes) << "and no round trip was made";
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(a.limiter->acquire(rpm).allowed) << i;
+  EXPECT_FALSE(a.limiter->acquire(rpm).allowed) << "the try took nothing from the bucket";
+  // A bucket the store refused is refused locally, without the store: a try answers that too.
+  auto refused = a.limiter->tryAcquire({&rpm, 1});
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_FALSE(refused->allowed);
+  EXPECT_EQ(refused->key, "limit:l5:rpm");
+  // Without a shared store, a try is an acquire.
+  RateLimiter alone(clock);
+  auto local = alone.tryAcquire({&rpm, 1});
+  ASSERT_TRUE(local.has_value());
+  EXPECT_TRUE(local->allowed);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, RateLeasesTest,
                          ::testing::Values(store::Dialect::kSqlite, store::Dialect::kPostgres),
                          backendName);

@@ -237,6 +237,38 @@ TEST_P(WalletLeasesTest, ChargesShipIntoTheLeaseTheyWereMadeUnder) {
   ASSERT_TRUE(request(b, "e3", 93 * kCent - before.leased, 0));
 }
 
+// A reservation made where it may not wait on the store (an HTTP worker) never extends the lease
+// itself: beyond what the replica holds it takes nothing and answers kAborted, and the same
+// reservation made where it may wait extends the lease and is held.
+TEST_P(WalletLeasesTest, AReservationThatMayNotWaitLeavesTheLeaseToOneThatMay) {
+  addWallet("w", 100 * kCent);
+  Replica& a = start("a");
+  const uint64_t top_ups = a.leases->counters().top_ups;
+  auto now = a.meter->reserve(draft("e1"), {"w"}, Money::fromNanos(30 * kCent),
+                              std::chrono::minutes(1), {.fresh_id = true, .may_wait = false});
+  ASSERT_FALSE(now.has_value());
+  EXPECT_EQ(now.error().code, ErrorCode::kAborted);
+  EXPECT_EQ(a.leases->counters().top_ups, top_ups) << "no round trip was made";
+  EXPECT_EQ(a.book->outstanding(), 0u);
+  auto waited = a.meter->reserve(draft("e1"), {"w"}, Money::fromNanos(30 * kCent),
+                                 std::chrono::minutes(1), {.fresh_id = true});
+  ASSERT_TRUE(waited.has_value()) << waited.error().toString();
+  EXPECT_EQ(a.leases->counters().top_ups, top_ups + 1);
+  // Within what the lease now holds (e1 settled at a third of its hold), no wait is needed.
+  UsageEvent e = draft("e1");
+  e.cost = Money::fromNanos(10 * kCent);
+  ASSERT_TRUE(a.meter->settle(e).has_value());
+  EXPECT_TRUE(a.meter
+                  ->reserve(draft("e2"), {"w"}, Money::fromNanos(kCent), std::chrono::minutes(1),
+                            {.fresh_id = true, .may_wait = false})
+                  .has_value());
+  // An id the store must be asked about is not asked where it may not wait.
+  auto unknown = a.meter->reserve(draft("e3"), {"w"}, Money::fromNanos(kCent),
+                                  std::chrono::minutes(1), {.may_wait = false});
+  ASSERT_FALSE(unknown.has_value());
+  EXPECT_EQ(unknown.error().code, ErrorCode::kAborted);
+}
+
 TEST_P(WalletLeasesTest, AnIdleReplicaGivesItsFreePartBack) {
   addWallet("w", 100 * kCent);
   WalletLeaseOptions options;

@@ -82,6 +82,7 @@ class FleetUtilisationTest : public ::testing::Test {
     auto m = ledger::Meter::open(*store, wallets, clock, &audit, {.dir = dir.file("journal")});
     ASSERT_TRUE(m.has_value()) << m.error().toString();
     meter = std::move(*m);
+    budget = std::make_unique<ledger::Budget>(wallets, *meter, limiter, rate_limits);
     open(&gpus);
   }
 
@@ -91,7 +92,7 @@ class FleetUtilisationTest : public ::testing::Test {
   }
 
   void open(const fleet::GpuUtilisation* source) {
-    Deps deps{clock, ids, *store, directory, wallets, *meter, prices, audit, {}, nullptr};
+    Deps deps{clock, ids, *store, directory, *budget, prices, audit, {}, nullptr};
     deps.gpu_utilisation = source;
     Options options;
     options.manifests = {{"fleet.yaml", kManifests}};
@@ -217,6 +218,9 @@ class FleetUtilisationTest : public ::testing::Test {
   ledger::WalletBook wallets{clock};
   ledger::AuditLog audit{clock};
   std::unique_ptr<ledger::Meter> meter;
+  ledger::RateLimiter limiter{clock};
+  ledger::RateLimitBook rate_limits;
+  std::unique_ptr<ledger::Budget> budget;
   const ledger::PriceBook prices{{}, {{"h100", *Money::parse("3.60")}}};
   FakeGpus gpus{clock};
   std::function<Result<void>(store::Tx&)> fence;  // none: one replica

@@ -45,8 +45,9 @@ class GpuMeterTest : public ::testing::Test {
     auto m = ledger::Meter::open(*store, wallets, clock, &audit, {.dir = dir.file("journal")});
     ASSERT_TRUE(m.has_value()) << m.error().toString();
     ledger_meter = std::move(*m);
+    budget = std::make_unique<ledger::Budget>(wallets, *ledger_meter, limiter, rate_limits);
     gpu = std::make_unique<GpuMeter>(
-        GpuMeter::Deps{clock, ids, directory, wallets, *ledger_meter, prices,
+        GpuMeter::Deps{clock, ids, directory, *budget, prices,
                        [this](store::Tx&, const std::vector<ledger::Alert>& alerts,
                               const std::string& tenant) -> Result<void> {
                          audited.emplace_back(tenant, alerts.size());
@@ -105,6 +106,9 @@ class GpuMeterTest : public ::testing::Test {
   ledger::WalletBook wallets{clock};
   ledger::AuditLog audit{clock};
   std::unique_ptr<ledger::Meter> ledger_meter;
+  ledger::RateLimiter limiter{clock};
+  ledger::RateLimitBook rate_limits;
+  std::unique_ptr<ledger::Budget> budget;
   // $3.60 per GPU-hour on h100, $7.20 on b200, a100 unpriced.
   const ledger::PriceBook prices{
       {}, {{"h100", *Money::parse("3.60")}, {"b200", *Money::parse("7.20")}}};
@@ -134,7 +138,7 @@ TEST_F(GpuMeterTest, AHardWalletThatCannotHoldTheNextStretchHoldsTheWorkloadBack
   EXPECT_NE(why.find("wallet w-ml (team ml) has 0.10 of 0.10 left"), std::string::npos) << why;
   EXPECT_NE(why.find("next 122 s of GPU time cost 0.122"), std::string::npos) << why;
   EXPECT_FALSE(gpu->hold(r, need));
-  EXPECT_TRUE(r.gpu_hold.empty());
+  EXPECT_TRUE(gpu->holdOf(r.spec.name).empty());
   EXPECT_EQ(reserved("w-ml"), "0.00");
   // Work without GPUs, or without a tenant, is never held back.
   Record cpu = admitted();
@@ -149,14 +153,40 @@ TEST_F(GpuMeterTest, AHoldIsTakenOnTheChainReplacedAtTheNextAndReleased) {
   const Money need = gpu->lookaheadCost(r, {});
   EXPECT_TRUE(gpu->budgetHold(r, need).empty());
   ASSERT_TRUE(gpu->hold(r, need));
-  EXPECT_FALSE(r.gpu_hold.empty());
+  EXPECT_FALSE(gpu->holdOf(r.spec.name).empty());
   EXPECT_EQ(reserved("w-ml"), "0.122");
-  const std::string first = r.gpu_hold;
+  const std::string first = gpu->holdOf(r.spec.name);
   ASSERT_TRUE(gpu->hold(r, need));  // the next stretch replaces the last one's hold
-  EXPECT_NE(r.gpu_hold, first);
+  EXPECT_NE(gpu->holdOf(r.spec.name), first);
   EXPECT_EQ(reserved("w-ml"), "0.122");
   gpu->release(r);
-  EXPECT_TRUE(r.gpu_hold.empty());
+  EXPECT_TRUE(gpu->holdOf(r.spec.name).empty());
+  EXPECT_EQ(reserved("w-ml"), "0.00");
+}
+
+// Holds go through the ledger's Budget like a model request's, but nothing is journaled for them:
+// a process killed while a workload holds GPU time leaves nothing for the next start to charge
+// (the fleet takes a new hold at its first metering), and a meter dropped gives its holds back.
+TEST_F(GpuMeterTest, AHoldIsNeverJournaledAndGoesWithItsMeter) {
+  wallet("w-ml", "10.00");
+  Record r = admitted();
+  ASSERT_TRUE(gpu->hold(r, gpu->lookaheadCost(r, {})));
+  EXPECT_EQ(reserved("w-ml"), "0.122");
+  gpu.reset();
+  EXPECT_EQ(reserved("w-ml"), "0.00");
+  gpu = std::make_unique<GpuMeter>(GpuMeter::Deps{clock, ids, directory, *budget, prices, {}},
+                                   std::chrono::seconds(60));
+  ASSERT_TRUE(gpu->hold(r, gpu->lookaheadCost(r, {})));
+  ledger_meter->abandon();
+  ledger::WalletBook fresh(clock);
+  auto reopened = ledger::Meter::open(*store, fresh, clock, &audit, {.dir = dir.file("journal")});
+  ASSERT_TRUE(reopened.has_value()) << reopened.error().toString();
+  auto recovery = (*reopened)->recover();
+  ASSERT_TRUE(recovery.has_value()) << recovery.error().toString();
+  EXPECT_EQ(recovery->charged, 0);
+  EXPECT_EQ(recovery->quarantined, 0);
+  EXPECT_EQ(fresh.outstanding(), 0u);
+  gpu.reset();  // its hold goes back to the old book, which the old meter still serves
   EXPECT_EQ(reserved("w-ml"), "0.00");
 }
 

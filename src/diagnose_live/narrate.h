@@ -17,7 +17,7 @@
 #include "http/message.h"
 #include "http/router.h"
 
-namespace purser::api {
+namespace purser::diagnose_live {
 
 // The findings as the model is given them: the question, the window and, per finding (the first
 // `max_findings`), its cause, subject, confidence, explanation, evidence summaries (no points)
@@ -36,4 +36,4 @@ boost::asio::awaitable<Json> narrate(const http::Router& router, const http::Req
                                      const std::string& route, int64_t max_tokens,
                                      const Json& answer);
 
-}  // namespace purser::api
+}  // namespace purser::diagnose_live

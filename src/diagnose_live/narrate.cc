@@ -1,11 +1,11 @@
-#include "api/diagnose_narrate.h"
+#include "diagnose_live/narrate.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <variant>
 
-namespace purser::api {
+namespace purser::diagnose_live {
 
 namespace {
 
@@ -146,4 +146,4 @@ asio::awaitable<Json> narrate(const http::Router& router, const http::Request& f
   co_return out;
 }
 
-}  // namespace purser::api
+}  // namespace purser::diagnose_live
