@@ -38,18 +38,28 @@ int64_t asInt(const std::string& s) {
   }
 }
 
+// `purser sim llm` serving model "m" at once, kept in `sim`; the chat route to it
+// (chatRouteConfig), or "" when it did not start (a failure is added, saying why).
+std::string startModel(std::unique_ptr<Process>& sim) {
+  sim = std::make_unique<Process>(std::vector<std::string>{
+      PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
+  auto line = sim->waitForStdout("listening on ");
+  if (!line) {
+    ADD_FAILURE() << "the simulated model server did not start: " << sim->err();
+    return "";
+  }
+  return testing::chatRouteConfig(testing::portFromListeningLine(*line));
+}
+
 TEST(ReplicasTest, ReplicasOnOnePostgresNeverOverspendAHardWalletEvenWhenOneIsKilled) {
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
   ASSERT_TRUE(pg.createDatabase("purser"));
-  Process sim(
-      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
-  auto line = sim.waitForStdout("listening on ");
-  ASSERT_TRUE(line.has_value()) << sim.err();
-  const uint16_t up = testing::portFromListeningLine(*line);
+  std::unique_ptr<Process> sim;
+  const std::string route = startModel(sim);
+  ASSERT_FALSE(route.empty());
   const std::string config =
-      fmt::format("store: {{postgres: \"{}\", lease_ttl: 20s}}\n", pg.url("purser")) +
-      testing::chatRouteConfig(up);
+      fmt::format("store: {{postgres: \"{}\", lease_ttl: 20s}}\n", pg.url("purser")) + route;
 
   constexpr int kReplicas = 3;
   std::vector<std::unique_ptr<testing::TempDir>> dirs;
@@ -233,14 +243,13 @@ TEST(ReplicasTest, ARequestWaitingOnAHungStoreHoldsNoWorker) {
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
   ASSERT_TRUE(pg.createDatabase("purser"));
-  Process sim(
-      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
-  auto line = sim.waitForStdout("listening on ");
-  ASSERT_TRUE(line.has_value()) << sim.err();
+  std::unique_ptr<Process> sim;
+  const std::string route = startModel(sim);
+  ASSERT_FALSE(route.empty());
   const std::string config =
       fmt::format("store: {{postgres: \"{}\", lease_ttl: 60s}}\nfleet: {{enabled: false}}\n",
                   pg.url("purser")) +
-      testing::chatRouteConfig(testing::portFromListeningLine(*line));
+      route;
   testing::TempDir dir;
   testing::Served a = testing::startServe(PURSER_BINARY, dir, config, kAdminKey, /*threads=*/1);
   ASSERT_NE(a.port, 0) << a.process->err();
@@ -284,13 +293,11 @@ TEST(ReplicasTest, WithPostgresDownReplicasServeFromTheirLeasesThenRefuseClearly
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
   ASSERT_TRUE(pg.createDatabase("purser"));
-  Process sim(
-      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
-  auto line = sim.waitForStdout("listening on ");
-  ASSERT_TRUE(line.has_value()) << sim.err();
+  std::unique_ptr<Process> sim;
+  const std::string route = startModel(sim);
+  ASSERT_FALSE(route.empty());
   const std::string config =
-      fmt::format("store: {{postgres: \"{}\", lease_ttl: 60s}}\n", pg.url("purser")) +
-      testing::chatRouteConfig(testing::portFromListeningLine(*line));
+      fmt::format("store: {{postgres: \"{}\", lease_ttl: 60s}}\n", pg.url("purser")) + route;
   testing::TempDir dir_a, dir_b;
   testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
   ASSERT_NE(a.port, 0) << a.process->err();
@@ -530,12 +537,10 @@ TEST(ReplicasTest, WhatAnAdminChangesOnOneReplicaTakesEffectOnTheOthers) {
   testing::PostgresServer pg;
   if (!pg.available()) GTEST_SKIP() << pg.why();
   ASSERT_TRUE(pg.createDatabase("purser"));
-  Process sim(
-      {PURSER_BINARY, "sim", "llm", "--listen", "127.0.0.1:0", "--models", "m", "--ttft-ms", "0"});
-  auto line = sim.waitForStdout("listening on ");
-  ASSERT_TRUE(line.has_value()) << sim.err();
-  const std::string config = fmt::format("store: {{postgres: \"{}\"}}\n", pg.url("purser")) +
-                             testing::chatRouteConfig(testing::portFromListeningLine(*line));
+  std::unique_ptr<Process> sim;
+  const std::string route = startModel(sim);
+  ASSERT_FALSE(route.empty());
+  const std::string config = fmt::format("store: {{postgres: \"{}\"}}\n", pg.url("purser")) + route;
   testing::TempDir dir_a, dir_c;
   testing::Served a = testing::startServe(PURSER_BINARY, dir_a, config, kAdminKey);
   ASSERT_NE(a.port, 0) << a.process->err();
