@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <map>
 
 #include "common/duration.h"
 #include "common/json.h"
@@ -474,8 +475,17 @@ void YamlReader::Map::optionalStrings(const std::string& key, std::vector<std::s
 void YamlReader::Map::finish() {
   if (!valid_) return;
   std::vector<std::string> known(read_.begin(), read_.end());
+  // A field given twice would be read once, the other silently ignored.
+  std::map<std::string, int> first_line;
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string("?");
+    const auto [first, fresh] = first_line.emplace(key, it->first.Mark().line + 1);
+    if (!fresh) {
+      reader_->addError(
+          it->first, child(key),
+          fmt::format("given twice (first on line {}); give a field once", first->second));
+      continue;
+    }
     if (read_.contains(key)) continue;
     const std::string hint = closestMatch(key, known);
     reader_->addError(

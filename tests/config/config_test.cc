@@ -114,6 +114,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"listen: 127.0.0.1:80\nledger: {sync_interval: 5s}\n",
                 "purser.yaml:2:25: ledger.sync_interval: must be at most 1s; it bounds what a "
                 "machine crash can lose"},
+        // A field given twice: one of them would be silently ignored.
+        BadCase{"listen: 127.0.0.1:80\nthreads: 2\nthreads: 8\n",
+                "purser.yaml:3:1: threads: given twice (first on line 2); give a field once"},
+        BadCase{"listen: 127.0.0.1:80\nhttp:\n  idle_timeout: 5s\n  idle_timeout: 9s\n",
+                "purser.yaml:4:3: http.idle_timeout: given twice (first on line 3); give a field "
+                "once"},
         // A missing required field.
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
         BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
