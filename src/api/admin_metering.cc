@@ -284,7 +284,7 @@ asio::awaitable<Response> releaseReservation(const Services& s, Request& req) {
   const std::string id(*req.param("id"));
   API_TRY(own, ownReservation(s, who, id));
   (void)own;
-  auto released = s.meter.release(id);
+  auto released = s.budget->release(id);
   if (!released) co_return problem(released.error().withField("id"));
   s.reservations->erase(id);
   co_return jsonResponse(200, {{"id", id}, {"released", true}});

@@ -77,7 +77,8 @@ Result<std::string> optionalLabel(const json& body, const std::string& field) {
 
 struct RecordedEvent {
   ledger::UsageEvent event;
-  std::vector<std::string> wallets;
+  ledger::Charged payer;  // who pays: its scopes and the key chain it came with
+  std::string model;      // what budgets are scoped to: the model, else the route
 };
 
 // One event of POST /usage: {id, at, owner: {kind, id}, key?, model?, route?, provider?,
@@ -157,7 +158,8 @@ Result<RecordedEvent> readRecordedEvent(const Services& s, const Principal& who,
       static_cast<int>(PURSER_TRY_VALUE(optionalInt(body, "status", 100, 599)).value_or(200));
   e.latency_ms = PURSER_TRY_VALUE(optionalInt(body, "latency_ms", 0, int64_t{1} << 40)).value_or(0);
   e.ttft_ms = PURSER_TRY_VALUE(optionalInt(body, "ttft_ms", 0, int64_t{1} << 40)).value_or(0);
-  out.wallets = s.wallets.chain(charged, e.model.empty() ? e.route : e.model);
+  out.payer = std::move(charged);
+  out.model = e.model.empty() ? e.route : e.model;
   return out;
 }
 
@@ -284,7 +286,7 @@ asio::awaitable<Response> recordUsage(const Services& s, Request& req) {
   bool stopped = false;
   for (const auto& r : events) {
     if (recorded.contains(r.event.id)) continue;
-    auto c = s.meter.record(r.event, r.wallets);
+    auto c = s.budget->record(r.payer, r.model, r.event);
     if (!c) {
       // Only a race with a reservation made since the check above: record what was charged.
       failed = c.error().withField("events");

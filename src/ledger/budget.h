@@ -12,7 +12,9 @@
 // Work charged after it runs (a workload's GPU time) goes through Budget too: holdAhead() holds the
 // next stretch on the same chain (in memory; nothing is journaled, since nothing is settled from
 // it), and charge() charges what ran. It takes no rate limits: they count requests and tokens, and
-// a workload's limit is its queue's quota. Budget is the one door to the wallets for both.
+// a workload's limit is its queue's quota. Usage that ran elsewhere (an import) is recorded through
+// it too (record()). Budget is the one door to the wallets: nothing outside the ledger reserves,
+// charges or releases on them by another way.
 //
 // Thread-safe; cheap to construct (it holds references).
 #pragma once
@@ -121,6 +123,15 @@ class Budget {
   // what its tokens-per-minute limits took.
   Result<Settlement> settle(const Payer& payer, std::string_view model, UsageEvent event,
                             int64_t estimated_tokens);
+  // Releases a hold made earlier and detached, by id: the work never ran.
+  Result<void> release(const std::string& id) { return meter_.release(id); }
+
+  // Usage that ran elsewhere, recorded after the fact (history brought from another gateway, work
+  // metered outside Purser): charged to `payer`'s chain for `model` as Meter::record does — only
+  // to the wallets whose window holds the event's time, recorded once.
+  Result<Meter::Charge> record(const Charged& payer, std::string_view model, UsageEvent event) {
+    return meter_.record(std::move(event), wallets_.chain(payer, model));
+  }
 
   // Work charged after it runs (see the file comment). The first hard wallet of `payer`'s chain
   // for `model` that cannot hold `need` — nothing left, or less than `need` — or nullopt.

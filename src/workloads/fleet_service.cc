@@ -71,6 +71,8 @@ FleetService::FleetService(Deps deps, Options options, Executors executors)
       options_(std::move(options)),
       executors_(std::move(executors)),
       inventory_(options_.inventory, options_.inventory_from, options_.inventory_refresh),
+      stopping_([this](const std::string& name) { return executorNamed(name); },
+                options_.termination_grace),
       writes_(d_.store, d_.clock, options_.fence),
       gpu_({d_.clock, d_.ids, d_.directory, d_.budget, d_.prices, d_.audit_alerts,
             d_.gpu_utilisation},
@@ -99,13 +101,7 @@ void FleetService::stop() {
   asio::post(context_, [this] {
     // Pods still draining get their signal now: a drain cut short beats a pod left running that
     // no record will adopt after a restart (its workload has ended).
-    for (auto& s : stopping_) {
-      if (s.signalled) continue;
-      s.signalled = true;
-      if (exec::Executor* e = executorNamed(s.executor)) {
-        (void)e->stop(s.handle, options_.termination_grace);
-      }
-    }
+    stopping_.signalAll();
     timer_.cancel();
     work_.reset();
     context_.stop();  // handlers still queued (calls, nudges) are dropped with it

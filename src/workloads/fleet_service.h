@@ -59,6 +59,7 @@
 #include "workloads/inventory_feed.h"
 #include "workloads/record.h"
 #include "workloads/record_writer.h"
+#include "workloads/stopping_pods.h"
 #include "workloads/tenancy.h"
 
 namespace purser::workloads {
@@ -283,17 +284,6 @@ class FleetService {
     std::unique_ptr<fleet::Engine> engine;
     std::shared_ptr<fleet::Placer> placer;  // none without an inventory
   };
-  // A pod stopped and not yet gone, and the GPUs it still holds.
-  struct Stopping {
-    std::string workload, executor, handle;
-    std::optional<fleet::PodPlacement> placement;
-    // A serving replica is drained first: it left its route, and is signalled once its requests
-    // in flight are done (or at the deadline).
-    std::string route, replica;
-    bool signalled = true;
-    int64_t drain_until_ms = 0;
-  };
-
   FleetService(Deps deps, Options options, Executors executors);
   exec::Executor* executorNamed(const std::string& name) const;
   std::string executorFor(const Record& r) const;
@@ -361,7 +351,7 @@ class FleetService {
   std::unique_ptr<fleet::Engine> engine_;
   std::shared_ptr<fleet::Placer> placer_;  // engine_'s inventory; none without one
   std::map<std::string, Record> records_;  // live workloads by name
-  std::vector<Stopping> stopping_;
+  StoppingPods stopping_;  // pods asked to stop, holding their GPUs until gone (stopping_pods.h)
   int64_t next_seq_ = 1;
   std::map<std::string, int64_t> accounts_;  // team id -> the uid its local pods run as
   uint64_t directory_generation_ = 0;        // the directory's, when it was last looked at

@@ -9,7 +9,8 @@
 //                       utilisation
 //   scheduling.cc       scheduling cycles; what they change is written through its part
 //                       RecordWriter (record_writer.h): one write a pass, fenced, retried
-//   pods.cc             starting, watching and ending pods; served replicas
+//   pods.cc             starting, watching and ending pods (those on their way out are its part
+//                       StoppingPods, stopping_pods.h); served replicas
 //   fleet_requests.cc   what the API hands in, and reads from the store
 #pragma once
 

@@ -70,21 +70,7 @@ std::map<std::string, std::string> FleetService::admissionEnv(const Record& r,
 
 // Does `r` wait for the pods it displaced? Its placements share a GPU with a pod still stopping.
 bool FleetService::blocked(const Record& r) const {
-  if (stopping_.empty() || !r.admission) return false;
-  for (const auto& ps : r.admission->pod_sets) {
-    for (const auto& p : ps.placements) {
-      for (const auto& s : stopping_) {
-        if (!s.placement || s.placement->node != p.node) continue;
-        for (int g : p.gpus) {
-          if (std::find(s.placement->gpus.begin(), s.placement->gpus.end(), g) !=
-              s.placement->gpus.end()) {
-            return true;
-          }
-        }
-      }
-    }
-  }
-  return false;
+  return r.admission && stopping_.blocks(*r.admission);
 }
 
 Result<int64_t> FleetService::accountOf(const std::string& team_id) {
@@ -225,7 +211,7 @@ void FleetService::startPods(Record& r, int64_t now) {
         // The executor is full: what started is let go, and it waits for room (every poll).
         for (auto& p : r.pods) {
           (void)executor->stop(p.handle, Duration::zero());
-          stopping_.push_back({r.spec.name, p.executor, p.handle, std::nullopt});
+          stopping_.add({r.spec.name, p.executor, p.handle, std::nullopt});
         }
         r.pods.clear();
         // The run keeps its number: its keys were claimed by the pods let go.
@@ -287,7 +273,7 @@ void FleetService::stopPods(Record& r, const std::string& why) {
     if (p.phase != "running") continue;
     exec::Executor* executor = executorNamed(p.executor);
     if (executor == nullptr) continue;
-    Stopping s{r.spec.name, p.executor, p.handle, std::nullopt};
+    StoppingPods::Pod s{r.spec.name, p.executor, p.handle, std::nullopt};
     if (p.serving && d_.served && r.spec.serve) {
       // Out of the route first; signalled once what it serves now is done.
       s.route = r.spec.serve->route;
@@ -313,7 +299,7 @@ void FleetService::stopPods(Record& r, const std::string& why) {
         }
       }
     }
-    stopping_.push_back(std::move(s));
+    stopping_.add(std::move(s));
   }
   // The run's pods stay on the record (their logs with them) until the next run starts.
   for (auto& p : r.pods) {
@@ -326,26 +312,13 @@ void FleetService::stopPods(Record& r, const std::string& why) {
 
 void FleetService::pollPods() {
   // Pods stopping in the background: gone ones free their GPUs.
-  for (auto it = stopping_.begin(); it != stopping_.end();) {
-    exec::Executor* executor = executorNamed(it->executor);
-    if (!it->signalled && executor) {
-      if (d_.served->inFlight(it->route, it->replica) > 0 && nowMs() < it->drain_until_ms) {
-        ++it;  // still serving what it had
-        continue;
-      }
-      it->signalled = true;
-      (void)executor->stop(it->handle, options_.termination_grace);
-    }
-    auto st = executor ? executor->status(it->handle) : Result<exec::PodStatus>(fail(Error()));
-    if (!st && st.error().code == ErrorCode::kUnavailable) {
-      ++it;  // not known yet: the engine cannot be asked
-    } else if (!st || st->phase != exec::PodPhase::kRunning) {
-      if (executor) executor->forget(it->handle);
-      it = stopping_.erase(it);
-    } else {
-      ++it;
-    }
+  StoppingPods::InFlight in_flight;
+  if (d_.served) {
+    in_flight = [this](const std::string& route, const std::string& replica) {
+      return d_.served->inFlight(route, replica);
+    };
   }
+  stopping_.poll(in_flight, nowMs());
   std::vector<std::string> ended;
   for (auto& [name, r] : records_) {
     if (r.state != "running" && r.state != "unknown") continue;
