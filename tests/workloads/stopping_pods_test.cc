@@ -47,6 +47,16 @@ class StoppingPodsTest : public ::testing::Test {
     return fleet::Admission{"research", {a}};
   }
 
+  // Replica `replica` of ml/llm on route "chat", pod `handle`, draining until 60 s.
+  static StoppingPods::Pod draining(const std::string& handle, const std::string& replica) {
+    StoppingPods::Pod p{"ml/llm", "local", handle, std::nullopt};
+    p.route = "chat";
+    p.replica = replica;
+    p.signalled = false;
+    p.drain_until_ms = 60'000;
+    return p;
+  }
+
   FakeExecutor local;
   StoppingPods stopping{[this](const std::string& name) -> exec::Executor* {
                           return name == "local" ? &local : nullptr;
@@ -69,16 +79,8 @@ TEST_F(StoppingPodsTest, APodHoldsItsGpusUntilItsExecutorSaysItIsGone) {
 }
 
 TEST_F(StoppingPodsTest, AServingReplicaIsSignalledOnlyOnceItsRequestsAreDoneOrAtItsDeadline) {
-  StoppingPods::Pod drained{"ml/llm", "local", "h1", std::nullopt};
-  drained.route = "chat";
-  drained.replica = "fleet:ml/llm/main-0";
-  drained.signalled = false;
-  drained.drain_until_ms = 60'000;
-  stopping.add(drained);
-  StoppingPods::Pod late = drained;
-  late.handle = "h2";
-  late.replica = "fleet:ml/llm/main-1";
-  stopping.add(late);
+  stopping.add(draining("h1", "fleet:ml/llm/main-0"));
+  stopping.add(draining("h2", "fleet:ml/llm/main-1"));
   std::map<std::string, int64_t> in_flight = {{"fleet:ml/llm/main-0", 2},
                                               {"fleet:ml/llm/main-1", 5}};
   const StoppingPods::InFlight ask = [&](const std::string& route, const std::string& replica) {
@@ -98,12 +100,7 @@ TEST_F(StoppingPodsTest, AServingReplicaIsSignalledOnlyOnceItsRequestsAreDoneOrA
 }
 
 TEST_F(StoppingPodsTest, StoppingTheServiceSignalsEveryReplicaStillDraining) {
-  StoppingPods::Pod drained{"ml/llm", "local", "h1", std::nullopt};
-  drained.route = "chat";
-  drained.replica = "r";
-  drained.signalled = false;
-  drained.drain_until_ms = 60'000;
-  stopping.add(drained);
+  stopping.add(draining("h1", "r"));
   stopping.add({"ml/train", "local", "h2", std::nullopt});  // signalled when it was added
   stopping.signalAll();
   EXPECT_EQ(local.stopped["h1"], 1);
