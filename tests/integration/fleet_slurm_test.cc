@@ -235,6 +235,15 @@ TEST_F(FleetSlurmTest, WorkloadsRunAsBatchJobsWithTheGpusSlurmBinds) {
   EXPECT_NE(requested.find(" " + std::string(host) + " 1:30:00\n"), std::string::npos) << requested;
   EXPECT_TRUE(logHolds("train", "gpus=0,1 cuda=0,1 of ml/train"))
       << call("GET", "/api/v1/workloads/ml/train/logs", key).dump();
+  // Its GPU time is charged while it runs (metering_interval: 1s). Seen before the job is let end:
+  // Slurm's times are whole seconds, so a job let end at once may start and end in one second,
+  // and then its run is charged nothing (this failed half the runs on an idle machine).
+  EXPECT_TRUE(testing::eventually(
+      [&] {
+        const json w = call("GET", "/api/v1/workloads/ml/train", key);
+        return w.is_object() && w["gpu_charged"].is_string() && money(w["gpu_charged"]) > Money();
+      },
+      {.attempts = 500, .pause = std::chrono::milliseconds(20), .what = "a charge while it runs"}));
   open("a");
   json done = waitFor("train", "succeeded");
   EXPECT_EQ(done["exit_code"], 0);
