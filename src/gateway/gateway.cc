@@ -57,30 +57,27 @@ asio::awaitable<std::optional<Response>> Gateway::Impl::reserve(Call& c) {
                                     .tokens = c.input_estimate + c.max_output,
                                     .lease = std::chrono::minutes(15),
                                     .options = {.fresh_id = true}};
-  std::optional<Result<ledger::Hold>> now = d_.budget.tryHold(request, &rate);
-  Result<ledger::Hold> held = fail(internalError("no hold"));
-  if (now) {
-    held = std::move(*now);
-  } else {
+  std::optional<Result<ledger::Hold>> held = d_.budget.tryHold(request, &rate);
+  if (!held) {
     // The shared store must be asked first: off the worker, in the tenant's share of the pool.
     held = co_await http::runBlocking(d_.ledger_waits, c.who.tenant_id,
                                       [&] { return d_.budget.hold(request, &rate); });
   }
-  if (held) {
-    c.hold = std::move(*held);
+  if (*held) {
+    c.hold = std::move(**held);
     co_return std::nullopt;
   }
   if (!rate.allowed) co_return rateLimited(c, rate);
-  if (held.error().code == ErrorCode::kResourceExhausted) {
-    co_return apiError(c.api, Fault::kBudget,
-                       "You exceeded your budget: " + held.error().message + ".", {},
-                       "budget_exceeded");
+  const Error& refused = held->error();
+  if (refused.code == ErrorCode::kResourceExhausted) {
+    co_return apiError(c.api, Fault::kBudget, "You exceeded your budget: " + refused.message + ".",
+                       {}, "budget_exceeded");
   }
   // The ledger could not record the reservation, or this replica's budget lease ran out while
   // the shared store is unreachable (or its waits are full): nothing ran, and a retry (here or on
   // another replica) may succeed.
   co_return apiError(c.api, Fault::kOverloaded,
-                     "The ledger is unavailable: " + held.error().message + "; try again.", {},
+                     "The ledger is unavailable: " + refused.message + "; try again.", {},
                      "ledger_unavailable");
 }
 

@@ -24,8 +24,7 @@ Result<Settlement> Hold::settle(UsageEvent event) {
     return fail(Error(ErrorCode::kFailedPrecondition, "the hold was settled or released before"));
   }
   if (ahead_) {
-    budget_ = budget;
-    release();
+    budget->meter_.releaseAhead(id_);
     return fail(Error(ErrorCode::kFailedPrecondition,
                       "a hold ahead of use is not settled: what ran is charged (Budget::charge)"));
   }

@@ -16,14 +16,14 @@ __int128 ceilDiv(__int128 a, __int128 b) { return a <= 0 ? 0 : (a + b - 1) / b; 
 
 }  // namespace
 
-// GCRA with scaled time: with P the period in ns and L the limit, each unit advances the
-// theoretical arrival time (TAT) by P/L; scaling everything by L keeps it an integer. A cost c
-// is admitted when max(TAT, now) + c*P - now <= P*L, i.e. the bucket would not overflow.
 std::optional<RateDecision> RateLimiter::tryAcquire(std::span<const BucketRequest> requests) {
   if (SharedRateLimits* shared = shared_.load()) return shared->tryAcquire(requests);
   return acquire(requests);
 }
 
+// GCRA with scaled time: with P the period in ns and L the limit, each unit advances the
+// theoretical arrival time (TAT) by P/L; scaling everything by L keeps it an integer. A cost c
+// is admitted when max(TAT, now) + c*P - now <= P*L, i.e. the bucket would not overflow.
 RateDecision RateLimiter::acquire(std::span<const BucketRequest> requests) {
   if (SharedRateLimits* shared = shared_.load()) return shared->acquire(requests);
   const __int128 now = nowNs(clock_);
