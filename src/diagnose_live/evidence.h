@@ -18,7 +18,7 @@
 #include "gateway/gateway.h"
 #include "ledger/audit.h"
 #include "observe/series.h"
-#include "workloads/fleet_service.h"
+#include "workloads/record_writer.h"
 
 namespace purser::diagnose_live {
 

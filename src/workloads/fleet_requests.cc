@@ -1,23 +1,14 @@
 // The fleet service's entry points for the API, and its reads from the store.
 #include "workloads/fleet_service.h"
 
-#include "workloads/executor_slots.h"
 #include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-
-#include "common/json.h"
-#include "exec/command.h"
-#include "identity/payer.h"
-#include "ledger/price.h"
 
 namespace purser::workloads {
 
@@ -66,10 +57,10 @@ Result<Record> FleetService::remove(std::string name, const std::string& by, Don
   if (auto tx = meter(r, now)) writes_.metered(std::move(*tx));
   gpu_.forget(name);
   releaseGpu(r);
-  stopPods(r, "Deleted");
+  pods_.stop(r, "Deleted", now);
   if (!r.external.empty()) {
     // Work found on an engine is deleted there too (or it would be found again).
-    if (exec::Executor* e = executorNamed(executorFor(r))) {
+    if (exec::Executor* e = executorNamed(pods_.executorFor(r))) {
       e->discard(r.external.substr(r.external.find(':') + 1));
     }
   }
@@ -246,13 +237,6 @@ Result<std::string> FleetService::logTail(const PodRun& pod, size_t max_bytes) c
 exec::Executor* FleetService::executorNamed(const std::string& name) const {
   auto it = executors_.find(name.empty() ? "local" : name);
   return it == executors_.end() ? nullptr : it->second.get();
-}
-
-// The executor of `r`'s admitted flavors (its GPU flavor's first): "local" unless configured.
-std::string FleetService::executorFor(const Record& r) const {
-  if (!r.external.empty()) return r.external.substr(0, r.external.find(':'));
-  if (!r.admission) return "local";
-  return executorOf(r.admission->pod_sets, options_.flavor_executors);
 }
 
 }  // namespace purser::workloads

@@ -71,13 +71,21 @@ FleetService::FleetService(Deps deps, Options options, Executors executors)
       options_(std::move(options)),
       executors_(std::move(executors)),
       inventory_(options_.inventory, options_.inventory_from, options_.inventory_refresh),
-      stopping_([this](const std::string& name) { return executorNamed(name); },
-                options_.termination_grace),
       writes_(d_.store, d_.clock, options_.fence),
       gpu_({d_.clock, d_.ids, d_.directory, d_.budget, d_.prices, d_.audit_alerts,
             d_.gpu_utilisation},
            options_.metering_interval),
-      tenancy_(d_.directory, base_) {}
+      tenancy_(d_.directory, base_),
+      pods_({[this](const std::string& name) { return executorNamed(name); },
+             [this](const std::string& team) { return accountOf(team); },
+             [this](std::string kind, const std::string& workload, std::string queue,
+                    std::string reason, std::string message) {
+               noteEvent(std::move(kind), workload, std::move(queue), std::move(reason),
+                         std::move(message), "");
+             },
+             d_.served},
+            {options_.termination_grace, options_.log_tail_bytes, options_.installation,
+             options_.flavor_executors}) {}
 
 Result<std::unique_ptr<FleetService>> FleetService::open(Deps deps, Options options,
                                                          Executors executors) {
@@ -101,7 +109,7 @@ void FleetService::stop() {
   asio::post(context_, [this] {
     // Pods still draining get their signal now: a drain cut short beats a pod left running that
     // no record will adopt after a restart (its workload has ended).
-    stopping_.signalAll();
+    pods_.signalAll();
     timer_.cancel();
     work_.reset();
     context_.stop();  // handlers still queued (calls, nudges) are dropped with it
@@ -222,7 +230,7 @@ Result<void> FleetService::load() {
   Built built = PURSER_TRY_VALUE(rebuild(worldOf(base_)));
   engine_ = std::move(built.engine);
   placer_ = std::move(built.placer);
-  adopt();
+  pods_.adopt(records_);
   auto write = schedule();
   if (write) PURSER_TRY(writes_.writeNow(std::move(*write)));
   spdlog::info("fleet: {} ClusterQueue(s), {} workload(s) restored", base_.cluster_queues.size(),

@@ -57,37 +57,13 @@
 #include "store/store.h"
 #include "workloads/gpu_meter.h"
 #include "workloads/inventory_feed.h"
+#include "workloads/pod_runner.h"
 #include "workloads/record.h"
 #include "workloads/record_writer.h"
-#include "workloads/stopping_pods.h"
+#include "workloads/served_routes.h"
 #include "workloads/tenancy.h"
 
 namespace purser::workloads {
-
-// Where the replicas of models the fleet serves join: the gateway's routes (the server wires it).
-class ServedRoutes {
- public:
-  virtual ~ServedRoutes() = default;
-  // Who serves it: the tenant and team whose workload a replica is.
-  struct Owner {
-    std::string tenant_id, team_id;
-  };
-  // May a workload of `owner` serve route `alias` (its `served_by` names the tenant or the team)?
-  // kNotFound when there is no such route, kPermissionDenied (saying who may) when it may not.
-  virtual Result<void> mayServe(const std::string& alias, const Owner& owner) const = 0;
-  // Makes replica `id` (at `base_url`, speaking `api`: openai or anthropic, answering to upstream
-  // `model`) of `owner` a target of route `alias`; refused as mayServe() refuses, and when the
-  // replica's tokens have no price. `metrics_url` ("" for none) is scraped for its load and
-  // health, as `engine` writes them.
-  virtual Result<void> join(const std::string& alias, const std::string& id,
-                            const std::string& base_url, const std::string& api,
-                            const std::string& model, const std::string& metrics_url,
-                            const std::string& engine, const Owner& owner) = 0;
-  // No new request goes to it.
-  virtual void leave(const std::string& alias, const std::string& id) = 0;
-  // Its requests still in flight.
-  virtual int64_t inFlight(const std::string& alias, const std::string& id) const = 0;
-};
 
 // What the service uses of the rest of Purser.
 struct Deps {
@@ -155,8 +131,6 @@ const std::vector<store::Migration>& fleetMigrations();
 
 // The executors by name: "local", "slurm", ...
 using Executors = std::map<std::string, std::unique_ptr<exec::Executor>>;
-
-// One row of fleet_events, as stored.
 
 // Which stored rows a reader may see: all, one tenant's, or one team's.
 struct Visibility {
@@ -232,8 +206,8 @@ class FleetService {
   // not asked.
   Result<void> checkPriorityGrant(const Record& r) const;
   const Options& options() const { return options_; }
-  // What an executor sets for pod `index` of pod set `pod_set` beyond the template's env: the
-  // placement's (CUDA_VISIBLE_DEVICES, HAMi-core's limits) and Purser's identity (PURSER_*).
+  // What an executor sets for pod `index` of pod set `pod_set` beyond the template's env
+  // (podEnvironment(), pod_runner.h) on the placer of now.
   std::map<std::string, std::string> admissionEnv(const Record& r, const std::string& pod_set,
                                                   int64_t index) const;
 
@@ -286,7 +260,6 @@ class FleetService {
   };
   FleetService(Deps deps, Options options, Executors executors);
   exec::Executor* executorNamed(const std::string& name) const;
-  std::string executorFor(const Record& r) const;
   Result<void> load();
   void startThread();
 
@@ -314,21 +287,15 @@ class FleetService {
   void processEvents(int64_t now, std::vector<std::string>& stops);
   void publishQueues();
 
-  // Pods.
-  bool blocked(const Record& r) const;
+  // Runs (pods.cc; their pods are its part PodRunner's, pod_runner.h).
   void startPods(Record& r, int64_t now);
   // The account (uid) the pods of `team_id` run as on this machine, made when it has none.
   Result<int64_t> accountOf(const std::string& team_id);
-  void stopPods(Record& r, const std::string& why);
   void pollPods();
   void endRun(Record& r, bool failed, const std::string& reason, const std::string& message);
   void overtime(int64_t now);
-  void adopt();
   void takeFound();
   void found(const std::string& executor, const exec::Found& f);
-  void joinServed();
-  std::string replicaId(const Record& r, const PodRun& p) const;
-  bool runsHere(const Record& r) const;
 
   void tick();
   void arm();
@@ -351,12 +318,9 @@ class FleetService {
   std::unique_ptr<fleet::Engine> engine_;
   std::shared_ptr<fleet::Placer> placer_;  // engine_'s inventory; none without one
   std::map<std::string, Record> records_;  // live workloads by name
-  StoppingPods stopping_;  // pods asked to stop, holding their GPUs until gone (stopping_pods.h)
   int64_t next_seq_ = 1;
   std::map<std::string, int64_t> accounts_;  // team id -> the uid its local pods run as
   uint64_t directory_generation_ = 0;        // the directory's, when it was last looked at
-  // Workloads whose pods found no room on their executor: (when to try again, the delay) in ms.
-  std::map<std::string, std::pair<int64_t, int64_t>> start_backoff_;
   int64_t last_tick_ms_ = 0;
   std::atomic<bool> closing_{false};
   std::atomic<bool> nudged_{false};           // a nudge is on its way
@@ -364,6 +328,7 @@ class FleetService {
   RecordWriter writes_;  // records, events and charges to the store, fenced (record_writer.h)
   GpuMeter gpu_;         // GPU time: holds, metering, utilisation (gpu_meter.h)
   Tenancy tenancy_;      // whose namespace is whose (tenancy.h), over the directory and base_
+  PodRunner pods_;       // the pods on their executors (pod_runner.h)
 
   mutable std::mutex shared_mu_;  // what other threads read
   QueueSnapshot queues_;          // shared_mu_ (and warnings_, above)

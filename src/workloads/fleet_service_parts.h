@@ -9,8 +9,9 @@
 //                       utilisation
 //   scheduling.cc       scheduling cycles; what they change is written through its part
 //                       RecordWriter (record_writer.h): one write a pass, fenced, retried
-//   pods.cc             starting, watching and ending pods (those on their way out are its part
-//                       StoppingPods, stopping_pods.h); served replicas
+//   pods.cc             runs: recorded before their pods start, ended once their pods have
+//                       (the pods are its part PodRunner's, pod_runner.h, and those on their way
+//                       out PodRunner's StoppingPods, stopping_pods.h); work found on an engine
 //   fleet_requests.cc   what the API hands in, and reads from the store
 #pragma once
 
@@ -54,16 +55,6 @@ inline void merge(fleet::ManifestSet& into, fleet::ManifestSet set) {
   upsert(into.local_queues, std::move(set.local_queues),
          [](const fleet::LocalQueue& q) { return q.namespace_ + "/" + q.name; });
   for (auto& [ns, labels] : set.namespaces) into.namespaces[ns] = std::move(labels);
-}
-
-// How a pod's end reads: "exited with code 3", "was killed by signal 9".
-inline std::string endOf(const PodRun& p) {
-  if (p.reason == "OOMKilled") {
-    return fmt::format("was killed for going over its memory limit (OOMKilled, exit code {})",
-                       p.exit_code.value_or(137));
-  }
-  if (p.signal) return fmt::format("was ended by signal {}", *p.signal);
-  return fmt::format("exited with code {}", p.exit_code.value_or(-1));
 }
 
 }  // namespace purser::workloads

@@ -57,12 +57,12 @@ void FleetService::stopForBudget(const std::string& name) {
 // Charges `r`'s GPU time up to `now_ms`; a workload that runs pods here is charged from the
 // moment they run, not from its admission.
 std::optional<store::TxFn> FleetService::meter(Record& r, int64_t now_ms) {
-  return gpu_.meter(r, now_ms, runsHere(r) && r.state == "admitted");
+  return gpu_.meter(r, now_ms, pods_.runsPods(r) && r.state == "admitted");
 }
 
 // Charged for its GPUs now: as meter() charges it.
 bool FleetService::charging(const Record& r) const {
-  return holdsQuota(r.state) && r.admission && !(r.state == "admitted" && runsHere(r));
+  return holdsQuota(r.state) && r.admission && !(r.state == "admitted" && pods_.runsPods(r));
 }
 
 std::optional<fleet::GpuReading> FleetService::gpuReading(const std::string& node,

@@ -1,23 +1,14 @@
 // The fleet service's scheduling: admission cycles, and records and events persisted.
 #include "workloads/fleet_service.h"
 
-#include "workloads/executor_slots.h"
 #include "workloads/fleet_service_parts.h"
 
 #include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-
-#include "common/json.h"
-#include "exec/command.h"
-#include "identity/payer.h"
-#include "ledger/price.h"
 
 namespace purser::workloads {
 
@@ -64,9 +55,7 @@ std::optional<store::TxFn> FleetService::schedule() {
   for (auto& [name, r] : records_) {
     const bool running = std::any_of(r.pods.begin(), r.pods.end(),
                                      [](const PodRun& p) { return p.phase == "running"; });
-    if (r.state == "admitted" && runsHere(r) && !running && !blocked(r)) {
-      auto backoff = start_backoff_.find(name);
-      if (backoff != start_backoff_.end() && now < backoff->second.first) continue;
+    if (r.state == "admitted" && pods_.runsPods(r) && !running && pods_.mayStart(r, now)) {
       starting.push_back(name);
     }
   }
@@ -75,7 +64,7 @@ std::optional<store::TxFn> FleetService::schedule() {
     if (it == records_.end()) continue;
     startPods(it->second, now);
     it = records_.find(name);
-    if (it == records_.end() || it->second.state != "admitted") start_backoff_.erase(name);
+    if (it == records_.end() || it->second.state != "admitted") pods_.settled(name);
   }
   publishQueues();
   return writes_.take(records_);
@@ -105,7 +94,7 @@ void FleetService::processEvents(int64_t now, std::vector<std::string>& stops) {
       case fleet::Event::Kind::kEvicted: {
         if (auto tx = meter(r, now)) writes_.metered(std::move(*tx));
         gpu_.forget(e.workload);
-        stopPods(r, e.reason);
+        pods_.stop(r, e.reason, now);
         const bool budget = e.reason == "BudgetExhausted";
         r.state = budget ? "suspended" : "evicted";
         r.reason = e.reason;
@@ -168,7 +157,10 @@ void FleetService::tick() {
     for (const auto& name : stops) stopForBudget(name);
     overtime(now);
     if (!terminating_.empty()) endTerminated();
-    joinServed();
+    // Served replicas join their routes once healthy, and leave them while they are not.
+    for (auto& [name, r] : records_) {
+      if (pods_.serve(r)) writes_.changed(name);
+    }
     if (inventory_.due(now)) refreshInventory();
   }
   if (auto write = schedule()) writes_.enqueue(std::move(*write), nullptr);
@@ -186,86 +178,10 @@ void FleetService::overtime(int64_t now) {
   }
   for (const auto& name : over) {
     Record& r = records_.at(name);
-    stopPods(r, "MaximumExecutionTimeExceeded");
+    pods_.stop(r, "MaximumExecutionTimeExceeded", now);
     endRun(r, /*failed=*/true, "MaximumExecutionTimeExceeded",
            fmt::format("it ran past its maximum execution time of {} s, and was stopped",
                        r.spec.max_execution_seconds));
-  }
-}
-
-// Does `r` run pods on its executor? A pod set with a command does anywhere; one with only an
-// image, only on Kubernetes. A workload that runs nothing holds its quota until it is deleted.
-bool FleetService::runsHere(const Record& r) const {
-  const bool kubernetes = executorFor(r) == "kubernetes";
-  for (const auto& ps : r.spec.pod_sets) {
-    if (!ps.command.empty() || (kubernetes && !ps.image.empty())) return true;
-  }
-  return false;
-}
-
-std::string FleetService::replicaId(const Record& r, const PodRun& p) const {
-  return fmt::format("{}/{}-{}", shown(r.spec.name), p.pod_set, p.index);
-}
-
-// Running replicas of served models that answer their health check join their route; a serving
-// replica that fails it kMaxHealthFailures times in a row leaves it (no new request goes there)
-// until it answers again.
-void FleetService::joinServed() {
-  constexpr int kMaxHealthFailures = 3;
-  if (d_.served == nullptr) return;
-  for (auto& [name, r] : records_) {
-    if (!r.spec.serve || r.state != "running") continue;
-    const fleet::ServeSpec& serve = *r.spec.serve;
-    const std::string queue = r.admission ? r.admission->cluster_queue : "";
-    for (auto& p : r.pods) {
-      if (p.phase != "running") continue;
-      exec::Executor* executor = executorNamed(p.executor);
-      const auto host = executor ? executor->address(p.handle) : std::nullopt;
-      if (!host) continue;  // not reachable (yet)
-      const int port = static_cast<int>(serve.port + p.index);
-      const bool healthy = exec::httpOk(*host, port, serve.health, std::chrono::milliseconds(300));
-      if (p.serving) {
-        p.health_failures = healthy ? 0 : p.health_failures + 1;
-        if (p.health_failures < kMaxHealthFailures) continue;
-        d_.served->leave(serve.route, replicaId(r, p));
-        p.serving = false;
-        p.health_failures = 0;
-        noteEvent("NotServing", name, queue, "ReplicaUnhealthy",
-                  fmt::format("pod {}-{} failed its health check {} times in a row and left "
-                              "route {}",
-                              p.pod_set, p.index, kMaxHealthFailures, serve.route),
-                  "");
-        writes_.changed(name);
-        continue;
-      }
-      if (!healthy) continue;
-      const std::string where = host->find(':') != std::string::npos
-                                    ? fmt::format("[{}]:{}", *host, port)  // IPv6
-                                    : fmt::format("{}:{}", *host, port);
-      const std::string base =
-          fmt::format("http://{}{}", where, serve.api == "anthropic" ? "" : "/v1");
-      const std::string metrics =
-          serve.metrics.empty() ? "" : fmt::format("http://{}{}", where, serve.metrics);
-      auto joined = d_.served->join(serve.route, replicaId(r, p), base, serve.api, serve.model,
-                                    metrics, serve.engine, {r.tenant_id, r.team_id});
-      if (!joined) {
-        const std::string why =
-            joined.error().code == ErrorCode::kNotFound ? "RouteMissing" : "NotAllowedToServe";
-        if (r.reason != why) {
-          r.reason = why;
-          r.message = joined.error().message;
-          noteEvent("NotServing", name, queue, r.reason, r.message, "");
-          writes_.changed(name);
-        }
-        continue;
-      }
-      p.serving = true;
-      noteEvent(
-          "Serving", name, queue, "ReplicaReady",
-          fmt::format("pod {}-{} serves route {} at {}", p.pod_set, p.index, serve.route, where),
-          "");
-      writes_.changed(name);
-    }
   }
 }
 

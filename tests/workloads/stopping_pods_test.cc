@@ -7,35 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <set>
+
+#include "fakes/fake_executor.h"
 
 namespace purser::workloads {
 namespace {
 
-// Pods by handle: running until `gone` says otherwise; records what was asked of it.
-class FakeExecutor final : public exec::Executor {
- public:
-  Result<std::string> start(const exec::PodLaunch&) override {
-    return fail(Error(ErrorCode::kUnimplemented, "not started here"));
-  }
-  Result<exec::PodStatus> status(const std::string& handle) override {
-    if (unreachable) return fail(unavailable("the engine cannot be asked"));
-    exec::PodStatus st;
-    st.phase = gone.contains(handle) ? exec::PodPhase::kSucceeded : exec::PodPhase::kRunning;
-    return st;
-  }
-  Result<void> stop(const std::string& handle, Duration) override {
-    ++stopped[handle];
-    return {};
-  }
-  Result<std::string> logTail(const std::string&, size_t) override { return std::string(); }
-  Result<void> adopt(const exec::Adopted&) override { return {}; }
-  void forget(const std::string& handle) override { forgotten.insert(handle); }
-
-  std::set<std::string> gone, forgotten;
-  std::map<std::string, int> stopped;
-  bool unreachable = false;
-};
+using testing::FakeExecutor;
 
 class StoppingPodsTest : public ::testing::Test {
  protected:
@@ -71,7 +49,7 @@ TEST_F(StoppingPodsTest, APodHoldsItsGpusUntilItsExecutorSaysItIsGone) {
   EXPECT_FALSE(stopping.blocks(placedOn("n2", {0, 1}))) << "another node's GPUs";
   stopping.poll(nullptr, 0);
   EXPECT_EQ(stopping.size(), 1u) << "still running";
-  local.gone.insert("h1");
+  local.end("h1");
   stopping.poll(nullptr, 1'000);
   EXPECT_TRUE(stopping.empty());
   EXPECT_TRUE(local.forgotten.contains("h1"));
@@ -117,7 +95,7 @@ TEST_F(StoppingPodsTest, AnExecutorThatCannotBeAskedKeepsItsPodsAndAGoneExecutor
   EXPECT_EQ(stopping.size(), 1u) << "the unreachable executor's pod stays; the unknown one goes";
   EXPECT_TRUE(stopping.blocks(placedOn("n1", {0})));
   local.unreachable = false;
-  local.gone.insert("h1");
+  local.end("h1");
   stopping.poll(nullptr, 1'000);
   EXPECT_TRUE(stopping.empty());
 }
