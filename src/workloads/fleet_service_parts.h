@@ -17,8 +17,6 @@
 
 #include <utility>
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>

@@ -123,7 +123,13 @@ const PodRun* firstFailed(const Record& r) {
 PodRunner::PodRunner(Deps deps, Options options)
     : d_(std::move(deps)),
       options_(std::move(options)),
-      stopping_(d_.executors, options_.termination_grace) {}
+      stopping_(d_.executors, options_.termination_grace) {
+  if (d_.served != nullptr) {
+    in_flight_ = [served = d_.served](const std::string& route, const std::string& replica) {
+      return served->inFlight(route, replica);
+    };
+  }
+}
 
 std::string PodRunner::queueOf(const Record& r) const {
   return r.admission ? r.admission->cluster_queue : "";
@@ -252,6 +258,7 @@ std::optional<std::string> PodRunner::start(Record& r, int64_t now_ms, bool resu
 }
 
 void PodRunner::stop(Record& r, const std::string& why, int64_t now_ms) {
+  backoff_.erase(r.spec.name);
   for (const auto& p : r.pods) {
     if (p.phase != "running") continue;
     exec::Executor* executor = d_.executors(p.executor);
@@ -291,15 +298,7 @@ void PodRunner::stop(Record& r, const std::string& why, int64_t now_ms) {
   }
 }
 
-void PodRunner::pollStopping(int64_t now_ms) {
-  StoppingPods::InFlight in_flight;
-  if (d_.served) {
-    in_flight = [this](const std::string& route, const std::string& replica) {
-      return d_.served->inFlight(route, replica);
-    };
-  }
-  stopping_.poll(in_flight, now_ms);
-}
+void PodRunner::pollStopping(int64_t now_ms) { stopping_.poll(in_flight_, now_ms); }
 
 PodRunner::Watched PodRunner::watch(Record& r, int64_t now_ms) {
   Watched out;
@@ -429,6 +428,7 @@ int64_t PodRunner::runEnd(const Record& r) {
 }
 
 void PodRunner::finish(Record& r) {
+  backoff_.erase(r.spec.name);
   const PodRun* decisive = firstFailed(r);
   if (decisive == nullptr && !r.pods.empty()) decisive = &r.pods.back();
   if (decisive != nullptr) {

@@ -93,7 +93,8 @@ class PodRunner {
   void settled(const std::string& workload) { backoff_.erase(workload); }
 
   // Stops `r`'s running pods for reason `why`; they show as "stopped" and stay on the record
-  // (their logs with them) until the next run starts.
+  // (their logs with them) until the next run starts. A wait for room on its executor ends with
+  // it (an evicted workload admitted again starts afresh).
   void stop(Record& r, const std::string& why, int64_t now_ms);
   // Pods stopping in the background: drained replicas are signalled, gone ones free their GPUs.
   void pollStopping(int64_t now_ms);
@@ -119,7 +120,7 @@ class PodRunner {
   // When `r`'s run ended: its last pod's end (its start, when none ran).
   static int64_t runEnd(const Record& r);
   // The run is over: `r` takes the deciding pod's exit code (128 + signal for a death by signal)
-  // and the end of its log; the executors forget the ended pods.
+  // and the end of its log; the executors forget the ended pods, and the runner the workload.
   void finish(Record& r);
   // After a restart: running pods are adopted by their executors (those that cannot be are
   // logged, and found ended at the next watch).
@@ -133,6 +134,7 @@ class PodRunner {
   Deps d_;
   const Options options_;
   StoppingPods stopping_;
+  StoppingPods::InFlight in_flight_;  // over Deps::served; none without it
   // Workloads whose pods found no room on their executor: (when to try again, the delay) in ms.
   std::map<std::string, std::pair<int64_t, int64_t>> backoff_;
 };

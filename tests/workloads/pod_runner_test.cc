@@ -186,6 +186,21 @@ TEST_F(PodRunnerTest, AFullExecutorLetsGoWhatStartedAndTheWorkloadWaitsLongerEac
   EXPECT_TRUE(runner.mayStart(r, 11'000));
 }
 
+TEST_F(PodRunnerTest, AWaitForRoomEndsWithTheWorkloadsStopOrEnd) {
+  local.refuse = [](const exec::PodLaunch&) -> std::optional<Error> {
+    return Error(ErrorCode::kResourceExhausted, "fleet.local.max_pods reached");
+  };
+  Record r = admitted(1);
+  EXPECT_EQ(runner.start(r, 10'000, false, nullptr), std::nullopt);
+  EXPECT_FALSE(runner.mayStart(r, 10'500));
+  runner.stop(r, "Preempted", 10'100);  // evicted (or deleted) while it waited
+  EXPECT_TRUE(runner.mayStart(r, 10'500)) << "admitted again, it starts afresh";
+  EXPECT_EQ(runner.start(r, 10'500, false, nullptr), std::nullopt);
+  EXPECT_FALSE(runner.mayStart(r, 11'000));
+  runner.finish(r);  // ended
+  EXPECT_TRUE(runner.mayStart(r, 11'000)) << "nothing of an ended workload is kept";
+}
+
 TEST_F(PodRunnerTest, APodThatCannotStartStopsTheOthersAndTheFailureIsReturned) {
   Record r = admitted(3);
   local.refuse = [&](const exec::PodLaunch& l) -> std::optional<Error> {
