@@ -55,8 +55,12 @@ http::Response problem(int status, std::string_view detail, std::string_view fie
 
 http::Response problem(const Error& error) {
   const int status = statusFor(error.code);
-  // Internal errors are logged by the caller; the client learns only that it was not their fault.
-  return problem(status, status >= 500 ? "internal error" : error.message, error.field);
+  // Internal errors are logged by the caller; the client learns only that it was not their fault
+  // (unless the message was written for it: the server is busy).
+  const bool shown = status < 500 || error.for_client;
+  http::Response r = problem(status, shown ? error.message : "internal error", error.field);
+  if (status == 503 && error.for_client) r.headers.add("Retry-After", "1");
+  return r;
 }
 
 Result<json> parseObject(const http::Request& request) {

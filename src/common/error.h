@@ -39,6 +39,10 @@ struct Error {
   std::string file;     // file the input came from, or empty
   int line = 0;         // 1-based line in `file`, or 0
   int column = 0;       // 1-based column in `file`, or 0
+  // The message was written for the client (the server is busy; try again shortly): the API shows
+  // it even where the status is a server error, whose messages it otherwise hides (they may name
+  // a database host, a path).
+  bool for_client = false;
 
   Error() = default;
   Error(ErrorCode c, std::string msg) : code(c), message(std::move(msg)) {}
@@ -57,5 +61,12 @@ inline Error invalidArgument(std::string msg) {
 inline Error outOfRange(std::string msg) { return Error(ErrorCode::kOutOfRange, std::move(msg)); }
 inline Error internalError(std::string msg) { return Error(ErrorCode::kInternal, std::move(msg)); }
 inline Error unavailable(std::string msg) { return Error(ErrorCode::kUnavailable, std::move(msg)); }
+// The server has no room for the request now (a queue is full); `msg`, shown to the client, says
+// so and when to try again.
+inline Error serverBusy(std::string msg) {
+  Error e(ErrorCode::kUnavailable, std::move(msg));
+  e.for_client = true;
+  return e;
+}
 
 }  // namespace purser

@@ -36,9 +36,7 @@
 #include "http/workers.h"
 #include "identity/directory.h"
 #include "ledger/budget.h"
-#include "ledger/meter.h"
 #include "ledger/price.h"
-#include "ledger/rate_limiter.h"
 
 namespace purser::gateway {
 

@@ -121,14 +121,14 @@ auto runBlocking(WorkPool* pool, std::string key, F fn) {
           case WorkPool::Posted::kQueued:
             return;
           case WorkPool::Posted::kKeyFull:
-            done(T(fail(unavailable(fmt::format(
+            done(T(fail(serverBusy(fmt::format(
                 "the server is busy: {} reads of yours already wait for its store readers; try "
                 "again shortly",
                 pool->maxQueuedPerKey())))));
             return;
           case WorkPool::Posted::kFull:
           case WorkPool::Posted::kStopped:
-            done(T(fail(unavailable(
+            done(T(fail(serverBusy(
                 fmt::format("the server is busy: {} reads already wait for its {} store readers; "
                             "try again shortly",
                             pool->maxQueued(), pool->threads())))));

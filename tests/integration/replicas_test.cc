@@ -310,11 +310,17 @@ TEST(ReplicasTest, AFloodOfOneTenantsReadsLeavesAnotherTenantsReadItsPlace) {
   ASSERT_TRUE(pg.freeze());
   constexpr int kFlood = 12;
   std::atomic<int> refused{0}, answered{0};
+  std::mutex refusal_mu;
+  std::string refusal;  // a refused read's problem, which says why (not "internal error")
   std::vector<std::thread> flood;
   for (int i = 0; i < kFlood; ++i) {
     flood.emplace_back([&] {
       auto r = testing::callJson(a.port, "GET", "/api/v1/audit?limit=1",
                                  {std::string("Authorization: Bearer ") + kAdminKey});
+      if (r.status == 503) {
+        std::lock_guard lock(refusal_mu);
+        refusal = r.body;
+      }
       ++(r.status == 503 ? refused : answered);
     });
   }
@@ -323,6 +329,11 @@ TEST(ReplicasTest, AFloodOfOneTenantsReadsLeavesAnotherTenantsReadItsPlace) {
                                   {.attempts = 2000,
                                    .pause = std::chrono::milliseconds(5),
                                    .what = "the flood's reads beyond its share refused"}));
+  {
+    std::lock_guard lock(refusal_mu);
+    EXPECT_NE(refusal.find("reads of yours already wait for its store readers"), std::string::npos)
+        << refusal;
+  }
   std::atomic<bool> done{false};
   testing::RawResponse mine;
   std::thread reader([&] {
