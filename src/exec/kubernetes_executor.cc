@@ -1,5 +1,6 @@
 #include "exec/kubernetes_executor.h"
 
+#include "exec/gpu_share_env.h"
 #include "exec/pod_security.h"
 
 #include <fmt/format.h>
@@ -24,6 +25,40 @@ constexpr const char* kPods = "/api/v1/pods?labelSelector=purser.dev%2Fmanaged%3
 constexpr const char* kQueued = "labelSelector=kueue.x-k8s.io%2Fqueue-name";
 constexpr const char* kManaged = "purser.dev/managed";
 constexpr const char* kHandle = "purser.dev/handle";
+
+// A pod's share of a GPU as HAMi's resources: nvidia.com/gpumem (MiB), nvidia.com/gpucores
+// (percent), and the GPUs Purser placed it on (nvidia.com/use-gpuuuid) when it knows their UUIDs.
+struct HamiShare {
+  bool held = false;
+  int64_t memory_mib = 0;
+  int cores_percent = 0;
+  std::string uuids;
+};
+
+HamiShare hamiShareOf(const std::map<std::string, std::string>& env) {
+  HamiShare h;
+  h.held = holdsGpuShare(env);
+  if (!h.held) return h;
+  auto number = [](const std::string& v) -> int64_t {
+    int64_t n = 0;
+    size_t i = 0;
+    for (; i < v.size() && v[i] >= '0' && v[i] <= '9' && n < (int64_t{1} << 40); ++i) {
+      n = n * 10 + (v[i] - '0');
+    }
+    return i == 0 ? 0 : n;
+  };
+  if (auto it = env.find("CUDA_DEVICE_MEMORY_LIMIT"); it != env.end() && it->second.ends_with("m")) {
+    h.memory_mib = number(it->second);
+  }
+  if (auto it = env.find("CUDA_DEVICE_SM_LIMIT"); it != env.end()) {
+    const int64_t p = number(it->second);
+    if (p > 0 && p < 100) h.cores_percent = static_cast<int>(p);
+  }
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end() && it->second.starts_with("GPU-")) {
+    h.uuids = it->second;
+  }
+  return h;
+}
 
 // The kinds of objects users apply for Purser to queue (and that Purser releases).
 struct ObjectKind {
@@ -639,9 +674,16 @@ Result<std::string> KubernetesExecutor::start(const PodLaunch& pod) {
     name = dnsLabel(base, 62 - suffix.size()) + "-" + suffix;
   }
   const std::string handle = ns + "." + name;
+  // A share of a GPU is HAMi's to enforce here: it becomes HAMi's resources (its device plugin
+  // then sets the limits HAMi-core reads, and pins the GPUs Purser placed it on by UUID).
+  const HamiShare hami = hamiShareOf(pod.env);
   json env = json::array();
   for (const auto& [k, v] : pod.env) {
     if (k == "CUDA_VISIBLE_DEVICES") continue;  // the device plugin's to set
+    if (hami.held && (k.starts_with("CUDA_DEVICE_MEMORY_LIMIT") ||
+                      k.starts_with("CUDA_DEVICE_SM_LIMIT"))) {
+      continue;  // HAMi's device plugin sets these
+    }
     env.push_back({{"name", k}, {"value", v}});
   }
   json container = {{"name", "main"}, {"image", image}, {"env", env}};
@@ -651,10 +693,13 @@ Result<std::string> KubernetesExecutor::start(const PodLaunch& pod) {
   if (pod.cpu_milli > 0) requests["cpu"] = fmt::format("{}m", pod.cpu_milli);
   if (pod.memory_bytes > 0) requests["memory"] = std::to_string(pod.memory_bytes);
   if (pod.gpus > 0) limits["nvidia.com/gpu"] = std::to_string(pod.gpus);
+  if (hami.memory_mib > 0) limits["nvidia.com/gpumem"] = std::to_string(hami.memory_mib);
+  if (hami.cores_percent > 0) limits["nvidia.com/gpucores"] = std::to_string(hami.cores_percent);
   container["resources"] = {{"requests", requests}, {"limits", limits}};
   json labels = {{kManaged, "true"}};
   if (!pod.queue.empty()) labels["kueue.x-k8s.io/queue-name"] = pod.queue;
-  const json annotations = {{kHandle, handle}};
+  json annotations = {{kHandle, handle}};
+  if (hami.held && !hami.uuids.empty()) annotations["nvidia.com/use-gpuuuid"] = hami.uuids;
   json job = {
       {"apiVersion", "batch/v1"},
       {"kind", "Job"},

@@ -1,6 +1,7 @@
 #include "exec/local_executor.h"
 
 #include "exec/command.h"
+#include "exec/gpu_share_env.h"
 #include "exec/pod_process.h"
 
 #include <dirent.h>
@@ -71,7 +72,8 @@ bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 // The files a pod has in log_dir, HANDLE + one of these: its log (and the log before it), how it
 // ended (and that file being written) and its supervisor's pid. A longer suffix comes before one
 // it ends with, so that the first that matches a name is the right one.
-constexpr const char* kPodFileSuffixes[] = {".log.1", ".log", ".exit.tmp", ".exit", ".pid"};
+constexpr const char* kPodFileSuffixes[] = {".log.1", ".log", ".exit.tmp", ".exit", ".pid",
+                                            ".gpushare"};
 
 // A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7";
 // under a key, the same for every start under it: "ml.train-1.workers.0.k<key>".
@@ -486,16 +488,9 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
   std::vector<char*> argv;
   for (const auto& a : pod.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  std::vector<std::string> env_text;
-  for (const auto& [k, v] : pod.env) env_text.push_back(k + "=" + v);
-  if (pod.env.count("PATH") == 0) {
-    // A pod's scripts find their tools as a container's would; PATH is the one thing passed on.
-    const char* path = ::getenv("PATH");
-    env_text.push_back(std::string("PATH=") + (path ? path : "/usr/local/bin:/usr/bin:/bin"));
+  if (holdsGpuShare(pod.env) && options_.gpu_share_library.empty()) {
+    return fail(withGpuShare(pod.env, {}, {}).error());
   }
-  std::vector<char*> envp;
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
 
   auto p = std::make_shared<Pod>();
   {
@@ -511,6 +506,21 @@ Result<std::string> LocalExecutor::start(const PodLaunch& pod) {
     p->handle = handleFor(pod, unixMillis(clock_.now()), ++next_);
     if (!pod.key.empty() && pods_.count(p->handle) != 0) return p->handle;  // started already
   }
+  // Its environment. A share of a GPU is enforced in its processes by the shim, through a region
+  // of its own: in its private /tmp when sandboxed, else beside its other files.
+  const std::map<std::string, std::string> env = PURSER_TRY_VALUE(withGpuShare(
+      pod.env, options_.gpu_share_library,
+      sandboxed ? std::string("/tmp/purser-gpushare.region") : pathOf(p->handle, ".gpushare")));
+  std::vector<std::string> env_text;
+  for (const auto& [k, v] : env) env_text.push_back(k + "=" + v);
+  if (env.count("PATH") == 0) {
+    // A pod's scripts find their tools as a container's would; PATH is the one thing passed on.
+    const char* path = ::getenv("PATH");
+    env_text.push_back(std::string("PATH=") + (path ? path : "/usr/local/bin:/usr/bin:/bin"));
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   // Where it works: checked (and made) now without following links; its init opens it again
   // the same way to show it.
   auto [workdir_fd, dir] = PURSER_TRY_VALUE(openWorkingDir(pod));

@@ -70,6 +70,8 @@ struct LocalExecutorOptions {
   // The files of ended pods (logs, exit and pid files) are removed once this old (and once the
   // executor no longer follows the pod); 0 keeps them.
   Duration file_retention = std::chrono::hours(24 * 7);
+  // The GPU share shim preloaded into pods that hold a share (gpu_share_env.h); "" refuses them.
+  std::string gpu_share_library;
 };
 
 class LocalExecutor final : public Executor {

@@ -227,6 +227,7 @@ SandboxPlan SandboxPlan::make(Isolation isolation, const SandboxOptions& options
   for (const auto& s : options.system_paths) showReadOnly(s);
   for (const auto& s : options.read_only_paths) showReadOnly(s);
   if (!options.self_binary.empty()) showReadOnly(options.self_binary);
+  if (!options.gpu_share_library.empty()) showReadOnly(options.gpu_share_library);
 
   // /dev: the usual character devices, the pod's GPUs and the driver's shared devices.
   entries.push_back({"/dev", [&p, &options, &gpus, &tmp_size] {

@@ -1,4 +1,5 @@
 #include "exec/slurm_executor.h"
+#include "exec/gpu_share_env.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -220,11 +221,21 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
     return fail(invalidArgument(fmt::format("workingDir \"{}\" is not an absolute path", workdir))
                     .withField("workingDir"));
   }
-  // The script: the pod's environment (Slurm's own GPU binding wins), then its program.
+  // The script: the pod's environment (Slurm's own GPU binding wins), then its program. A share
+  // of a GPU is enforced by the shim, through a region on the node's own disk per job (a file
+  // on the shared log directory would be mapped by several nodes, which no file system keeps
+  // coherent).
+  const bool share = holdsGpuShare(pod.env);
+  const auto env = PURSER_TRY_VALUE(withGpuShare(pod.env, options_.gpu_share_library, "-"));
   std::string script = "#!/bin/sh\n";
-  for (const auto& [k, v] : pod.env) {
-    if (k == "CUDA_VISIBLE_DEVICES") continue;
+  for (const auto& [k, v] : env) {
+    if (k == "CUDA_VISIBLE_DEVICES" || k == "CUDA_DEVICE_MEMORY_SHARED_CACHE") continue;
     script += fmt::format("export {}={}\n", k, shellQuote(v));
+  }
+  if (share) {
+    script +=
+        "export CUDA_DEVICE_MEMORY_SHARED_CACHE=\"${TMPDIR:-/tmp}/purser-gpushare-"
+        "${SLURM_JOB_ID:-$$}\"\n";
   }
   if (pod.env.count("PATH") == 0) {
     const char* path = ::getenv("PATH");

@@ -51,6 +51,9 @@ struct SlurmExecutorOptions {
     int64_t uid = -1, gid = -1;
   };
   std::map<std::string, Account> accounts;
+  // The GPU share shim, at the same path on every node (installed with Purser's package), preloaded
+  // into jobs that hold a share (gpu_share_env.h); "" refuses them.
+  std::string gpu_share_library;
 };
 
 // One line of `scontrol show node -o` as an inventory node: NodeName, CPUTot (whole CPUs),

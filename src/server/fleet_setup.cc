@@ -15,6 +15,7 @@
 
 #include "config/kubeconfig.h"
 #include "exec/cgroups.h"
+#include "exec/gpu_share_env.h"
 #include "exec/kubernetes_executor.h"
 #include "exec/local_executor.h"
 #include "exec/sandbox.h"
@@ -160,6 +161,19 @@ Result<FleetSetup> fleetSetup(const config::Config& config, const DataDir& data_
   local.max_memory_bytes = static_cast<uint64_t>(config.fleet.local_max_memory_bytes);
   local.max_cpu_seconds = static_cast<uint64_t>(config.fleet.local_max_cpu_seconds);
   local.max_pods = static_cast<size_t>(config.fleet.local_max_pods);
+  // The GPU share shim beside the binary (or in ../lib/purser): pods holding a share of a GPU run
+  // with it preloaded, and are refused without it.
+  {
+    std::error_code ec;
+    local.gpu_share_library =
+        exec::findGpuShareLibrary(std::filesystem::read_symlink("/proc/self/exe", ec).string());
+    local.sandbox.gpu_share_library = local.gpu_share_library;
+    if (local.gpu_share_library.empty()) {
+      spdlog::warn("fleet: {} is not installed beside purser; pods holding a share of a GPU are "
+                   "refused on the local and Slurm executors",
+                   exec::kGpuShareLibrary);
+    }
+  }
   PURSER_TRY(setUpLocalPods(config, data_dir, pod_logs, local, warnings));
   setup.service.account_uid_base = config.fleet.local_uid_base;
   setup.service.account_uid_count = config.fleet.local_uid_count;
@@ -192,6 +206,7 @@ Result<FleetSetup> fleetSetup(const config::Config& config, const DataDir& data_
     so.gres_type = slurm->gres_type;
     so.conf = slurm->conf;
     so.bin_dir = slurm->bin_dir;
+    so.gpu_share_library = local.gpu_share_library;
     so.read_nodes = slurm->inventory;
     for (const auto& [team, name] : slurm->accounts) {
       const struct passwd* pw = ::getpwnam(name.c_str());

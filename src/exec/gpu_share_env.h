@@ -1,0 +1,33 @@
+// What an executor does for a pod that holds a share of a GPU (CUDA_DEVICE_MEMORY_LIMIT* or
+// CUDA_DEVICE_SM_LIMIT below 100 in its environment, as the placer writes them): on the local and
+// Slurm executors the share is enforced inside the pod's processes by Purser's shim,
+// libpurser-gpushare.so (src/gpushare), preloaded ahead of anything the pod preloads itself, with
+// a region file of the pod's own through which its processes share the cap. On Kubernetes the
+// cluster's HAMi enforces it: the share becomes HAMi's resources (see kubernetes_executor.cc).
+// Pure functions; thread-safe.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/result.h"
+
+namespace purser::exec {
+
+inline constexpr const char* kGpuShareLibrary = "libpurser-gpushare.so";
+
+// Whether the environment asks for a share the shim enforces.
+bool holdsGpuShare(const std::map<std::string, std::string>& env);
+
+// The environment with the shim preloaded first (the pod's own LD_PRELOAD kept after it) and its
+// region at `region` (a value the pod set is replaced: two pods must never share one). Fails when
+// the pod holds a share and `library` is empty: the share would be a promise without a wall.
+Result<std::map<std::string, std::string>> withGpuShare(std::map<std::string, std::string> env,
+                                                        const std::string& library,
+                                                        const std::string& region);
+
+// Where the shim is installed for the program at `program`: beside it, or in ../lib/purser;
+// "" when in neither.
+std::string findGpuShareLibrary(const std::string& program);
+
+}  // namespace purser::exec
