@@ -125,6 +125,7 @@ bool ShareRegion::open(const std::string& path, const Limits& limits, std::strin
   }
   data_ = d;
   slot_ = -1;
+  pid_ = ::getpid();
   reclaimDead();
   return true;
 }
@@ -157,7 +158,7 @@ void ShareRegion::recount() {
 }
 
 bool ShareRegion::claimSlot() {
-  const pid_t me = ::getpid();
+  const pid_t me = pid_;
   if (slot_ >= 0 && data_->slots[slot_].pid == me) return true;
   int free_slot = -1;
   for (int i = 0; i < kMaxProcesses; ++i) {
@@ -188,7 +189,7 @@ bool ShareRegion::claimSlot() {
 
 int ShareRegion::reclaimDeadLocked() {
   int freed = 0;
-  const pid_t me = ::getpid();
+  const pid_t me = pid_;
   for (ProcessSlot& s : data_->slots) {
     if (s.pid == 0 || s.pid == me || alive(s)) continue;
     for (int d = 0; d < kMaxDevices; ++d) data_->total[d] -= s.used[d];
@@ -316,7 +317,7 @@ void ShareRegion::charge(int device, uint64_t bytes) {
 void ShareRegion::leave() {
   if (slot_ < 0 || !lock()) return;
   ProcessSlot& s = data_->slots[slot_];
-  if (s.pid == ::getpid()) {
+  if (s.pid == pid_) {
     for (int d = 0; d < kMaxDevices; ++d) data_->total[d] -= s.used[d];
     std::memset(s.used, 0, sizeof s.used);
     s.pid = 0;
