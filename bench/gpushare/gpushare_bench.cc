@@ -58,14 +58,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpushare_bench: no context\n");
     return 2;
   }
-  auto launch = need<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                  unsigned, unsigned, CUstream, void**, void**)>(lib,
-                                                                                 "cuLaunchKernel");
+  auto launch =
+      need<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CUstream, void**, void**)>(lib, "cuLaunchKernel");
   auto alloc = need<CUresult (*)(CUdeviceptr*, size_t)>(lib, "cuMemAlloc_v2");
   auto release = need<CUresult (*)(CUdeviceptr)>(lib, "cuMemFree_v2");
   auto info = need<CUresult (*)(size_t*, size_t*)>(lib, "cuMemGetInfo_v2");
-  auto proc = need<CUresult (*)(const char*, void**, int, cuuint64_t,
-                                CUdriverProcAddressQueryResult*)>(lib, "cuGetProcAddress_v2");
+  auto proc =
+      need<CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*)>(
+          lib, "cuGetProcAddress_v2");
   const double launch_ns =
       perCall(n, [&] { launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr); });
   const double alloc_ns = perCall(n / 4, [&] {

@@ -4,7 +4,7 @@
 # a compute cap (kernels of no length, so the bucket never makes a launch wait and only its
 # bookkeeping shows) — and how close the compute cap holds a saturating launch loop to 25 % and
 # 50 % over 10 s of the fake's launch-driven utilisation. Results: bench/results/gpushare.json.
-#   bench/gpushare/run.sh BUILD_DIR   (env: CALLS=200000 SECONDS=10)
+#   bench/gpushare/run.sh BUILD_DIR   (env: CALLS=200000 SECONDS_PER_RUN=10)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/bench}

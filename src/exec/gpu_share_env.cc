@@ -33,6 +33,33 @@ Result<std::map<std::string, std::string>> withGpuShare(std::map<std::string, st
   return env;
 }
 
+HamiShare hamiShareOf(const std::map<std::string, std::string>& env) {
+  HamiShare h;
+  h.held = holdsGpuShare(env);
+  if (!h.held) return h;
+  auto number = [](const std::string& v) -> int64_t {
+    int64_t n = 0;
+    size_t i = 0;
+    for (; i < v.size() && v[i] >= '0' && v[i] <= '9' && n < (int64_t{1} << 40); ++i) {
+      n = n * 10 + (v[i] - '0');
+    }
+    return i == 0 ? 0 : n;
+  };
+  if (auto it = env.find("CUDA_DEVICE_MEMORY_LIMIT");
+      it != env.end() && it->second.ends_with("m")) {
+    h.memory_mib = number(it->second);
+  }
+  if (auto it = env.find("CUDA_DEVICE_SM_LIMIT"); it != env.end()) {
+    const int64_t p = number(it->second);
+    if (p > 0 && p < 100) h.cores_percent = static_cast<int>(p);
+  }
+  if (auto it = env.find("CUDA_VISIBLE_DEVICES");
+      it != env.end() && it->second.starts_with("GPU-")) {
+    h.uuids = it->second;
+  }
+  return h;
+}
+
 std::string findGpuShareLibrary(const std::string& program) {
   const size_t slash = program.rfind('/');
   if (slash == std::string::npos) return {};

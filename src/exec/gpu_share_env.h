@@ -7,6 +7,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -25,6 +26,18 @@ bool holdsGpuShare(const std::map<std::string, std::string>& env);
 Result<std::map<std::string, std::string>> withGpuShare(std::map<std::string, std::string> env,
                                                         const std::string& library,
                                                         const std::string& region);
+
+// A pod's share as HAMi's resources on Kubernetes: nvidia.com/gpumem (MiB, from
+// CUDA_DEVICE_MEMORY_LIMIT), nvidia.com/gpucores (percent, from CUDA_DEVICE_SM_LIMIT below 100),
+// and the GPUs Purser placed it on for the annotation nvidia.com/use-gpuuuid (when
+// CUDA_VISIBLE_DEVICES names them by UUID).
+struct HamiShare {
+  bool held = false;
+  int64_t memory_mib = 0;
+  int cores_percent = 0;
+  std::string uuids;
+};
+HamiShare hamiShareOf(const std::map<std::string, std::string>& env);
 
 // Where the shim is installed for the program at `program`: beside it, or in ../lib/purser;
 // "" when in neither.

@@ -26,39 +26,6 @@ constexpr const char* kQueued = "labelSelector=kueue.x-k8s.io%2Fqueue-name";
 constexpr const char* kManaged = "purser.dev/managed";
 constexpr const char* kHandle = "purser.dev/handle";
 
-// A pod's share of a GPU as HAMi's resources: nvidia.com/gpumem (MiB), nvidia.com/gpucores
-// (percent), and the GPUs Purser placed it on (nvidia.com/use-gpuuuid) when it knows their UUIDs.
-struct HamiShare {
-  bool held = false;
-  int64_t memory_mib = 0;
-  int cores_percent = 0;
-  std::string uuids;
-};
-
-HamiShare hamiShareOf(const std::map<std::string, std::string>& env) {
-  HamiShare h;
-  h.held = holdsGpuShare(env);
-  if (!h.held) return h;
-  auto number = [](const std::string& v) -> int64_t {
-    int64_t n = 0;
-    size_t i = 0;
-    for (; i < v.size() && v[i] >= '0' && v[i] <= '9' && n < (int64_t{1} << 40); ++i) {
-      n = n * 10 + (v[i] - '0');
-    }
-    return i == 0 ? 0 : n;
-  };
-  if (auto it = env.find("CUDA_DEVICE_MEMORY_LIMIT"); it != env.end() && it->second.ends_with("m")) {
-    h.memory_mib = number(it->second);
-  }
-  if (auto it = env.find("CUDA_DEVICE_SM_LIMIT"); it != env.end()) {
-    const int64_t p = number(it->second);
-    if (p > 0 && p < 100) h.cores_percent = static_cast<int>(p);
-  }
-  if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end() && it->second.starts_with("GPU-")) {
-    h.uuids = it->second;
-  }
-  return h;
-}
 
 // The kinds of objects users apply for Purser to queue (and that Purser releases).
 struct ObjectKind {

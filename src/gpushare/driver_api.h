@@ -21,6 +21,7 @@ typedef uint64_t cuuint64_t;
 typedef struct CUctx_st* CUcontext;
 typedef struct CUstream_st* CUstream;
 typedef struct CUfunc_st* CUfunction;
+typedef struct CUmod_st* CUmodule;
 typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphExec_st* CUgraphExec;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;

@@ -36,11 +36,11 @@ uint32_t sysvHash(const char* s) {
 }
 
 struct Tables {
-  const ElfW(Sym)* symtab = nullptr;
+  const ElfW(Sym) * symtab = nullptr;
   const char* strtab = nullptr;
   const uint32_t* gnu_hash = nullptr;
   const uint32_t* sysv_hash = nullptr;
-  const ElfW(Half)* versym = nullptr;
+  const ElfW(Half) * versym = nullptr;
 };
 
 }  // namespace
@@ -51,12 +51,23 @@ void* definedIn(const struct link_map* lm, const char* name, bool* is_ifunc) {
   Tables t;
   for (const ElfW(Dyn)* d = lm->l_ld; d->d_tag != DT_NULL; ++d) {
     switch (d->d_tag) {
-      case DT_SYMTAB: t.symtab = at<ElfW(Sym)>(lm, d->d_un.d_ptr); break;
-      case DT_STRTAB: t.strtab = at<char>(lm, d->d_un.d_ptr); break;
-      case DT_GNU_HASH: t.gnu_hash = at<uint32_t>(lm, d->d_un.d_ptr); break;
-      case DT_HASH: t.sysv_hash = at<uint32_t>(lm, d->d_un.d_ptr); break;
-      case DT_VERSYM: t.versym = at<ElfW(Half)>(lm, d->d_un.d_ptr); break;
-      default: break;
+      case DT_SYMTAB:
+        t.symtab = at<ElfW(Sym)>(lm, d->d_un.d_ptr);
+        break;
+      case DT_STRTAB:
+        t.strtab = at<char>(lm, d->d_un.d_ptr);
+        break;
+      case DT_GNU_HASH:
+        t.gnu_hash = at<uint32_t>(lm, d->d_un.d_ptr);
+        break;
+      case DT_HASH:
+        t.sysv_hash = at<uint32_t>(lm, d->d_un.d_ptr);
+        break;
+      case DT_VERSYM:
+        t.versym = at<ElfW(Half)>(lm, d->d_un.d_ptr);
+        break;
+      default:
+        break;
     }
   }
   if (t.symtab == nullptr || t.strtab == nullptr) return nullptr;

@@ -29,11 +29,25 @@ bool parseBytes(const char* text, uint64_t* out) {
   }
   uint64_t unit = 1;
   switch (*p) {
-    case '\0': break;
-    case 'k': case 'K': unit = uint64_t{1} << 10; ++p; break;
-    case 'm': case 'M': unit = uint64_t{1} << 20; ++p; break;
-    case 'g': case 'G': unit = uint64_t{1} << 30; ++p; break;
-    default: return false;
+    case '\0':
+      break;
+    case 'k':
+    case 'K':
+      unit = uint64_t{1} << 10;
+      ++p;
+      break;
+    case 'm':
+    case 'M':
+      unit = uint64_t{1} << 20;
+      ++p;
+      break;
+    case 'g':
+    case 'G':
+      unit = uint64_t{1} << 30;
+      ++p;
+      break;
+    default:
+      return false;
   }
   if (*p != '\0' || (n != 0 && n > UINT64_MAX / unit)) return false;
   *out = n * unit;
@@ -55,11 +69,13 @@ Limits readLimits(const std::function<const char*(const char*)>& get) {
   Limits l;
   auto bad = [&l](const char* name, const char* value, const char* expected) {
     if (!l.error.empty()) return;
-    l.error = std::string(name) + "=\"" + std::string(value).substr(0, 64) + "\" is not " + expected;
+    l.error =
+        std::string(name) + "=\"" + std::string(value).substr(0, 64) + "\" is not " + expected;
   };
   uint64_t all = 0;
   if (const char* v = get("CUDA_DEVICE_MEMORY_LIMIT")) {
-    if (!parseBytes(v, &all) || all == 0) bad("CUDA_DEVICE_MEMORY_LIMIT", v, "a size such as 1024m");
+    if (!parseBytes(v, &all) || all == 0)
+      bad("CUDA_DEVICE_MEMORY_LIMIT", v, "a size such as 1024m");
   }
   int all_sm = 0;
   if (const char* v = get("CUDA_DEVICE_SM_LIMIT")) {

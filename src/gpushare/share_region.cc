@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 
 namespace purser::gpushare {
 

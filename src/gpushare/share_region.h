@@ -35,13 +35,13 @@ struct ProcessSlot {
 };
 
 struct ComputeBucket {
-  int64_t tokens;            // launch cost units; a launch may leave it negative (a debt)
-  int64_t rate_milli;        // units per second x 1000; 0 = not yet measured (no throttle)
-  uint64_t refilled_ns;      // CLOCK_MONOTONIC of the last refill
-  uint64_t launched;         // cost launched since the region was made (all processes)
-  uint64_t tick_ns;          // when the controller last looked at utilisation
-  uint64_t tick_launched;    // `launched` at that tick
-  uint64_t nvml_seen_us;     // NVML's timestamp of the newest utilisation sample read
+  int64_t tokens;          // launch cost units; a launch may leave it negative (a debt)
+  int64_t rate_milli;      // units per second x 1000; 0 = not yet measured (no throttle)
+  uint64_t refilled_ns;    // CLOCK_MONOTONIC of the last refill
+  uint64_t launched;       // cost launched since the region was made (all processes)
+  uint64_t tick_ns;        // when the controller last looked at utilisation
+  uint64_t tick_launched;  // `launched` at that tick
+  uint64_t nvml_seen_us;   // NVML's timestamp of the newest utilisation sample read
 };
 
 struct RegionData {

@@ -57,52 +57,52 @@ struct Entry {
 };
 
 // Keep in step with the exported functions below: the table's index is the function's id.
-#define PURSER_ENTRIES(X)                                                      \
-  X(cuInit, "cuInit", 0, false, kControl)                                      \
-  X(cuGetProcAddress, "cuGetProcAddress", 0, false, kControl)                  \
-  X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, false, kControl)           \
-  X(cuMemAlloc, "cuMemAlloc", 0, false, kMemory)                               \
-  X(cuMemAlloc_v2, "cuMemAlloc", 3020, false, kMemory)                         \
-  X(cuMemAllocPitch, "cuMemAllocPitch", 0, false, kMemory)                     \
-  X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, false, kMemory)               \
-  X(cuMemAllocManaged, "cuMemAllocManaged", 0, false, kMemory)                 \
-  X(cuMemFree, "cuMemFree", 0, false, kMemory)                                 \
-  X(cuMemFree_v2, "cuMemFree", 3020, false, kMemory)                           \
-  X(cuMemAllocAsync, "cuMemAllocAsync", 0, false, kMemory)                     \
-  X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 0, true, kMemory)                 \
-  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 0, false, kMemory)     \
-  X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 0, true, kMemory) \
-  X(cuMemFreeAsync, "cuMemFreeAsync", 0, false, kMemory)                       \
-  X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 0, true, kMemory)                   \
-  X(cuMemCreate, "cuMemCreate", 0, false, kMemory)                             \
-  X(cuMemRelease, "cuMemRelease", 0, false, kMemory)                           \
-  X(cuMemGetInfo, "cuMemGetInfo", 0, false, kMemory)                           \
-  X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, false, kMemory)                     \
-  X(cuCtxCreate_v2, "cuCtxCreate", 3020, false, kMemory)                       \
-  X(cuCtxCreate_v3, "cuCtxCreate", 11040, false, kMemory)                      \
-  X(cuCtxCreate_v4, "cuCtxCreate", 12050, false, kMemory)                      \
-  X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, false, kMemory)                     \
-  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 0, false, kMemory)   \
+#define PURSER_ENTRIES(X)                                                             \
+  X(cuInit, "cuInit", 0, false, kControl)                                             \
+  X(cuGetProcAddress, "cuGetProcAddress", 0, false, kControl)                         \
+  X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, false, kControl)                  \
+  X(cuMemAlloc, "cuMemAlloc", 0, false, kMemory)                                      \
+  X(cuMemAlloc_v2, "cuMemAlloc", 3020, false, kMemory)                                \
+  X(cuMemAllocPitch, "cuMemAllocPitch", 0, false, kMemory)                            \
+  X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020, false, kMemory)                      \
+  X(cuMemAllocManaged, "cuMemAllocManaged", 0, false, kMemory)                        \
+  X(cuMemFree, "cuMemFree", 0, false, kMemory)                                        \
+  X(cuMemFree_v2, "cuMemFree", 3020, false, kMemory)                                  \
+  X(cuMemAllocAsync, "cuMemAllocAsync", 0, false, kMemory)                            \
+  X(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 0, true, kMemory)                        \
+  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 0, false, kMemory)            \
+  X(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 0, true, kMemory)        \
+  X(cuMemFreeAsync, "cuMemFreeAsync", 0, false, kMemory)                              \
+  X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 0, true, kMemory)                          \
+  X(cuMemCreate, "cuMemCreate", 0, false, kMemory)                                    \
+  X(cuMemRelease, "cuMemRelease", 0, false, kMemory)                                  \
+  X(cuMemGetInfo, "cuMemGetInfo", 0, false, kMemory)                                  \
+  X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, false, kMemory)                            \
+  X(cuCtxCreate_v2, "cuCtxCreate", 3020, false, kMemory)                              \
+  X(cuCtxCreate_v3, "cuCtxCreate", 11040, false, kMemory)                             \
+  X(cuCtxCreate_v4, "cuCtxCreate", 12050, false, kMemory)                             \
+  X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, false, kMemory)                            \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 0, false, kMemory)          \
   X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, false, kMemory) \
   X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000, false, kMemory)     \
-  X(cuLaunchKernel, "cuLaunchKernel", 0, false, kLaunch)                       \
-  X(cuLaunchKernel_ptsz, "cuLaunchKernel", 0, true, kLaunch)                   \
-  X(cuLaunchKernelEx, "cuLaunchKernelEx", 0, false, kLaunch)                   \
-  X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 0, true, kLaunch)               \
-  X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 0, false, kLaunch) \
-  X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 0, true, kLaunch) \
-  X(cuGraphLaunch, "cuGraphLaunch", 0, false, kLaunch)                         \
-  X(cuGraphLaunch_ptsz, "cuGraphLaunch", 0, true, kLaunch)                     \
-  X(cuLaunch, "cuLaunch", 0, false, kLaunch)                                   \
-  X(cuLaunchGrid, "cuLaunchGrid", 0, false, kLaunch)                           \
-  X(cuLaunchGridAsync, "cuLaunchGridAsync", 0, false, kLaunch)                 \
-  X(nvmlDeviceGetCount, "", 0, false, kNvml)                                   \
-  X(nvmlDeviceGetCount_v2, "", 0, false, kNvml)                                \
-  X(nvmlDeviceGetHandleByIndex, "", 0, false, kNvml)                           \
-  X(nvmlDeviceGetHandleByIndex_v2, "", 0, false, kNvml)                        \
-  X(nvmlDeviceGetHandleByUUID, "", 0, false, kNvml)                            \
-  X(nvmlDeviceGetHandleByPciBusId_v2, "", 0, false, kNvml)                     \
-  X(nvmlDeviceGetMemoryInfo, "", 0, false, kNvml)                              \
+  X(cuLaunchKernel, "cuLaunchKernel", 0, false, kLaunch)                              \
+  X(cuLaunchKernel_ptsz, "cuLaunchKernel", 0, true, kLaunch)                          \
+  X(cuLaunchKernelEx, "cuLaunchKernelEx", 0, false, kLaunch)                          \
+  X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 0, true, kLaunch)                      \
+  X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 0, false, kLaunch)        \
+  X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 0, true, kLaunch)    \
+  X(cuGraphLaunch, "cuGraphLaunch", 0, false, kLaunch)                                \
+  X(cuGraphLaunch_ptsz, "cuGraphLaunch", 0, true, kLaunch)                            \
+  X(cuLaunch, "cuLaunch", 0, false, kLaunch)                                          \
+  X(cuLaunchGrid, "cuLaunchGrid", 0, false, kLaunch)                                  \
+  X(cuLaunchGridAsync, "cuLaunchGridAsync", 0, false, kLaunch)                        \
+  X(nvmlDeviceGetCount, "", 0, false, kNvml)                                          \
+  X(nvmlDeviceGetCount_v2, "", 0, false, kNvml)                                       \
+  X(nvmlDeviceGetHandleByIndex, "", 0, false, kNvml)                                  \
+  X(nvmlDeviceGetHandleByIndex_v2, "", 0, false, kNvml)                               \
+  X(nvmlDeviceGetHandleByUUID, "", 0, false, kNvml)                                   \
+  X(nvmlDeviceGetHandleByPciBusId_v2, "", 0, false, kNvml)                            \
+  X(nvmlDeviceGetMemoryInfo, "", 0, false, kNvml)                                     \
   X(nvmlDeviceGetMemoryInfo_v2, "", 0, false, kNvml)
 
 enum Id {
@@ -122,11 +122,23 @@ void* g_wrapper[kEntryCount];  // the shim's own entry for each id (filled at lo
 void* g_real[kEntryCount];     // the driver's, found when first handed out or first needed
 
 // Helper functions the shim calls on the driver and NVML itself, found the same way.
-enum Helper { kCtxGetDevice, kDriverGetVersion, kNvmlInit, kNvmlGetHandleByIndex, kNvmlGetMemory,
-              kNvmlProcessUtil, kNvmlUtilRates, kHelperCount };
-constexpr const char* kHelperNames[kHelperCount] = {
-    "cuCtxGetDevice", "cuDriverGetVersion", "nvmlInit_v2", "nvmlDeviceGetHandleByIndex_v2",
-    "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetProcessUtilization", "nvmlDeviceGetUtilizationRates"};
+enum Helper {
+  kCtxGetDevice,
+  kDriverGetVersion,
+  kNvmlInit,
+  kNvmlGetHandleByIndex,
+  kNvmlGetMemory,
+  kNvmlProcessUtil,
+  kNvmlUtilRates,
+  kHelperCount
+};
+constexpr const char* kHelperNames[kHelperCount] = {"cuCtxGetDevice",
+                                                    "cuDriverGetVersion",
+                                                    "nvmlInit_v2",
+                                                    "nvmlDeviceGetHandleByIndex_v2",
+                                                    "nvmlDeviceGetMemoryInfo",
+                                                    "nvmlDeviceGetProcessUtilization",
+                                                    "nvmlDeviceGetUtilizationRates"};
 void* g_helper[kHelperCount];
 
 // ---- The state of this process -----------------------------------------------------------------
@@ -138,8 +150,8 @@ DlvsymFn g_dlvsym = nullptr;
 const struct link_map* g_self = nullptr;
 
 Limits* g_limits = nullptr;  // made at start (no global constructors: the shim runs before them)
-bool g_memory = false;   // a memory cap is set: memory entries are governed
-bool g_compute = false;  // a compute cap is set: launch entries are governed
+bool g_memory = false;       // a memory cap is set: memory entries are governed
+bool g_compute = false;      // a compute cap is set: launch entries are governed
 bool g_active = false;
 std::atomic<bool> g_refused{false};
 std::string* g_refusal = nullptr;  // why, written at cuInit
@@ -155,11 +167,11 @@ struct Held {
   uint64_t bytes;
 };
 std::mutex* g_books_mu = nullptr;
-std::unordered_map<CUdeviceptr, Held>* g_pointers = nullptr;         // guarded by g_books_mu
+std::unordered_map<CUdeviceptr, Held>* g_pointers = nullptr;  // guarded by g_books_mu
 std::unordered_map<CUmemGenericAllocationHandle, Held>* g_handles = nullptr;  // ditto
-std::unordered_map<CUcontext, Held>* g_contexts = nullptr;           // ditto
-int g_primary_refs[kMaxDevices];                                    // ditto
-uint64_t g_primary_bytes[kMaxDevices];                              // ditto
+std::unordered_map<CUcontext, Held>* g_contexts = nullptr;                    // ditto
+int g_primary_refs[kMaxDevices];                                              // ditto
+uint64_t g_primary_bytes[kMaxDevices];                                        // ditto
 
 // The pod's devices as NVML numbers them (CUDA_VISIBLE_DEVICES, by index or UUID).
 std::once_flag* g_visible_once = nullptr;
@@ -237,12 +249,12 @@ void* nextAfter(const void* caller, const char* name, const char* version) {
 }
 
 void* libraryHandle(Kind kind, bool load) {
-  void*& h = kind == Kind::kNvml ? g_nvml : g_cuda;
-  if (h != nullptr) return h;
+  void** slot = kind == Kind::kNvml ? &g_nvml : &g_cuda;
+  if (void* h = __atomic_load_n(slot, __ATOMIC_ACQUIRE)) return h;
   const char* soname = kind == Kind::kNvml ? "libnvidia-ml.so.1" : "libcuda.so.1";
   void* found = ::dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
   if (found == nullptr && load) found = ::dlopen(soname, RTLD_LAZY);
-  if (found != nullptr) h = found;
+  if (found != nullptr) __atomic_store_n(slot, found, __ATOMIC_RELEASE);
   return found;
 }
 
@@ -282,7 +294,8 @@ Fn helper(Helper h) {
 }
 
 int entryOf(const char* name) {
-  if (name == nullptr || !((name[0] == 'c' && name[1] == 'u') || std::strncmp(name, "nvml", 4) == 0)) {
+  if (name == nullptr ||
+      !((name[0] == 'c' && name[1] == 'u') || std::strncmp(name, "nvml", 4) == 0)) {
     return -1;
   }
   for (int i = 0; i < kEntryCount; ++i) {
@@ -293,10 +306,14 @@ int entryOf(const char* name) {
 
 bool governs(Kind kind) {
   switch (kind) {
-    case Kind::kControl: return g_active;
-    case Kind::kMemory: return g_memory || g_refused.load(std::memory_order_relaxed);
-    case Kind::kLaunch: return g_compute || g_refused.load(std::memory_order_relaxed);
-    case Kind::kNvml: return g_active;
+    case Kind::kControl:
+      return g_active;
+    case Kind::kMemory:
+      return g_memory || g_refused.load(std::memory_order_relaxed);
+    case Kind::kLaunch:
+      return g_compute || g_refused.load(std::memory_order_relaxed);
+    case Kind::kNvml:
+      return g_active;
   }
   return false;
 }
@@ -307,8 +324,9 @@ void* govern(int id, void* p, void* handle) {
   void* expected = nullptr;
   __atomic_compare_exchange_n(&g_real[id], &expected, p, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   if (handle != RTLD_DEFAULT && handle != RTLD_NEXT) {
-    void*& h = kEntries[id].kind == Kind::kNvml ? g_nvml : g_cuda;
-    if (h == nullptr) h = handle;
+    void* none = nullptr;  // the library the program opened, for the shim's own lookups
+    __atomic_compare_exchange_n(kEntries[id].kind == Kind::kNvml ? &g_nvml : &g_cuda, &none, handle,
+                                false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }
   return g_wrapper[id];
 }
@@ -521,26 +539,37 @@ int reserveCurrent(uint64_t bytes, CUresult* refusal) {
   return d;
 }
 
-void remember(CUdeviceptr p, int device, uint64_t bytes) {
+// Books what was taken, to give back later; a book that cannot grow leaves the bytes charged to
+// this process until it exits (never the other way).
+template <typename Key>
+void keep(std::unordered_map<Key, Held>* book, Key key, Held held) {
   try {
     std::lock_guard<std::mutex> lock(*g_books_mu);
-    (*g_pointers)[p] = Held{device, bytes};
+    (*book)[key] = held;
   } catch (...) {
-    // The book could not grow: the bytes stay charged to this process until it exits.
   }
 }
 
-void forget(CUdeviceptr p) {
+void remember(CUdeviceptr p, int device, uint64_t bytes) {
+  keep(g_pointers, p, Held{device, bytes});
+}
+
+// Gives back what `book` holds for `key`: a freed pointer, a released handle, a destroyed context.
+template <typename Key>
+void giveBack(std::unordered_map<Key, Held>* book, Key key) {
+  if (book == nullptr) return;
   Held h{-1, 0};
   {
     std::lock_guard<std::mutex> lock(*g_books_mu);
-    auto it = g_pointers->find(p);
-    if (it == g_pointers->end()) return;
+    auto it = book->find(key);
+    if (it == book->end()) return;
     h = it->second;
-    g_pointers->erase(it);
+    book->erase(it);
   }
   g_region.release(h.device, h.bytes);
 }
+
+void forget(CUdeviceptr p) { giveBack(g_pointers, p); }
 
 template <typename Alloc>
 CUresult allocate(CUdeviceptr* dptr, uint64_t bytes, Alloc&& alloc) {
@@ -584,11 +613,7 @@ struct ContextMeter {
 void chargeContext(CUcontext ctx, int device, uint64_t bytes) {
   if (bytes == 0) return;
   g_region.charge(device, bytes);
-  try {
-    std::lock_guard<std::mutex> lock(*g_books_mu);
-    (*g_contexts)[ctx] = Held{device, bytes};
-  } catch (...) {
-  }
+  keep(g_contexts, ctx, Held{device, bytes});
 }
 
 // ---- Compute -----------------------------------------------------------------------------------
@@ -647,8 +672,8 @@ CUresult throttle(uint64_t cost) {
       g_region.finishTick(d, claim,
                           turn == ShareRegion::Turn::kBaseline
                               ? claim.rate_milli
-                              : retuneRate(claim.rate_milli, util, claim.launched,
-                                           claim.window_ns, g_limits->sm_percent[d]));
+                              : retuneRate(claim.rate_milli, util, claim.launched, claim.window_ns,
+                                           g_limits->sm_percent[d]));
     }
     const uint64_t wait = g_region.take(d, cost, now);
     if (wait == 0) return CUDA_SUCCESS;
@@ -693,8 +718,9 @@ PURSER_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda
 PURSER_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
                                            cuuint64_t flags,
                                            CUdriverProcAddressQueryResult* status) noexcept {
-  auto fn = real<CUresult (*)(const char*, void**, int, cuuint64_t,
-                              CUdriverProcAddressQueryResult*)>(k_cuGetProcAddress_v2);
+  auto fn =
+      real<CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*)>(
+          k_cuGetProcAddress_v2);
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = fn(symbol, pfn, cuda_version, flags, status);
   if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = governProc(symbol, *pfn, cuda_version, flags);
@@ -716,12 +742,16 @@ PURSER_EXPORT CUresult cuInit(unsigned int flags) noexcept {
            std::to_string(version % 1000 / 10) +
            " is not one this shim knows (11.0 to 13.x); the share cannot be enforced");
   } else if (!g_refused.load() && g_compute && !nvmlReady()) {
-    refuse("CUDA_DEVICE_SM_LIMIT needs NVML (libnvidia-ml.so.1) to measure utilisation, and it "
-           "cannot be loaded");
+    refuse(
+        "CUDA_DEVICE_SM_LIMIT needs NVML (libnvidia-ml.so.1) to measure utilisation, and it "
+        "cannot be loaded");
   }
   if (g_refused.load()) {
     static std::atomic<bool> said{false};
-    if (!said.exchange(true)) say(((g_refusal != nullptr ? *g_refusal : std::string("the share cannot be enforced")) + "; refusing the GPU").c_str());
+    if (!said.exchange(true))
+      say(((g_refusal != nullptr ? *g_refusal : std::string("the share cannot be enforced")) +
+           "; refusing the GPU")
+              .c_str());
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return r;
@@ -747,8 +777,8 @@ PURSER_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) noexcept {
 
 PURSER_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
                                           size_t height, unsigned int element) noexcept {
-  auto fn = real<CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned)>(
-      k_cuMemAllocPitch_v2);
+  auto fn =
+      real<CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned)>(k_cuMemAllocPitch_v2);
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
   const Inside inside;
   if (!inside.outer || dptr == nullptr || pitch == nullptr || width == 0 || height == 0) {
@@ -864,11 +894,7 @@ PURSER_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t 
     g_region.release(d, bytes);
     return r;
   }
-  try {
-    std::lock_guard<std::mutex> lock(*g_books_mu);
-    (*g_handles)[*handle] = Held{d, bytes};
-  } catch (...) {
-  }
+  keep(g_handles, *handle, Held{d, bytes});
   return r;
 }
 
@@ -876,16 +902,7 @@ PURSER_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcep
   auto fn = real<CUresult (*)(CUmemGenericAllocationHandle)>(k_cuMemRelease);
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = fn(handle);
-  if (r != CUDA_SUCCESS || g_handles == nullptr) return r;
-  Held h{-1, 0};
-  {
-    std::lock_guard<std::mutex> lock(*g_books_mu);
-    auto it = g_handles->find(handle);
-    if (it == g_handles->end()) return r;
-    h = it->second;
-    g_handles->erase(it);
-  }
-  g_region.release(h.device, h.bytes);
+  if (r == CUDA_SUCCESS) giveBack(g_handles, handle);
   return r;
 }
 
@@ -928,52 +945,42 @@ PURSER_EXPORT CUresult cuMemGetInfo(unsigned int* free_bytes, unsigned int* tota
 
 // ---- Contexts: their own memory counts against the share ----------------------------------------
 
-PURSER_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev) noexcept {
-  auto fn = real<CUresult (*)(CUcontext*, unsigned, CUdevice)>(k_cuCtxCreate_v2);
-  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+namespace {
+template <typename Create>
+CUresult createContext(CUcontext* ctx, CUdevice dev, Create&& create) {
   const Inside inside;
   const ContextMeter meter(inside.outer && dev >= 0 && dev < kMaxDevices && g_memory ? dev : -1);
-  const CUresult r = fn(ctx, flags, dev);
+  const CUresult r = create();
   if (r == CUDA_SUCCESS && ctx != nullptr) chargeContext(*ctx, meter.device, meter.taken());
   return r;
 }
+}  // namespace
 
-PURSER_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, void* params, int nparams,
-                                      unsigned int flags, CUdevice dev) noexcept {
+PURSER_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice dev) noexcept {
+  auto fn = real<CUresult (*)(CUcontext*, unsigned, CUdevice)>(k_cuCtxCreate_v2);
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return createContext(ctx, dev, [&] { return fn(ctx, flags, dev); });
+}
+
+PURSER_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, void* params, int nparams, unsigned int flags,
+                                      CUdevice dev) noexcept {
   auto fn = real<CUresult (*)(CUcontext*, void*, int, unsigned, CUdevice)>(k_cuCtxCreate_v3);
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const Inside inside;
-  const ContextMeter meter(inside.outer && dev >= 0 && dev < kMaxDevices && g_memory ? dev : -1);
-  const CUresult r = fn(ctx, params, nparams, flags, dev);
-  if (r == CUDA_SUCCESS && ctx != nullptr) chargeContext(*ctx, meter.device, meter.taken());
-  return r;
+  return createContext(ctx, dev, [&] { return fn(ctx, params, nparams, flags, dev); });
 }
 
 PURSER_EXPORT CUresult cuCtxCreate_v4(CUcontext* ctx, void* params, unsigned int flags,
                                       CUdevice dev) noexcept {
   auto fn = real<CUresult (*)(CUcontext*, void*, unsigned, CUdevice)>(k_cuCtxCreate_v4);
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
-  const Inside inside;
-  const ContextMeter meter(inside.outer && dev >= 0 && dev < kMaxDevices && g_memory ? dev : -1);
-  const CUresult r = fn(ctx, params, flags, dev);
-  if (r == CUDA_SUCCESS && ctx != nullptr) chargeContext(*ctx, meter.device, meter.taken());
-  return r;
+  return createContext(ctx, dev, [&] { return fn(ctx, params, flags, dev); });
 }
 
 PURSER_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) noexcept {
   auto fn = real<CUresult (*)(CUcontext)>(k_cuCtxDestroy_v2);
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = fn(ctx);
-  if (r != CUDA_SUCCESS || g_contexts == nullptr) return r;
-  Held h{-1, 0};
-  {
-    std::lock_guard<std::mutex> lock(*g_books_mu);
-    auto it = g_contexts->find(ctx);
-    if (it == g_contexts->end()) return r;
-    h = it->second;
-    g_contexts->erase(it);
-  }
-  g_region.release(h.device, h.bytes);
+  if (r == CUDA_SUCCESS) giveBack(g_contexts, ctx);
   return r;
 }
 
@@ -1031,16 +1038,15 @@ PURSER_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) noexcept {
   return r;
 }
 
-// ---- Launches ------------------------------------------------------------------------------------
+// ---- Launches
+// ------------------------------------------------------------------------------------
 
 namespace {
-uint64_t blocks(unsigned x, unsigned y, unsigned z) {
-  return static_cast<uint64_t>(x) * y * z;
-}
+uint64_t blocks(unsigned x, unsigned y, unsigned z) { return static_cast<uint64_t>(x) * y * z; }
 
 template <Id kId>
-CUresult launchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                      unsigned by, unsigned bz, unsigned shared, CUstream s, void** params,
+CUresult launchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                      unsigned bz, unsigned shared, CUstream s, void** params,
                       void** extra) noexcept {
   auto fn = real<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                               unsigned, unsigned, CUstream, void**, void**)>(kId);
@@ -1107,8 +1113,8 @@ PURSER_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction
   return launchKernelEx<k_cuLaunchKernelEx_ptsz>(c, f, params, extra);
 }
 PURSER_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy,
-                                                 unsigned gz, unsigned bx, unsigned by,
-                                                 unsigned bz, unsigned shared, CUstream s,
+                                                 unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                                 unsigned shared, CUstream s,
                                                  void** params) noexcept {
   return launchCooperative<k_cuLaunchCooperativeKernel>(f, gx, gy, gz, bx, by, bz, shared, s,
                                                         params);

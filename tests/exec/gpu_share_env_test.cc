@@ -3,14 +3,15 @@
 // exactly as in tests/gpushare), each pod with a region of its own.
 #include "exec/gpu_share_env.h"
 
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <fstream>
 
 #include "common/clock.h"
 #include "exec/local_executor.h"
+#include "exec/slurm_executor.h"
 #include "fakes/temp_dir.h"
 
 namespace purser::exec {
@@ -56,6 +57,24 @@ TEST(GpuShareEnvTest, TheShimIsFoundBesideTheProgramOrInItsLibDirectory) {
   EXPECT_EQ(findGpuShareLibrary(dir.file("bin/purser")), dir.file("bin/libpurser-gpushare.so"));
 }
 
+TEST(GpuShareEnvTest, OnKubernetesAShareBecomesHamisResources) {
+  const HamiShare h = hamiShareOf({{"CUDA_VISIBLE_DEVICES", "GPU-1a2b,GPU-3c4d"},
+                                   {"CUDA_DEVICE_MEMORY_LIMIT", "20480m"},
+                                   {"CUDA_DEVICE_MEMORY_LIMIT_0", "20480m"},
+                                   {"CUDA_DEVICE_SM_LIMIT", "30"}});
+  EXPECT_TRUE(h.held);
+  EXPECT_EQ(h.memory_mib, 20480);
+  EXPECT_EQ(h.cores_percent, 30);
+  EXPECT_EQ(h.uuids, "GPU-1a2b,GPU-3c4d");
+  // Indices are not UUIDs: HAMi is not told to pin them.
+  const HamiShare by_index =
+      hamiShareOf({{"CUDA_VISIBLE_DEVICES", "0"}, {"CUDA_DEVICE_SM_LIMIT", "50"}});
+  EXPECT_TRUE(by_index.held);
+  EXPECT_EQ(by_index.memory_mib, 0);
+  EXPECT_EQ(by_index.uuids, "");
+  EXPECT_FALSE(hamiShareOf({{"CUDA_VISIBLE_DEVICES", "GPU-1a2b"}}).held);
+}
+
 class LocalGpuShareTest : public ::testing::Test {
  protected:
   PodLaunch probePod(const std::string& name) {
@@ -73,8 +92,8 @@ class LocalGpuShareTest : public ::testing::Test {
 };
 
 TEST_F(LocalGpuShareTest, APodsShareIsEnforcedInsideItAndEachPodHasItsOwn) {
-  LocalExecutor executor(clock, LocalExecutorOptions{.log_dir = dir.path(),
-                                                     .gpu_share_library = GPUSHARE_SHIM});
+  LocalExecutor executor(
+      clock, LocalExecutorOptions{.log_dir = dir.path(), .gpu_share_library = GPUSHARE_SHIM});
   std::vector<std::string> handles;
   for (const char* name : {"one", "two"}) {
     auto h = executor.start(probePod(name));
@@ -103,6 +122,42 @@ TEST_F(LocalGpuShareTest, WithoutTheShimAPodHoldingAShareIsRefused) {
   ASSERT_TRUE(ok) << ok.error().toString();
   ASSERT_TRUE(executor.wait(*ok));
   EXPECT_THAT(*executor.logTail(*ok, 4096), HasSubstr("allocated=85496692736"));
+}
+
+// A Slurm job holding a share: the script Purser submits runs the probe under the shim, its region
+// on the node's own disk. The `sbatch` here runs the script at once, as a one-node cluster would.
+TEST_F(LocalGpuShareTest, ASlurmJobsShareIsEnforcedWithARegionOnTheNode) {
+  ASSERT_EQ(::mkdir(dir.file("bin").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(dir.file("node-tmp").c_str(), 0777), 0);
+  ASSERT_EQ(::mkdir(dir.file("jobs").c_str(), 0711), 0);
+  std::ofstream(dir.file("bin/sbatch"))
+      << "#!/bin/sh\n"
+         "for a; do case \"$a\" in --output=*) out=${a#--output=};; esac; script=$a; done\n"
+         "TMPDIR="
+      << dir.file("node-tmp")
+      << " SLURM_JOB_ID=42 /bin/sh \"$script\" >\"$out\" 2>&1\n"
+         "echo 42\n";
+  ASSERT_EQ(::chmod(dir.file("bin/sbatch").c_str(), 0755), 0);
+  SlurmExecutorOptions options;
+  options.log_dir = dir.file("jobs");
+  options.bin_dir = dir.file("bin");
+  options.accounts["ml"] = {"nobody", 65534, 65534};
+  options.gpu_share_library = GPUSHARE_SHIM;
+  SlurmExecutor executor(clock, options);
+  PodLaunch pod = probePod("slurm");
+  pod.team = "ml";
+  pod.working_dir = dir.file("jobs");
+  auto h = executor.start(pod);
+  ASSERT_TRUE(h) << h.error().toString();
+  const std::string log = *executor.logTail(*h, 4096);
+  EXPECT_THAT(log, HasSubstr("region=" + dir.file("node-tmp") + "/purser-gpushare-42")) << log;
+  EXPECT_THAT(log, HasSubstr("allocated=1073741824 error=2")) << log;
+  // Without the shim the job is refused before anything is submitted.
+  options.gpu_share_library.clear();
+  SlurmExecutor without(clock, options);
+  auto refused = without.start(pod);
+  ASSERT_FALSE(refused);
+  EXPECT_THAT(refused.error().message, HasSubstr("could not be enforced"));
 }
 
 }  // namespace

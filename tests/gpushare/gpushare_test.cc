@@ -93,8 +93,8 @@ TEST_F(GpuShareTest, WithoutALimitTheProgramGetsTheDriversOwnEntryPoints) {
 
 TEST_F(GpuShareTest, AMemoryCapStandsInForMemoryEntriesOnly) {
   const Values v = probe({"symbols"}, capped());
-  for (const char* governed : {"cuInit", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2",
-                               "cuMemGetInfo_v2"}) {
+  for (const char* governed :
+       {"cuInit", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2"}) {
     EXPECT_EQ(v.at(governed), "libpurser-gpushare.so") << governed;
   }
   for (const char* passed : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuGraphLaunch",
@@ -164,9 +164,12 @@ TEST_F(GpuShareTest, FreedMemoryCanBeTakenAgain) {
 }
 
 TEST_F(GpuShareTest, AsyncAndPoolAllocationsAreCountedAndFreed) {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"async", "128m"}, {"--ptsz", "async", "128m"}, {"pool", "128m"},
-           {"--via", "proc", "--ptsz", "pool", "128m"}, {"--via", "proc", "async", "128m"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"async", "128m"},
+                                             {"--ptsz", "async", "128m"},
+                                             {"pool", "128m"},
+                                             {"--via", "proc", "--ptsz", "pool", "128m"},
+                                             {"--via", "proc", "async", "128m"}}) {
     SCOPED_TRACE(args.back() + " " + args.front());
     const Values v = probe(args, capped());
     EXPECT_EQ(number(v, "allocated"), 1024 * kMiB);
@@ -200,13 +203,13 @@ TEST_F(GpuShareTest, AContextsOwnMemoryCountsAgainstTheShare) {
 }
 
 TEST_F(GpuShareTest, NvmlShowsTheShareAndOnlyThePodsDevices) {
-  const Values v = probe({"nvml"}, capped({"FAKE_CUDA_DEVICES=3",
-                                           "CUDA_VISIBLE_DEVICES=GPU-fake-2,GPU-fake-0"}));
+  const Values v = probe(
+      {"nvml"}, capped({"FAKE_CUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=GPU-fake-2,GPU-fake-0"}));
   EXPECT_EQ(number(v, "count"), 2u);
   EXPECT_EQ(number(v, "dev0_total"), 1024 * kMiB);  // the share, on the pod's first device
   EXPECT_EQ(number(v, "dev0_free"), 1024 * kMiB);
   EXPECT_EQ(number(v, "dev1_total"), 81559 * kMiB);  // no cap set for its second
-  EXPECT_EQ(number(v, "beyond"), 2u);                 // NVML_ERROR_INVALID_ARGUMENT
+  EXPECT_EQ(number(v, "beyond"), 2u);                // NVML_ERROR_INVALID_ARGUMENT
   EXPECT_EQ(number(v, "uuid0"), 0u);
   EXPECT_EQ(number(v, "uuid1"), 6u);  // NVML_ERROR_NOT_FOUND: not the pod's
   EXPECT_EQ(number(v, "uuid2"), 0u);
@@ -247,8 +250,7 @@ TEST_F(GpuShareTest, GraphAndCooperativeLaunchesAreThrottled) {
 TEST_F(GpuShareTest, AShareThatCannotBeEnforcedIsRefusedAtInit) {
   Values v = probe({"info"}, capped({"FAKE_CUDA_VERSION=14000"}), 4);
   EXPECT_EQ(number(v, "init"), 801u);  // CUDA_ERROR_NOT_SUPPORTED
-  EXPECT_NE(last_err_.find("driver API version 14.0 is not one this shim knows"),
-            std::string::npos)
+  EXPECT_NE(last_err_.find("driver API version 14.0 is not one this shim knows"), std::string::npos)
       << last_err_;
   v = probe({"info"}, pod({"CUDA_DEVICE_MEMORY_LIMIT_0=10q"}), 4);
   EXPECT_EQ(number(v, "init"), 801u);
@@ -264,6 +266,22 @@ TEST_F(GpuShareTest, ADriverMissingMostEntryPointsDoesNotCrashTheProgram) {
   EXPECT_EQ(v.at("alloc"), "null");
   EXPECT_EQ(v.at("proc"), "null");
   EXPECT_EQ(v.at("launch"), "null");
+}
+
+// scripts/gpu-check, for the day a GPU is lent, run here against the fake driver so that it
+// cannot rot: it builds its program, and the shim holds its allocations to the share.
+TEST_F(GpuShareTest, TheRealGpuCheckRunsAgainstTheFakeDriver) {
+  std::string build = GPUSHARE_SHIM;
+  build = build.substr(0, build.rfind('/'));
+  Process p({std::string(PURSER_SOURCE_DIR) + "/scripts/gpu-check", build}, PURSER_SOURCE_DIR,
+            {"LD_LIBRARY_PATH=" FAKE_DRIVER_DIR, "SECONDS_PER_RUN=0.2"});
+  ASSERT_EQ(p.wait(), 0) << p.out() << p.err();
+  const std::string out = p.out();
+  const size_t share = out.find("--- a 1024 MiB share");
+  ASSERT_NE(share, std::string::npos) << out;
+  EXPECT_NE(out.find("allocated=1073741824 refused_with=2", share), std::string::npos) << out;
+  EXPECT_NE(out.find("pointers=same"), std::string::npos) << out;
+  EXPECT_NE(out.find("--- a 25 % compute share"), std::string::npos) << out;
 }
 
 }  // namespace

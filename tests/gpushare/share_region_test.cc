@@ -30,7 +30,8 @@ TEST(GpuShareLimitsTest, SizesAreReadAsHamiCoreWritesThem) {
   EXPECT_EQ(v, 2ull << 30);
   EXPECT_TRUE(parseBytes("4096", &v));
   EXPECT_EQ(v, 4096u);
-  for (const char* bad : {"", "-1m", "1.5g", "12x", "m", "99999999999999999999", "18014398509481984g"}) {
+  for (const char* bad :
+       {"", "-1m", "1.5g", "12x", "m", "99999999999999999999", "18014398509481984g"}) {
     EXPECT_FALSE(parseBytes(bad, &v)) << bad;
   }
 }

@@ -128,6 +128,49 @@ class FleetKubernetesTest : public ::testing::Test {
   std::string key;
 };
 
+// A share of a GPU on Kubernetes is HAMi's to enforce: the Job asks for HAMi's resources, and the
+// limit variables are left to HAMi's device plugin.
+class FleetKubernetesShareTest : public FleetKubernetesTest {
+ protected:
+  void beforeStart() override {
+    testing::KueueQueue q;
+    q.quota = {{"cpu", "64"},
+               {"nvidia.com/gpumem", "655360"},
+               {"nvidia.com/gpucores", "800"},
+               {"nvidia.com/gpu", "8"}};
+    testing::writeFile(dir.file("fleet.yaml"), q.yaml());
+  }
+};
+
+TEST_F(FleetKubernetesShareTest, AShareBecomesHamisResources) {
+  json w = {{"name", "notebook"},
+            {"queue", "research"},
+            {"pod_sets",
+             {{{"name", "main"},
+               {"image", "registry.example/notebook:1"},
+               {"command", {"jupyter", "lab"}},
+               {"requests",
+                {{"cpu", "2"},
+                 {"nvidia.com/gpu", "1"},
+                 {"nvidia.com/gpumem", "20480"},
+                 {"nvidia.com/gpucores", "30"}}}}}}};
+  int status = 0;
+  json out = server.call("POST", "/api/v1/workloads", key, w.dump(), "application/json", &status);
+  ASSERT_EQ(status, 201) << out.dump();
+  const std::string job = jobOf("notebook");
+  const auto seen = calls(job);
+  ASSERT_GE(seen.size(), 1u);
+  const json created = json::parse(seen[0].substr(5));
+  const json container = created["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], "1");
+  EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpumem"], "20480");
+  EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpucores"], "30");
+  const std::string env = container["env"].dump();
+  EXPECT_EQ(env.find("CUDA_DEVICE_MEMORY_LIMIT"), std::string::npos) << env;
+  EXPECT_EQ(env.find("CUDA_DEVICE_SM_LIMIT"), std::string::npos) << env;
+  EXPECT_EQ(env.find("LD_PRELOAD"), std::string::npos) << env;  // nothing of Purser's preloaded
+}
+
 TEST_F(FleetKubernetesTest, AJobIsCreatedSuspendedReleasedToItsNodeAndFollowedToItsEnd) {
   submit("train", 2, "", 7200);
   const std::string job = jobOf("train");

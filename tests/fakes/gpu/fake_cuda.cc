@@ -189,7 +189,8 @@ FAKE_EXPORT uint64_t fakeCudaUsedBytes(int d) {
 FAKE_EXPORT uint64_t fakeCudaLaunches() { return driver().launches.load(); }
 FAKE_EXPORT uint64_t fakeCudaNowNs() { return nowNs(); }
 
-// ---- Initialisation, devices, contexts -----------------------------------------------------------
+// ---- Initialisation, devices, contexts
+// -----------------------------------------------------------
 
 FAKE_EXPORT CUresult cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -334,8 +335,8 @@ FAKE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* p, unsigned int bytes) {
   return r;
 }
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) { return alloc(p, bytes); }
-FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width,
-                                        size_t height, unsigned int element) {
+FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width, size_t height,
+                                        unsigned int element) {
   if (pitch == nullptr || (element != 4 && element != 8 && element != 16)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -354,8 +355,7 @@ FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* p, size_t bytes, CUstream) {
 FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* p, size_t bytes, CUstream) {
   return alloc(p, bytes);
 }
-FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t bytes, CUmemoryPool,
-                                             CUstream) {
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t bytes, CUmemoryPool, CUstream) {
   return alloc(p, bytes);
 }
 FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* p, size_t bytes, CUmemoryPool,
@@ -395,7 +395,28 @@ FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   return CUDA_SUCCESS;
 }
 
-// ---- Launches ------------------------------------------------------------------------------------
+// ---- Modules (what scripts/gpu_check loads; the fake runs any function the same way) ------------
+
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void* image) {
+  if (m == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  static int module;
+  *m = reinterpret_cast<CUmodule>(&module);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule m, const char* name) {
+  if (f == nullptr || m == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  static int function;
+  *f = reinterpret_cast<CUfunction>(&function);
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice d) {
+  if (value == nullptr || d < 0 || d >= driver().devices) return CUDA_ERROR_INVALID_VALUE;
+  *value = attribute == 16 ? 132 : 0;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: an H100's
+  return CUDA_SUCCESS;
+}
+
+// ---- Launches
+// ------------------------------------------------------------------------------------
 
 namespace {
 uint64_t kernelNs(unsigned gx, unsigned gy, unsigned gz) {
@@ -443,7 +464,8 @@ struct Proc {
   bool per_thread;
   void* fn;
 };
-#define FAKE_PROC(base, since, pt, fn) {base, since, pt, reinterpret_cast<void*>(&fn)}
+#define FAKE_PROC(base, since, pt, fn) \
+  { base, since, pt, reinterpret_cast<void*>(&fn) }
 const Proc kProcs[] = {
     FAKE_PROC("cuInit", 0, false, cuInit),
     FAKE_PROC("cuDriverGetVersion", 0, false, cuDriverGetVersion),

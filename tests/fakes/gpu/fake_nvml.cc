@@ -19,7 +19,7 @@ namespace {
 struct FakeDevice {
   int index;
 };
-FakeDevice g_devices[16] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7},
+FakeDevice g_devices[16] = {{0}, {1}, {2},  {3},  {4},  {5},  {6},  {7},
                             {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}};
 bool g_initialised = false;
 
@@ -74,7 +74,9 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
   *count = deviceCount();
   return NVML_SUCCESS;
 }
-FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned* count) { return nvmlDeviceGetCount_v2(count); }
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned* count) {
+  return nvmlDeviceGetCount_v2(count);
+}
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* d) {
   if (!g_initialised) return NVML_ERROR_UNINITIALIZED;

@@ -192,11 +192,11 @@ int asyncCommand(uint64_t chunk, bool pool) {
   using AllocAsync = CUresult (*)(CUdeviceptr*, size_t, CUstream);
   using AllocPool = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
   using FreeAsync = CUresult (*)(CUdeviceptr, CUstream);
-  const char* alloc_name = pool ? (g_opt.ptsz ? "cuMemAllocFromPoolAsync_ptsz"
-                                               : "cuMemAllocFromPoolAsync")
-                                : (g_opt.ptsz ? "cuMemAllocAsync_ptsz" : "cuMemAllocAsync");
-  auto free_async = need<FreeAsync>(g_opt.ptsz ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync",
-                                    "cuMemFreeAsync");
+  const char* alloc_name =
+      pool ? (g_opt.ptsz ? "cuMemAllocFromPoolAsync_ptsz" : "cuMemAllocFromPoolAsync")
+           : (g_opt.ptsz ? "cuMemAllocAsync_ptsz" : "cuMemAllocAsync");
+  auto free_async =
+      need<FreeAsync>(g_opt.ptsz ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync", "cuMemFreeAsync");
   AllocAsync plain = nullptr;
   AllocPool from_pool = nullptr;
   if (pool) {
@@ -223,12 +223,13 @@ int asyncCommand(uint64_t chunk, bool pool) {
 
 int managedCommand(uint64_t chunk) {
   start();
-  auto managed = need<CUresult (*)(CUdeviceptr*, size_t, unsigned)>("cuMemAllocManaged",
-                                                                    "cuMemAllocManaged");
+  auto managed =
+      need<CUresult (*)(CUdeviceptr*, size_t, unsigned)>("cuMemAllocManaged", "cuMemAllocManaged");
   std::vector<CUdeviceptr> kept;
   uint64_t total = 0;
   int error = 0;
-  fill(chunk, [&](CUdeviceptr* p, size_t n) { return managed(p, n, 1); }, &kept, &total, &error);
+  fill(
+      chunk, [&](CUdeviceptr* p, size_t n) { return managed(p, n, 1); }, &kept, &total, &error);
   std::printf("allocated=%llu error=%d\n", static_cast<unsigned long long>(total), error);
   return 0;
 }
@@ -284,8 +285,8 @@ int launchCommand(int n, unsigned grid, const char* kind) {
                               unsigned, unsigned, CUstream, void**, void**);
   using Graph = CUresult (*)(CUgraphExec, CUstream);
   using Ex = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
-  using Coop = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                            unsigned, unsigned, CUstream, void**);
+  using Coop = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**);
   const bool pt = g_opt.ptsz;
   const std::string k = kind;
   Kernel kernel = nullptr;
@@ -303,7 +304,8 @@ int launchCommand(int n, unsigned grid, const char* kind) {
     kernel = need<Kernel>(pt ? "cuLaunchKernel_ptsz" : "cuLaunchKernel", "cuLaunchKernel");
   }
   auto sync = need<CUresult (*)()>("cuCtxSynchronize", "cuCtxSynchronize");
-  auto busy = reinterpret_cast<uint64_t (*)(int, uint64_t, uint64_t)>(dlsym(g_lib, "fakeCudaBusyNs"));
+  auto busy =
+      reinterpret_cast<uint64_t (*)(int, uint64_t, uint64_t)>(dlsym(g_lib, "fakeCudaBusyNs"));
   const uint64_t t0 = nowNs();
   int failed = 0;
   for (int i = 0; i < n; ++i) {
@@ -335,16 +337,16 @@ int launchCommand(int n, unsigned grid, const char* kind) {
 int symbolsCommand() {
   g_lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (g_lib == nullptr) die(dlerror());
-  const char* names[] = {"cuInit", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2",
-                         "cuMemGetInfo_v2", "cuLaunchKernel", "cuLaunchKernel_ptsz",
-                         "cuGraphLaunch", "cuDeviceGet", "cuCtxSynchronize"};
+  const char* names[] = {
+      "cuInit",         "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2",
+      "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuGraphLaunch", "cuDeviceGet",  "cuCtxSynchronize"};
   for (const char* name : names) {
     void* p = dlsym(g_lib, name);
     Dl_info info{};
     const char* where = "null";
     if (p != nullptr && dladdr(p, &info) != 0 && info.dli_fname != nullptr) {
       where = std::strrchr(info.dli_fname, '/') ? std::strrchr(info.dli_fname, '/') + 1
-                                                 : info.dli_fname;
+                                                : info.dli_fname;
     }
     std::printf("%s=%s ", name, where);
   }
@@ -356,7 +358,8 @@ int nvmlCommand() {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml == nullptr) die(dlerror());
   auto init = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(nvml, "nvmlInit_v2"));
-  auto count_fn = reinterpret_cast<nvmlReturn_t (*)(unsigned*)>(dlsym(nvml, "nvmlDeviceGetCount_v2"));
+  auto count_fn =
+      reinterpret_cast<nvmlReturn_t (*)(unsigned*)>(dlsym(nvml, "nvmlDeviceGetCount_v2"));
   auto by_index = reinterpret_cast<nvmlReturn_t (*)(unsigned, nvmlDevice_t*)>(
       dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
   auto by_uuid = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(
