@@ -22,6 +22,8 @@ typedef struct CUctx_st* CUcontext;
 typedef struct CUstream_st* CUstream;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUmod_st* CUmodule;
+typedef struct CUarray_st* CUarray;
+typedef struct CUmipmappedArray_st* CUmipmappedArray;
 typedef struct CUgraph_st* CUgraph;
 typedef struct CUgraphExec_st* CUgraphExec;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
@@ -77,6 +79,20 @@ typedef struct {
   } allocFlags;
 } CUmemAllocationProp;
 
+// Arrays (textures and surfaces). CUarray_format: 0x01/0x08 8-bit, 0x02/0x09/0x10 16-bit,
+// 0x03/0x0a/0x20 32-bit integers and floats; many more (video, compressed, normalised) exist.
+typedef struct {
+  size_t Width, Height;
+  int Format;
+  unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR;
+typedef struct {
+  size_t Width, Height, Depth;
+  int Format;
+  unsigned int NumChannels;
+  unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR;
+
 // cuLaunchKernelEx's configuration.
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct {
@@ -112,6 +128,16 @@ typedef struct {
 typedef struct {
   unsigned int gpu, memory;
 } nvmlUtilization_t;
+// nvmlDeviceGetComputeRunningProcesses (v1) and its _v2/_v3 (the second layout).
+typedef struct {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+typedef struct {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_v2_t;
 typedef struct {
   unsigned int pid;
   unsigned long long timeStamp;  // microseconds

@@ -241,6 +241,16 @@ uint64_t ShareRegion::used(int device) {
   return n;
 }
 
+int ShareRegion::pids(int32_t* out, int max) {
+  if (!lock()) return 0;
+  int n = 0;
+  for (const ProcessSlot& s : data_->slots) {
+    if (s.pid != 0 && n < max) out[n++] = s.pid;
+  }
+  unlock();
+  return n;
+}
+
 uint64_t ShareRegion::take(int device, uint64_t cost, uint64_t now_ns) {
   if (device < 0 || device >= kMaxDevices || !lock()) return 0;
   ComputeBucket& b = data_->bucket[device];

@@ -91,6 +91,8 @@ class ShareRegion {
   };
   Turn claimTick(int device, uint64_t now_ns, uint64_t period_ns, TickClaim* claim);
   void finishTick(int device, const TickClaim& claim, int64_t rate_milli);
+  // The pids of the pod's processes that hold a slot, at most `max`.
+  int pids(int32_t* out, int max);
   // Adds bytes the driver already took (a context's own memory), even past the cap.
   void charge(int device, uint64_t bytes);
   // Gives this process's bytes back and frees its slot (at exit).

@@ -76,6 +76,11 @@ struct Entry {
   X(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 0, true, kMemory)                          \
   X(cuMemCreate, "cuMemCreate", 0, false, kMemory)                                    \
   X(cuMemRelease, "cuMemRelease", 0, false, kMemory)                                  \
+  X(cuArrayCreate_v2, "cuArrayCreate", 3020, false, kMemory)                          \
+  X(cuArray3DCreate_v2, "cuArray3DCreate", 3020, false, kMemory)                      \
+  X(cuArrayDestroy, "cuArrayDestroy", 0, false, kMemory)                              \
+  X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", 0, false, kMemory)              \
+  X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy", 0, false, kMemory)            \
   X(cuMemGetInfo, "cuMemGetInfo", 0, false, kMemory)                                  \
   X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, false, kMemory)                            \
   X(cuCtxCreate_v2, "cuCtxCreate", 3020, false, kMemory)                              \
@@ -102,6 +107,12 @@ struct Entry {
   X(nvmlDeviceGetHandleByIndex_v2, "", 0, false, kNvml)                               \
   X(nvmlDeviceGetHandleByUUID, "", 0, false, kNvml)                                   \
   X(nvmlDeviceGetHandleByPciBusId_v2, "", 0, false, kNvml)                            \
+  X(nvmlDeviceGetComputeRunningProcesses, "", 0, false, kNvml)                        \
+  X(nvmlDeviceGetComputeRunningProcesses_v2, "", 0, false, kNvml)                     \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, "", 0, false, kNvml)                     \
+  X(nvmlDeviceGetGraphicsRunningProcesses, "", 0, false, kNvml)                       \
+  X(nvmlDeviceGetGraphicsRunningProcesses_v2, "", 0, false, kNvml)                    \
+  X(nvmlDeviceGetGraphicsRunningProcesses_v3, "", 0, false, kNvml)                    \
   X(nvmlDeviceGetMemoryInfo, "", 0, false, kNvml)                                     \
   X(nvmlDeviceGetMemoryInfo_v2, "", 0, false, kNvml)
 
@@ -169,9 +180,10 @@ struct Held {
 std::mutex* g_books_mu = nullptr;
 std::unordered_map<CUdeviceptr, Held>* g_pointers = nullptr;  // guarded by g_books_mu
 std::unordered_map<CUmemGenericAllocationHandle, Held>* g_handles = nullptr;  // ditto
-std::unordered_map<CUcontext, Held>* g_contexts = nullptr;                    // ditto
-int g_primary_refs[kMaxDevices];                                              // ditto
-uint64_t g_primary_bytes[kMaxDevices];                                        // ditto
+std::unordered_map<void*, Held>* g_arrays = nullptr;        // CUarray and CUmipmappedArray; ditto
+std::unordered_map<CUcontext, Held>* g_contexts = nullptr;  // ditto
+int g_primary_refs[kMaxDevices];                            // ditto
+uint64_t g_primary_bytes[kMaxDevices];                      // ditto
 
 // The pod's devices as NVML numbers them (CUDA_VISIBLE_DEVICES, by index or UUID).
 std::once_flag* g_visible_once = nullptr;
@@ -366,6 +378,7 @@ void atforkChild() {
     new (g_books_mu) std::mutex();  // another thread may have held it at fork()
     g_pointers->clear();
     g_handles->clear();
+    g_arrays->clear();
     g_contexts->clear();
     std::memset(g_primary_refs, 0, sizeof g_primary_refs);
     std::memset(g_primary_bytes, 0, sizeof g_primary_bytes);
@@ -391,6 +404,7 @@ void start() {
     g_books_mu = new std::mutex();
     g_pointers = new std::unordered_map<CUdeviceptr, Held>();
     g_handles = new std::unordered_map<CUmemGenericAllocationHandle, Held>();
+    g_arrays = new std::unordered_map<void*, Held>();
     g_contexts = new std::unordered_map<CUcontext, Held>();
     g_visible_once = new std::once_flag();
   } catch (...) {
@@ -906,6 +920,113 @@ PURSER_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcep
   return r;
 }
 
+// ---- Arrays: counted at their elements' size (the driver's padding is not seen) -----------------
+
+namespace {
+// Bytes of one element of `format` per channel; a format not known here (video, compressed,
+// normalised ones) is counted at 16, more than any takes: over, never under.
+uint64_t elementBytes(int format) {
+  switch (format) {
+    case 0x01:
+    case 0x08:
+      return 1;
+    case 0x02:
+    case 0x09:
+    case 0x10:
+      return 2;
+    case 0x03:
+    case 0x0a:
+    case 0x20:
+      return 4;
+    default:
+      return 16;
+  }
+}
+
+// Width x height x depth x channels x element, saturating (a hostile size is refused, not wrapped).
+uint64_t arrayBytes(size_t w, size_t h, size_t d, unsigned channels, int format) {
+  uint64_t n = elementBytes(format) * (channels == 0 ? 1 : channels);
+  for (uint64_t dim : {uint64_t{w}, uint64_t{h == 0 ? 1 : h}, uint64_t{d == 0 ? 1 : d}}) {
+    if (dim != 0 && n > UINT64_MAX / dim) return UINT64_MAX;
+    n *= dim;
+  }
+  return n;
+}
+
+template <typename Handle, typename Create>
+CUresult createArray(Handle* handle, uint64_t bytes, Create&& create) {
+  const Inside inside;
+  if (!inside.outer || handle == nullptr || bytes == 0) return create();
+  CUresult refusal = CUDA_SUCCESS;
+  const int d = reserveCurrent(bytes, &refusal);
+  if (d < 0) return refusal;
+  const CUresult r = create();
+  if (r != CUDA_SUCCESS) {
+    g_region.release(d, bytes);
+    return r;
+  }
+  keep(g_arrays, static_cast<void*>(*handle), Held{d, bytes});
+  return r;
+}
+}  // namespace
+
+PURSER_EXPORT CUresult cuArrayCreate_v2(CUarray* array,
+                                        const CUDA_ARRAY_DESCRIPTOR* desc) noexcept {
+  auto fn = real<CUresult (*)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*)>(k_cuArrayCreate_v2);
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const uint64_t bytes =
+      desc == nullptr ? 0
+                      : arrayBytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format);
+  return createArray(array, bytes, [&] { return fn(array, desc); });
+}
+
+PURSER_EXPORT CUresult cuArray3DCreate_v2(CUarray* array,
+                                          const CUDA_ARRAY3D_DESCRIPTOR* desc) noexcept {
+  auto fn = real<CUresult (*)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*)>(k_cuArray3DCreate_v2);
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const uint64_t bytes = desc == nullptr ? 0
+                                         : arrayBytes(desc->Width, desc->Height, desc->Depth,
+                                                      desc->NumChannels, desc->Format);
+  return createArray(array, bytes, [&] { return fn(array, desc); });
+}
+
+PURSER_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* array,
+                                              const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                              unsigned int levels) noexcept {
+  auto fn = real<CUresult (*)(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned)>(
+      k_cuMipmappedArrayCreate);
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  uint64_t bytes = 0;
+  if (desc != nullptr) {
+    // Every level, each half the last in every dimension (at least one).
+    size_t w = desc->Width, h = desc->Height, d = desc->Depth;
+    for (unsigned l = 0; l < (levels == 0 ? 1 : levels) && l < 64; ++l) {
+      const uint64_t level = arrayBytes(w, h, d, desc->NumChannels, desc->Format);
+      bytes = level > UINT64_MAX - bytes ? UINT64_MAX : bytes + level;
+      w = w > 1 ? w / 2 : 1;
+      h = h > 1 ? h / 2 : h;
+      d = d > 1 ? d / 2 : d;
+    }
+  }
+  return createArray(array, bytes, [&] { return fn(array, desc, levels); });
+}
+
+PURSER_EXPORT CUresult cuArrayDestroy(CUarray array) noexcept {
+  auto fn = real<CUresult (*)(CUarray)>(k_cuArrayDestroy);
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = fn(array);
+  if (r == CUDA_SUCCESS) giveBack(g_arrays, static_cast<void*>(array));
+  return r;
+}
+
+PURSER_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray array) noexcept {
+  auto fn = real<CUresult (*)(CUmipmappedArray)>(k_cuMipmappedArrayDestroy);
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = fn(array);
+  if (r == CUDA_SUCCESS) giveBack(g_arrays, static_cast<void*>(array));
+  return r;
+}
+
 namespace {
 // The share as the device's memory: the cap as the total, what the pod has not used as free
 // (never more than the device really has free).
@@ -1258,6 +1379,60 @@ PURSER_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
     shareMemory(device, &memory->total, &memory->free, &memory->used);
   }
   return r;
+}
+
+// The processes on a device: only the pod's own (another pod's pids and memory are not this
+// pod's to see). NVML numbers processes as the host does; where the pod runs in a PID namespace of
+// its own, none match and the list is empty, as in a container.
+namespace {
+template <typename Info>
+nvmlReturn_t onlyPodsProcesses(nvmlReturn_t r, unsigned* count, Info* infos) {
+  if (r != NVML_SUCCESS || !g_active || count == nullptr || infos == nullptr) return r;
+  int32_t pids[256];
+  const int n = g_region.pids(pids, 256);
+  unsigned kept = 0;
+  for (unsigned i = 0; i < *count; ++i) {
+    bool ours = false;
+    for (int k = 0; k < n && !ours; ++k) ours = static_cast<int32_t>(infos[i].pid) == pids[k];
+    if (ours) infos[kept++] = infos[i];
+  }
+  *count = kept;
+  return r;
+}
+
+template <Id kId, typename Info>
+nvmlReturn_t runningProcesses(nvmlDevice_t device, unsigned* count, Info* infos) noexcept {
+  auto fn = real<nvmlReturn_t (*)(nvmlDevice_t, unsigned*, Info*)>(kId);
+  if (fn == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  const Inside inside;
+  const nvmlReturn_t r = fn(device, count, infos);
+  return inside.outer ? onlyPodsProcesses(r, count, infos) : r;
+}
+}  // namespace
+
+PURSER_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(
+    nvmlDevice_t device, unsigned* count, nvmlProcessInfo_v1_t* infos) noexcept {
+  return runningProcesses<k_nvmlDeviceGetComputeRunningProcesses>(device, count, infos);
+}
+PURSER_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(
+    nvmlDevice_t device, unsigned* count, nvmlProcessInfo_v2_t* infos) noexcept {
+  return runningProcesses<k_nvmlDeviceGetComputeRunningProcesses_v2>(device, count, infos);
+}
+PURSER_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
+    nvmlDevice_t device, unsigned* count, nvmlProcessInfo_v2_t* infos) noexcept {
+  return runningProcesses<k_nvmlDeviceGetComputeRunningProcesses_v3>(device, count, infos);
+}
+PURSER_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(
+    nvmlDevice_t device, unsigned* count, nvmlProcessInfo_v1_t* infos) noexcept {
+  return runningProcesses<k_nvmlDeviceGetGraphicsRunningProcesses>(device, count, infos);
+}
+PURSER_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(
+    nvmlDevice_t device, unsigned* count, nvmlProcessInfo_v2_t* infos) noexcept {
+  return runningProcesses<k_nvmlDeviceGetGraphicsRunningProcesses_v2>(device, count, infos);
+}
+PURSER_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
+    nvmlDevice_t device, unsigned* count, nvmlProcessInfo_v2_t* infos) noexcept {
+  return runningProcesses<k_nvmlDeviceGetGraphicsRunningProcesses_v3>(device, count, infos);
 }
 
 // ---- The table of the shim's own entries --------------------------------------------------------

@@ -180,6 +180,21 @@ TEST_F(GpuShareTest, AsyncAndPoolAllocationsAreCountedAndFreed) {
   EXPECT_EQ(number(managed, "allocated"), 1000 * kMiB);
 }
 
+TEST_F(GpuShareTest, ArraysCountAgainstTheShareAndAnUnknownFormatIsCountedHigh) {
+  for (const char* via : {"dlsym", "proc"}) {
+    SCOPED_TRACE(via);
+    testing::TempDir dir;
+    auto env = capped();
+    env[2] = "CUDA_DEVICE_MEMORY_SHARED_CACHE=" + dir.file("share");
+    const Values v = probe({"--via", via, "array"}, env);
+    EXPECT_EQ(number(v, "arrays"), 16u);  // 64 MiB each under 1024 MiB
+    EXPECT_EQ(number(v, "error"), 2u);
+    EXPECT_EQ(number(v, "again"), 0u);      // a destroyed array's memory is back
+    EXPECT_EQ(number(v, "known3d"), 0u);    // 32 MiB of 8-bit elements
+    EXPECT_EQ(number(v, "unknown3d"), 2u);  // a video format counted at 16 bytes an element
+  }
+}
+
 TEST_F(GpuShareTest, VirtualMemoryOnTheHostPassesThroughAndOnTheDeviceCounts) {
   const Values v = probe({"vmm", "2g"}, capped());
   EXPECT_EQ(number(v, "host"), 0u);       // host memory is not the share's
@@ -207,12 +222,16 @@ TEST_F(GpuShareTest, NvmlShowsTheShareAndOnlyThePodsDevices) {
       {"nvml"}, capped({"FAKE_CUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=GPU-fake-2,GPU-fake-0"}));
   EXPECT_EQ(number(v, "count"), 2u);
   EXPECT_EQ(number(v, "dev0_total"), 1024 * kMiB);  // the share, on the pod's first device
-  EXPECT_EQ(number(v, "dev0_free"), 1024 * kMiB);
+  EXPECT_EQ(number(v, "dev0_used"), 64 * kMiB);     // what the probe took first
+  EXPECT_EQ(number(v, "dev0_free"), 960 * kMiB);
   EXPECT_EQ(number(v, "dev1_total"), 81559 * kMiB);  // no cap set for its second
   EXPECT_EQ(number(v, "beyond"), 2u);                // NVML_ERROR_INVALID_ARGUMENT
   EXPECT_EQ(number(v, "uuid0"), 0u);
   EXPECT_EQ(number(v, "uuid1"), 6u);  // NVML_ERROR_NOT_FOUND: not the pod's
   EXPECT_EQ(number(v, "uuid2"), 0u);
+  // The device's processes: this one, not another pod's.
+  EXPECT_EQ(number(v, "processes"), 1u);
+  EXPECT_EQ(v.at("process0"), "self");
   // By index the same way.
   const Values i = probe({"nvml"}, capped({"FAKE_CUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=1"}));
   EXPECT_EQ(number(i, "count"), 1u);

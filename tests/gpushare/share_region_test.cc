@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -121,6 +122,21 @@ TEST_F(ShareRegionTest, AFileThatIsNotARegionIsRefused) {
   std::string error;
   EXPECT_FALSE(r.open(path(), limitsOf({{"CUDA_DEVICE_MEMORY_LIMIT", "1m"}}), &error));
   EXPECT_NE(error.find("not one this shim made"), std::string::npos) << error;
+}
+
+TEST_F(ShareRegionTest, ARegionPathThatIsALinkIsNotFollowed) {
+  // A link planted where the pod's region goes (to a file of Purser's, say) is refused.
+  const std::string target = dir_.file("precious");
+  std::ofstream(target) << "keep me";
+  ASSERT_EQ(::symlink(target.c_str(), path().c_str()), 0);
+  ShareRegion r;
+  std::string error;
+  EXPECT_FALSE(r.open(path(), limitsOf({{"CUDA_DEVICE_MEMORY_LIMIT", "1m"}}), &error));
+  EXPECT_NE(error.find("cannot open the shared region"), std::string::npos) << error;
+  std::ifstream in(target);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "keep me");
 }
 
 TEST_F(ShareRegionTest, TheBucketLetsTheRateThroughAndMakesTheRestWait) {

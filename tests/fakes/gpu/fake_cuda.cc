@@ -395,6 +395,40 @@ FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   return CUDA_SUCCESS;
 }
 
+// ---- Arrays: device memory of their elements' size
+// ------------------------------------------------
+
+namespace {
+uint64_t fakeArrayBytes(size_t w, size_t h, size_t d, unsigned channels, int format) {
+  const uint64_t element = format == 0x01 || format == 0x08                     ? 1
+                           : format == 0x02 || format == 0x09 || format == 0x10 ? 2
+                                                                                : 4;
+  return element * (channels == 0 ? 1 : channels) * w * (h == 0 ? 1 : h) * (d == 0 ? 1 : d);
+}
+template <typename Handle>
+CUresult makeArray(Handle* out, uint64_t bytes) {
+  int d = 0;
+  if (CUresult r = currentDevice(&d); r != CUDA_SUCCESS) return r;
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  if (CUresult r = allocOn(d, &p, bytes); r != CUDA_SUCCESS) return r;
+  *out = reinterpret_cast<Handle>(p);
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* a, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return makeArray(a,
+                   fakeArrayBytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format));
+}
+FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* a, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return makeArray(
+      a, fakeArrayBytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format));
+}
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray a) { return release(reinterpret_cast<CUdeviceptr>(a)); }
+
 // ---- Modules (what scripts/gpu_check loads; the fake runs any function the same way) ------------
 
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* m, const void* image) {
@@ -495,6 +529,9 @@ const Proc kProcs[] = {
     FAKE_PROC("cuMemFreeAsync", 11020, false, cuMemFreeAsync),
     FAKE_PROC("cuMemFreeAsync", 11020, true, cuMemFreeAsync_ptsz),
     FAKE_PROC("cuMemCreate", 10020, false, cuMemCreate),
+    FAKE_PROC("cuArrayCreate", 3020, false, cuArrayCreate_v2),
+    FAKE_PROC("cuArray3DCreate", 3020, false, cuArray3DCreate_v2),
+    FAKE_PROC("cuArrayDestroy", 0, false, cuArrayDestroy),
     FAKE_PROC("cuMemRelease", 10020, false, cuMemRelease),
     FAKE_PROC("cuLaunchKernel", 4000, false, cuLaunchKernel),
     FAKE_PROC("cuLaunchKernel", 7000, true, cuLaunchKernel_ptsz),

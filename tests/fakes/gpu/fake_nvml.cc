@@ -137,6 +137,22 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v
   return NVML_SUCCESS;
 }
 
+// Two processes on every device: this one (with what it allocated) and pid 1, another pod's.
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned* count,
+                                                                 nvmlProcessInfo_v2_t* infos) {
+  const int i = indexOf(d);
+  if (i < 0 || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (infos == nullptr || *count < 2) {
+    *count = 2;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  auto used = fromDriver<uint64_t (*)(int)>("fakeCudaUsedBytes");
+  infos[0] = {static_cast<unsigned>(getpid()), used != nullptr ? used(i) : 0, 0, 0};
+  infos[1] = {1, 4ull << 30, 0, 0};
+  *count = 2;
+  return NVML_SUCCESS;
+}
+
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t* u) {
   const int i = indexOf(d);
   if (i < 0 || u == nullptr) return NVML_ERROR_INVALID_ARGUMENT;

@@ -265,6 +265,46 @@ int vmmCommand(uint64_t bytes) {
   return 0;
 }
 
+// 2D arrays of 4096 x 4096 floats (64 MiB) until refused; one destroyed, one more made; and a 3D
+// array of a format the shim does not know (counted at more than it takes).
+int arrayCommand() {
+  start();
+  auto create = need<CUresult (*)(CUarray*, const CUDA_ARRAY_DESCRIPTOR*)>("cuArrayCreate_v2",
+                                                                           "cuArrayCreate");
+  auto create3d = need<CUresult (*)(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*)>("cuArray3DCreate_v2",
+                                                                               "cuArray3DCreate");
+  auto destroy = need<CUresult (*)(CUarray)>("cuArrayDestroy", "cuArrayDestroy");
+  CUDA_ARRAY_DESCRIPTOR d{4096, 4096, 0x20, 1};
+  std::vector<CUarray> kept;
+  CUresult last = CUDA_SUCCESS;
+  for (;;) {
+    CUarray a = nullptr;
+    last = create(&a, &d);
+    if (last != CUDA_SUCCESS) break;
+    kept.push_back(a);
+  }
+  const size_t filled = kept.size();
+  int again = -1;
+  if (!kept.empty() && destroy(kept.back()) == CUDA_SUCCESS) {
+    kept.pop_back();
+    CUarray a = nullptr;
+    again = create(&a, &d);
+    if (again == CUDA_SUCCESS) kept.push_back(a);
+  }
+  for (CUarray a : kept) destroy(a);
+  // A known format is counted at its size: 1024 x 1024 x 32 bytes, 32 MiB.
+  CUDA_ARRAY3D_DESCRIPTOR v{1024, 1024, 32, 0x01, 1, 0};
+  CUarray small = nullptr;
+  const CUresult known = create3d(&small, &v);
+  if (known == CUDA_SUCCESS) destroy(small);
+  v.Format = 0xb0;  // a video format
+  v.Depth = 96;     // counted at 16 bytes an element, 1.5 GiB: past the cap
+  const CUresult unknown = create3d(&small, &v);
+  std::printf("arrays=%zu error=%d again=%d known3d=%d unknown3d=%d\n", filled, last, again, known,
+              unknown);
+  return 0;
+}
+
 int pitchCommand(uint64_t width, uint64_t height) {
   start();
   auto pitch_fn = need<CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned)>(
@@ -355,6 +395,10 @@ int symbolsCommand() {
 }
 
 int nvmlCommand() {
+  // 64 MiB of the first device taken first, as a program would before asking.
+  start();
+  CUdeviceptr p = 0;
+  need<CUresult (*)(CUdeviceptr*, size_t)>("cuMemAlloc_v2", "cuMemAlloc")(&p, 64u << 20);
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml == nullptr) die(dlerror());
   auto init = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(nvml, "nvmlInit_v2"));
@@ -383,6 +427,20 @@ int nvmlCommand() {
   }
   nvmlDevice_t d = nullptr;
   std::printf(" beyond=%d", by_index(n, &d));
+  // The processes on the first device, after this one allocated (when it can).
+  auto processes =
+      reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*, nvmlProcessInfo_v2_t*)>(
+          dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  if (processes != nullptr && n > 0 && by_index(0, &d) == NVML_SUCCESS) {
+    nvmlProcessInfo_v2_t infos[8];
+    unsigned count = 8;
+    const nvmlReturn_t r = processes(d, &count, infos);
+    std::printf(" processes=%u", r == NVML_SUCCESS ? count : 0);
+    for (unsigned k = 0; k < count && r == NVML_SUCCESS; ++k) {
+      std::printf(" process%u=%s", k,
+                  infos[k].pid == static_cast<unsigned>(getpid()) ? "self" : "other");
+    }
+  }
   // The devices by name: which of the card's answer.
   for (unsigned i = 0; i < 4; ++i) {
     char uuid[32];
@@ -440,6 +498,7 @@ int main(int argc, char** argv) {
   if (cmd == "pool") return asyncCommand(parseSize(arg(1)), true);
   if (cmd == "managed") return managedCommand(parseSize(arg(1)));
   if (cmd == "vmm") return vmmCommand(parseSize(arg(1)));
+  if (cmd == "array") return arrayCommand();
   if (cmd == "pitch") return pitchCommand(parseSize(arg(1)), parseSize(arg(2)));
   if (cmd == "launch") {
     return launchCommand(std::atoi(arg(1)), static_cast<unsigned>(std::atoi(arg(2))),
