@@ -113,6 +113,7 @@ struct Entry {
   X(nvmlDeviceGetGraphicsRunningProcesses, "", 0, false, kNvml)                       \
   X(nvmlDeviceGetGraphicsRunningProcesses_v2, "", 0, false, kNvml)                    \
   X(nvmlDeviceGetGraphicsRunningProcesses_v3, "", 0, false, kNvml)                    \
+  X(nvmlDeviceGetProcessUtilization, "", 0, false, kNvml)                             \
   X(nvmlDeviceGetMemoryInfo, "", 0, false, kNvml)                                     \
   X(nvmlDeviceGetMemoryInfo_v2, "", 0, false, kNvml)
 
@@ -1433,6 +1434,19 @@ PURSER_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(
 PURSER_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(
     nvmlDevice_t device, unsigned* count, nvmlProcessInfo_v2_t* infos) noexcept {
   return runningProcesses<k_nvmlDeviceGetGraphicsRunningProcesses_v3>(device, count, infos);
+}
+
+// Utilisation samples: the pod's processes' only, as with the lists above.
+PURSER_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                           nvmlProcessUtilizationSample_t* samples,
+                                                           unsigned* count,
+                                                           unsigned long long last_seen) noexcept {
+  auto fn = real<nvmlReturn_t (*)(nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned*,
+                                  unsigned long long)>(k_nvmlDeviceGetProcessUtilization);
+  if (fn == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  const Inside inside;
+  const nvmlReturn_t r = fn(device, samples, count, last_seen);
+  return inside.outer ? onlyPodsProcesses(r, count, samples) : r;
 }
 
 // ---- The table of the shim's own entries --------------------------------------------------------

@@ -232,6 +232,12 @@ TEST_F(GpuShareTest, NvmlShowsTheShareAndOnlyThePodsDevices) {
   // The device's processes: this one, not another pod's.
   EXPECT_EQ(number(v, "processes"), 1u);
   EXPECT_EQ(v.at("process0"), "self");
+  EXPECT_EQ(number(v, "samples"), 1u);  // its utilisation samples too
+  EXPECT_EQ(v.at("sample0"), "self");
+  // Without a share nothing is hidden: the fake's other process shows.
+  const Values bare = probe({"nvml"}, {"LD_LIBRARY_PATH=" FAKE_DRIVER_DIR});
+  EXPECT_EQ(number(bare, "processes"), 2u);
+  EXPECT_EQ(number(bare, "samples"), 2u);
   // By index the same way.
   const Values i = probe({"nvml"}, capped({"FAKE_CUDA_DEVICES=3", "CUDA_VISIBLE_DEVICES=1"}));
   EXPECT_EQ(number(i, "count"), 1u);

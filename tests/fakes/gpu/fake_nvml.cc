@@ -162,21 +162,23 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtili
   return NVML_SUCCESS;
 }
 
-// One sample for this process: its utilisation since `last_seen_us` (at most the last second).
+// A sample for this process — its utilisation since `last_seen_us` (at most the last second) —
+// and one for pid 1, another pod's.
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
                                                          nvmlProcessUtilizationSample_t* samples,
                                                          unsigned* count,
                                                          unsigned long long last_seen_us) {
   const int i = indexOf(d);
   if (i < 0 || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  if (samples == nullptr || *count < 1) {
-    *count = 1;
+  if (samples == nullptr || *count < 2) {
+    *count = 2;
     return NVML_ERROR_INSUFFICIENT_SIZE;
   }
   const uint64_t now = nowNs();
   uint64_t from = last_seen_us * 1000;
   if (from == 0 || from >= now || now - from > 1'000'000'000) from = now - 1'000'000'000;
   samples[0] = {static_cast<unsigned>(getpid()), now / 1000, busyPercent(i, from, now), 0, 0, 0};
-  *count = 1;
+  samples[1] = {1, now / 1000, 50, 0, 0, 0};
+  *count = 2;
   return NVML_SUCCESS;
 }

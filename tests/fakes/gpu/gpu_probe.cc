@@ -441,6 +441,20 @@ int nvmlCommand() {
                   infos[k].pid == static_cast<unsigned>(getpid()) ? "self" : "other");
     }
   }
+  // The utilisation samples of the first device.
+  auto samples_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlProcessUtilizationSample_t*,
+                                                      unsigned*, unsigned long long)>(
+      dlsym(nvml, "nvmlDeviceGetProcessUtilization"));
+  if (samples_fn != nullptr && n > 0 && by_index(0, &d) == NVML_SUCCESS) {
+    nvmlProcessUtilizationSample_t s[8];
+    unsigned count = 8;
+    const nvmlReturn_t r = samples_fn(d, s, &count, 0);
+    std::printf(" samples=%u", r == NVML_SUCCESS ? count : 0);
+    for (unsigned k = 0; k < count && r == NVML_SUCCESS; ++k) {
+      std::printf(" sample%u=%s", k,
+                  s[k].pid == static_cast<unsigned>(getpid()) ? "self" : "other");
+    }
+  }
   // The devices by name: which of the card's answer.
   for (unsigned i = 0; i < 4; ++i) {
     char uuid[32];
