@@ -26,7 +26,6 @@ constexpr const char* kQueued = "labelSelector=kueue.x-k8s.io%2Fqueue-name";
 constexpr const char* kManaged = "purser.dev/managed";
 constexpr const char* kHandle = "purser.dev/handle";
 
-
 // The kinds of objects users apply for Purser to queue (and that Purser releases).
 struct ObjectKind {
   const char* kind;
@@ -647,8 +646,8 @@ Result<std::string> KubernetesExecutor::start(const PodLaunch& pod) {
   json env = json::array();
   for (const auto& [k, v] : pod.env) {
     if (k == "CUDA_VISIBLE_DEVICES") continue;  // the device plugin's to set
-    if (hami.held && (k.starts_with("CUDA_DEVICE_MEMORY_LIMIT") ||
-                      k.starts_with("CUDA_DEVICE_SM_LIMIT"))) {
+    if (hami.held &&
+        (k.starts_with("CUDA_DEVICE_MEMORY_LIMIT") || k.starts_with("CUDA_DEVICE_SM_LIMIT"))) {
       continue;  // HAMi's device plugin sets these
     }
     env.push_back({{"name", k}, {"value", v}});

@@ -72,8 +72,8 @@ bool hasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
 // The files a pod has in log_dir, HANDLE + one of these: its log (and the log before it), how it
 // ended (and that file being written) and its supervisor's pid. A longer suffix comes before one
 // it ends with, so that the first that matches a name is the right one.
-constexpr const char* kPodFileSuffixes[] = {".log.1", ".log", ".exit.tmp", ".exit", ".pid",
-                                            ".gpushare"};
+constexpr const char* kPodFileSuffixes[] = {".log.1", ".log", ".exit.tmp",
+                                            ".exit",  ".pid", ".gpushare"};
 
 // A handle that is also a safe file name, unique across restarts: "ml.train-1.workers.0.<ms>-7";
 // under a key, the same for every start under it: "ml.train-1.workers.0.k<key>".

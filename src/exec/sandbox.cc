@@ -85,8 +85,8 @@ int writeSmall(const char* path, const char* text) {
 // refuses a remount in a user namespace that would drop one).
 int setAttr(const char* target, uint64_t attr, bool recursive) {
   MountAttr a{attr, 0, 0, 0};
-  if (::syscall(kSysMountSetattr, AT_FDCWD, target, recursive ? kAtRecursive : 0u, &a,
-                sizeof a) == 0) {
+  if (::syscall(kSysMountSetattr, AT_FDCWD, target, recursive ? kAtRecursive : 0u, &a, sizeof a) ==
+      0) {
     return 0;
   }
   if (errno != ENOSYS) return errno;
@@ -149,9 +149,8 @@ void SandboxPlan::addDirs(const std::string& view_path) {
 
 SandboxPlan SandboxPlan::make(Isolation isolation, const SandboxOptions& options,
                               const std::string& base, const std::string& workdir_root,
-                              const std::string& workdir, const std::vector<int>& gpus,
-                              int64_t uid, int64_t gid, const std::string& hostname,
-                              int64_t tmp_bytes) {
+                              const std::string& workdir, const std::vector<int>& gpus, int64_t uid,
+                              int64_t gid, const std::string& hostname, int64_t tmp_bytes) {
   SandboxPlan p;
   p.isolation_ = isolation;
   if (isolation == Isolation::kNone) return p;
@@ -203,25 +202,25 @@ SandboxPlan SandboxPlan::make(Isolation isolation, const SandboxOptions& options
       if (ec) return;
       entries.push_back({path, [&p, path, text] {
                            p.addDirs(std::filesystem::path(path).parent_path().string());
-                           p.add({Op::kSymlink, p.keep(text.string()), p.keep(p.at(path)),
-                                  nullptr, 0, false, false, "symlink"});
+                           p.add({Op::kSymlink, p.keep(text.string()), p.keep(p.at(path)), nullptr,
+                                  0, false, false, "symlink"});
                          }});
       return;
     }
     const bool dir = S_ISDIR(st.st_mode);
-    entries.push_back({path, [&p, path, dir] {
-                         if (dir) {
-                           p.addDirs(path);
-                         } else {
-                           p.addDirs(std::filesystem::path(path).parent_path().string());
-                           p.add({Op::kFile, nullptr, p.keep(p.at(path))});
-                         }
-                         const char* target = p.keep(p.at(path));
-                         p.add({Op::kBind, p.keep(path), target, nullptr, 0, true, false,
-                                "bind-ro"});
-                         p.add({Op::kAttr, nullptr, target, nullptr,
-                                kAttrRdonly | kAttrNosuid | kAttrNodev, true});
-                       }});
+    entries.push_back(
+        {path, [&p, path, dir] {
+           if (dir) {
+             p.addDirs(path);
+           } else {
+             p.addDirs(std::filesystem::path(path).parent_path().string());
+             p.add({Op::kFile, nullptr, p.keep(p.at(path))});
+           }
+           const char* target = p.keep(p.at(path));
+           p.add({Op::kBind, p.keep(path), target, nullptr, 0, true, false, "bind-ro"});
+           p.add(
+               {Op::kAttr, nullptr, target, nullptr, kAttrRdonly | kAttrNosuid | kAttrNodev, true});
+         }});
     shown.push_back(real);
   };
   for (const auto& s : options.system_paths) showReadOnly(s);
@@ -230,59 +229,63 @@ SandboxPlan SandboxPlan::make(Isolation isolation, const SandboxOptions& options
   if (!options.gpu_share_library.empty()) showReadOnly(options.gpu_share_library);
 
   // /dev: the usual character devices, the pod's GPUs and the driver's shared devices.
-  entries.push_back({"/dev", [&p, &options, &gpus, &tmp_size] {
-    p.addDirs("/dev");
-    p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/dev")), "mode=0755,size=64k", MS_NOSUID | MS_NOEXEC,
-           false, false, "tmpfs"});
-    std::vector<std::string> devices = {"/dev/null", "/dev/zero", "/dev/full",
-                                        "/dev/random", "/dev/urandom", "/dev/tty"};
-    for (int g : gpus) devices.push_back(fmt::format("/dev/nvidia{}", g));
-    for (const auto& d : options.shared_devices) devices.push_back(d);
-    for (const auto& d : devices) {
-      struct stat st {};
-      if (::stat(d.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
-      const char* target = p.keep(p.at(d));
-      p.add({Op::kFile, nullptr, target, nullptr, 0, false, true});
-      p.add({Op::kBind, p.keep(d), target, nullptr, 0, false, true, "device"});
-    }
-    p.addDirs("/dev/shm");
-    p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/dev/shm")), p.keep("mode=1777," + tmp_size),
-           MS_NOSUID | MS_NODEV, false, false, "tmpfs"});
-    p.addDirs("/dev/pts");
-    p.add({Op::kDevpts, "devpts", p.keep(p.at("/dev/pts")), "newinstance,ptmxmode=0666,mode=0620",
-           MS_NOSUID | MS_NOEXEC, false, true, "devpts"});
-    for (const auto& [link, text] : std::vector<std::pair<const char*, const char*>>{
-             {"/dev/ptmx", "pts/ptmx"},
-             {"/dev/fd", "/proc/self/fd"},
-             {"/dev/stdin", "/proc/self/fd/0"},
-             {"/dev/stdout", "/proc/self/fd/1"},
-             {"/dev/stderr", "/proc/self/fd/2"}}) {
-      p.add({Op::kSymlink, text, p.keep(p.at(link)), nullptr, 0, false, true});
-    }
-  }});
+  entries.push_back(
+      {"/dev", [&p, &options, &gpus, &tmp_size] {
+         p.addDirs("/dev");
+         p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/dev")), "mode=0755,size=64k",
+                MS_NOSUID | MS_NOEXEC, false, false, "tmpfs"});
+         std::vector<std::string> devices = {"/dev/null",   "/dev/zero",    "/dev/full",
+                                             "/dev/random", "/dev/urandom", "/dev/tty"};
+         for (int g : gpus) devices.push_back(fmt::format("/dev/nvidia{}", g));
+         for (const auto& d : options.shared_devices) devices.push_back(d);
+         for (const auto& d : devices) {
+           struct stat st {};
+           if (::stat(d.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+           const char* target = p.keep(p.at(d));
+           p.add({Op::kFile, nullptr, target, nullptr, 0, false, true});
+           p.add({Op::kBind, p.keep(d), target, nullptr, 0, false, true, "device"});
+         }
+         p.addDirs("/dev/shm");
+         p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/dev/shm")), p.keep("mode=1777," + tmp_size),
+                MS_NOSUID | MS_NODEV, false, false, "tmpfs"});
+         p.addDirs("/dev/pts");
+         p.add({Op::kDevpts, "devpts", p.keep(p.at("/dev/pts")),
+                "newinstance,ptmxmode=0666,mode=0620", MS_NOSUID | MS_NOEXEC, false, true,
+                "devpts"});
+         for (const auto& [link, text] : std::vector<std::pair<const char*, const char*>>{
+                  {"/dev/ptmx", "pts/ptmx"},
+                  {"/dev/fd", "/proc/self/fd"},
+                  {"/dev/stdin", "/proc/self/fd/0"},
+                  {"/dev/stdout", "/proc/self/fd/1"},
+                  {"/dev/stderr", "/proc/self/fd/2"}}) {
+           p.add({Op::kSymlink, text, p.keep(p.at(link)), nullptr, 0, false, true});
+         }
+       }});
   // /proc of its own PID namespace; /sys read-only, without the cgroup tree; a private /tmp.
   entries.push_back({"/proc", [&p] {
-    p.addDirs("/proc");
-    p.add({Op::kProc, "proc", p.keep(p.at("/proc")), nullptr, MS_NOSUID | MS_NODEV | MS_NOEXEC,
-           false, false, "proc"});
-  }});
-  if (struct stat st {}; ::stat("/sys", &st) == 0) {
-    entries.push_back({"/sys", [&p] {
-      p.addDirs("/sys");
-      const char* sys = p.keep(p.at("/sys"));
-      p.add({Op::kBind, "/sys", sys, nullptr, 0, true, false, "bind-ro"});
-      p.add({Op::kAttr, nullptr, sys, nullptr, kAttrRdonly | kAttrNosuid | kAttrNodev, true});
-      if (struct stat cg {}; ::stat("/sys/fs/cgroup", &cg) == 0) {
-        p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/sys/fs/cgroup")), "mode=0555,size=4k",
-               MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, false, true, "hide"});
-      }
-    }});
+                       p.addDirs("/proc");
+                       p.add({Op::kProc, "proc", p.keep(p.at("/proc")), nullptr,
+                              MS_NOSUID | MS_NODEV | MS_NOEXEC, false, false, "proc"});
+                     }});
+  if (struct stat st{}; ::stat("/sys", &st) == 0) {
+    entries.push_back(
+        {"/sys", [&p] {
+           p.addDirs("/sys");
+           const char* sys = p.keep(p.at("/sys"));
+           p.add({Op::kBind, "/sys", sys, nullptr, 0, true, false, "bind-ro"});
+           p.add({Op::kAttr, nullptr, sys, nullptr, kAttrRdonly | kAttrNosuid | kAttrNodev, true});
+           if (struct stat cg{}; ::stat("/sys/fs/cgroup", &cg) == 0) {
+             p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/sys/fs/cgroup")), "mode=0555,size=4k",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, false, true, "hide"});
+           }
+         }});
   }
   entries.push_back({"/tmp", [&p, &tmp_size] {
-    p.addDirs("/tmp");
-    p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/tmp")), p.keep("mode=1777," + tmp_size),
-           MS_NOSUID | MS_NODEV, false, false, "tmpfs"});
-  }});
+                       p.addDirs("/tmp");
+                       p.add({Op::kTmpfs, "tmpfs", p.keep(p.at("/tmp")),
+                              p.keep("mode=1777," + tmp_size), MS_NOSUID | MS_NODEV, false, false,
+                              "tmpfs"});
+                     }});
 
   // What Purser keeps to itself, where it lies beneath something shown: an empty directory over
   // it (writable only until the view is finished, for mount points inside), or /dev/null.
@@ -293,17 +296,17 @@ SandboxPlan SandboxPlan::make(Isolation isolation, const SandboxOptions& options
     struct stat st {};
     if (!beneath || ::stat(h.c_str(), &st) != 0) continue;
     const bool dir = S_ISDIR(st.st_mode);
-    entries.push_back({h, [&p, &masks, h, dir] {
-                         const char* target = p.keep(p.at(h));
-                         if (dir) {
-                           p.add({Op::kTmpfs, "tmpfs", target, "mode=0755,size=64k",
-                                  MS_NOSUID | MS_NODEV | MS_NOEXEC, false, false, "hide"});
-                           masks.push_back(target);
-                         } else {
-                           p.add({Op::kBind, "/dev/null", target, nullptr, 0, false, false,
-                                  "hide"});
-                         }
-                       }});
+    entries.push_back(
+        {h, [&p, &masks, h, dir] {
+           const char* target = p.keep(p.at(h));
+           if (dir) {
+             p.add({Op::kTmpfs, "tmpfs", target, "mode=0755,size=64k",
+                    MS_NOSUID | MS_NODEV | MS_NOEXEC, false, false, "hide"});
+             masks.push_back(target);
+           } else {
+             p.add({Op::kBind, "/dev/null", target, nullptr, 0, false, false, "hide"});
+           }
+         }});
   }
   std::stable_sort(entries.begin(), entries.end(), [&](const Entry& a, const Entry& b) {
     return depthOf(a.path) < depthOf(b.path);
@@ -552,8 +555,8 @@ Result<void> probeSandbox(Isolation isolation, const SandboxOptions& options,
   if (pid == 0) {
     ::close(report[0]);
     // As a pod's supervisor does: the sandbox's init is cloned into its namespaces.
-    const long child = ::syscall(SYS_clone, sandboxCloneFlags(isolation) | SIGCHLD, nullptr,
-                                 nullptr, nullptr, 0);
+    const long child =
+        ::syscall(SYS_clone, sandboxCloneFlags(isolation) | SIGCHLD, nullptr, nullptr, nullptr, 0);
     if (child == 0) {
       int step = 0;
       int result[2] = {plan.raise(&step), step};

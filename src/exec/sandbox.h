@@ -49,7 +49,7 @@ struct SandboxOptions {
   // Hidden beneath a directory shown, though a path inside one may be shown on purpose (the
   // configuration's directory: what lies beside it often holds secrets).
   std::vector<std::string> masked_paths;
-  std::string self_binary;  // Purser's own program, shown read-only at its path ("" none)
+  std::string self_binary;        // Purser's own program, shown read-only at its path ("" none)
   std::string gpu_share_library;  // the GPU share shim, shown read-only at its path ("" none)
   // Device files every pod gets when the host has them (the GPU driver's control devices).
   std::vector<std::string> shared_devices = {"/dev/nvidiactl", "/dev/nvidia-uvm",

@@ -169,9 +169,10 @@ Result<FleetSetup> fleetSetup(const config::Config& config, const DataDir& data_
         exec::findGpuShareLibrary(std::filesystem::read_symlink("/proc/self/exe", ec).string());
     local.sandbox.gpu_share_library = local.gpu_share_library;
     if (local.gpu_share_library.empty()) {
-      spdlog::warn("fleet: {} is not installed beside purser; pods holding a share of a GPU are "
-                   "refused on the local and Slurm executors",
-                   exec::kGpuShareLibrary);
+      spdlog::warn(
+          "fleet: {} is not installed beside purser; pods holding a share of a GPU are "
+          "refused on the local and Slurm executors",
+          exec::kGpuShareLibrary);
     }
   }
   PURSER_TRY(setUpLocalPods(config, data_dir, pod_logs, local, warnings));
