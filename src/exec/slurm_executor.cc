@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace purser::exec {
@@ -233,9 +234,14 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
     script += fmt::format("export {}={}\n", k, shellQuote(v));
   }
   if (share) {
-    script +=
-        "export CUDA_DEVICE_MEMORY_SHARED_CACHE=\"${TMPDIR:-/tmp}/purser-gpushare-"
-        "${SLURM_JOB_ID:-$$}\"\n";
+    // A node's /tmp is every account's: the job id alone is guessable, so another tenant could
+    // plant a file there first. A token only this script (in its team's own directory) knows
+    // makes the name unguessable; the shim refuses a file not the job's account's own.
+    std::random_device random;
+    script += fmt::format(
+        "export CUDA_DEVICE_MEMORY_SHARED_CACHE=\"${{TMPDIR:-/tmp}}/purser-gpushare-"
+        "${{SLURM_JOB_ID:-$$}}-{:08x}{:08x}\"\n",
+        random(), random());
   }
   if (pod.env.count("PATH") == 0) {
     const char* path = ::getenv("PATH");

@@ -65,6 +65,17 @@ bool ShareRegion::open(const std::string& path, const Limits& limits, std::strin
       *error = "cannot open the shared region " + path + ": " + std::strerror(errno);
       return false;
     }
+    // Where the path is in a directory others can write (a node's /tmp), the file must be this
+    // account's own and writable by no one else: a region another user planted could raise or
+    // read the pod's counts, or hold its lock for ever. Checked before waiting on that lock.
+    struct stat own {};
+    if (::fstat(fd, &own) != 0 || !S_ISREG(own.st_mode) || own.st_uid != ::geteuid() ||
+        (own.st_mode & 022) != 0) {
+      *error = "the shared region " + path +
+               " is not a file of this account's own that only it may write";
+      ::close(fd);
+      return false;
+    }
     while (::flock(fd, LOCK_EX) != 0) {
       if (errno != EINTR) {
         *error = "cannot lock the shared region " + path + ": " + std::strerror(errno);

@@ -150,7 +150,10 @@ TEST_F(LocalGpuShareTest, ASlurmJobsShareIsEnforcedWithARegionOnTheNode) {
   auto h = executor.start(pod);
   ASSERT_TRUE(h) << h.error().toString();
   const std::string log = *executor.logTail(*h, 4096);
-  EXPECT_THAT(log, HasSubstr("region=" + dir.file("node-tmp") + "/purser-gpushare-42")) << log;
+  // On the node's disk, named by the job and a token another tenant cannot guess.
+  EXPECT_THAT(log, ::testing::MatchesRegex("(.|\n)*region=" + dir.file("node-tmp") +
+                                           "/purser-gpushare-42-[0-9a-f]{16}\n(.|\n)*"))
+      << log;
   EXPECT_THAT(log, HasSubstr("allocated=1073741824 error=2")) << log;
   // Without the shim the job is refused before anything is submitted.
   options.gpu_share_library.clear();

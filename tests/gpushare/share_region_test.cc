@@ -1,6 +1,9 @@
 // The GPU share shim's logic in-process: reading a share from the environment, the pod's shared
 // region (reservations, dead processes, the compute bucket) and the compute controller.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,6 +140,25 @@ TEST_F(ShareRegionTest, ARegionPathThatIsALinkIsNotFollowed) {
   std::string kept;
   std::getline(in, kept);
   EXPECT_EQ(kept, "keep me");
+}
+
+TEST_F(ShareRegionTest, ARegionAnotherAccountCouldWriteIsRefusedBeforeItsLockIsAwaited) {
+  // Planted where a pod's region goes, writable by anyone (and its lock held, as a hostile
+  // tenant would): refused at once, without waiting on that lock or reading what it holds.
+  const int fd = ::open(path().c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fchmod(fd, 0666), 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  ShareRegion r;
+  std::string error;
+  EXPECT_FALSE(r.open(path(), limitsOf({{"CUDA_DEVICE_MEMORY_LIMIT", "1m"}}), &error));
+  EXPECT_NE(error.find("not a file of this account's own"), std::string::npos) << error;
+  // Another account's file, where the test may make one.
+  ASSERT_EQ(::fchmod(fd, 0600), 0);
+  ::close(fd);
+  if (::geteuid() == 0 && ::chown(path().c_str(), 65534, 65534) == 0) {
+    EXPECT_FALSE(r.open(path(), limitsOf({{"CUDA_DEVICE_MEMORY_LIMIT", "1m"}}), &error));
+  }
 }
 
 TEST_F(ShareRegionTest, TheBucketLetsTheRateThroughAndMakesTheRestWait) {
