@@ -280,6 +280,16 @@ Target keyTarget(const identity::ApiKey& k) { return Target{k.tenant_id, k.team_
 
 Result<Principal> authenticate(const Services& s, const Request& req) {
   auto header = req.headers.get("authorization");
+  if (!header && !req.tls_client_subject.empty()) {
+    // Mutual TLS: a client certificate mapped to a service account's key stands for that key.
+    auto who = s.directory.verifyCertificate(req.tls_client_subject);
+    if (!who) {
+      return fail(
+          Error(ErrorCode::kUnauthenticated,
+                who.error().message + "; send an API key as \"Authorization: Bearer <key>\""));
+    }
+    return std::move(*who);
+  }
   if (!header) {
     return fail(Error(ErrorCode::kUnauthenticated,
                       "no API key: send it as \"Authorization: Bearer <key>\""));

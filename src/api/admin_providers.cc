@@ -25,12 +25,19 @@ asio::awaitable<Response> listProviders(const Services& s, Request& req) {
   json items = json::array();
   if (s.gateway != nullptr) {
     for (const auto* p : s.gateway->providers()) {
-      items.push_back(
-          {{"name", p->name()},
-           {"kind", p->kind() == gateway::ProviderKind::kAnthropic ? "anthropic" : "openai"},
-           {"base_url", p->baseUrl()},
-           {"keys", p->keyCount()},
-           {"keys_source", p->keysReplaced() ? "api" : "config"}});
+      json item = {
+          {"name", p->name()},
+          {"kind", p->kind() == gateway::ProviderKind::kAnthropic ? "anthropic" : "openai"},
+          {"base_url", p->baseUrl()},
+          {"keys", p->keyCount()},
+          {"keys_source", p->keysReplaced() ? "api" : "config"}};
+      // How its HTTPS is checked: a provider that is not verified says so wherever it is listed.
+      const gateway::ProviderTls& tls = p->tls();
+      item["tls"] = {{"verify", !tls.insecure_skip_verify},
+                     {"insecure_skip_verify", tls.insecure_skip_verify},
+                     {"ca", tls.ca_file.empty() ? "system" : "system+file"},
+                     {"client_certificate", tls.client_certificate}};
+      items.push_back(std::move(item));
     }
   }
   co_return jsonResponse(200, listOf(std::move(items)));

@@ -52,4 +52,51 @@ std::optional<std::string> base64Decode(std::string_view text) {
   return out;
 }
 
+std::string base64UrlEncode(std::string_view bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  const auto at = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(bytes[k])); };
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t n = at(i) << 16 | at(i + 1) << 8 | at(i + 2);
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += kAlphabet[(n >> 6) & 63];
+    out += kAlphabet[n & 63];
+  }
+  if (bytes.size() - i == 1) {
+    const uint32_t n = at(i) << 16;
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+  } else if (bytes.size() - i == 2) {
+    const uint32_t n = at(i) << 16 | at(i + 1) << 8;
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += kAlphabet[(n >> 6) & 63];
+  }
+  return out;
+}
+
+std::optional<std::string> base64UrlDecode(std::string_view text) {
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  if (text.size() % 4 == 1) return std::nullopt;
+  std::string standard;
+  standard.reserve(text.size() + 3);
+  for (const char c : text) {
+    if (c == '-') {
+      standard += '+';
+    } else if (c == '_') {
+      standard += '/';
+    } else if (c == '+' || c == '/' || c == '=' || valueOf(c) < 0) {
+      return std::nullopt;
+    } else {
+      standard += c;
+    }
+  }
+  while (standard.size() % 4 != 0) standard += '=';
+  return base64Decode(standard);
+}
+
 }  // namespace purser

@@ -1,11 +1,9 @@
 #include "common/random.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
 #include <cstring>
 
 #include "common/assert.h"
+#include "common/crypto.h"
 
 namespace purser {
 
@@ -27,17 +25,7 @@ uint64_t Random::uniform(uint64_t bound) {
   }
 }
 
-void SystemRandom::fill(std::span<uint8_t> out) {
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::getrandom(out.data() + done, out.size() - done, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      PURSER_CHECK_MSG(false, "getrandom failed");
-    }
-    done += static_cast<size_t>(n);
-  }
-}
+void SystemRandom::fill(std::span<uint8_t> out) { crypto::randomBytes(out); }
 
 SystemRandom& SystemRandom::instance() {
   static SystemRandom r;

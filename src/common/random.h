@@ -1,8 +1,9 @@
 // Random: the seam for randomness. Ids, key secrets and jitter draw from a Random& so tests can
 // make them reproducible with SeededRandom.
 //
-// SystemRandom reads the kernel's CSPRNG (getrandom(2)) and is safe for secrets; SeededRandom is
-// deterministic and must never be used for secrets. Both are thread-safe.
+// SystemRandom reads OpenSSL's DRBG (crypto::randomBytes: seeded by the kernel, FIPS's under
+// crypto.fips) and is safe for secrets; SeededRandom is deterministic and must never be used for
+// secrets. Both are thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -217,15 +217,52 @@ void readHttp(YamlReader::Map m, HttpConfig& http) {
   m.optional("body_timeout", http.body_timeout, milliseconds(1));
   m.optional("write_timeout", http.write_timeout, milliseconds(1));
   m.optional("drain_timeout", http.drain_timeout);
-  if (m.present("tls")) {
-    YamlReader::Map tls = m.map("tls");
-    TlsConfig t;
-    tls.required("cert_file", t.cert_file);
-    tls.required("key_file", t.key_file);
-    tls.finish();
-    http.tls = t;
+  m.finish();
+}
+
+void readTls(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
+  YamlReader::Map m = top.map("tls");
+  TlsConfig t;
+  m.required("cert", t.cert_file);
+  m.required("key", t.key_file);
+  m.optional("client_ca", t.client_ca_file);
+  m.optionalChoice("min_version", t.min_version, {"1.2", "1.3"});
+  m.optional("watch_interval", t.watch_interval);
+  if (m.present("clients")) {
+    const YAML::Node list = m.get("clients");
+    if (!list.IsSequence()) {
+      reader.addError(list, "tls.clients", "expected a list of {subject, service_account, key?}");
+    } else {
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string path = fmt::format("tls.clients[{}]", i);
+        YamlReader::Map c = reader.map(list[i], path);
+        TlsClientConfig client;
+        c.required("subject", client.subject);
+        c.required("service_account", client.service_account);
+        c.optional("key", client.key);
+        c.finish();
+        const size_t slash = client.service_account.find('/');
+        if (!client.service_account.empty() && (slash == std::string::npos || slash == 0 ||
+                                                slash + 1 == client.service_account.size())) {
+          reader.addError(list[i]["service_account"], path + ".service_account",
+                          "expected TENANT/NAME, e.g. acme/ci-bot");
+        }
+        for (const auto& other : t.clients) {
+          if (other.subject == client.subject) {
+            reader.addError(list[i]["subject"], path + ".subject",
+                            fmt::format("subject \"{}\" is mapped twice", client.subject));
+          }
+        }
+        t.clients.push_back(std::move(client));
+      }
+    }
   }
   m.finish();
+  if (!t.clients.empty() && t.client_ca_file.empty()) {
+    reader.addError(top.get("tls"), "tls.clients",
+                    "mapping client certificates needs tls.client_ca (the CA that signs them)");
+  }
+  cfg.tls = std::move(t);
 }
 
 void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
@@ -250,7 +287,14 @@ void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
     m.optional("metrics_url", p.metrics_url);
     m.optionalChoice("engine", p.engine, {"vllm", "sglang", "tgi"});
     m.optionalStrings("gpus", p.gpus);
+    m.optional("ca", p.ca_file);
+    m.optional("client_cert", p.client_cert_file);
+    m.optional("client_key", p.client_key_file);
+    m.optional("insecure_skip_verify", p.insecure_skip_verify);
     m.finish();
+    if (p.client_cert_file.empty() != p.client_key_file.empty()) {
+      reader.addError(list[i], path, "client_cert and client_key go together");
+    }
     for (const auto& [field, url] :
          {std::pair{"base_url", p.base_url}, {"metrics_url", p.metrics_url}}) {
       if (!url.empty() && !url.starts_with("http://") && !url.starts_with("https://")) {
@@ -461,6 +505,12 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
     log.finish();
   }
   if (top.present("http")) readHttp(top.map("http"), cfg.http);
+  if (top.present("tls")) readTls(reader, top, cfg);
+  if (top.present("crypto")) {
+    YamlReader::Map crypto = top.map("crypto");
+    crypto.optional("fips", cfg.crypto.fips);
+    crypto.finish();
+  }
   if (top.present("store")) {
     YamlReader::Map store = top.map("store");
     store.optionalChoice("driver", cfg.store.driver, {"sqlite", "postgres"});
@@ -736,6 +786,23 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   }
   readProviders(reader, top, cfg);
   readRoutes(reader, top, cfg);
+  {
+    // Certificates and keys named relative to the configuration file are found beside it.
+    const std::filesystem::path base = std::filesystem::path(file_name).parent_path();
+    const auto beside = [&](std::string& f) {
+      if (!f.empty() && std::filesystem::path(f).is_relative()) f = (base / f).string();
+    };
+    if (cfg.tls) {
+      beside(cfg.tls->cert_file);
+      beside(cfg.tls->key_file);
+      beside(cfg.tls->client_ca_file);
+    }
+    for (auto& p : cfg.providers) {
+      beside(p.ca_file);
+      beside(p.client_cert_file);
+      beside(p.client_key_file);
+    }
+  }
   if (top.present("observe")) {
     readObserve(reader, top, cfg);
   } else {

@@ -19,9 +19,33 @@
 
 namespace purser::config {
 
+// A client certificate's subject (RFC 2253, as `openssl x509 -subject -nameopt RFC2253` prints
+// it: "CN=ci-runner,O=Acme") and the service account it authenticates as: `service_account` is
+// "TENANT/NAME"; `key` names which of the account's keys the certificate stands for (its models,
+// limits and wallets apply; revoking the key ends the certificate's access). Without `key` the
+// account must have exactly one active key.
+struct TlsClientConfig {
+  std::string subject;
+  std::string service_account;
+  std::string key;
+};
+
+// HTTPS on `listen`. The certificate and key are re-read on SIGHUP and when either file changes
+// (checked every `watch_interval`; 0: only on SIGHUP). `client_ca` turns on mutual TLS: every
+// client must present a certificate it signed.
 struct TlsConfig {
   std::string cert_file;
   std::string key_file;
+  std::string client_ca_file;
+  std::string min_version = "1.2";  // "1.2" or "1.3"
+  std::vector<TlsClientConfig> clients;
+  Duration watch_interval = std::chrono::seconds(10);
+};
+
+// `crypto.fips`: load OpenSSL's FIPS provider and make `fips=yes` the default property query at
+// start (refusing to start without it).
+struct CryptoConfig {
+  bool fips = false;
 };
 
 struct HttpConfig {
@@ -35,7 +59,6 @@ struct HttpConfig {
   Duration body_timeout = std::chrono::seconds(60);
   Duration write_timeout = std::chrono::seconds(60);
   Duration drain_timeout = std::chrono::seconds(10);
-  std::optional<TlsConfig> tls;
 };
 
 // Where state lives: SQLite in the data directory (the default), or a PostgreSQL server
@@ -105,6 +128,13 @@ struct ProviderConfig {
   // The GPUs it runs on, as "EXPORTER/GPU" (an observe.exporters name and the GPU's index):
   // an XID error reported on one makes its targets down.
   std::vector<std::string> gpus;
+  // HTTPS: extra trust anchors (PEM file; the system store counts too), a client certificate
+  // and key (PEM files) for servers that require one, and — for a test bench only — no
+  // verification at all (a warning at every start, shown in GET /api/v1/providers).
+  std::string ca_file;
+  std::string client_cert_file;
+  std::string client_key_file;
+  bool insecure_skip_verify = false;
 };
 
 struct TargetConfig {
@@ -297,6 +327,8 @@ struct Config {
   std::string data_dir = "./var";
   LogOptions log;
   HttpConfig http;
+  std::optional<TlsConfig> tls;
+  CryptoConfig crypto;
   StoreConfig store;
   LedgerConfig ledger;
   ConsoleConfig console;

@@ -9,14 +9,16 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <random>
 #include <sstream>
+
+#include "common/crypto.h"
 
 namespace purser::exec {
 
@@ -237,11 +239,14 @@ Result<std::string> SlurmExecutor::start(const PodLaunch& pod) {
     // A node's /tmp is every account's: the job id alone is guessable, so another tenant could
     // plant a file there first. A token only this script (in its team's own directory) knows
     // makes the name unguessable; the shim refuses a file not the job's account's own.
-    std::random_device random;
+    std::array<uint8_t, 8> token{};
+    crypto::randomBytes(token);
+    uint64_t value = 0;
+    for (const uint8_t b : token) value = value << 8 | b;
     script += fmt::format(
         "export CUDA_DEVICE_MEMORY_SHARED_CACHE=\"${{TMPDIR:-/tmp}}/purser-gpushare-"
-        "${{SLURM_JOB_ID:-$$}}-{:08x}{:08x}\"\n",
-        random(), random());
+        "${{SLURM_JOB_ID:-$$}}-{:016x}\"\n",
+        value);
   }
   if (pod.env.count("PATH") == 0) {
     const char* path = ::getenv("PATH");

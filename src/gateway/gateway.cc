@@ -8,12 +8,20 @@ namespace purser::gateway {
 std::optional<Response> Gateway::Impl::identify(Call& c, Request& req) {
   const Api api = c.api;
   auto presented = presentedKey(req);
-  if (!presented) {
+  if (!presented && req.tls_client_subject.empty()) {
     return apiError(api, Fault::kUnauthenticated,
                     "You didn't provide an API key. Send it as \"Authorization: Bearer KEY\".", {},
                     "missing_api_key");
   }
-  auto who = d_.directory.verify(*presented);
+  // A key wins over a client certificate; a certificate mapped to a key stands for it.
+  auto who = presented ? d_.directory.verify(*presented)
+                       : d_.directory.verifyCertificate(req.tls_client_subject);
+  if (!who && !presented) {
+    return apiError(api, Fault::kUnauthenticated,
+                    who.error().message + ". Send an API key as \"Authorization: Bearer KEY\".", {},
+                    who.error().reason == identity::KeyRefusal::kMissing ? "missing_api_key"
+                                                                         : "invalid_api_key");
+  }
   if (!who) {
     return apiError(api, Fault::kUnauthenticated,
                     who.error().reason == identity::KeyRefusal::kUnknown
@@ -361,11 +369,12 @@ Response Gateway::Impl::models(Request& req) {
   c.api = Api::kOpenAi;
   c.started = d_.clock.monotonic();
   auto presented = presentedKey(req);
-  if (!presented) {
+  if (!presented && req.tls_client_subject.empty()) {
     return apiError(Api::kOpenAi, Fault::kUnauthenticated, "You didn't provide an API key.", {},
                     "missing_api_key");
   }
-  auto who = d_.directory.authenticate(*presented);
+  auto who = presented ? d_.directory.verify(*presented)
+                       : d_.directory.verifyCertificate(req.tls_client_subject);
   if (!who) {
     return apiError(Api::kOpenAi, Fault::kUnauthenticated, "Incorrect API key provided.", {},
                     "invalid_api_key");

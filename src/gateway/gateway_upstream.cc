@@ -65,6 +65,7 @@ Result<http::ClientRequest> Gateway::Impl::upstreamRequest(Call& c, const Target
   http::ClientRequest r;
   r.method = Method::kPost;
   r.url = t.provider->baseUrl() + upstreamPath(path);
+  r.tls = t.provider->tls().profile;
   r.headers.add("Content-Type", "application/json");
   const std::string key = t.provider->nextKey();
   if (t.provider->kind() == ProviderKind::kAnthropic) {

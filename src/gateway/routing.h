@@ -28,6 +28,7 @@
 #include "common/random.h"
 #include "common/result.h"
 #include "gateway/affinity.h"
+#include "http/client.h"
 #include "ledger/price.h"
 
 namespace purser::gateway {
@@ -44,6 +45,15 @@ struct ProviderLimits {
   size_t max_event_bytes = 1024 * 1024;          // one server-sent event of a stream
 };
 
+// How a provider's HTTPS is checked (GET /api/v1/providers shows it): the profile its requests
+// connect with (null: the system's trust store, verified), and what it was made of.
+struct ProviderTls {
+  std::shared_ptr<const http::TlsProfile> profile;
+  std::string ca_file;
+  bool client_certificate = false;
+  bool insecure_skip_verify = false;
+};
+
 // An upstream account: where it is and the keys to use, in turn. Keys can be replaced while
 // requests run (thread-safe); they are never logged.
 class Provider {
@@ -57,6 +67,9 @@ class Provider {
   Duration timeout() const { return timeout_; }
   Duration connectTimeout() const { return connect_timeout_; }
   const ProviderLimits& limits() const { return limits_; }
+  // Set once, before any request is made.
+  void setTls(ProviderTls tls) { tls_ = std::move(tls); }
+  const ProviderTls& tls() const { return tls_; }
 
   // The next key in turn ("" when the provider has none).
   std::string nextKey();
@@ -77,6 +90,7 @@ class Provider {
   const Duration timeout_;
   const Duration connect_timeout_;
   const ProviderLimits limits_;
+  ProviderTls tls_;
   mutable std::mutex mu_;
   std::vector<std::string> keys_;             // in use; guarded by mu_
   std::vector<std::string> configured_keys_;  // guarded by mu_

@@ -17,6 +17,12 @@ constexpr size_t kTag = 16;
 
 using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)>;
 
+// AES-256-GCM, fetched once under the default property query (FIPS's when crypto.fips is set).
+const EVP_CIPHER* aes256Gcm() {
+  static EVP_CIPHER* const cipher = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+  return cipher;
+}
+
 Error cryptoError(std::string_view what) {
   return internalError(fmt::format("AES-256-GCM {} failed", what));
 }
@@ -42,7 +48,8 @@ Result<std::string> Sealer::seal(std::string_view plaintext, std::string_view as
   random.fill(std::span<uint8_t>(bytes, kNonce));
   CipherCtx ctx(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free);
   int len = 0;
-  if (!ctx || EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key_.data(), bytes) != 1 ||
+  if (!ctx || aes256Gcm() == nullptr ||
+      EVP_EncryptInit_ex(ctx.get(), aes256Gcm(), nullptr, key_.data(), bytes) != 1 ||
       EVP_EncryptUpdate(ctx.get(), nullptr, &len,
                         reinterpret_cast<const unsigned char*>(associated.data()),
                         static_cast<int>(associated.size())) != 1 ||
@@ -67,7 +74,8 @@ Result<std::string> Sealer::unseal(std::string_view sealed, std::string_view ass
   int len = 0;
   std::array<unsigned char, kTag> tag{};
   std::memcpy(tag.data(), bytes + kNonce + n, kTag);
-  if (!ctx || EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key_.data(), bytes) != 1 ||
+  if (!ctx || aes256Gcm() == nullptr ||
+      EVP_DecryptInit_ex(ctx.get(), aes256Gcm(), nullptr, key_.data(), bytes) != 1 ||
       EVP_DecryptUpdate(ctx.get(), nullptr, &len,
                         reinterpret_cast<const unsigned char*>(associated.data()),
                         static_cast<int>(associated.size())) != 1 ||

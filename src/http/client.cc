@@ -33,6 +33,7 @@ namespace {
 
 struct Connection {
   std::string key;
+  std::shared_ptr<const TlsProfile> profile;
   std::unique_ptr<beast::tcp_stream> plain;
   std::unique_ptr<ssl::stream<beast::tcp_stream>> tls;
   beast::flat_buffer buffer;
@@ -101,6 +102,20 @@ Result<void> configureTls(ssl::context& ctx, const ClientOptions& o) {
 
 }  // namespace
 
+class TlsProfile {
+ public:
+  explicit TlsProfile(const ClientOptions& o)
+      : context(ssl::context::tls_client), verify(o.verify_tls) {}
+  mutable ssl::context context;  // only read once made: SSL_new takes a non-const handle
+  const bool verify;
+};
+
+Result<std::shared_ptr<const TlsProfile>> makeTlsProfile(const ClientOptions& tls) {
+  auto profile = std::make_shared<TlsProfile>(tls);
+  PURSER_TRY(configureTls(profile->context, tls));
+  return std::shared_ptr<const TlsProfile>(std::move(profile));
+}
+
 class HttpClient::Impl {
  public:
   Impl(net::io_context& context, ClientOptions options, const Clock& clock)
@@ -122,7 +137,7 @@ class HttpClient::Impl {
     if (!url) co_return fail(url.error());
     ++stats_.requests;
     for (int attempt = 0;; ++attempt) {
-      auto conn = co_await acquire(*url);
+      auto conn = co_await acquire(*url, req.tls);
       if (!conn) co_return fail(conn.error());
       bool response_started = false;
       bool reusable = false;
@@ -154,8 +169,12 @@ class HttpClient::Impl {
     q.push_back(std::move(conn));
   }
 
-  net::awaitable<Result<std::unique_ptr<Connection>>> acquire(const Url& url) {
-    const std::string key = fmt::format("{}://{}", url.tls ? "https" : "http", url.authority());
+  net::awaitable<Result<std::unique_ptr<Connection>>> acquire(
+      const Url& url, const std::shared_ptr<const TlsProfile>& profile) {
+    std::string key = fmt::format("{}://{}", url.tls ? "https" : "http", url.authority());
+    if (url.tls && profile != nullptr) {
+      key += fmt::format("#{}", static_cast<const void*>(profile.get()));
+    }
     auto it = idle_.find(key);
     const MonoTime now = clock_.monotonic();
     while (it != idle_.end() && !it->second.empty()) {
@@ -169,12 +188,15 @@ class HttpClient::Impl {
       ++stats_.connections_reused;
       co_return conn;
     }
-    co_return co_await connect(url, key);
+    co_return co_await connect(url, std::move(key), profile);
   }
 
-  net::awaitable<Result<std::unique_ptr<Connection>>> connect(const Url& url, std::string key) {
+  net::awaitable<Result<std::unique_ptr<Connection>>> connect(
+      const Url& url, std::string key, const std::shared_ptr<const TlsProfile>& profile) {
     auto conn = std::make_unique<Connection>();
     conn->key = std::move(key);
+    // Held by the connection, so that a pooled one's key never names another profile.
+    if (url.tls) conn->profile = profile;
     error_code ec;
     // Resolve (skipped for IP literals) under the connect deadline.
     std::vector<tcp::endpoint> endpoints;
@@ -209,13 +231,15 @@ class HttpClient::Impl {
     if (ec) co_return fail(mapError(ec, "connecting to", url));
     tcp_stream.socket().set_option(tcp::no_delay(true), ec);
     if (url.tls) {
-      if (!tls_ready_) co_return fail(tls_ready_.error());
-      conn->tls = std::make_unique<ssl::stream<beast::tcp_stream>>(std::move(tcp_stream), tls_);
+      if (profile == nullptr && !tls_ready_) co_return fail(tls_ready_.error());
+      conn->tls = std::make_unique<ssl::stream<beast::tcp_stream>>(
+          std::move(tcp_stream), profile != nullptr ? profile->context : tls_);
       if (!SSL_set_tlsext_host_name(conn->tls->native_handle(), url.host.c_str())) {
         co_return fail(unavailable(fmt::format("cannot set TLS server name {}", url.host)));
       }
-      if (options_.verify_tls)
+      if (profile != nullptr ? profile->verify : options_.verify_tls) {
         conn->tls->set_verify_callback(ssl::host_name_verification(url.host));
+      }
       co_await conn->tls->async_handshake(ssl::stream_base::client,
                                           net::redirect_error(net::use_awaitable, ec));
       if (ec) co_return fail(mapError(ec, "TLS handshake with", url));
@@ -408,7 +432,7 @@ net::awaitable<Result<std::unique_ptr<ClientStream>>> HttpClient::Impl::stream(C
   if (!url) co_return fail(url.error());
   ++stats_.requests;
   for (int attempt = 0;; ++attempt) {
-    auto conn = co_await acquire(*url);
+    auto conn = co_await acquire(*url, req.tls);
     if (!conn) co_return fail(conn.error());
     const bool reused = (*conn)->reused;
     auto msg = buildRequest(*url, req, options_.user_agent);

@@ -47,6 +47,15 @@ struct ClientOptions {
   std::string user_agent = "purser";
 };
 
+// TLS settings of their own for some upstreams (a provider's private CA, its client
+// certificate, or no verification at all), made once from the TLS fields of a ClientOptions
+// (verify_tls, ca_file, ca_pem, system_trust, client_cert_pem, client_key_pem) and shared by every
+// worker's client. A request that names one is connected with it, and its connections are pooled
+// apart from those made with other settings.
+class TlsProfile;
+// kInvalidArgument as HttpClient::checkTls() says.
+Result<std::shared_ptr<const TlsProfile>> makeTlsProfile(const ClientOptions& tls);
+
 struct ClientRequest {
   Method method = Method::kGet;
   std::string url;  // absolute: http://host:port/path
@@ -60,6 +69,8 @@ struct ClientRequest {
   // For stream(): each silence between pieces once the header came (default: timeout), for a
   // long watch whose header must come soon.
   std::optional<std::chrono::nanoseconds> idle_timeout;
+  // HTTPS: the settings to connect with (null: the client's own options).
+  std::shared_ptr<const TlsProfile> tls;
 };
 
 struct ClientResponse {

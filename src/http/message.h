@@ -59,6 +59,9 @@ struct Request {
   Headers headers;
   std::string body;
   std::string remote_address;  // "127.0.0.1:53422"
+  // Over mutual TLS: the client certificate's subject (RFC 2253, "CN=ci-runner,O=Acme"), which
+  // the handshake verified against the client CA; empty otherwise. Never from a header.
+  std::string tls_client_subject;
   // The deepest nesting a JSON or YAML body may have (http.max_nesting_depth); set by the server.
   size_t max_nesting = 128;
 

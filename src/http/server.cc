@@ -3,6 +3,8 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -142,6 +144,7 @@ class Server::Impl {
         workers_(workers),
         acceptor_(workers.context(0)),
         drain_timer_(workers.context(0)),
+        watch_timer_(workers.context(0)),
         registry_(std::make_shared<Registry>(workers.size())),
         connections_active_(
             metrics.gauge("purser_http_connections_active", "Client connections open now.")),
@@ -176,23 +179,7 @@ class Server::Impl {
   }
 
   Result<void> listen() {
-    if (options_.tls) {
-      tls_.emplace(ssl::context::tls_server);
-      tls_->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                        ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
-                        ssl::context::single_dh_use);
-      error_code ec;
-      tls_->use_certificate_chain_file(options_.tls->cert_file, ec);
-      if (ec) {
-        return fail(invalidArgument(fmt::format("cannot load TLS certificate \"{}\": {}",
-                                                options_.tls->cert_file, ec.message())));
-      }
-      tls_->use_private_key_file(options_.tls->key_file, ssl::context::pem, ec);
-      if (ec) {
-        return fail(invalidArgument(fmt::format("cannot load TLS private key \"{}\": {}",
-                                                options_.tls->key_file, ec.message())));
-      }
-    }
+    if (options_.tls) tls_ = PURSER_TRY_VALUE(TlsServerContext::open(*options_.tls));
     error_code ec;
     const auto address = net::ip::make_address(options_.host, ec);
     if (ec) {
@@ -224,7 +211,33 @@ class Server::Impl {
                        v6 ? "]" : "", port_);
   }
 
+  Result<void> reloadTls() {
+    if (!tls_) return {};
+    auto reloaded = tls_->reload();
+    if (!reloaded) {
+      spdlog::error("http: the new TLS certificate is refused, the old one stays: {}",
+                    reloaded.error().message);
+      return reloaded;
+    }
+    spdlog::info("http: TLS certificate {} re-read; new connections get it",
+                 tls_->options().cert_file);
+    return {};
+  }
+  uint64_t tlsReloads() const { return tls_ ? tls_->reloads() : 0; }
+
+  // Checks the certificate files every tls_watch_interval and re-reads them when one changed.
+  void watchTls() {
+    if (!tls_ || options_.tls_watch_interval <= std::chrono::nanoseconds::zero()) return;
+    watch_timer_.expires_after(options_.tls_watch_interval);
+    watch_timer_.async_wait([this](const error_code& ec) {
+      if (ec || draining_.load()) return;
+      if (tls_->filesChanged()) (void)reloadTls();
+      watchTls();
+    });
+  }
+
   void start() {
+    net::post(workers_.context(0), [this] { watchTls(); });
     net::co_spawn(workers_.context(0), acceptLoop(), [](std::exception_ptr e) {
       if (e) {
         try {
@@ -242,6 +255,7 @@ class Server::Impl {
       on_drained_ = std::move(on_drained);
       error_code ec;
       acceptor_.close(ec);
+      watch_timer_.cancel();
       spdlog::info("http: draining {} connection(s), at most {}", connections(),
                    formatDuration(options_.drain_timeout));
       forEachConn([](Conn& c) {
@@ -345,18 +359,34 @@ class Server::Impl {
         ec ? std::string("unknown")
            : fmt::format("{}:{}", remote.address().to_string(), remote.port());
     if (tls_) {
-      ssl::stream<TcpStream> stream(TcpStream(std::move(socket)), *tls_);
+      // The connection keeps the context it was accepted with through a reload.
+      const std::shared_ptr<ssl::context> context = tls_->current();
+      ssl::stream<TcpStream> stream(TcpStream(std::move(socket)), *context);
       beast::get_lowest_layer(stream).expires_after(options_.header_timeout);
       co_await stream.async_handshake(ssl::stream_base::server,
                                       net::redirect_error(net::use_awaitable, ec));
       if (ec) {
+        if (ec.category() == net::error::get_ssl_category() &&
+            ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_HTTP_REQUEST) {
+          // Plain HTTP on the HTTPS port: say so in HTTP rather than leave the client guessing.
+          rejected_malformed_.inc();
+          static constexpr std::string_view kPlain =
+              "HTTP/1.1 400 Bad Request\r\nServer: purser\r\nContent-Type: text/plain\r\n"
+              "Content-Length: 54\r\nConnection: close\r\n\r\n"
+              "This port speaks HTTPS: send the request to https://.\n";
+          auto& lowest = beast::get_lowest_layer(stream);
+          lowest.expires_after(options_.write_timeout);
+          co_await net::async_write(lowest, net::buffer(kPlain.data(), kPlain.size()),
+                                    net::redirect_error(net::use_awaitable, ec));
+          lowest.socket().shutdown(tcp::socket::shutdown_send, ec);
+        }
         spdlog::debug("http: TLS handshake with {} failed: {}", remote_address, ec.message());
         co_return;
       }
-      co_await serve(stream, remote_address);
+      co_await serve(stream, remote_address, peerSubject(stream.native_handle()));
     } else {
       TcpStream stream(std::move(socket));
-      co_await serve(stream, remote_address);
+      co_await serve(stream, remote_address, std::string());
     }
   }
 
@@ -420,7 +450,8 @@ class Server::Impl {
   };
 
   template <typename Stream>
-  net::awaitable<void> serve(Stream& stream, const std::string& remote_address) {
+  net::awaitable<void> serve(Stream& stream, const std::string& remote_address,
+                             const std::string& tls_client_subject) {
     Registration<Stream> reg(registry_, stream);
     Conn& conn = reg.conn;
     auto& lowest = beast::get_lowest_layer(stream);
@@ -503,6 +534,7 @@ class Server::Impl {
       }
       lowest.expires_never();
       request.remote_address = remote_address;
+      request.tls_client_subject = tls_client_subject;
       const bool client_keep_alive = parser.keep_alive();
       ++served;
 
@@ -670,7 +702,8 @@ class Server::Impl {
   Workers& workers_;
   tcp::acceptor acceptor_;
   net::steady_timer drain_timer_;
-  std::optional<ssl::context> tls_;
+  net::steady_timer watch_timer_;  // on context 0
+  std::unique_ptr<TlsServerContext> tls_;
   uint16_t port_ = 0;
   std::atomic<bool> draining_{false};
   std::atomic<bool> drained_{false};
@@ -699,5 +732,7 @@ void Server::start() { impl_->start(); }
 void Server::shutdown(std::function<void()> on_drained) { impl_->shutdown(std::move(on_drained)); }
 bool Server::draining() const { return impl_->draining(); }
 size_t Server::connections() const { return impl_->connections(); }
+Result<void> Server::reloadTls() { return impl_->reloadTls(); }
+uint64_t Server::tlsReloads() const { return impl_->tlsReloads(); }
 
 }  // namespace purser::http

@@ -24,14 +24,10 @@
 #include "http/message.h"
 #include "http/metrics.h"
 #include "http/router.h"
+#include "http/tls_server.h"
 #include "http/workers.h"
 
 namespace purser::http {
-
-struct TlsOptions {
-  std::string cert_file;  // PEM certificate chain
-  std::string key_file;   // PEM private key
-};
 
 // Renders an error the server produces itself (400, 404, 405, 413, 431, 500, 503). `request` is
 // null when the request could not be parsed. The default writes RFC 7807 problem+json.
@@ -52,7 +48,10 @@ struct ServerOptions {
   std::chrono::nanoseconds body_timeout = std::chrono::seconds(60);    // whole request body
   std::chrono::nanoseconds write_timeout = std::chrono::seconds(60);   // each write to the client
   std::chrono::nanoseconds drain_timeout = std::chrono::seconds(10);
-  std::optional<TlsOptions> tls;
+  std::optional<TlsOptions> tls;  // HTTPS only: a plain HTTP request is answered 400 and closed
+  // How often the certificate, key and client CA files are checked for a change (re-read when
+  // one changed); zero: only when reloadTls() is called (SIGHUP).
+  std::chrono::nanoseconds tls_watch_interval = std::chrono::seconds(10);
   ErrorRenderer render_error = problemResponse;
 };
 
@@ -79,6 +78,13 @@ class Server {
   void shutdown(std::function<void()> on_drained);
   bool draining() const;
   size_t connections() const;
+
+  // Re-reads the TLS certificate, key and client CA: connections accepted from now on get them,
+  // open ones keep theirs. An error (and the old ones kept) when they cannot be used; nothing to
+  // do without TLS. Safe from any thread.
+  Result<void> reloadTls();
+  // How many times the certificate was replaced (by reloadTls() or a changed file).
+  uint64_t tlsReloads() const;
 
  private:
   class Impl;

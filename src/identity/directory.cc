@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include "identity/keys.h"
 
 namespace purser::identity {
@@ -237,6 +239,14 @@ std::expected<Principal, KeyRefused> Directory::verify(std::string_view presente
   const bool previous = !current && !k.previous_hash.empty() &&
                         constantTimeEquals(p.hash, k.previous_hash) && now < k.previous_valid_until;
   if (!current && !previous) return refuse(KeyRefusal::kUnknown);
+  return principalLocked(k, now);
+}
+
+std::expected<Principal, KeyRefused> Directory::principalLocked(const ApiKey& k,
+                                                                const std::string& now) const {
+  const auto refuse = [](KeyRefusal reason) {
+    return std::unexpected(KeyRefused{reason, std::string(keyRefusalMessage(reason))});
+  };
   if (!k.revoked_at.empty()) return refuse(KeyRefusal::kRevoked);
   if (!k.expires_at.empty() && now >= k.expires_at) return refuse(KeyRefusal::kExpired);
   Principal out;
@@ -277,6 +287,64 @@ Result<Principal> Directory::authenticate(std::string_view presented) const {
   auto who = verify(presented);
   if (!who) return fail(Error(ErrorCode::kUnauthenticated, std::move(who.error().message)));
   return std::move(*who);
+}
+
+void Directory::setCertificateBindings(std::vector<CertificateBinding> bindings) {
+  std::unique_lock lock(mu_);
+  certificates_ = std::move(bindings);
+}
+
+std::expected<Principal, KeyRefused> Directory::verifyCertificate(std::string_view subject) const {
+  const auto refuse = [](KeyRefusal reason, std::string message) {
+    return std::unexpected(KeyRefused{reason, std::move(message)});
+  };
+  const std::string now = formatRfc3339(clock_.now());
+  std::shared_lock lock(mu_);
+  const auto binding =
+      std::find_if(certificates_.begin(), certificates_.end(),
+                   [&](const CertificateBinding& b) { return b.subject == subject; });
+  if (subject.empty() || binding == certificates_.end()) {
+    return refuse(
+        KeyRefusal::kMissing,
+        fmt::format("the client certificate \"{}\" is not mapped to a service account", subject));
+  }
+  const std::string who = binding->tenant + "/" + binding->account;
+  const auto tenant = std::find_if(tenants_.begin(), tenants_.end(),
+                                   [&](const auto& t) { return t.second.name == binding->tenant; });
+  const auto account =
+      tenant == tenants_.end()
+          ? accounts_.end()
+          : std::find_if(accounts_.begin(), accounts_.end(), [&](const auto& a) {
+              return a.second.tenant_id == tenant->first && a.second.name == binding->account;
+            });
+  if (account == accounts_.end()) {
+    return refuse(KeyRefusal::kUnknown,
+                  fmt::format("the client certificate's service account {} does not exist", who));
+  }
+  std::vector<const ApiKey*> candidates;
+  for (const auto& [_, k] : keys_) {
+    if (k.owner_kind != OwnerKind::kServiceAccount || k.owner_id != account->first) continue;
+    if (!binding->key_name.empty()) {
+      if (k.name == binding->key_name) candidates.push_back(&k);
+    } else if (k.revoked_at.empty() && (k.expires_at.empty() || now < k.expires_at)) {
+      candidates.push_back(&k);
+    }
+  }
+  if (!binding->key_name.empty() && candidates.size() > 1) {
+    // Several keys of one name: the active one, if exactly one is.
+    std::erase_if(candidates, [](const ApiKey* k) { return !k->revoked_at.empty(); });
+  }
+  if (candidates.size() != 1) {
+    return refuse(
+        KeyRefusal::kUnknown,
+        binding->key_name.empty()
+            ? fmt::format("the client certificate's service account {} has {} active keys; "
+                          "tls.clients must name the one it stands for",
+                          who, candidates.size())
+            : fmt::format("the client certificate's service account {} has {} keys named \"{}\"",
+                          who, candidates.size(), binding->key_name));
+  }
+  return principalLocked(*candidates.front(), now);
 }
 
 }  // namespace purser::identity

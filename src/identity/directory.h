@@ -48,6 +48,16 @@ struct Snapshot {
   std::vector<ApiKey> keys;
 };
 
+// A client certificate that stands for a service account's key (tls.clients): the subject as
+// the server reads it from a verified certificate (RFC 2253), the account as TENANT/NAME, and
+// the key's name (empty: the account's one active key).
+struct CertificateBinding {
+  std::string subject;
+  std::string tenant;
+  std::string account;
+  std::string key_name;
+};
+
 class Directory {
  public:
   explicit Directory(const Clock& clock) : clock_(clock) {}
@@ -92,8 +102,20 @@ class Directory {
   // The same, a refusal as kUnauthenticated with its message.
   Result<Principal> authenticate(std::string_view presented) const;
 
+  // Client certificates mapped to keys; replaces the previous mapping.
+  void setCertificateBindings(std::vector<CertificateBinding> bindings);
+  // The principal a verified client certificate stands for: its binding's key, checked as a
+  // presented key is (revoked, expired, a key above it, its owner gone). kMissing when the
+  // subject is not mapped; kUnknown when its account or key cannot be found (or, without a key
+  // name, the account has no or several active keys), each with a message saying which.
+  std::expected<Principal, KeyRefused> verifyCertificate(std::string_view subject) const;
+
  private:
   std::vector<const ApiKey*> chainLocked(const ApiKey& k) const;
+  // The principal behind a key whose secret (or certificate) was accepted, or why it stands no
+  // more.
+  std::expected<Principal, KeyRefused> principalLocked(const ApiKey& k,
+                                                       const std::string& now) const;
 
   void loadLocked(Snapshot snapshot);
 
@@ -106,6 +128,7 @@ class Directory {
   std::unordered_map<std::string, ServiceAccount> accounts_;  // guarded by mu_
   std::unordered_map<std::string, ApiKey> keys_;              // guarded by mu_
   std::unordered_map<std::string, std::string> by_lookup_;    // lookup -> key id; guarded by mu_
+  std::vector<CertificateBinding> certificates_;              // guarded by mu_
 };
 
 }  // namespace purser::identity

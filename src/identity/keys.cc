@@ -1,10 +1,10 @@
 #include "identity/keys.h"
 
 #include <fmt/format.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <array>
+
+#include "common/crypto.h"
 
 namespace purser::identity {
 
@@ -27,25 +27,10 @@ bool isPkFormat(std::string_view key) {
 
 }  // namespace
 
-std::string sha256Hex(std::string_view data) {
-  // Fetched once: an implicit fetch by name on every digest (EVP_sha256() with EVP_Digest) is
-  // most of the cost of hashing a key, which every authenticated request does.
-  static EVP_MD* const kSha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_Digest(data.data(), data.size(), digest, &size, kSha256 != nullptr ? kSha256 : EVP_sha256(),
-             nullptr);
-  constexpr std::string_view kHex = "0123456789abcdef";
-  std::string hex(size * 2, '0');
-  for (unsigned int i = 0; i < size; ++i) {
-    hex[2 * i] = kHex[digest[i] >> 4];
-    hex[2 * i + 1] = kHex[digest[i] & 0xF];
-  }
-  return hex;
-}
+std::string sha256Hex(std::string_view data) { return crypto::sha256Hex(data); }
 
 bool constantTimeEquals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  return crypto::constantTimeEquals(a, b);
 }
 
 NewKey regenerateSecret(const std::string& id, Random& random) {

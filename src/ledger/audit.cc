@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -11,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/crypto.h"
 #include "common/json.h"
 
 namespace purser::ledger {
@@ -48,13 +47,7 @@ std::string AuditLog::hashOf(const AuditEntry& e) {
   put(e.before);
   put(e.after);
   put(e.prev_hash);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr);
-  std::string out;
-  out.reserve(size * 2);
-  for (unsigned int i = 0; i < size; ++i) out += fmt::format("{:02x}", digest[i]);
-  return out;
+  return crypto::sha256Hex(data);
 }
 
 namespace {
@@ -62,20 +55,8 @@ namespace {
 constexpr const char* kColumns =
     "seq, at, tenant_id, actor, actor_role, action, target, before, after, prev_hash, hash, mac";
 
-std::string hex(const unsigned char* bytes, unsigned int size) {
-  std::string out;
-  out.reserve(size * 2);
-  for (unsigned int i = 0; i < size; ++i) out += fmt::format("{:02x}", bytes[i]);
-  return out;
-}
-
 // Compares without leaking where two MACs differ.
-bool sameMac(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
+bool sameMac(std::string_view a, std::string_view b) { return crypto::constantTimeEquals(a, b); }
 
 AuditEntry fromRow(const store::Row& r) {
   AuditEntry e;
@@ -163,11 +144,8 @@ Result<void> AuditLog::readHead(store::Tx& tx, Anchor& a) {
 }
 
 std::string AuditLog::macOf(std::string_view data) const {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  HMAC(EVP_sha256(), key_->data(), static_cast<int>(key_->size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &size);
-  return hex(out, size);
+  return crypto::hmacSha256Hex(
+      std::string_view(reinterpret_cast<const char*>(key_->data()), key_->size()), data);
 }
 
 std::string AuditLog::anchorMac(const Anchor& a) const {

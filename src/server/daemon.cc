@@ -26,6 +26,7 @@
 #include "api/fleet_api.h"
 #include "cli/cli.h"
 #include "common/clock.h"
+#include "common/crypto.h"
 #include "common/id.h"
 #include "common/logging.h"
 #include "common/random.h"
@@ -70,6 +71,11 @@ namespace purser::server {
 
 Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader reload) {
   PURSER_TRY(setupLogging(config.log));
+  // FIPS before anything draws a random byte or fetches an algorithm: what is fetched is kept.
+  if (config.crypto.fips) {
+    PURSER_TRY(crypto::enableFips());
+    spdlog::info("crypto: OpenSSL's FIPS provider is loaded; every algorithm is fetched fips=yes");
+  }
   const Clock& clock = SystemClock::instance();
   IdGenerator ids(clock, SystemRandom::instance());
   const auto started_at = clock.now();
@@ -124,6 +130,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   identity::DenialLog denials(clock);
   services.denials = &denials;
   PURSER_TRY(identity::openDirectory(*store, directory));
+  directory.setCertificateBindings(certificateBindings(config));
   PURSER_TRY(ledger::migrateLedger(*store));
   PURSER_TRY(ledger::loadBooks(*store, clock, wallets, rate_limits, /*keep_known=*/false));
   PURSER_TRY(audit.open(*store));
@@ -320,12 +327,14 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
       [&](const boost::system::error_code& ec, int) {
         if (ec) return;
         hangups.async_wait(on_hangup);
+        (void)server->reloadTls();  // logs what it did; the files named at the start
         if (!reload) return;
         auto fresh = reload();
         if (!fresh) {
           spdlog::error("reload: the configuration was not applied: {}", fresh.error().toString());
           return;
         }
+        directory.setCertificateBindings(certificateBindings(*fresh));
         reloader.apply(*fresh);
       };
   hangups.async_wait(on_hangup);

@@ -99,8 +99,9 @@ Result<void> setUpLocalPods(const config::Config& config, const DataDir& data_di
       if (!f.empty()) box.hidden_paths.push_back(absolute(f));
     }
   }
-  if (config.http.tls) {
-    box.hidden_paths.push_back(absolute(config.http.tls->key_file));
+  if (config.tls) box.hidden_paths.push_back(absolute(config.tls->key_file));
+  for (const auto& p : config.providers) {
+    if (!p.client_key_file.empty()) box.hidden_paths.push_back(absolute(p.client_key_file));
   }
   for (const auto& p : box.read_only_paths) {
     for (const auto& h : box.hidden_paths) {
@@ -257,6 +258,12 @@ Result<FleetSetup> fleetSetup(const config::Config& config, const DataDir& data_
     }
     ko.api.ca_file = k->ca_file;
     ko.api.insecure = ko.api.insecure || k->insecure;
+    if (ko.api.insecure) {
+      spdlog::warn(
+          "fleet: the Kubernetes API server {} is reached WITHOUT verifying its TLS certificate "
+          "(insecure_skip_tls_verify): anyone on the path can act as the cluster",
+          ko.api.server);
+    }
     ko.default_image = k->default_image;
     ko.read_nodes = k->inventory;
     ko.adopt_jobs = k->adopt_jobs;

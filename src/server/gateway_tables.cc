@@ -3,9 +3,54 @@
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+#include <fstream>
+
 #include "gateway/admission.h"
 
 namespace purser::server {
+
+namespace {
+
+// A PEM file of a provider's (certificates and keys are small; a larger file is a mistake).
+Result<std::string> readPem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(invalidArgument(fmt::format("cannot read {}", path)));
+  std::string out;
+  char buffer[4096];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    out.append(buffer, static_cast<size_t>(in.gcount()));
+    if (out.size() > (1 << 20)) {
+      return fail(invalidArgument(fmt::format("{} is larger than 1 MiB: not a PEM file", path)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<gateway::ProviderTls> providerTls(const config::ProviderConfig& p) {
+  gateway::ProviderTls out;
+  out.ca_file = p.ca_file;
+  out.client_certificate = !p.client_cert_file.empty();
+  out.insecure_skip_verify = p.insecure_skip_verify;
+  if (p.insecure_skip_verify) {
+    spdlog::warn(
+        "providers: {} ({}) is reached WITHOUT verifying its TLS certificate "
+        "(insecure_skip_verify: true): anyone on the path can read its prompts and keys",
+        p.name, p.base_url);
+  }
+  if (p.ca_file.empty() && p.client_cert_file.empty() && !p.insecure_skip_verify) return out;
+  http::ClientOptions tls;
+  tls.verify_tls = !p.insecure_skip_verify;
+  tls.ca_file = p.ca_file;
+  if (!p.client_cert_file.empty()) {
+    tls.client_cert_pem = PURSER_TRY_VALUE(readPem(p.client_cert_file));
+    tls.client_key_pem = PURSER_TRY_VALUE(readPem(p.client_key_file));
+  }
+  out.profile = PURSER_TRY_VALUE(http::makeTlsProfile(tls));
+  return out;
+}
 
 Result<GatewayTables> gatewayTables(const config::Config& config,
                                     const identity::Directory& directory,
@@ -13,12 +58,17 @@ Result<GatewayTables> gatewayTables(const config::Config& config,
   GatewayTables out;
   auto& providers = out.providers;
   auto& routes = out.routes;
-  for (const auto& p : config.providers) {
-    providers.push_back(std::make_unique<gateway::Provider>(
+  for (size_t pi = 0; pi < config.providers.size(); ++pi) {
+    const auto& p = config.providers[pi];
+    auto provider = std::make_unique<gateway::Provider>(
         p.name,
         p.kind == "anthropic" ? gateway::ProviderKind::kAnthropic : gateway::ProviderKind::kOpenAi,
         p.base_url, p.api_keys, p.timeout, p.connect_timeout,
-        gateway::ProviderLimits{p.max_response_bytes, p.max_event_bytes}));
+        gateway::ProviderLimits{p.max_response_bytes, p.max_event_bytes});
+    auto tls = providerTls(p);
+    if (!tls) return fail(tls.error().withField(fmt::format("providers[{}]", pi)));
+    provider->setTls(std::move(*tls));
+    providers.push_back(std::move(provider));
   }
   for (size_t ri = 0; ri < config.routes.size(); ++ri) {
     const auto& r = config.routes[ri];

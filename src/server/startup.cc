@@ -82,6 +82,8 @@ Result<std::unique_ptr<store::Store>> openStore(const config::Config& c, const D
          .max_readers = static_cast<size_t>(std::max<int64_t>(1, c.store.max_connections - 1))},
         clock));
     spdlog::info("store: PostgreSQL");
+    if (auto warning = store::postgresTransportWarning(c.store.postgres))
+      spdlog::warn("{}", *warning);
   } else {
     store = PURSER_TRY_VALUE(store::SqliteStore::open(
         {.path = dir.file("purser.db"),
@@ -116,8 +118,28 @@ http::ServerOptions serverOptions(const config::Config& c) {
   o.body_timeout = c.http.body_timeout;
   o.write_timeout = c.http.write_timeout;
   o.drain_timeout = c.http.drain_timeout;
-  if (c.http.tls) o.tls = http::TlsOptions{c.http.tls->cert_file, c.http.tls->key_file};
+  if (c.tls) {
+    o.tls = http::TlsOptions{.cert_file = c.tls->cert_file,
+                             .key_file = c.tls->key_file,
+                             .client_ca_file = c.tls->client_ca_file,
+                             .min_version = c.tls->min_version};
+    o.tls_watch_interval = c.tls->watch_interval;
+  }
   return o;
+}
+
+std::vector<identity::CertificateBinding> certificateBindings(const config::Config& c) {
+  std::vector<identity::CertificateBinding> out;
+  if (!c.tls) return out;
+  for (const auto& client : c.tls->clients) {
+    const size_t slash = client.service_account.find('/');
+    out.push_back({.subject = client.subject,
+                   .tenant = client.service_account.substr(0, slash),
+                   .account = slash == std::string::npos ? std::string()
+                                                         : client.service_account.substr(slash + 1),
+                   .key_name = client.key});
+  }
+  return out;
 }
 
 std::string advertisedAddress(const config::Config& c, uint16_t port) {

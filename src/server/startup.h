@@ -16,6 +16,7 @@
 #include "common/result.h"
 #include "config/config.h"
 #include "http/server.h"
+#include "identity/directory.h"
 #include "server/data_dir.h"
 #include "store/store.h"
 
@@ -45,6 +46,9 @@ Result<std::unique_ptr<store::Store>> openStore(const config::Config& c, const D
 void warnIfReadableByOthers(const config::Config& c);
 
 http::ServerOptions serverOptions(const config::Config& c);
+
+// The client certificates `tls.clients` maps to service accounts' keys.
+std::vector<identity::CertificateBinding> certificateBindings(const config::Config& c);
 
 // The URL other replicas forward the fleet's API to while this one leads: `fleet.advertise`, else
 // this host's name and the port the server listens on.

@@ -8,7 +8,9 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <unordered_map>
@@ -36,6 +38,48 @@ Result<PGconn*> connectOwn(const std::string& url, const char* application) {
   return conn;
 }
 }  // namespace
+
+std::optional<std::string> postgresTransportWarning(const std::string& url) {
+  char* error = nullptr;
+  PQconninfoOption* options = PQconninfoParse(url.c_str(), &error);
+  if (options == nullptr) {
+    PQfreemem(error);
+    return std::nullopt;
+  }
+  std::string host, hostaddr, sslmode;
+  for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (o->val == nullptr) continue;
+    const std::string_view key = o->keyword;
+    if (key == "host") host = o->val;
+    if (key == "hostaddr") hostaddr = o->val;
+    if (key == "sslmode") sslmode = o->val;
+  }
+  PQconninfoFree(options);
+  if (sslmode.empty()) {
+    if (const char* env = std::getenv("PGSSLMODE")) sslmode = env;
+  }
+  if (host.empty()) {
+    if (const char* env = std::getenv("PGHOST")) host = env;
+  }
+  const std::string where = hostaddr.empty() ? host : hostaddr;
+  // Several hosts (a comma list) are judged as a whole: any remote one counts.
+  bool remote = false;
+  size_t start = 0;
+  while (start <= where.size()) {
+    const size_t comma = std::min(where.find(',', start), where.size());
+    const std::string one = where.substr(start, comma - start);
+    if (!one.empty() && one[0] != '/' && one != "localhost" && one != "127.0.0.1" && one != "::1") {
+      remote = true;
+    }
+    start = comma + 1;
+  }
+  if (!remote || sslmode == "verify-full" || sslmode == "verify-ca") return std::nullopt;
+  return fmt::format(
+      "store.postgres reaches {} with sslmode={}: the connection is not verified (anyone on the "
+      "path could read or change what Purser stores); write sslmode=verify-full (and "
+      "sslrootcert= for a private CA)",
+      where, sslmode.empty() ? "prefer (libpq's default)" : sslmode);
+}
 
 PgListener::PgListener(std::string url, std::string channel)
     : url_(std::move(url)), channel_(std::move(channel)) {}

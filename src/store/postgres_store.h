@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,12 @@ class PgSessionLock {
 // Requests sent to PostgreSQL and answered, by every connection of this process (statements,
 // prepares, BEGIN and COMMIT): what `purser_store_round_trips_total` reports.
 uint64_t postgresRoundTrips();
+
+// A warning when `url` (a libpq connection string or URI) reaches a server on another machine
+// without verifying its certificate (sslmode other than verify-full or verify-ca); nullopt for a
+// Unix socket, this machine, or a verified connection. A string libpq cannot parse gives none
+// (connecting reports it).
+std::optional<std::string> postgresTransportWarning(const std::string& url);
 
 class PostgresStore final : public Store {
  public:

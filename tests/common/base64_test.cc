@@ -24,5 +24,31 @@ TEST(Base64Test, RefusesWhatIsNotBase64) {
   }
 }
 
+TEST(Base64UrlTest, RoundTripsWithoutPaddingAndTheUrlAlphabet) {
+  // RFC 4648 section 10's vectors, padding dropped.
+  EXPECT_EQ(base64UrlEncode(""), "");
+  EXPECT_EQ(base64UrlEncode("f"), "Zg");
+  EXPECT_EQ(base64UrlEncode("fo"), "Zm8");
+  EXPECT_EQ(base64UrlEncode("foo"), "Zm9v");
+  EXPECT_EQ(base64UrlEncode("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(base64UrlEncode("\xfb\xff\xbf"), "-_-_");
+  EXPECT_EQ(base64UrlDecode("-_-_"), "\xfb\xff\xbf");
+  EXPECT_EQ(base64UrlDecode("Zm8"), "fo");
+  EXPECT_EQ(base64UrlDecode("Zm8="), "fo");
+  std::string all;
+  for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
+  for (size_t n = 0; n < all.size(); n += 37) {
+    EXPECT_EQ(base64UrlDecode(base64UrlEncode(all.substr(0, n))), all.substr(0, n));
+  }
+}
+
+TEST(Base64UrlTest, OtherCharactersAndImpossibleLengthsAreRefused) {
+  EXPECT_FALSE(base64UrlDecode("+/+/").has_value());  // the standard alphabet
+  EXPECT_FALSE(base64UrlDecode("Zm9v\nYmFy").has_value());
+  EXPECT_FALSE(base64UrlDecode("Zm9vY").has_value());  // a remainder of one character
+  EXPECT_FALSE(base64UrlDecode("Zm=8").has_value());
+  EXPECT_FALSE(base64UrlDecode(std::string("Zm\0v", 4)).has_value());
+}
+
 }  // namespace
 }  // namespace purser

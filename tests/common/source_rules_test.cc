@@ -5,7 +5,9 @@
 //   - the fleet's engines (src/fleet) are pure: they include nothing of Purser's outside
 //     src/common, and neither files, YAML nor a clock (DESIGN.md §2);
 //   - time is read only through the Clock of common/clock.h, so that tests can drive it with a
-//     ManualClock: no std::chrono clock's now() anywhere else.
+//     ManualClock: no std::chrono clock's now() anywhere else;
+//   - cryptography goes through common/crypto (OpenSSL's EVP, fetched algorithms, FIPS-ready):
+//     no deprecated low-level calls, no randomness for secrets but OpenSSL's DRBG.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -76,6 +78,23 @@ TEST(SourceRulesTest, TimeIsReadOnlyThroughTheClock) {
        {"common/clock.h", "common/clock.cc"},
        "read time from a Clock (common/clock.h: now(), monotonic()), injected, or "
        "SystemClock::instance() where nothing can pass one in"},
+  });
+}
+
+TEST(SourceRulesTest, CryptographyGoesThroughTheEvpDoor) {
+  checkSourceRules({
+      {std::regex(R"(\b(SHA1|SHA224|SHA256|SHA384|SHA512|MD5|HMAC|AES_[a-z_]+|RSA_[a-z_]+|)"
+                  R"(EC_KEY_[a-z_]+|DES_[a-z_]+)\s*\()"),
+       {},
+       "use common/crypto.h (EVP, fetched algorithms): OpenSSL's low-level calls are deprecated "
+       "and bypass the FIPS provider"},
+      {std::regex(R"(\bEVP_(sha|md5|aes_|des_|chacha)[a-z0-9_]*\s*\(\s*\))"),
+       {},
+       "fetch the algorithm by name (EVP_MD_fetch, EVP_CIPHER_fetch) once, as common/crypto.cc "
+       "does"},
+      {std::regex(R"(\b(getrandom|RAND_bytes|RAND_priv_bytes|arc4random)\s*\(|random_device)"),
+       {"common/crypto.cc"},
+       "draw secret bytes with crypto::randomBytes() (OpenSSL's DRBG, FIPS's under crypto.fips)"},
   });
 }
 

@@ -16,7 +16,8 @@ TEST(ConfigTest, OneLineFileGivesAWorkingConfigurationWithDefaults) {
   EXPECT_EQ(c->data_dir, "./var");
   EXPECT_EQ(c->http.max_body_bytes, 16u * 1024 * 1024);
   EXPECT_EQ(c->http.header_timeout, std::chrono::seconds(10));
-  EXPECT_FALSE(c->http.tls.has_value());
+  EXPECT_FALSE(c->tls.has_value());
+  EXPECT_FALSE(c->crypto.fips);
   EXPECT_EQ(c->store.driver, "sqlite");
   EXPECT_TRUE(c->console.enabled);
 }
@@ -37,7 +38,16 @@ http:
   body_timeout: 1m
   write_timeout: 45s
   drain_timeout: 2.5s
-  tls: {cert_file: /etc/purser/cert.pem, key_file: /etc/purser/key.pem}
+tls:
+  cert: /etc/purser/cert.pem
+  key: /etc/purser/key.pem
+  client_ca: clients-ca.pem
+  min_version: "1.3"
+  watch_interval: 30s
+  clients:
+    - {subject: "CN=ci-runner,O=Acme", service_account: acme/ci-bot, key: mtls}
+    - {subject: "CN=batch,O=Acme", service_account: acme/batch}
+crypto: {fips: false}
 store: {driver: sqlite, busy_timeout: 250ms}
 ledger: {sync: always, sync_interval: 2ms}
 console: {enabled: false}
@@ -56,8 +66,17 @@ console: {enabled: false}
   EXPECT_EQ(c->http.max_requests_per_connection, 0u);
   EXPECT_EQ(c->http.idle_timeout, std::chrono::seconds(90));
   EXPECT_EQ(c->http.drain_timeout, std::chrono::milliseconds(2500));
-  ASSERT_TRUE(c->http.tls.has_value());
-  EXPECT_EQ(c->http.tls->key_file, "/etc/purser/key.pem");
+  ASSERT_TRUE(c->tls.has_value());
+  EXPECT_EQ(c->tls->cert_file, "/etc/purser/cert.pem");
+  EXPECT_EQ(c->tls->key_file, "/etc/purser/key.pem");
+  EXPECT_EQ(c->tls->client_ca_file, "clients-ca.pem");  // beside full.yaml, which has no folder
+  EXPECT_EQ(c->tls->min_version, "1.3");
+  EXPECT_EQ(c->tls->watch_interval, std::chrono::seconds(30));
+  ASSERT_EQ(c->tls->clients.size(), 2u);
+  EXPECT_EQ(c->tls->clients[0].subject, "CN=ci-runner,O=Acme");
+  EXPECT_EQ(c->tls->clients[0].service_account, "acme/ci-bot");
+  EXPECT_EQ(c->tls->clients[0].key, "mtls");
+  EXPECT_EQ(c->tls->clients[1].key, "");
   EXPECT_EQ(c->store.busy_timeout, std::chrono::milliseconds(250));
   EXPECT_EQ(c->ledger.sync, "always");
   EXPECT_EQ(c->ledger.sync_interval, std::chrono::milliseconds(2));
@@ -96,9 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"max_body_bytes\"?"},
         BadCase{
             "listen: 127.0.0.1:80\nflavours: []\n",
-            "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, "
+            "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, crypto, "
             "data_dir, diagnose, fleet, gpu_prices, http, ledger, listen, log, observe, prices, "
-            "providers, routes, store, threads"},
+            "providers, routes, store, threads, tls"},
         // PostgreSQL needs somewhere to connect to.
         BadCase{"listen: 127.0.0.1:80\nstore: {driver: postgres}\n",
                 "purser.yaml:2:8: store.postgres: the postgres driver needs a connection string, "
@@ -122,8 +141,25 @@ INSTANTIATE_TEST_SUITE_P(
                 "once"},
         // A missing required field.
         BadCase{"threads: 2\n", "purser.yaml:1:1: listen: required field is missing"},
-        BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls:\n    cert_file: c.pem\n",
-                "purser.yaml:4:5: http.tls.key_file: required field is missing"},
+        BadCase{"listen: 127.0.0.1:80\ntls:\n  cert: c.pem\n",
+                "purser.yaml:3:3: tls.key: required field is missing"},
+        BadCase{"listen: 127.0.0.1:80\ntls: {cert: c.pem, key: k.pem, min_version: \"1.1\"}\n",
+                "purser.yaml:2:45: tls.min_version: expected one of 1.2, 1.3, got \"1.1\""},
+        BadCase{"listen: 127.0.0.1:80\ntls: {cert: c.pem, key: k.pem, clients: [{subject: CN=a, "
+                "service_account: acme/a}]}\n",
+                "purser.yaml:2:6: tls.clients: mapping client certificates needs tls.client_ca "
+                "(the CA that signs them)"},
+        BadCase{"listen: 127.0.0.1:80\ntls: {cert: c.pem, key: k.pem, client_ca: ca.pem, clients: "
+                "[{subject: CN=a, service_account: a}]}\n",
+                "purser.yaml:2:94: tls.clients[0].service_account: expected TENANT/NAME, e.g. "
+                "acme/ci-bot"},
+        BadCase{"listen: 127.0.0.1:80\nproviders:\n  - {name: p, kind: openai, base_url: "
+                "https://x, client_cert: c.pem}\n",
+                "purser.yaml:3:5: providers[0]: client_cert and client_key go together"},
+        BadCase{"listen: 127.0.0.1:80\nhttp:\n  tls: {cert_file: c.pem, key_file: k.pem}\n",
+                "purser.yaml:3:3: http.tls: unknown field; expected one of: body_timeout, "
+                "drain_timeout, header_timeout, idle_timeout, max_body_bytes, max_connections, "
+                "max_header_bytes, max_nesting_depth, max_requests_per_connection, write_timeout"},
         BadCase{"",
                 "purser.yaml:1:1: listen: required field is missing (the file is empty); for "
                 "example: listen: 127.0.0.1:8080"},

@@ -265,12 +265,56 @@ TEST(ClientTlsTest, VerifiesTheServerCertificate) {
   EXPECT_NE(wrong_name.error().message.find("TLS handshake"), std::string::npos)
       << wrong_name.error().message;
 
-  // Plain HTTP to the TLS port is not answered as HTTP.
+  // Plain HTTP to the TLS port is refused: a 400 that says so, never the resource.
   HttpClient plain(ctx, {.read_timeout = std::chrono::seconds(5)});
   auto mixed = runCoroutine(
       ctx,
       plain.request({.url = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/secure"}));
-  EXPECT_FALSE(mixed.has_value());
+  ASSERT_TRUE(mixed.has_value()) << mixed.error().toString();
+  EXPECT_EQ(mixed->status, 400);
+  EXPECT_EQ(mixed->body.find("tls ok"), std::string::npos);
+}
+
+TEST(ClientTlsTest, AProfileOfItsOwnTrustsAPrivateCaSkipsVerificationOrSendsACertificate) {
+  purser::testing::TempDir dir;
+  const auto ca = purser::testing::writeCa(dir.path(), "private");
+  const auto leaf = purser::testing::writeSignedCert(dir.path(), "upstream", ca, "localhost");
+  TestServer upstream;
+  ASSERT_TRUE(
+      upstream.router
+          .add(Method::kGet, "/secure",
+               [](Request& r) { return Response::text(200, "peer=" + r.tls_client_subject); })
+          .has_value());
+  ServerOptions so;
+  so.tls = TlsOptions{leaf.cert_file, leaf.key_file};
+  upstream.start(so);
+  const std::string url = "https://localhost:" + std::to_string(upstream.port()) + "/secure";
+  asio::io_context ctx;
+  HttpClient client(ctx, {});  // its own options trust only the system store
+
+  auto refused = runCoroutine(ctx, client.request({.url = url}));
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message.find("TLS handshake"), std::string::npos);
+
+  auto trusting = makeTlsProfile({.ca_file = ca.cert_file});
+  ASSERT_TRUE(trusting.has_value()) << trusting.error().toString();
+  auto ok = runCoroutine(ctx, client.request({.url = url, .tls = *trusting}));
+  ASSERT_TRUE(ok.has_value()) << ok.error().toString();
+  EXPECT_EQ(ok->body, "peer=");
+
+  auto unverified = makeTlsProfile({.verify_tls = false});
+  ASSERT_TRUE(unverified.has_value());
+  auto skipped = runCoroutine(ctx, client.request({.url = url, .tls = *unverified}));
+  ASSERT_TRUE(skipped.has_value()) << skipped.error().toString();
+
+  // Connections of different profiles are pooled apart: the client's own still refuses.
+  auto still_refused = runCoroutine(ctx, client.request({.url = url}));
+  EXPECT_FALSE(still_refused.has_value());
+
+  // A CA file that does not exist makes no profile.
+  auto missing = makeTlsProfile({.ca_file = dir.path() + "/none.pem"});
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_EQ(missing.error().code, ErrorCode::kInvalidArgument);
 }
 
 TEST(ServerTlsTest, UnreadableCertificateIsAClearError) {

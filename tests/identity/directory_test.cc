@@ -406,5 +406,71 @@ TEST_F(DirectoryTest, ConcurrentAuthenticationSeesEachPutWhole) {
   EXPECT_EQ(directory.keyCount(), 3u + kAdded);
 }
 
+// Mutual TLS: a client certificate mapped (tls.clients) to a service account's key stands for
+// that key, and falls with it.
+TEST_F(DirectoryTest, AMappedClientCertificateStandsForItsServiceAccountsKey) {
+  directory.setCertificateBindings({{"CN=bot,O=Acme", "acme", "bot", ""}});
+  auto who = directory.verifyCertificate("CN=bot,O=Acme");
+  ASSERT_TRUE(who.has_value()) << who.error().message;
+  EXPECT_EQ(who->kind, OwnerKind::kServiceAccount);
+  EXPECT_EQ(who->id, bot.id);
+  EXPECT_EQ(who->key_id, bot_key.key.id);
+  EXPECT_EQ(who->role, Role::kServiceAccount);
+  EXPECT_EQ(who->tenant_id, tenant.id);
+
+  // Another subject, or none, is not mapped.
+  auto other = directory.verifyCertificate("CN=bot,O=Evil");
+  ASSERT_FALSE(other.has_value());
+  EXPECT_EQ(other.error().reason, KeyRefusal::kMissing);
+  EXPECT_NE(other.error().message.find("\"CN=bot,O=Evil\" is not mapped"), std::string::npos);
+  EXPECT_FALSE(directory.verifyCertificate("").has_value());
+
+  // The key's revocation ends the certificate's access.
+  ApiKey revoked = bot_key.key;
+  revoked.revoked_at = now();
+  directory.put(revoked);
+  auto after = directory.verifyCertificate("CN=bot,O=Acme");
+  ASSERT_FALSE(after.has_value());
+  EXPECT_EQ(after.error().reason, KeyRefusal::kUnknown);
+  EXPECT_NE(after.error().message.find("has 0 active keys"), std::string::npos)
+      << after.error().message;
+}
+
+TEST_F(DirectoryTest, ACertificateOfAnAccountWithSeveralKeysMustNameOne) {
+  Issued second = issue(OwnerKind::kServiceAccount, bot.id);
+  second.key.name = "mtls";
+  directory.put(second.key);
+  directory.setCertificateBindings(
+      {{"CN=bot", "acme", "bot", ""}, {"CN=bot-mtls", "acme", "bot", "mtls"}});
+  auto ambiguous = directory.verifyCertificate("CN=bot");
+  ASSERT_FALSE(ambiguous.has_value());
+  EXPECT_NE(ambiguous.error().message.find("has 2 active keys; tls.clients must name"),
+            std::string::npos)
+      << ambiguous.error().message;
+  auto named = directory.verifyCertificate("CN=bot-mtls");
+  ASSERT_TRUE(named.has_value()) << named.error().message;
+  EXPECT_EQ(named->key_id, second.key.id);
+
+  // A named key that expired is refused as expired.
+  clock.advance(std::chrono::hours(1));
+  second.key.expires_at = now();
+  directory.put(second.key);
+  auto expired = directory.verifyCertificate("CN=bot-mtls");
+  ASSERT_FALSE(expired.has_value());
+  EXPECT_EQ(expired.error().reason, KeyRefusal::kExpired);
+}
+
+TEST_F(DirectoryTest, ACertificateMappedToAnAccountThatDoesNotExistIsRefused) {
+  directory.setCertificateBindings({{"CN=a", "acme", "nobody", ""},
+                                    {"CN=b", "globex", "bot", ""},
+                                    {"CN=c", "acme", "dana", ""}});
+  for (const char* subject : {"CN=a", "CN=b", "CN=c"}) {
+    auto who = directory.verifyCertificate(subject);
+    ASSERT_FALSE(who.has_value()) << subject;
+    EXPECT_EQ(who.error().reason, KeyRefusal::kUnknown);
+    EXPECT_NE(who.error().message.find("does not exist"), std::string::npos) << who.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace purser::identity

@@ -16,6 +16,27 @@
 namespace purser::store {
 namespace {
 
+TEST(PostgresTransportTest, ARemoteServerWithoutVerificationIsWarnedOf) {
+  // This machine and Unix sockets: nothing to verify.
+  EXPECT_FALSE(postgresTransportWarning("postgresql://purser@localhost/purser").has_value());
+  EXPECT_FALSE(postgresTransportWarning("host=/run/postgresql dbname=purser").has_value());
+  EXPECT_FALSE(postgresTransportWarning("postgresql://127.0.0.1:5433/p").has_value());
+  // Another machine, verified: fine.
+  EXPECT_FALSE(
+      postgresTransportWarning("postgresql://db.internal/p?sslmode=verify-full").has_value());
+  EXPECT_FALSE(postgresTransportWarning("host=db.internal sslmode=verify-ca").has_value());
+  // Another machine, not verified: warned of, naming the host and the mode.
+  const auto plain = postgresTransportWarning("postgresql://purser@db.internal:5432/purser");
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_NE(plain->find("db.internal"), std::string::npos) << *plain;
+  EXPECT_NE(plain->find("sslmode=verify-full"), std::string::npos);
+  const auto required = postgresTransportWarning("host=localhost,db2.internal sslmode=require");
+  ASSERT_TRUE(required.has_value());
+  EXPECT_NE(required->find("sslmode=require"), std::string::npos) << *required;
+  // What libpq cannot parse is left to the connection to report.
+  EXPECT_FALSE(postgresTransportWarning("host='db.internal").has_value());
+}
+
 TEST(PostgresSchemaSql, WidensIntegersAndBlobsOutsideQuotes) {
   EXPECT_EQ(postgresSchemaSql("CREATE TABLE t (a INTEGER NOT NULL, b blob, c TEXT DEFAULT "
                               "'INTEGER', \"BLOB\" INTEGER, integers TEXT, d Integer)"),
