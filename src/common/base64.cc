@@ -79,6 +79,16 @@ std::string base64UrlEncode(std::string_view bytes) {
   return out;
 }
 
+std::string base64Encode(std::string_view bytes) {
+  std::string out = base64UrlEncode(bytes);
+  for (char& c : out) {
+    if (c == '-') c = '+';
+    if (c == '_') c = '/';
+  }
+  while (out.size() % 4 != 0) out += '=';
+  return out;
+}
+
 std::optional<std::string> base64UrlDecode(std::string_view text) {
   while (!text.empty() && text.back() == '=') text.remove_suffix(1);
   if (text.size() % 4 == 1) return std::nullopt;

@@ -14,6 +14,9 @@ namespace purser {
 // as PEM-style wrapped base64 has them.
 std::optional<std::string> base64Decode(std::string_view text);
 
+// Standard base64 with padding (HTTP Basic credentials, Kubernetes data).
+std::string base64Encode(std::string_view bytes);
+
 // base64url without padding.
 std::string base64UrlEncode(std::string_view bytes);
 // The bytes `text` encodes in base64url; padding is accepted but not needed. nullopt for any

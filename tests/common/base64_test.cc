@@ -42,6 +42,15 @@ TEST(Base64UrlTest, RoundTripsWithoutPaddingAndTheUrlAlphabet) {
   }
 }
 
+TEST(Base64Test, EncodesWithPaddingAndRoundTrips) {
+  EXPECT_EQ(base64Encode(""), "");
+  EXPECT_EQ(base64Encode("f"), "Zg==");
+  EXPECT_EQ(base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(base64Encode("foob"), "Zm9vYg==");
+  EXPECT_EQ(base64Encode("\xfb\xff\xbf"), "+/+/");
+  EXPECT_EQ(base64Decode(base64Encode("client:s3cret%")), "client:s3cret%");
+}
+
 TEST(Base64UrlTest, OtherCharactersAndImpossibleLengthsAreRefused) {
   EXPECT_FALSE(base64UrlDecode("+/+/").has_value());  // the standard alphabet
   EXPECT_FALSE(base64UrlDecode("Zm9v\nYmFy").has_value());

@@ -1,0 +1,322 @@
+#include "sso/oidc_client.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/base64.h"
+#include "common/json.h"
+#include "http/url.h"
+
+namespace purser::sso {
+
+namespace {
+
+using nlohmann::json;
+
+// application/x-www-form-urlencoded and query values: everything but the unreserved characters
+// percent-encoded.
+std::string formEncode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    if (std::isalnum(b) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += c;
+    } else {
+      out += fmt::format("%{:02X}", b);
+    }
+  }
+  return out;
+}
+
+std::string form(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out;
+  for (const auto& [k, v] : fields) {
+    if (!out.empty()) out += '&';
+    out += formEncode(k) + "=" + formEncode(v);
+  }
+  return out;
+}
+
+std::string stringOf(const json& object, const char* name) {
+  auto it = object.find(name);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+Error unavailableProvider(std::string why) {
+  return Error(ErrorCode::kUnavailable, "the identity provider " + std::move(why));
+}
+
+}  // namespace
+
+Result<void> checkIssuer(std::string_view issuer) {
+  auto url = http::parseUrl(issuer);
+  if (!url) {
+    return fail(invalidArgument(fmt::format("the issuer \"{}\" is not an http(s) URL", issuer)));
+  }
+  if (issuer.find('?') != std::string_view::npos || issuer.find('#') != std::string_view::npos) {
+    return fail(invalidArgument("the issuer has no query or fragment (OpenID Connect Discovery)"));
+  }
+  if (!url->tls && url->host != "127.0.0.1") {
+    return fail(invalidArgument(fmt::format(
+        "the issuer \"{}\" is plain http://: only https:// is accepted (http://127.0.0.1 for a "
+        "provider on this machine, as tests run one)",
+        issuer)));
+  }
+  return {};
+}
+
+Result<ProviderMetadata> parseDiscovery(std::string_view document,
+                                        std::string_view expected_issuer) {
+  auto parsed = parseJson(document, 8);
+  if (!parsed || !parsed->is_object()) {
+    return fail(unavailableProvider("answered discovery with what is not a JSON object"));
+  }
+  const json& d = *parsed;
+  ProviderMetadata m;
+  m.issuer = stringOf(d, "issuer");
+  if (m.issuer != expected_issuer) {
+    return fail(unavailableProvider(
+        fmt::format("names itself \"{}\" in its discovery document, not \"{}\" as configured",
+                    toValidUtf8(m.issuer.substr(0, 256)), expected_issuer)));
+  }
+  m.authorization_endpoint = stringOf(d, "authorization_endpoint");
+  m.token_endpoint = stringOf(d, "token_endpoint");
+  m.jwks_uri = stringOf(d, "jwks_uri");
+  m.userinfo_endpoint = stringOf(d, "userinfo_endpoint");
+  m.end_session_endpoint = stringOf(d, "end_session_endpoint");
+  m.device_authorization_endpoint = stringOf(d, "device_authorization_endpoint");
+  for (const auto& [name, value] :
+       {std::pair{"authorization_endpoint", &m.authorization_endpoint},
+        {"token_endpoint", &m.token_endpoint},
+        {"jwks_uri", &m.jwks_uri},
+        {"userinfo_endpoint", &m.userinfo_endpoint},
+        {"end_session_endpoint", &m.end_session_endpoint},
+        {"device_authorization_endpoint", &m.device_authorization_endpoint}}) {
+    const bool required = std::string_view(name) == "authorization_endpoint" ||
+                          std::string_view(name) == "token_endpoint" ||
+                          std::string_view(name) == "jwks_uri";
+    if (value->empty()) {
+      if (required) {
+        return fail(unavailableProvider(fmt::format("has no {} in its discovery document", name)));
+      }
+      continue;
+    }
+    if (!checkIssuer(*value)) {
+      return fail(unavailableProvider(
+          fmt::format("gives a {} that is neither https:// nor http://127.0.0.1: {}", name,
+                      toValidUtf8(value->substr(0, 256)))));
+    }
+  }
+  if (auto it = d.find("token_endpoint_auth_methods_supported"); it != d.end() && it->is_array()) {
+    for (const auto& v : *it) {
+      if (v.is_string() && m.token_auth_methods.size() < 16) {
+        m.token_auth_methods.push_back(v.get<std::string>());
+      }
+    }
+  }
+  if (auto it = d.find("code_challenge_methods_supported"); it != d.end() && it->is_array()) {
+    m.s256 = std::any_of(it->begin(), it->end(), [](const json& v) {
+      return v.is_string() && v.get<std::string>() == "S256";
+    });
+  }
+  return m;
+}
+
+OidcClient::OidcClient(OidcOptions options, http::WorkerLocal<http::HttpClient>& clients,
+                       const Clock& clock)
+    : options_(std::move(options)), clients_(clients), clock_(clock) {}
+
+std::string OidcClient::displayName() const {
+  auto url = http::parseUrl(options_.issuer);
+  return url ? url->host : options_.issuer;
+}
+
+boost::asio::awaitable<Result<json>> OidcClient::getJson(std::string url, std::string bearer) {
+  http::ClientRequest req;
+  req.url = std::move(url);
+  req.headers.add("Accept", "application/json");
+  if (!bearer.empty()) req.headers.add("Authorization", "Bearer " + bearer);
+  req.max_response_bytes = options_.max_response_bytes;
+  req.timeout = std::chrono::seconds(10);
+  const std::string where = req.url;
+  auto r = co_await clients_.current().request(std::move(req));
+  if (!r) co_return fail(unavailableProvider("cannot be reached: " + r.error().message));
+  if (r->status != 200) {
+    co_return fail(unavailableProvider(fmt::format("answered {} at {}", r->status, where)));
+  }
+  auto parsed = parseJson(r->body, 16);
+  if (!parsed || !parsed->is_object()) {
+    co_return fail(unavailableProvider("answered what is not a JSON object"));
+  }
+  co_return std::move(*parsed);
+}
+
+boost::asio::awaitable<Result<ProviderMetadata>> OidcClient::metadata() {
+  {
+    std::lock_guard lock(mu_);
+    if (metadata_) co_return *metadata_;
+  }
+  std::string issuer = options_.issuer;
+  while (issuer.ends_with('/')) issuer.pop_back();
+  http::ClientRequest req;
+  req.url = issuer + "/.well-known/openid-configuration";
+  req.max_response_bytes = options_.max_response_bytes;
+  req.timeout = std::chrono::seconds(10);
+  auto r = co_await clients_.current().request(std::move(req));
+  if (!r) co_return fail(unavailableProvider("cannot be reached: " + r.error().message));
+  if (r->status != 200) {
+    co_return fail(unavailableProvider(fmt::format("answered {} to discovery", r->status)));
+  }
+  auto m = parseDiscovery(r->body, options_.issuer);
+  if (!m) co_return fail(m.error());
+  std::lock_guard lock(mu_);
+  metadata_ = *m;
+  co_return *m;
+}
+
+boost::asio::awaitable<Result<std::vector<identity::Jwk>>> OidcClient::keys(bool refresh) {
+  {
+    std::lock_guard lock(mu_);
+    const bool recent =
+        keys_ever_fetched_ && clock_.monotonic() - keys_fetched_ < options_.jwks_min_refresh;
+    if (keys_ever_fetched_ && (!refresh || recent)) co_return keys_;
+  }
+  auto m = co_await metadata();
+  if (!m) co_return fail(m.error());
+  auto doc = co_await getJson(m->jwks_uri, "");
+  if (!doc) co_return fail(doc.error());
+  auto parsed = identity::parseJwks(writeJson(*doc));
+  if (!parsed) co_return fail(unavailableProvider(parsed.error().message));
+  std::lock_guard lock(mu_);
+  keys_ = *parsed;
+  keys_fetched_ = clock_.monotonic();
+  keys_ever_fetched_ = true;
+  co_return keys_;
+}
+
+boost::asio::awaitable<Result<SignInStart>> OidcClient::start() {
+  auto m = co_await metadata();
+  if (!m) co_return fail(m.error());
+  SignInStart s;
+  s.state = identity::randomToken();
+  s.nonce = identity::randomToken();
+  s.verifier = identity::randomToken();
+  std::string scopes;
+  for (const auto& scope : options_.scopes) scopes += (scopes.empty() ? "" : " ") + scope;
+  s.url = m->authorization_endpoint +
+          (m->authorization_endpoint.find('?') == std::string::npos ? "?" : "&") +
+          form({{"response_type", "code"},
+                {"client_id", options_.client_id},
+                {"redirect_uri", options_.redirect_url},
+                {"scope", scopes},
+                {"state", s.state},
+                {"nonce", s.nonce},
+                {"code_challenge", identity::pkceChallenge(s.verifier)},
+                {"code_challenge_method", "S256"}});
+  co_return s;
+}
+
+boost::asio::awaitable<Result<SignedIn>> OidcClient::finish(std::string code, std::string verifier,
+                                                            std::string nonce) {
+  auto m = co_await metadata();
+  if (!m) co_return fail(m.error());
+  // The client authenticates as the provider prefers: HTTP Basic (the default of OpenID Connect)
+  // unless it lists only client_secret_post.
+  const bool post = !m->token_auth_methods.empty() &&
+                    std::find(m->token_auth_methods.begin(), m->token_auth_methods.end(),
+                              "client_secret_basic") == m->token_auth_methods.end() &&
+                    std::find(m->token_auth_methods.begin(), m->token_auth_methods.end(),
+                              "client_secret_post") != m->token_auth_methods.end();
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"grant_type", "authorization_code"},
+      {"code", code},
+      {"redirect_uri", options_.redirect_url},
+      {"code_verifier", verifier}};
+  http::ClientRequest req;
+  req.method = http::Method::kPost;
+  req.url = m->token_endpoint;
+  req.headers.add("Content-Type", "application/x-www-form-urlencoded");
+  req.headers.add("Accept", "application/json");
+  if (post) {
+    fields.emplace_back("client_id", options_.client_id);
+    fields.emplace_back("client_secret", options_.client_secret);
+  } else {
+    req.headers.add("Authorization", "Basic " + base64Encode(formEncode(options_.client_id) + ":" +
+                                                             formEncode(options_.client_secret)));
+  }
+  req.body = form(fields);
+  req.max_response_bytes = options_.max_response_bytes;
+  req.timeout = std::chrono::seconds(10);
+  auto r = co_await clients_.current().request(std::move(req));
+  if (!r) co_return fail(unavailableProvider("cannot be reached: " + r.error().message));
+  auto answer = parseJson(r->body, 16);
+  if (r->status != 200) {
+    const std::string error =
+        answer && answer->is_object() ? stringOf(*answer, "error") : std::string();
+    const std::string description =
+        answer && answer->is_object() ? stringOf(*answer, "error_description") : std::string();
+    co_return fail(Error(
+        r->status == 400 || r->status == 401 ? ErrorCode::kUnauthenticated
+                                             : ErrorCode::kUnavailable,
+        fmt::format("the identity provider refused the sign-in's code ({}{}{})",
+                    error.empty() ? std::to_string(r->status) : toValidUtf8(error.substr(0, 64)),
+                    description.empty() ? "" : ": ", toValidUtf8(description.substr(0, 256)))));
+  }
+  if (!answer || !answer->is_object()) {
+    co_return fail(unavailableProvider("answered the code exchange with what is not JSON"));
+  }
+  const std::string id_token = stringOf(*answer, "id_token");
+  const std::string access_token = stringOf(*answer, "access_token");
+  if (id_token.empty()) {
+    co_return fail(unavailableProvider("answered the code exchange without an ID token"));
+  }
+  identity::IdTokenExpectations expect{.issuer = options_.issuer,
+                                       .client_id = options_.client_id,
+                                       .nonce = nonce,
+                                       .now = clock_.now(),
+                                       .leeway = options_.leeway};
+  auto keys = co_await this->keys(false);
+  if (!keys) co_return fail(keys.error());
+  auto verified = identity::verifyIdToken(id_token, *keys, expect);
+  if (!verified && verified.error().code == ErrorCode::kNotFound) {
+    // The provider may have rotated its keys since they were fetched.
+    keys = co_await this->keys(true);
+    if (!keys) co_return fail(keys.error());
+    verified = identity::verifyIdToken(id_token, *keys, expect);
+  }
+  if (!verified) {
+    co_return fail(Error(ErrorCode::kUnauthenticated, verified.error().message));
+  }
+  SignedIn out;
+  out.subject = verified->subject;
+  out.claims = verified->claims;
+  json claims = verified->claims;
+  // Groups (and names) the ID token leaves out may be in userinfo, for the same subject only.
+  if (!claims.contains(options_.groups_claim) && !m->userinfo_endpoint.empty() &&
+      !access_token.empty()) {
+    auto info = co_await getJson(m->userinfo_endpoint, access_token);
+    if (!info) co_return fail(info.error());
+    if (stringOf(*info, "sub") != out.subject) {
+      co_return fail(Error(ErrorCode::kUnauthenticated,
+                           "the identity provider's userinfo is about another subject"));
+    }
+    for (auto it = info->begin(); it != info->end(); ++it) {
+      if (!claims.contains(it.key())) claims[it.key()] = it.value();
+    }
+  }
+  out.groups = identity::claimStrings(claims, options_.groups_claim);
+  out.email = stringOf(claims, "email");
+  out.display_name = stringOf(claims, "name");
+  out.username = stringOf(claims, options_.username_claim.c_str());
+  if (out.username.empty()) out.username = out.email;
+  if (out.username.empty()) out.username = out.subject;
+  co_return out;
+}
+
+}  // namespace purser::sso
