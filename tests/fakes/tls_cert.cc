@@ -50,17 +50,25 @@ long nextSerial() {
   return ++serial;
 }
 
-}  // namespace
-
-TlsFiles writeCa(const std::string& dir, const std::string& name) {
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  if (key == nullptr) throw std::runtime_error("EC key generation failed");
+// A fresh P-256 key and a certificate of it valid from an hour ago for a day, with a serial of its
+// own; the caller names, extends, signs and frees them.
+X509* newCert(EVP_PKEY** key) {
+  *key = EVP_EC_gen("P-256");
+  if (*key == nullptr) throw std::runtime_error("EC key generation failed");
   X509* cert = X509_new();
   X509_set_version(cert, 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert), nextSerial());
   X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
   X509_gmtime_adj(X509_getm_notAfter(cert), 3600 * 24);
-  X509_set_pubkey(cert, key);
+  X509_set_pubkey(cert, *key);
+  return cert;
+}
+
+}  // namespace
+
+TlsFiles writeCa(const std::string& dir, const std::string& name) {
+  EVP_PKEY* key = nullptr;
+  X509* cert = newCert(&key);
   X509_NAME* subject = X509_get_subject_name(cert);
   addName(subject, "O", "Purser tests");
   addName(subject, "CN", name);
@@ -81,14 +89,8 @@ TlsFiles writeSignedCert(const std::string& dir, const std::string& name, const 
                          const std::string& subject_alt_names) {
   X509* ca_cert = readPem<X509>(ca.cert_file, PEM_read_X509);
   EVP_PKEY* ca_key = readPem<EVP_PKEY>(ca.key_file, PEM_read_PrivateKey);
-  EVP_PKEY* key = EVP_EC_gen("P-256");
-  if (key == nullptr) throw std::runtime_error("EC key generation failed");
-  X509* cert = X509_new();
-  X509_set_version(cert, 2);
-  ASN1_INTEGER_set(X509_get_serialNumber(cert), nextSerial());
-  X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(cert), 3600 * 24);
-  X509_set_pubkey(cert, key);
+  EVP_PKEY* key = nullptr;
+  X509* cert = newCert(&key);
   X509_NAME* subject = X509_get_subject_name(cert);
   addName(subject, "O", organization);
   addName(subject, "CN", common_name);
