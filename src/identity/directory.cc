@@ -292,6 +292,8 @@ Result<Principal> Directory::authenticate(std::string_view presented) const {
 void Directory::setCertificateBindings(std::vector<CertificateBinding> bindings) {
   std::unique_lock lock(mu_);
   certificates_ = std::move(bindings);
+  std::lock_guard cache_lock(cert_cache_mu_);
+  cert_cache_.clear();  // what a subject resolves to may have changed
 }
 
 std::expected<Principal, KeyRefused> Directory::verifyCertificate(std::string_view subject) const {
@@ -300,6 +302,14 @@ std::expected<Principal, KeyRefused> Directory::verifyCertificate(std::string_vi
   };
   const std::string now = formatRfc3339(clock_.now());
   std::shared_lock lock(mu_);
+  {
+    std::lock_guard cache_lock(cert_cache_mu_);
+    auto cached = cert_cache_.find(std::string(subject));
+    if (cached != cert_cache_.end() && cached->second.first == generation_) {
+      auto key = keys_.find(cached->second.second);
+      if (key != keys_.end()) return principalLocked(key->second, now);
+    }
+  }
   const auto binding =
       std::find_if(certificates_.begin(), certificates_.end(),
                    [&](const CertificateBinding& b) { return b.subject == subject; });
@@ -344,7 +354,13 @@ std::expected<Principal, KeyRefused> Directory::verifyCertificate(std::string_vi
             : fmt::format("the client certificate's service account {} has {} keys named \"{}\"",
                           who, candidates.size(), binding->key_name));
   }
-  return principalLocked(*candidates.front(), now);
+  auto principal = principalLocked(*candidates.front(), now);
+  if (principal) {
+    std::lock_guard cache_lock(cert_cache_mu_);
+    if (cert_cache_.size() >= 4 * certificates_.size() + 16) cert_cache_.clear();
+    cert_cache_[std::string(subject)] = {generation_, candidates.front()->id};
+  }
+  return principal;
 }
 
 }  // namespace purser::identity

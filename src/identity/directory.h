@@ -8,6 +8,7 @@
 #pragma once
 
 #include <expected>
+#include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
@@ -129,6 +130,11 @@ class Directory {
   std::unordered_map<std::string, ApiKey> keys_;              // guarded by mu_
   std::unordered_map<std::string, std::string> by_lookup_;    // lookup -> key id; guarded by mu_
   std::vector<CertificateBinding> certificates_;              // guarded by mu_
+  // Subject -> the key id it resolved to, and the generation it was resolved at: a mapped
+  // certificate is found without scanning every key while nothing changed.
+  mutable std::mutex cert_cache_mu_;
+  mutable std::unordered_map<std::string, std::pair<uint64_t, std::string>>
+      cert_cache_;  // guarded by cert_cache_mu_
 };
 
 }  // namespace purser::identity

@@ -425,6 +425,14 @@ TEST_F(DirectoryTest, AMappedClientCertificateStandsForItsServiceAccountsKey) {
   EXPECT_NE(other.error().message.find("\"CN=bot,O=Evil\" is not mapped"), std::string::npos);
   EXPECT_FALSE(directory.verifyCertificate("").has_value());
 
+  // Found again (from the cache) as long as nothing changed; remapped at once when the
+  // bindings change.
+  EXPECT_EQ(directory.verifyCertificate("CN=bot,O=Acme")->key_id, bot_key.key.id);
+  directory.setCertificateBindings({{"CN=bot,O=Acme", "acme", "nobody", ""}});
+  EXPECT_FALSE(directory.verifyCertificate("CN=bot,O=Acme").has_value());
+  directory.setCertificateBindings({{"CN=bot,O=Acme", "acme", "bot", ""}});
+  EXPECT_TRUE(directory.verifyCertificate("CN=bot,O=Acme").has_value());
+
   // The key's revocation ends the certificate's access.
   ApiKey revoked = bot_key.key;
   revoked.revoked_at = now();
