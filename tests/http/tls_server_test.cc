@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fakes/eventually.h"
+#include "fakes/raw_client.h"
 #include "fakes/temp_dir.h"
 #include "fakes/test_server.h"
 #include "fakes/tls_cert.h"
@@ -330,6 +331,32 @@ TEST_F(TlsServerTest, NoRequestFailsWhileTheCertificateIsReloadedUnderLoad) {
   EXPECT_EQ(server.server->tlsReloads(), 20u);
   EXPECT_GT(ok.load(), 60);
   EXPECT_EQ(failed.load(), 0);
+}
+
+TEST_F(TlsServerTest, AHandshakeThatNeverComesOrIsGarbageIsCutOffAndTheServerGoesOn) {
+  ServerOptions so;
+  so.tls = TlsOptions{.cert_file = cert_path, .key_file = key_path};
+  so.header_timeout = std::chrono::milliseconds(200);
+  so.tls_watch_interval = std::chrono::seconds(0);
+  server.start(so);
+  // Connected, silent: closed once the header timeout (which bounds the handshake) passes.
+  purser::testing::RawClient silent(server.port());
+  ASSERT_TRUE(silent.connected());
+  EXPECT_TRUE(silent.waitForClose());
+  // Bytes that are neither TLS nor HTTP: closed.
+  purser::testing::RawClient garbage(server.port());
+  ASSERT_TRUE(garbage.connected());
+  garbage.send(std::string("\x16\x03\x01\xff\xff", 5) + std::string(4096, '\xee'));
+  EXPECT_TRUE(garbage.waitForClose());
+  // A TLS record header announcing a huge handshake, then nothing: closed too.
+  purser::testing::RawClient huge(server.port());
+  huge.send(std::string("\x16\x03\x03\x7f\xff\x01\x00\xff\xff", 9));
+  EXPECT_TRUE(huge.waitForClose());
+  RawTls fine(server.port(), {});
+  ASSERT_TRUE(fine.ok()) << fine.error();
+  EXPECT_NE(fine.get("/who").find("200 OK"), std::string::npos);
+  EXPECT_TRUE(eventually([&] { return server.server->connections() == 1; },
+                         {.what = "only the good connection is left"}));
 }
 
 class MutualTlsTest : public TlsServerTest {
