@@ -106,13 +106,11 @@ void printTable(const json& rows, const std::vector<std::pair<std::string, std::
 }
 
 // A client for --server (or PURSER_SERVER) with the key in PURSER_KEY; nullptr, with a message,
-// when there is no key.
+// when there is no credential.
 std::unique_ptr<ApiClient> clientFor(const Globals& g) {
-  const char* key = std::getenv("PURSER_KEY");
-  if (key == nullptr || *key == '\0') {
-    std::cerr << "purser: set PURSER_KEY to your API key\n";
-    return nullptr;
-  }
+  if (!haveCredential()) return nullptr;
+  const char* key_env = std::getenv("PURSER_KEY");
+  const std::string key = key_env != nullptr ? key_env : "";
   std::string server = g.server;
   if (server.empty()) {
     const char* env = std::getenv("PURSER_SERVER");

@@ -5,9 +5,13 @@
 #include <optional>
 
 #include <fmt/format.h>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
 
 #include "common/json.h"
 #include "http/client.h"
@@ -21,12 +25,35 @@ class ApiClient::Impl {
     while (!server_.empty() && server_.back() == '/') server_.pop_back();
   }
 
+  // HTTPS: PURSER_CA_FILE adds a private CA to the system's trust store; PURSER_CLIENT_CERT
+  // and PURSER_CLIENT_KEY (PEM files) are presented to a server that asks for a client
+  // certificate. A file that cannot be read fails every request with a message naming it.
   static http::ClientOptions options() {
     http::ClientOptions o;
     o.connect_timeout = std::chrono::seconds(5);
     o.read_timeout = std::chrono::seconds(60);
     o.user_agent = "purser-cli";
+    if (const char* ca = std::getenv("PURSER_CA_FILE"); ca != nullptr && *ca != '\0') {
+      o.ca_file = ca;
+    }
+    const char* cert = std::getenv("PURSER_CLIENT_CERT");
+    const char* key = std::getenv("PURSER_CLIENT_KEY");
+    if (cert != nullptr && *cert != '\0') {
+      o.client_cert_pem = readSmallFile(cert);
+      o.client_key_pem = key != nullptr ? readSmallFile(key) : std::string();
+    }
     return o;
+  }
+
+  static std::string readSmallFile(const char* path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string out;
+    char buffer[4096];
+    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+      out.append(buffer, static_cast<size_t>(in.gcount()));
+      if (out.size() > (1 << 20)) break;  // not a PEM file; the TLS check says so
+    }
+    return out;
   }
 
   Result<ApiReply> call(const std::string& method, const std::string& path,
@@ -40,7 +67,7 @@ class ApiClient::Impl {
     http::ClientRequest req;
     req.method = http::parseMethod(method);
     req.url = server_ + path;
-    req.headers.add("Authorization", "Bearer " + key_);
+    if (!key_.empty()) req.headers.add("Authorization", "Bearer " + key_);
     req.headers.add("Accept", "application/json");
     if (body) {
       req.headers.add("Content-Type", content_type);
@@ -94,6 +121,17 @@ std::string describeProblem(const ApiReply& reply) {
     text += ": " + reply.body.get<std::string>();
   }
   return text;
+}
+
+// Whether the caller has a credential: a key in PURSER_KEY, or a client certificate
+// (PURSER_CLIENT_CERT) the server maps to a key. Says what to set when neither.
+bool haveCredential() {
+  const char* key = std::getenv("PURSER_KEY");
+  const char* cert = std::getenv("PURSER_CLIENT_CERT");
+  if ((key != nullptr && *key != '\0') || (cert != nullptr && *cert != '\0')) return true;
+  std::cerr << "purser: set PURSER_KEY to your API key (or PURSER_CLIENT_CERT and "
+               "PURSER_CLIENT_KEY to a client certificate the server maps to one)\n";
+  return false;
 }
 
 }  // namespace purser::cli

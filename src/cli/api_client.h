@@ -38,4 +38,9 @@ class ApiClient {
 // A human-readable line for an error reply: "404 Not Found: team \"x\" not found (field: team)".
 std::string describeProblem(const ApiReply& reply);
 
+// Whether the caller has a credential: a key in PURSER_KEY, or a client certificate
+// (PURSER_CLIENT_CERT) the server maps to a key; prints what to set when neither. The client
+// reads PURSER_CA_FILE, PURSER_CLIENT_CERT and PURSER_CLIENT_KEY for HTTPS.
+bool haveCredential();
+
 }  // namespace purser::cli

@@ -267,11 +267,9 @@ int askServer(const std::vector<std::string>& args, const std::string& symptom,
                                   : "purser diagnose: name the " + kind + " to diagnose\n");
     return 2;
   }
-  const char* key = std::getenv("PURSER_KEY");
-  if (key == nullptr || *key == '\0') {
-    std::cerr << "purser: set PURSER_KEY to your API key\n";
-    return 2;
-  }
+  if (!haveCredential()) return 2;
+  const char* key_env = std::getenv("PURSER_KEY");
+  const std::string key = key_env != nullptr ? key_env : "";
   if (server.empty()) {
     const char* env = std::getenv("PURSER_SERVER");
     server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";

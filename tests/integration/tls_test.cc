@@ -270,6 +270,35 @@ TEST_F(TlsServeTest, UpstreamsAreVerifiedAndAWrongCertificateIsRefused) {
   EXPECT_EQ(process->err().find("providers: verified ("), std::string::npos);
 }
 
+TEST_F(TlsServeTest, TheCliTrustsAPrivateCaAndPresentsItsClientCertificate) {
+  ASSERT_FALSE(seedServiceAccount().empty());
+  const auto cli = [&](std::vector<std::string> env) {
+    env.push_back("PURSER_SERVER=https://localhost:" + std::to_string(port));
+    testing::Process p({PURSER_BINARY, "tenants", "create", "cli-made"}, "", env);
+    const int code = p.wait();
+    return std::make_pair(code, p.out() + p.err());
+  };
+  const std::string key = std::string("PURSER_KEY=") + kAdminKey;
+  const std::string ca = "PURSER_CA_FILE=" + server_ca.cert_file;
+  const std::string cert = "PURSER_CLIENT_CERT=" + operator_cert.cert_file;
+  const std::string cert_key = "PURSER_CLIENT_KEY=" + operator_cert.key_file;
+  // Without the CA the server is not trusted; without a client certificate it lets no one in.
+  const auto untrusted = cli({key, cert, cert_key});
+  EXPECT_NE(untrusted.first, 0) << untrusted.second;
+  EXPECT_NE(untrusted.second.find("TLS handshake"), std::string::npos) << untrusted.second;
+  EXPECT_NE(cli({key, ca}).first, 0);
+  const auto made = cli({key, ca, cert, cert_key});
+  EXPECT_EQ(made.first, 0) << made.second;
+  EXPECT_NE(made.second.find("cli-made"), std::string::npos) << made.second;
+  // A mapped certificate is a credential of its own: no key needed to be refused as ci-bot (a
+  // service account may not create tenants), rather than as nobody.
+  const auto as_bot =
+      cli({ca, "PURSER_CLIENT_CERT=" + runner.cert_file, "PURSER_CLIENT_KEY=" + runner.key_file});
+  EXPECT_NE(as_bot.first, 0);
+  EXPECT_EQ(as_bot.second.find("set PURSER_KEY"), std::string::npos) << as_bot.second;
+  EXPECT_NE(as_bot.second.find("403"), std::string::npos) << as_bot.second;
+}
+
 TEST_F(TlsServeTest, SighupServesARenewedCertificateToNewConnections) {
   const auto statusOfAFreshConnection = [&] {
     // What /healthz answers on a new connection that trusts server_ca (0: no connection).
