@@ -8,6 +8,9 @@
 #   bench_member URL ADMIN_KEY [KEY_FIELDS]
 #                creates tenant "bench", its team "t", user "u" and a key of u's (KEY_FIELDS: more
 #                JSON fields for the key, such as ,"rpm":1000); sets $tenant, $team, $user and $key
+#   bench_wallets URL ADMIN_KEY
+#                a wallet of 1,000,000 on each of the member's tenant, team and user
+#   (both pass $BENCH_CURL, extra curl options such as --cacert FILE for an HTTPS Purser)
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -26,9 +29,17 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.1f", a / b}'; }
 jsonfield() { node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.parse(s)['$1']))"; }
 bench_member() {
   local url=$1 admin=$2 extra=${3:-}
-  post() { curl -sf -X POST "$url$1" -H "Authorization: Bearer $admin" -d "$2"; }
+  post() { curl -sf ${BENCH_CURL:-} -X POST "$url$1" -H "Authorization: Bearer $admin" -d "$2"; }
   tenant=$(post /api/v1/tenants '{"name":"bench"}' | jsonfield id)
   team=$(post /api/v1/teams "{\"tenant\":\"$tenant\",\"name\":\"t\"}" | jsonfield id)
   user=$(post /api/v1/users "{\"tenant\":\"$tenant\",\"team\":\"$team\",\"name\":\"u\"}" | jsonfield id)
   key=$(post /api/v1/keys "{\"owner\":{\"kind\":\"user\",\"id\":\"$user\"},\"name\":\"bench\"$extra}" | jsonfield key)
+}
+bench_wallets() {
+  local url=$1 admin=$2 scope
+  for scope in "tenant $tenant" "team $team" "user $user"; do
+    set -- $scope
+    curl -sf ${BENCH_CURL:-} -X POST "$url/api/v1/wallets" -H "Authorization: Bearer $admin" \
+      -d "{\"scope\":{\"kind\":\"$1\",\"id\":\"$2\"},\"limit\":\"1000000\"}" >/dev/null
+  done
 }

@@ -92,11 +92,7 @@ CONF
   wait_for "http://127.0.0.1:$port/healthz"
   local url="http://127.0.0.1:$port"
   bench_member "$url" "$admin" ',"rpm":100000000,"tpm":1000000000'
-  for scope in "tenant $tenant" "team $team" "user $user"; do
-    set -- $scope
-    curl -sf -X POST "$url/api/v1/wallets" -H "Authorization: Bearer $admin" \
-      -d "{\"scope\":{\"kind\":\"$1\",\"id\":\"$2\"},\"limit\":\"1000000\"}" >/dev/null
-  done
+  bench_wallets "$url" "$admin"
   printf -v "key_$name" %s "$key"
 }
 start_purser purser_batch batch

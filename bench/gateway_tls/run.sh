@@ -100,15 +100,8 @@ CONF
   printf -v "port_$name" %s "$port"
   local url="$scheme://localhost:$port"
   for _ in $(seq 200); do curl -sf --cacert "$tmp/ca.pem" "$url/healthz" >/dev/null 2>&1 && break; sleep 0.05; done
-  post() { curl -sf --cacert "$tmp/ca.pem" -X POST "$url$1" -H "Authorization: Bearer $admin" -d "$2"; }
-  tenant=$(post /api/v1/tenants '{"name":"bench"}' | jsonfield id)
-  team=$(post /api/v1/teams "{\"tenant\":\"$tenant\",\"name\":\"t\"}" | jsonfield id)
-  user=$(post /api/v1/users "{\"tenant\":\"$tenant\",\"team\":\"$team\",\"name\":\"u\"}" | jsonfield id)
-  key=$(post /api/v1/keys "{\"owner\":{\"kind\":\"user\",\"id\":\"$user\"},\"name\":\"bench\",\"rpm\":100000000,\"tpm\":1000000000}" | jsonfield key)
-  for scope in "tenant $tenant" "team $team" "user $user"; do
-    set -- $scope
-    post /api/v1/wallets "{\"scope\":{\"kind\":\"$1\",\"id\":\"$2\"},\"limit\":\"1000000\"}" >/dev/null
-  done
+  BENCH_CURL="--cacert $tmp/ca.pem" bench_member "$url" "$admin" ',"rpm":100000000,"tpm":1000000000'
+  BENCH_CURL="--cacert $tmp/ca.pem" bench_wallets "$url" "$admin"
   printf -v "key_$name" %s "$key"
 }
 start_purser purser 0
