@@ -68,10 +68,15 @@ Result<std::unique_ptr<KubeApi>> KubeApi::create(KubeApiOptions options) {
   c.client_cert_pem = o.client_cert_pem;
   c.client_key_pem = o.client_key_pem;
   if (tls) {
-    if (auto ok = http::HttpClient::checkTls(c); !ok) {
-      return fail(invalidArgument("Kubernetes: " + ok.error().message));
-    }
+    auto profile = http::makeTlsProfile(c);
+    if (!profile) return fail(invalidArgument("Kubernetes: " + profile.error().message));
+    api->tls_ = std::move(*profile);
   }
+  // Each call's own client needs only the timeouts: its TLS is the profile's.
+  c.ca_file.clear();
+  c.ca_pem.clear();
+  c.client_cert_pem.clear();
+  c.client_key_pem.clear();
   return api;
 }
 
@@ -79,6 +84,7 @@ http::ClientRequest KubeApi::request(http::Method method, const std::string& pat
   http::ClientRequest req;
   req.method = method;
   req.url = base_ + path;
+  req.tls = tls_;
   req.headers.add("Accept", "application/json");
   if (!options_.token.empty()) req.headers.add("Authorization", "Bearer " + options_.token);
   return req;

@@ -52,7 +52,10 @@ class KubeApi {
   http::ClientRequest request(http::Method method, const std::string& path) const;
   KubeApiOptions options_;
   std::string base_;            // scheme://host:port
-  http::ClientOptions client_;  // the TLS and timeouts every call's client is made with
+  http::ClientOptions client_;  // the timeouts every call's client is made with
+  // The cluster's CA and Purser's client certificate, read and checked once and shared by every
+  // call (null for http://).
+  std::shared_ptr<const http::TlsProfile> tls_;
 };
 
 }  // namespace purser::exec
