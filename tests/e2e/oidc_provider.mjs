@@ -80,6 +80,8 @@ export async function startOidcProvider({
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const idp = await startOidcProvider({
+    // Only text the provider compares redirects against, never bound: the provider itself
+    // listens on port 0 (above) and prints the port it got.
     redirectUri: process.argv[2] ?? 'http://127.0.0.1:8080/auth/oidc/callback',
     accounts: { dana: { groups: ['ml-team'] }, ops: { groups: ['platform'] } },
   });
