@@ -11,6 +11,8 @@
 #   bench_wallets URL ADMIN_KEY
 #                a wallet of 1,000,000 on each of the member's tenant, team and user
 #   (both pass $BENCH_CURL, extra curl options such as --cacert FILE for an HTTPS Purser)
+#   cpu_ticks PID...  the user+system clock ticks the processes have used
+#   to_us TIME        a wrk time ("850.12us", "2.31ms", "1.02s") in microseconds
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -43,3 +45,5 @@ bench_wallets() {
       -d "{\"scope\":{\"kind\":\"$1\",\"id\":\"$2\"},\"limit\":\"1000000\"}" >/dev/null
   done
 }
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+to_us() { awk -v v="$1" 'BEGIN {n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else print n * 1000000}'; }

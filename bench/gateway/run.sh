@@ -120,8 +120,6 @@ target() {  # contender -> url key model headers pids
     portkey) echo "http://127.0.0.1:$portkey_port/v1/chat/completions|sk-bench|sim-small|x-portkey-provider: openai|x-portkey-custom-host: http://127.0.0.1:$sim_port/v1|$pid_portkey" ;;
   esac
 }
-cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
-to_us() { awk -v v="$1" 'BEGIN {n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else print n * 1000000}'; }
 
 measure() {  # round kind contender connections duration
   local line url key model headers procs before after requests

@@ -116,8 +116,6 @@ target() {  # contender -> url|key|model|pids
     purser_tls) echo "https://localhost:$port_purser_tls/v1/chat/completions|$key_purser_tls|bench|$pid_purser_tls" ;;
   esac
 }
-cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
-to_us() { awk -v v="$1" 'BEGIN {n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else print n * 1000000}'; }
 
 measure() {  # round kind contender connections duration
   local line url key model procs before after requests headers=""

@@ -10,10 +10,10 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_future.hpp>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 
 #include "common/json.h"
+#include "common/small_file.h"
 #include "http/client.h"
 
 namespace purser::cli {
@@ -27,7 +27,7 @@ class ApiClient::Impl {
 
   // HTTPS: PURSER_CA_FILE adds a private CA to the system's trust store; PURSER_CLIENT_CERT
   // and PURSER_CLIENT_KEY (PEM files) are presented to a server that asks for a client
-  // certificate. A file that cannot be read fails every request with a message naming it.
+  // certificate. A file that cannot be read is named on stderr, and every request fails.
   static http::ClientOptions options() {
     http::ClientOptions o;
     o.connect_timeout = std::chrono::seconds(5);
@@ -39,21 +39,16 @@ class ApiClient::Impl {
     const char* cert = std::getenv("PURSER_CLIENT_CERT");
     const char* key = std::getenv("PURSER_CLIENT_KEY");
     if (cert != nullptr && *cert != '\0') {
-      o.client_cert_pem = readSmallFile(cert);
-      o.client_key_pem = key != nullptr ? readSmallFile(key) : std::string();
+      // What cannot be read is said here; the requests then fail the TLS check.
+      auto cert_pem = readSmallFile(cert, "PURSER_CLIENT_CERT");
+      auto key_pem = readSmallFile(key != nullptr ? key : "", "PURSER_CLIENT_KEY");
+      for (const auto* r : {&cert_pem, &key_pem}) {
+        if (!*r) std::cerr << "purser: " << r->error().message << "\n";
+      }
+      o.client_cert_pem = cert_pem.value_or("");
+      o.client_key_pem = key_pem.value_or("");
     }
     return o;
-  }
-
-  static std::string readSmallFile(const char* path) {
-    std::ifstream in(path, std::ios::binary);
-    std::string out;
-    char buffer[4096];
-    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-      out.append(buffer, static_cast<size_t>(in.gcount()));
-      if (out.size() > (1 << 20)) break;  // not a PEM file; the TLS check says so
-    }
-    return out;
   }
 
   Result<ApiReply> call(const std::string& method, const std::string& path,

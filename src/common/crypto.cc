@@ -62,18 +62,6 @@ std::string hexOf(std::string_view raw) {
   return out;
 }
 
-std::string lastOpensslError() {
-  const unsigned long e = ERR_peek_last_error();
-  std::string out;
-  if (e != 0) {
-    char text[256];
-    ERR_error_string_n(e, text, sizeof text);
-    out = text;
-  }
-  ERR_clear_error();
-  return out;
-}
-
 bool fetches(const Primitive& p, const char* properties) {
   bool ok = false;
   const std::string name(p.algorithm);
@@ -154,6 +142,17 @@ void randomBytes(std::span<uint8_t> out) {
   }
 }
 
+std::string takeOpensslError() {
+  const unsigned long e = ERR_peek_last_error();
+  std::string out;
+  if (e != 0) {
+    const char* reason = ERR_reason_error_string(e);
+    out = reason != nullptr ? reason : fmt::format("OpenSSL error {:#x}", e);
+  }
+  ERR_clear_error();
+  return out;
+}
+
 bool constantTimeEquals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
@@ -183,7 +182,7 @@ Result<void> enableFips() {
   // property query, only the FIPS provider's implementations are fetched anyway.
   OSSL_PROVIDER* fips = OSSL_PROVIDER_try_load(nullptr, "fips", 1);
   if (fips == nullptr) {
-    const std::string why = lastOpensslError();
+    const std::string why = takeOpensslError();
     return fail(
         Error(ErrorCode::kFailedPrecondition,
               fmt::format("crypto.fips: OpenSSL's FIPS provider cannot be loaded ({}). Install a "
@@ -195,18 +194,18 @@ Result<void> enableFips() {
   if (OSSL_PROVIDER_self_test(fips) != 1) {
     return fail(Error(
         ErrorCode::kFailedPrecondition,
-        fmt::format("crypto.fips: the FIPS provider's self-test failed: {}", lastOpensslError())));
+        fmt::format("crypto.fips: the FIPS provider's self-test failed: {}", takeOpensslError())));
   }
   // Encoders and decoders (PEM keys and certificates) live in the base provider.
   if (OSSL_PROVIDER_try_load(nullptr, "base", 1) == nullptr) {
     return fail(Error(ErrorCode::kFailedPrecondition,
                       fmt::format("crypto.fips: OpenSSL's base provider cannot be loaded: {}",
-                                  lastOpensslError())));
+                                  takeOpensslError())));
   }
   if (EVP_default_properties_enable_fips(nullptr, 1) != 1) {
     return fail(Error(ErrorCode::kFailedPrecondition,
                       fmt::format("crypto.fips: cannot set the default property query fips=yes: {}",
-                                  lastOpensslError())));
+                                  takeOpensslError())));
   }
   return checkPrimitives(nullptr);
 }

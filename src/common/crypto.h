@@ -26,6 +26,10 @@ std::string hmacSha256Hex(std::string_view key, std::string_view data);
 // `out` filled from OpenSSL's DRBG (seeded by the kernel; in FIPS mode the approved one). A
 // failure to produce randomness stops the process (PURSER_CHECK): nothing can go on without it.
 void randomBytes(std::span<uint8_t> out);
+// The reason OpenSSL gives for the last error on this thread ("key values mismatch"), or empty
+// when there is none; the thread's error queue is cleared either way.
+std::string takeOpensslError();
+
 // Equality of two secrets in time that depends only on their length.
 bool constantTimeEquals(std::string_view a, std::string_view b);
 

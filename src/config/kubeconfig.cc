@@ -9,28 +9,12 @@
 #include <sstream>
 
 #include "common/base64.h"
+#include "common/small_file.h"
 #include "config/yaml_reader.h"
 
 namespace purser::config {
 
 namespace {
-
-constexpr size_t kMaxFile = 1 << 20;  // a kubeconfig, CA, certificate, key or token file
-
-Result<std::string> readSmallFile(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec)
-    return fail(invalidArgument(fmt::format("cannot read {} {}: {}", what, path, ec.message())));
-  if (size > kMaxFile) {
-    return fail(invalidArgument(fmt::format("{} {} is larger than 1 MiB", what, path)));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) return fail(invalidArgument(fmt::format("cannot read {} {}", what, path)));
-  return text.str();
-}
 
 std::string scalar(const YAML::Node& map, const char* key) {
   if (!map.IsMap()) return {};

@@ -370,10 +370,13 @@ class Server::Impl {
             ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_HTTP_REQUEST) {
           // Plain HTTP on the HTTPS port: say so in HTTP rather than leave the client guessing.
           rejected_malformed_.inc();
-          static constexpr std::string_view kPlain =
-              "HTTP/1.1 400 Bad Request\r\nServer: purser\r\nContent-Type: text/plain\r\n"
-              "Content-Length: 54\r\nConnection: close\r\n\r\n"
-              "This port speaks HTTPS: send the request to https://.\n";
+          static const std::string kPlain = [] {
+            const std::string_view body = "This port speaks HTTPS: send the request to https://.\n";
+            return fmt::format(
+                "HTTP/1.1 400 Bad Request\r\nServer: purser\r\nContent-Type: text/plain\r\n"
+                "Content-Length: {}\r\nConnection: close\r\n\r\n{}",
+                body.size(), body);
+          }();
           auto& lowest = beast::get_lowest_layer(stream);
           lowest.expires_after(options_.write_timeout);
           co_await net::async_write(lowest, net::buffer(kPlain.data(), kPlain.size()),

@@ -14,6 +14,8 @@
 
 #include <cstring>
 
+#include "common/crypto.h"
+
 namespace purser::http {
 
 namespace ssl = boost::asio::ssl;
@@ -28,16 +30,10 @@ constexpr char kTls12Ciphers[] =
 constexpr char kTls13Suites[] =
     "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 
-// The reason OpenSSL gives for the last error on this thread, then a clean queue.
+// What OpenSSL says went wrong, for a message that must say something.
 std::string opensslReason() {
-  const unsigned long e = ERR_peek_last_error();
-  std::string out;
-  if (e != 0) {
-    const char* reason = ERR_reason_error_string(e);
-    out = reason != nullptr ? reason : fmt::format("OpenSSL error {:#x}", e);
-  }
-  ERR_clear_error();
-  return out.empty() ? std::string("not usable") : out;
+  std::string why = crypto::takeOpensslError();
+  return why.empty() ? std::string("not usable") : why;
 }
 
 // ALPN: HTTP/1.1 when the client offers it; otherwise no protocol is agreed (a client that
@@ -61,8 +57,8 @@ int selectAlpn(SSL* /*ssl*/, const unsigned char** out, unsigned char* outlen,
 Result<std::shared_ptr<ssl::context>> build(const TlsOptions& o) {
   auto ctx = std::make_shared<ssl::context>(ssl::context::tls_server);
   SSL_CTX* native = ctx->native_handle();
-  SSL_CTX_set_options(native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
-                                  SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_SINGLE_ECDH_USE);
+  SSL_CTX_set_options(
+      native, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
   if (SSL_CTX_set_min_proto_version(
           native, o.min_version == "1.3" ? TLS1_3_VERSION : TLS1_2_VERSION) != 1 ||
       SSL_CTX_set_max_proto_version(native, TLS1_3_VERSION) != 1 ||

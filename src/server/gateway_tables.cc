@@ -4,30 +4,11 @@
 #include <fmt/format.h>
 
 #include <spdlog/spdlog.h>
-#include <fstream>
 
+#include "common/small_file.h"
 #include "gateway/admission.h"
 
 namespace purser::server {
-
-namespace {
-
-// A PEM file of a provider's (certificates and keys are small; a larger file is a mistake).
-Result<std::string> readPem(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail(invalidArgument(fmt::format("cannot read {}", path)));
-  std::string out;
-  char buffer[4096];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    out.append(buffer, static_cast<size_t>(in.gcount()));
-    if (out.size() > (1 << 20)) {
-      return fail(invalidArgument(fmt::format("{} is larger than 1 MiB: not a PEM file", path)));
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 Result<gateway::ProviderTls> providerTls(const config::ProviderConfig& p) {
   gateway::ProviderTls out;
@@ -45,8 +26,9 @@ Result<gateway::ProviderTls> providerTls(const config::ProviderConfig& p) {
   tls.verify_tls = !p.insecure_skip_verify;
   tls.ca_file = p.ca_file;
   if (!p.client_cert_file.empty()) {
-    tls.client_cert_pem = PURSER_TRY_VALUE(readPem(p.client_cert_file));
-    tls.client_key_pem = PURSER_TRY_VALUE(readPem(p.client_key_file));
+    tls.client_cert_pem =
+        PURSER_TRY_VALUE(readSmallFile(p.client_cert_file, "the client certificate"));
+    tls.client_key_pem = PURSER_TRY_VALUE(readSmallFile(p.client_key_file, "the client key"));
   }
   out.profile = PURSER_TRY_VALUE(http::makeTlsProfile(tls));
   return out;

@@ -137,7 +137,7 @@ std::string OidcClient::displayName() const {
   return url ? url->host : options_.issuer;
 }
 
-boost::asio::awaitable<Result<json>> OidcClient::getJson(std::string url, std::string bearer) {
+boost::asio::awaitable<Result<std::string>> OidcClient::get(std::string url, std::string bearer) {
   http::ClientRequest req;
   req.url = std::move(url);
   req.headers.add("Accept", "application/json");
@@ -150,11 +150,7 @@ boost::asio::awaitable<Result<json>> OidcClient::getJson(std::string url, std::s
   if (r->status != 200) {
     co_return fail(unavailableProvider(fmt::format("answered {} at {}", r->status, where)));
   }
-  auto parsed = parseJson(r->body, 16);
-  if (!parsed || !parsed->is_object()) {
-    co_return fail(unavailableProvider("answered what is not a JSON object"));
-  }
-  co_return std::move(*parsed);
+  co_return std::move(r->body);
 }
 
 boost::asio::awaitable<Result<ProviderMetadata>> OidcClient::metadata() {
@@ -164,16 +160,9 @@ boost::asio::awaitable<Result<ProviderMetadata>> OidcClient::metadata() {
   }
   std::string issuer = options_.issuer;
   while (issuer.ends_with('/')) issuer.pop_back();
-  http::ClientRequest req;
-  req.url = issuer + "/.well-known/openid-configuration";
-  req.max_response_bytes = options_.max_response_bytes;
-  req.timeout = std::chrono::seconds(10);
-  auto r = co_await clients_.current().request(std::move(req));
-  if (!r) co_return fail(unavailableProvider("cannot be reached: " + r.error().message));
-  if (r->status != 200) {
-    co_return fail(unavailableProvider(fmt::format("answered {} to discovery", r->status)));
-  }
-  auto m = parseDiscovery(r->body, options_.issuer);
+  auto text = co_await get(issuer + "/.well-known/openid-configuration", "");
+  if (!text) co_return fail(text.error());
+  auto m = parseDiscovery(*text, options_.issuer);
   if (!m) co_return fail(m.error());
   std::lock_guard lock(mu_);
   metadata_ = *m;
@@ -183,20 +172,20 @@ boost::asio::awaitable<Result<ProviderMetadata>> OidcClient::metadata() {
 boost::asio::awaitable<Result<std::vector<identity::Jwk>>> OidcClient::keys(bool refresh) {
   {
     std::lock_guard lock(mu_);
-    const bool recent =
-        keys_ever_fetched_ && clock_.monotonic() - keys_fetched_ < options_.jwks_min_refresh;
-    if (keys_ever_fetched_ && (!refresh || recent)) co_return keys_;
+    // A JWK set is never empty once fetched (parseJwks refuses one without a usable key).
+    const bool fetched = !keys_.empty();
+    const bool recent = fetched && clock_.monotonic() - keys_fetched_ < options_.jwks_min_refresh;
+    if (fetched && (!refresh || recent)) co_return keys_;
   }
   auto m = co_await metadata();
   if (!m) co_return fail(m.error());
-  auto doc = co_await getJson(m->jwks_uri, "");
-  if (!doc) co_return fail(doc.error());
-  auto parsed = identity::parseJwks(writeJson(*doc));
+  auto text = co_await get(m->jwks_uri, "");
+  if (!text) co_return fail(text.error());
+  auto parsed = identity::parseJwks(*text);
   if (!parsed) co_return fail(unavailableProvider(parsed.error().message));
   std::lock_guard lock(mu_);
   keys_ = *parsed;
   keys_fetched_ = clock_.monotonic();
-  keys_ever_fetched_ = true;
   co_return keys_;
 }
 
@@ -300,8 +289,12 @@ boost::asio::awaitable<Result<SignedIn>> OidcClient::finish(std::string code, st
   // Groups (and names) the ID token leaves out may be in userinfo, for the same subject only.
   if (!claims.contains(options_.groups_claim) && !m->userinfo_endpoint.empty() &&
       !access_token.empty()) {
-    auto info = co_await getJson(m->userinfo_endpoint, access_token);
-    if (!info) co_return fail(info.error());
+    auto text = co_await get(m->userinfo_endpoint, access_token);
+    if (!text) co_return fail(text.error());
+    auto info = parseJson(*text, 16);
+    if (!info || !info->is_object()) {
+      co_return fail(unavailableProvider("answered userinfo with what is not a JSON object"));
+    }
     if (stringOf(*info, "sub") != out.subject) {
       co_return fail(Error(ErrorCode::kUnauthenticated,
                            "the identity provider's userinfo is about another subject"));

@@ -112,7 +112,8 @@ class OidcClient {
 
  private:
   boost::asio::awaitable<Result<std::vector<identity::Jwk>>> keys(bool refresh);
-  boost::asio::awaitable<Result<nlohmann::json>> getJson(std::string url, std::string bearer);
+  // The body of a 200 answer to a GET (with `bearer` when not empty), bounded.
+  boost::asio::awaitable<Result<std::string>> get(std::string url, std::string bearer);
 
   const OidcOptions options_;
   http::WorkerLocal<http::HttpClient>& clients_;
@@ -121,7 +122,6 @@ class OidcClient {
   std::optional<ProviderMetadata> metadata_;  // guarded by mu_
   std::vector<identity::Jwk> keys_;           // guarded by mu_
   MonoTime keys_fetched_{};                   // guarded by mu_
-  bool keys_ever_fetched_ = false;            // guarded by mu_
 };
 
 }  // namespace purser::sso

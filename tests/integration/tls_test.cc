@@ -220,6 +220,13 @@ TEST_F(TlsServeTest, AMappedClientCertificateCallsTheModelApiAsItsServiceAccount
       },
       {.what = "the call is metered to the service account"}));
 
+  // A key that is not valid never falls back to the certificate beside it: a member who holds a
+  // mapped certificate cannot pass a made-up key off as ci-bot, nor the other way round.
+  const Reply forged = chat("verified", "pk-not-a-real-key", runner);
+  EXPECT_EQ(forged.status, 401) << forged.text;
+  EXPECT_EQ(call("POST", "/api/v1/tenants", "pk-not-a-real-key", runner, {{"name", "evil"}}).status,
+            401);
+
   // A certificate of the same CA that is not mapped: verified, but nobody; a key is needed.
   const Reply unmapped = chat("verified", "", intruder);
   EXPECT_EQ(unmapped.status, 401) << unmapped.text;
