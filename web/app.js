@@ -66,7 +66,18 @@ function ServerStatus() {
   </section>`;
 }
 
-function SignIn({ onSignedIn, notice }) {
+// Single sign-on, when the server has it: "Sign in with <issuer>" beside the key field.
+function SingleSignOn({ sso }) {
+  if (!sso?.enabled) return null;
+  const back = encodeURIComponent(location.pathname + location.hash);
+  return html`<div class="sso">
+    <a class="button" id="sso-signin" href=${`${sso.login_url}?return_to=${back}`}>
+      Sign in with ${sso.display_name}</a>
+    <p class="muted">or with an API key:</p>
+  </div>`;
+}
+
+function SignIn({ onSignedIn, notice, sso }) {
   const [key, setKey] = useState("");
   const [error, setError] = useState(notice);
   const [busy, setBusy] = useState(false);
@@ -90,6 +101,7 @@ function SignIn({ onSignedIn, notice }) {
     <h1>Purser</h1>
     <form class="card" onSubmit=${submit} aria-label="Sign in">
       <h2>Sign in</h2>
+      <${SingleSignOn} sso=${sso} />
       <label for="key">API key</label>
       <input id="key" name="key" type="password" autocomplete="off" required
         value=${key} onInput=${(e) => setKey(e.target.value)} placeholder="pk-…" />
@@ -132,17 +144,34 @@ function Shell({ me, onSignOut }) {
 
 function App() {
   const [me, setMe] = useState(null);
-  const [checking, setChecking] = useState(!!session.key());
+  const [checking, setChecking] = useState(true);
   const [notice, setNotice] = useState(null);
+  const [sso, setSso] = useState(null);
+  const signedIn = (who) => {
+    if (who.session) session.setCsrf(who.session.csrf_token);
+    setMe(who);
+  };
   useEffect(() => {
-    if (!session.key()) return;
-    api("/api/v1/whoami")
-      .then(setMe)
-      .catch((e) => {
+    // A key kept for this tab, else the sign-in cookie when the server says this browser has a
+    // live session (asked first, so that a visitor who is not signed in meets no refusal).
+    const withKey = !!session.key();
+    (async () => {
+      let info = null;
+      try {
+        const r = await fetch("/auth/oidc/info", { headers: { Accept: "application/json" } });
+        if (r.ok) info = await r.json();
+      } catch (e) {
+        info = null;
+      }
+      setSso(info);
+      if (!withKey && !info?.signed_in) return;
+      try {
+        signedIn(await api("/api/v1/whoami"));
+      } catch (e) {
         session.clear();
-        setNotice(`Your key is no longer accepted: ${e.message}`);
-      })
-      .finally(() => setChecking(false));
+        if (withKey) setNotice(`Your key is no longer accepted: ${e.message}`);
+      }
+    })().finally(() => setChecking(false));
   }, []);
   // A key revoked while signed in: the next 401 sends the user back to sign in.
   useEffect(() => {
@@ -155,11 +184,18 @@ function App() {
     return () => removeEventListener("purser:unauthorized", on);
   }, []);
   if (checking) return html`<p class="loading">Signing in…</p>`;
-  if (!me) return html`<${SignIn} onSignedIn=${setMe} notice=${notice} />`;
-  return html`<${Shell} me=${me} onSignOut=${() => {
+  if (!me) return html`<${SignIn} onSignedIn=${signedIn} notice=${notice} sso=${sso} />`;
+  return html`<${Shell} me=${me} onSignOut=${async () => {
+    // A session ends on the server (everywhere); a key only leaves this tab.
+    if (me.session) {
+      try {
+        await api("/auth/signout", { method: "POST" });
+      } catch (e) {
+        setNotice(`The session may not have ended: ${e.message}`);
+      }
+    }
     session.clear();
     setMe(null);
-    setNotice(null);
   }} />`;
 }
 

@@ -6,11 +6,22 @@ import htm from "htm";
 
 export const html = htm.bind(h);
 
+// Signed in with an API key (kept for this tab), or through the identity provider (the server's
+// HttpOnly purser_session cookie, which this page never sees, and the CSRF token whoami gives,
+// kept in memory only and sent with every change).
 const KEY = "purser.key";
+let csrf = null;
 export const session = {
   key: () => sessionStorage.getItem(KEY),
   set: (k) => sessionStorage.setItem(KEY, k),
-  clear: () => sessionStorage.removeItem(KEY),
+  setCsrf: (token) => {
+    csrf = token;
+  },
+  cookie: () => csrf !== null,
+  clear: () => {
+    sessionStorage.removeItem(KEY);
+    csrf = null;
+  },
 };
 
 // An API error carries the server's problem detail (RFC 9457) as its message.
@@ -24,6 +35,7 @@ export class ApiError extends Error {
 export async function api(path, { method = "GET", body, key = session.key() } = {}) {
   const headers = { Accept: "application/json" };
   if (key) headers.Authorization = `Bearer ${key}`;
+  if (!key && csrf && method !== "GET") headers["X-Purser-CSRF"] = csrf;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let res;
   try {
@@ -40,7 +52,7 @@ export async function api(path, { method = "GET", body, key = session.key() } = 
   }
   if (!res.ok) {
     const detail = data && (data.detail || data.title);
-    if (res.status === 401 && key && key === session.key()) {
+    if (res.status === 401 && (key ? key === session.key() : session.cookie())) {
       dispatchEvent(new CustomEvent("purser:unauthorized", { detail: detail || "the key was refused" }));
     }
     throw new ApiError(res.status, detail ? `${detail}` : `The server answered ${res.status}.`);

@@ -88,6 +88,8 @@ Result<void> addAdminRoutes(http::Router& router, const Services& services) {
   PURSER_TRY(route(Method::kPut, "/api/v1/tenants/{tenant}/priority", admin::grantPriority));
   PURSER_TRY(route(Method::kPost, "/api/v1/teams", admin::createTeam));
   PURSER_TRY(route(Method::kPost, "/api/v1/users", admin::createUser));
+  PURSER_TRY(route(Method::kPost, "/api/v1/users/{id}/disable", admin::disableUser));
+  PURSER_TRY(route(Method::kPost, "/api/v1/users/{id}/enable", admin::enableUser));
   PURSER_TRY(route(Method::kPost, "/api/v1/service-accounts", admin::createServiceAccount));
   PURSER_TRY(route(Method::kPost, "/api/v1/keys", admin::createKey));
   PURSER_TRY(route(Method::kDelete, "/api/v1/keys/{id}", admin::revokeKey));

@@ -23,6 +23,7 @@
 #include "http/router.h"
 #include "identity/denial_log.h"
 #include "identity/directory.h"
+#include "identity/sessions.h"
 #include "ledger/audit.h"
 #include "ledger/budget.h"
 #include "ledger/meter.h"
@@ -69,6 +70,8 @@ struct Services {
   // The outstanding reservations made through this API. Each Services made is a table of its own;
   // its copies (the route tables keep one each) share it.
   std::shared_ptr<ledger::Reservations> reservations = std::make_shared<ledger::Reservations>();
+  // People signed in through the identity provider (oidc); without it only keys authenticate.
+  identity::SessionBook* sessions = nullptr;
 };
 
 // On first start (no keys at all): creates the platform admin "admin" and its key — the value
@@ -84,8 +87,11 @@ std::vector<ledger::AuditEntry> denialEntries(const Services& s, const identity:
                                               std::string action, std::string target,
                                               std::string detail);
 
-// The principal of a request's `Authorization: Bearer <key>`; kUnauthenticated when it has none
-// or the key is not valid.
+// The principal of a request: its `Authorization: Bearer <key>` (an API key, or the CLI's sign-in
+// token "pss_..."), else its mapped client certificate, else its `purser_session` cookie.
+// kUnauthenticated when it has none or it is not valid. A state-changing request (not GET, HEAD
+// or OPTIONS) made with the cookie must carry the session's CSRF token as `X-Purser-CSRF`:
+// kPermissionDenied otherwise.
 Result<identity::Principal> authenticate(const Services& s, const http::Request& req);
 
 Result<void> addAdminRoutes(http::Router& router, const Services& s);

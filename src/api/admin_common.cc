@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/crypto.h"
 #include "common/json.h"
 #include "http/async.h"
+#include "http/cookies.h"
 
 namespace purser::api {
 
@@ -41,7 +43,9 @@ json toJson(const identity::User& u) {
           {"name", u.name},
           {"email", u.email},
           {"role", identity::roleName(u.role)},
-          {"created_at", u.created_at}};
+          {"created_at", u.created_at},
+          {"signs_in", !u.subject.empty()},
+          {"disabled_at", u.disabled_at.empty() ? json(nullptr) : json(u.disabled_at)}};
 }
 
 json toJson(const identity::ServiceAccount& a) {
@@ -278,6 +282,32 @@ Target keyTarget(const identity::ApiKey& k) { return Target{k.tenant_id, k.team_
 
 }  // namespace admin
 
+namespace {
+
+// The principal of a sign-in session's token (the cookie's or the CLI's), or why not.
+Result<Principal> sessionPrincipal(const Services& s, std::string_view token,
+                                   identity::Session* session_out) {
+  if (s.sessions == nullptr) {
+    return fail(Error(ErrorCode::kUnauthenticated, "single sign-on is not configured here"));
+  }
+  auto session = s.sessions->use(token, s.clock.now());
+  if (!session) return fail(session.error());
+  auto who = s.directory.userPrincipal(session->user_id);
+  if (!who) {
+    s.sessions->end(session->id);
+    return fail(Error(ErrorCode::kUnauthenticated, who.error().message + "; the session is over"));
+  }
+  who->session_id = session->id;
+  if (session_out != nullptr) *session_out = std::move(*session);
+  return std::move(*who);
+}
+
+bool stateChanging(http::Method m) {
+  return m != http::Method::kGet && m != http::Method::kHead && m != http::Method::kOptions;
+}
+
+}  // namespace
+
 Result<Principal> authenticate(const Services& s, const Request& req) {
   auto header = req.headers.get("authorization");
   if (!header && !req.tls_client_subject.empty()) {
@@ -291,6 +321,22 @@ Result<Principal> authenticate(const Services& s, const Request& req) {
     return std::move(*who);
   }
   if (!header) {
+    // A person signed in to the console: the session cookie, with the CSRF token on changes (a
+    // browser sends the cookie with any site's form; only the console can read the token).
+    if (auto token = http::cookie(req, identity::kSessionCookie)) {
+      identity::Session session;
+      auto who = sessionPrincipal(s, *token, &session);
+      if (!who) return fail(who.error());
+      if (stateChanging(req.method)) {
+        const auto csrf = req.headers.get("x-purser-csrf");
+        if (!csrf || !crypto::constantTimeEquals(*csrf, session.csrf_token)) {
+          return fail(Error(ErrorCode::kPermissionDenied,
+                            "a change made with the sign-in cookie needs the console's CSRF "
+                            "token in the X-Purser-CSRF header"));
+        }
+      }
+      return who;
+    }
     return fail(Error(ErrorCode::kUnauthenticated,
                       "no API key: send it as \"Authorization: Bearer <key>\""));
   }
@@ -301,6 +347,8 @@ Result<Principal> authenticate(const Services& s, const Request& req) {
   }
   value.remove_prefix(7);
   while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  // The CLI's sign-in token (`purser login --oidc`): sent as a bearer, so no CSRF to check.
+  if (value.starts_with(identity::kSessionTokenPrefix)) return sessionPrincipal(s, value, nullptr);
   return s.directory.authenticate(value);
 }
 

@@ -24,6 +24,8 @@ boost::asio::awaitable<http::Response> listTeams(const Services& s, http::Reques
 boost::asio::awaitable<http::Response> listUsers(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> listServiceAccounts(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> whoami(const Services& s, http::Request& req);
+boost::asio::awaitable<http::Response> disableUser(const Services& s, http::Request& req);
+boost::asio::awaitable<http::Response> enableUser(const Services& s, http::Request& req);
 
 // admin_keys.cc
 boost::asio::awaitable<http::Response> createKey(const Services& s, http::Request& req);

@@ -282,7 +282,64 @@ asio::awaitable<Response> whoami(const Services& s, Request& req) {
     out["tenant"] = {{"id", t->id}, {"name", t->name}};
   }
   if (auto t = s.directory.team(who.team_id)) out["team"] = {{"id", t->id}, {"name", t->name}};
+  out["session"] = nullptr;
+  if (!who.session_id.empty() && s.sessions != nullptr) {
+    if (auto session = s.sessions->byId(who.session_id)) {
+      // The CSRF token is readable only by a page of this origin (no CORS), which is the point.
+      out["session"] = {{"id", session->id},
+                        {"kind", std::string(identity::sessionKindName(session->kind))},
+                        {"expires_at", formatRfc3339(session->expires_at)},
+                        {"csrf_token", session->csrf_token}};
+    }
+  }
   co_return jsonResponse(200, out);
+}
+
+namespace {
+
+// Disables or enables a user: tenant admins in their tenant, platform admins anywhere.
+asio::awaitable<Response> setUserDisabled(const Services& s, Request& req, bool disable) {
+  API_TRY(who, authenticate(s, req));
+  const std::string id(req.param("id").value_or(""));
+  const std::string action = disable ? "user.disable" : "user.enable";
+  auto user = s.directory.user(id);
+  if (!user || !inReach(who, user->tenant_id)) co_return problem(notFound("user", id, "id"));
+  if (auto denied = identity::authorize(who, Action::kManageUser,
+                                        Target{user->tenant_id, user->team_id, user->id});
+      !denied) {
+    co_return co_await deny(s, who, denied.error(), action, "user:" + id);
+  }
+  if (disable && user->id == who.id) {
+    co_return problem(400, "you cannot disable yourself; ask another admin", "id");
+  }
+  if (disable == !user->disabled_at.empty()) co_return jsonResponse(200, toJson(*user));
+  identity::User changed = *user;
+  changed.disabled_at = disable ? now(s) : "";
+  std::vector<ledger::Change> changes;
+  changes.push_back(ledger::change(identity::updateUser, changed));
+  if (disable)
+    changes.push_back(ledger::change(identity::endUserSessions, id, changed.disabled_at));
+  // Named, not braced temporaries: GCC 12 mishandles those across co_await.
+  std::vector<ledger::AuditEntry> entries;
+  entries.push_back(auditEntry(who, action, "user:" + id, writeJson(toJson(*user)),
+                               writeJson(toJson(changed)), user->tenant_id));
+  auto done = co_await record(s, std::move(changes), std::move(entries));
+  if (!done) co_return problem(done.error());
+  s.directory.put(changed);
+  // Its keys are refused from now on (Directory), and its sessions end here and, through the
+  // store, on every replica.
+  if (disable && s.sessions != nullptr) s.sessions->endUser(id);
+  co_return jsonResponse(200, toJson(changed));
+}
+
+}  // namespace
+
+asio::awaitable<Response> disableUser(const Services& s, Request& req) {
+  co_return co_await setUserDisabled(s, req, true);
+}
+
+asio::awaitable<Response> enableUser(const Services& s, Request& req) {
+  co_return co_await setUserDisabled(s, req, false);
 }
 
 }  // namespace admin

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -12,8 +14,10 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "cli/api_client.h"
+#include "cli/credentials.h"
 #include "cli/describe.h"
 #include "common/json.h"
 #include "common/money.h"
@@ -105,18 +109,13 @@ void printTable(const json& rows, const std::vector<std::pair<std::string, std::
   for (const auto& line : cells) print(line);
 }
 
-// A client for --server (or PURSER_SERVER) with the key in PURSER_KEY; nullptr, with a message,
-// when there is no credential.
+// A client for --server (or PURSER_SERVER) with the caller's credential (credentials.h);
+// nullptr, with a message, when there is none.
 std::unique_ptr<ApiClient> clientFor(const Globals& g) {
-  if (!haveCredential()) return nullptr;
-  const char* key_env = std::getenv("PURSER_KEY");
-  const std::string key = key_env != nullptr ? key_env : "";
-  std::string server = g.server;
-  if (server.empty()) {
-    const char* env = std::getenv("PURSER_SERVER");
-    server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
-  }
-  return std::make_unique<ApiClient>(server, key);
+  const std::string server = serverUrl(g.server);
+  auto credential = credentialFor(server);
+  if (!credential) return nullptr;
+  return std::make_unique<ApiClient>(server, *credential);
 }
 
 // Runs one API call and prints its result; returns the exit code.
@@ -221,8 +220,8 @@ const std::vector<std::pair<std::string, std::string>> kTenantColumns = {
 const std::vector<std::pair<std::string, std::string>> kTeamColumns = {
     {"ID", "id"}, {"TENANT", "tenant"}, {"NAME", "name"}, {"CREATED", "created_at"}};
 const std::vector<std::pair<std::string, std::string>> kUserColumns = {
-    {"ID", "id"},         {"NAME", "name"}, {"ROLE", "role"},
-    {"TENANT", "tenant"}, {"TEAM", "team"}, {"EMAIL", "email"}};
+    {"ID", "id"},     {"NAME", "name"},   {"ROLE", "role"},           {"TENANT", "tenant"},
+    {"TEAM", "team"}, {"EMAIL", "email"}, {"DISABLED", "disabled_at"}};
 const std::vector<std::pair<std::string, std::string>> kAccountColumns = {
     {"ID", "id"}, {"NAME", "name"}, {"TENANT", "tenant"}, {"TEAM", "team"}};
 const std::vector<std::pair<std::string, std::string>> kKeyColumns = {{"ID", "id"},
@@ -526,6 +525,97 @@ void registerFleetCommands(CLI::App& root, const std::shared_ptr<Globals>& g, co
   }
 }
 
+// `purser login --oidc`: the device authorization grant through the server (which holds the
+// client secret): prints where to go and the code, polls until the person approves, and keeps
+// the short-lived token it is given for this server. Returns the exit code.
+int loginOidc(const std::string& server_flag) {
+  const std::string server = serverUrl(server_flag);
+  ApiClient client(server, "");
+  auto started = client.call("POST", "/auth/oidc/device", json::object());
+  if (!started) {
+    std::cerr << "purser: " << started.error().message << "\n";
+    return 1;
+  }
+  if (started->status == 404) {
+    std::cerr << "purser: " << server << " has no single sign-on (no oidc: in its configuration); "
+              << "use an API key (PURSER_KEY)\n";
+    return 1;
+  }
+  if (started->status != 200 || !started->body.is_object()) {
+    std::cerr << "purser: " << describeProblem(*started) << "\n";
+    return 1;
+  }
+  const json& d = started->body;
+  const std::string complete = d.value("verification_uri_complete", "");
+  std::cout << "To sign in, open "
+            << (complete.empty() ? d.value("verification_uri", "") : complete)
+            << "\nand confirm the code " << d.value("user_code", "") << "\n"
+            << std::flush;
+  const int64_t interval = std::clamp<int64_t>(d.value("interval", int64_t{5}), 1, 60);
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::seconds(std::clamp<int64_t>(d.value("expires_in", int64_t{600}), 1, 3600));
+  const json poll = {{"device_code", d.value("device_code", "")}};
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::seconds(interval));
+    auto r = client.call("POST", "/auth/oidc/device/token", poll);
+    if (!r) {
+      std::cerr << "purser: " << r.error().message << "\n";
+      return 1;
+    }
+    if (r->status == 400 && r->body.is_object() &&
+        r->body.value("error", "") == "authorization_pending") {
+      continue;
+    }
+    if (r->status != 200 || !r->body.is_object()) {
+      std::cerr << "purser: not signed in: " << describeProblem(*r) << "\n";
+      return 1;
+    }
+    const std::string token = r->body.value("token", "");
+    const std::string expires_at = r->body.value("expires_at", "");
+    if (auto stored = storeToken(server, token, expires_at); !stored) {
+      std::cerr << "purser: " << stored.error().message << "\n";
+      return 1;
+    }
+    const json& user = r->body.contains("user") ? r->body["user"] : json::object();
+    std::string where;
+    if (user.contains("tenant") && user["tenant"].is_object()) {
+      where = " in " + user["tenant"].value("name", "");
+      if (user.contains("team") && user["team"].is_object()) {
+        where += "/" + user["team"].value("name", "");
+      }
+    }
+    std::cout << "Signed in to " << server << " as " << user.value("name", "?") << " ("
+              << user.value("role", "?") << where << ") until " << expires_at << "\n";
+    return 0;
+  }
+  std::cerr << "purser: the sign-in was not approved in time; run `purser login --oidc` again\n";
+  return 1;
+}
+
+// `purser logout`: ends the stored sign-in's session on the server and forgets it.
+int logout(const std::string& server_flag) {
+  const std::string server = serverUrl(server_flag);
+  auto token = takeToken(server);
+  if (!token) {
+    std::cerr << "purser: " << token.error().message << "\n";
+    return 1;
+  }
+  if (!*token || (*token)->empty()) {
+    std::cout << "Not signed in to " << server << "\n";
+    return 0;
+  }
+  ApiClient client(server, **token);
+  auto r = client.call("POST", "/auth/signout", json::object());
+  if (!r || (r->status != 204 && r->status != 401)) {
+    std::cerr << "purser: forgotten here, but the server did not end the session: "
+              << (r ? describeProblem(*r) : r.error().message) << "\n";
+    return 1;
+  }
+  std::cout << "Signed out of " << server << "\n";
+  return 0;
+}
+
 void registerAdminCommands(CLI::App& root, int& exit_code) {
   auto g = std::make_shared<Globals>();
   const auto common = [g](CLI::App* cmd) {
@@ -553,6 +643,24 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     (*defaults)[cmd] = std::move(action);
   };
   auto& code = exit_code;
+
+  // login, logout
+  {
+    CLI::App* cmd = root.add_subcommand(
+        "login", "Sign in through the organisation's identity provider (single sign-on)");
+    cmd->add_option("--server", g->server,
+                    "Purser server URL (default: PURSER_SERVER or http://127.0.0.1:8080)");
+    auto oidc = std::make_shared<bool>(false);
+    cmd->add_flag("--oidc", *oidc,
+                  "Use the device authorization grant: open a URL, confirm a code, and keep a "
+                  "short-lived token for this server (keys remain the way for automation)")
+        ->required();
+    cmd->callback([g, oidc, &code] { code = loginOidc(g->server); });
+    CLI::App* out = root.add_subcommand("logout", "End the sign-in `purser login` made");
+    out->add_option("--server", g->server,
+                    "Purser server URL (default: PURSER_SERVER or http://127.0.0.1:8080)");
+    out->callback([g, &code] { code = logout(g->server); });
+  }
 
   // tenants
   {
@@ -635,7 +743,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
   }
   // users and service accounts
   {
-    CLI::App* cmd = group("users", "List and create users");
+    CLI::App* cmd = group("users", "List, create, disable and enable users");
     CLI::App* list = cmd->add_subcommand("list", "List the users you can see");
     common(list);
     listing(cmd, list,
@@ -659,6 +767,20 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
       }
       code = run(*g, "POST", "/api/v1/users", body, kUserColumns);
     });
+    auto target = std::make_shared<std::string>();
+    for (const bool disable : {true, false}) {
+      CLI::App* sub = cmd->add_subcommand(
+          disable ? "disable" : "enable",
+          disable ? "Disable a user: their keys are refused and their sign-in sessions end"
+                  : "Enable a disabled user again (their sessions stay ended)");
+      sub->add_option("id", *target, "User id")->required();
+      common(sub);
+      sub->callback([g, target, disable, &code] {
+        code = run(*g, "POST",
+                   fmt::format("/api/v1/users/{}/{}", *target, disable ? "disable" : "enable"),
+                   json::object(), kUserColumns);
+      });
+    }
 
     CLI::App* sa = group("service-accounts", "List and create service accounts (apps, agents)");
     CLI::App* sa_list = sa->add_subcommand("list", "List the service accounts you can see");

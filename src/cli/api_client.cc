@@ -118,15 +118,4 @@ std::string describeProblem(const ApiReply& reply) {
   return text;
 }
 
-// Whether the caller has a credential: a key in PURSER_KEY, or a client certificate
-// (PURSER_CLIENT_CERT) the server maps to a key. Says what to set when neither.
-bool haveCredential() {
-  const char* key = std::getenv("PURSER_KEY");
-  const char* cert = std::getenv("PURSER_CLIENT_CERT");
-  if ((key != nullptr && *key != '\0') || (cert != nullptr && *cert != '\0')) return true;
-  std::cerr << "purser: set PURSER_KEY to your API key (or PURSER_CLIENT_CERT and "
-               "PURSER_CLIENT_KEY to a client certificate the server maps to one)\n";
-  return false;
-}
-
 }  // namespace purser::cli

@@ -19,7 +19,9 @@ struct ApiReply {
 
 class ApiClient {
  public:
-  // `server`: base URL such as http://127.0.0.1:8080; `key`: the API key to send.
+  // `server`: base URL such as http://127.0.0.1:8080; `key`: the API key (or sign-in token) to
+  // send, "" for none. Over HTTPS it reads PURSER_CA_FILE, PURSER_CLIENT_CERT and
+  // PURSER_CLIENT_KEY.
   ApiClient(std::string server, std::string key);
   ~ApiClient();
 
@@ -37,10 +39,5 @@ class ApiClient {
 
 // A human-readable line for an error reply: "404 Not Found: team \"x\" not found (field: team)".
 std::string describeProblem(const ApiReply& reply);
-
-// Whether the caller has a credential: a key in PURSER_KEY, or a client certificate
-// (PURSER_CLIENT_CERT) the server maps to a key; prints what to set when neither. The client
-// reads PURSER_CA_FILE, PURSER_CLIENT_CERT and PURSER_CLIENT_KEY for HTTPS.
-bool haveCredential();
 
 }  // namespace purser::cli

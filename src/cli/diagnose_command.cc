@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cli/api_client.h"
+#include "cli/credentials.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "diagnose/answer.h"
@@ -267,18 +268,14 @@ int askServer(const std::vector<std::string>& args, const std::string& symptom,
                                   : "purser diagnose: name the " + kind + " to diagnose\n");
     return 2;
   }
-  if (!haveCredential()) return 2;
-  const char* key_env = std::getenv("PURSER_KEY");
-  const std::string key = key_env != nullptr ? key_env : "";
-  if (server.empty()) {
-    const char* env = std::getenv("PURSER_SERVER");
-    server = (env != nullptr && *env != '\0') ? env : "http://127.0.0.1:8080";
-  }
+  server = serverUrl(server);
+  const auto key = credentialFor(server);
+  if (!key) return 2;
   std::string path = "/api/v1/diagnose?kind=" + queryEscape(kind);
   if (kind != "fleet") path += "&name=" + queryEscape(args[1]);
   if (!symptom.empty()) path += "&symptom=" + queryEscape(symptom);
   if (!since.empty()) path += "&since=" + queryEscape(since);
-  ApiClient client(server, key);
+  ApiClient client(server, *key);
   // A reply of 200, or nullopt with the reason printed and `code` set.
   int code = 0;
   const auto get = [&](const std::string& p) -> std::optional<ApiReply> {

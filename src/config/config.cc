@@ -265,6 +265,75 @@ void readTls(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
   cfg.tls = std::move(t);
 }
 
+void readOidc(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
+  YamlReader::Map m = top.map("oidc");
+  OidcConfig o;
+  m.required("issuer", o.issuer);
+  m.required("client_id", o.client_id);
+  m.optional("client_secret", o.client_secret);
+  m.optional("client_secret_file", o.client_secret_file);
+  m.required("redirect_url", o.redirect_url);
+  m.optionalStrings("scopes", o.scopes);
+  m.optional("groups_claim", o.groups_claim);
+  m.optional("username_claim", o.username_claim);
+  m.optional("display_name", o.display_name);
+  m.optional("session_idle_timeout", o.session_idle_timeout, std::chrono::minutes(1));
+  m.optional("session_max_age", o.session_max_age, std::chrono::minutes(1));
+  m.optional("cli_token_max_age", o.cli_token_max_age, std::chrono::minutes(1));
+  const YAML::Node node = top.get("oidc");
+  if (o.client_secret.empty() == o.client_secret_file.empty()) {
+    reader.addError(node, "oidc.client_secret",
+                    "give exactly one of client_secret and client_secret_file");
+  }
+  if (!o.redirect_url.empty() && !o.redirect_url.starts_with("/") &&
+      !o.redirect_url.starts_with("https://") && !o.redirect_url.starts_with("http://")) {
+    reader.addError(node["redirect_url"], "oidc.redirect_url",
+                    "expected the callback's full URL (https://purser.example.com/auth/oidc/"
+                    "callback), or its path alone (/auth/oidc/callback) to build it from each "
+                    "request's Host");
+  }
+  if (std::find(o.scopes.begin(), o.scopes.end(), "openid") == o.scopes.end()) {
+    reader.addError(node["scopes"], "oidc.scopes", "must include \"openid\"");
+  }
+  if (!m.present("roles")) {
+    reader.addError(node, "oidc.roles",
+                    "required: the groups that may sign in, e.g. [{group: ml-team, tenant: acme, "
+                    "team: research, role: member}]");
+  } else if (const YAML::Node list = m.get("roles"); !list.IsSequence() || list.size() == 0) {
+    reader.addError(list, "oidc.roles", "expected a list of {group, tenant?, team?, role}");
+  } else {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = fmt::format("oidc.roles[{}]", i);
+      YamlReader::Map r = reader.map(list[i], path);
+      OidcRoleConfig role;
+      r.required("group", role.group);
+      r.optional("tenant", role.tenant);
+      r.optional("team", role.team);
+      r.requiredChoice("role", role.role,
+                       {"member", "team_lead", "tenant_admin", "platform_admin"});
+      r.finish();
+      const auto bad = [&](const char* field, const char* why) {
+        reader.addError(list[i], path + "." + field, why);
+      };
+      if (role.role == "platform_admin" && (!role.tenant.empty() || !role.team.empty())) {
+        bad("tenant", "a platform admin belongs to no tenant or team");
+      } else if (role.role != "platform_admin" && !role.role.empty() && role.tenant.empty()) {
+        bad("tenant", "required for this role (the tenant's name)");
+      } else if (role.role == "tenant_admin" && !role.team.empty()) {
+        bad("team", "a tenant admin belongs to no team");
+      } else if ((role.role == "member" || role.role == "team_lead") && role.team.empty()) {
+        bad("team", "required for this role (the team's name)");
+      }
+      o.roles.push_back(std::move(role));
+    }
+  }
+  m.finish();
+  if (o.session_idle_timeout > o.session_max_age) {
+    reader.addError(node, "oidc.session_idle_timeout", "cannot be longer than session_max_age");
+  }
+  cfg.oidc = std::move(o);
+}
+
 void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
   if (!top.present("providers")) return;
   const YAML::Node list = top.get("providers");
@@ -506,6 +575,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   }
   if (top.present("http")) readHttp(top.map("http"), cfg.http);
   if (top.present("tls")) readTls(reader, top, cfg);
+  if (top.present("oidc")) readOidc(reader, top, cfg);
   if (top.present("crypto")) {
     YamlReader::Map crypto = top.map("crypto");
     crypto.optional("fips", cfg.crypto.fips);
@@ -797,6 +867,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       beside(cfg.tls->key_file);
       beside(cfg.tls->client_ca_file);
     }
+    if (cfg.oidc) beside(cfg.oidc->client_secret_file);
     for (auto& p : cfg.providers) {
       beside(p.ca_file);
       beside(p.client_cert_file);

@@ -48,6 +48,31 @@ struct CryptoConfig {
   bool fips = false;
 };
 
+// Single sign-on (OpenID Connect): people sign in to the console and the CLI with the
+// organisation's identity provider; the first `roles` entry whose group they are in makes them a
+// user of that tenant and team with that role (created at first sign-in, updated at each).
+struct OidcRoleConfig {
+  std::string group;
+  std::string tenant;  // by name; empty only for platform_admin
+  std::string team;    // by name; required for member and team_lead
+  std::string role;    // member, team_lead, tenant_admin, platform_admin
+};
+struct OidcConfig {
+  std::string issuer;  // https://..., or http://127.0.0.1 for tests
+  std::string client_id;
+  std::string client_secret;       // or read from client_secret_file at load
+  std::string client_secret_file;  // as written (resolved beside the configuration file)
+  std::string redirect_url;        // Purser's /auth/oidc/callback as the provider calls it
+  std::vector<std::string> scopes = {"openid", "profile", "email"};
+  std::string groups_claim = "groups";
+  std::string username_claim = "preferred_username";  // else "email"
+  std::string display_name;  // "Sign in with <display_name>"; default: the issuer's host
+  std::vector<OidcRoleConfig> roles;
+  Duration session_idle_timeout = std::chrono::hours(8);
+  Duration session_max_age = std::chrono::hours(24);
+  Duration cli_token_max_age = std::chrono::hours(12);  // `purser login --oidc`
+};
+
 struct HttpConfig {
   size_t max_body_bytes = 16 * 1024 * 1024;
   size_t max_header_bytes = 32 * 1024;
@@ -329,6 +354,7 @@ struct Config {
   HttpConfig http;
   std::optional<TlsConfig> tls;
   CryptoConfig crypto;
+  std::optional<OidcConfig> oidc;
   StoreConfig store;
   LedgerConfig ledger;
   ConsoleConfig console;

@@ -1,4 +1,5 @@
 #include "gateway/secrets.h"
+#include "common/crypto.h"
 #include "common/json.h"
 #include "common/secret_key.h"
 
@@ -62,6 +63,12 @@ Result<std::string> Sealer::seal(std::string_view plaintext, std::string_view as
     return fail(cryptoError("sealing"));
   }
   return out;
+}
+
+std::string Sealer::derive(std::string_view purpose) const {
+  return crypto::hmacSha256(
+      std::string_view(reinterpret_cast<const char*>(key_.data()), key_.size()),
+      std::string("purser derived key: ") + std::string(purpose));
 }
 
 Result<std::string> Sealer::unseal(std::string_view sealed, std::string_view associated) const {

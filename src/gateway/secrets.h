@@ -30,6 +30,9 @@ class Sealer {
   Result<std::string> seal(std::string_view plaintext, std::string_view associated,
                            Random& random) const;
   Result<std::string> unseal(std::string_view sealed, std::string_view associated) const;
+  // A key of its own for `purpose` (HMAC-SHA-256 of the purpose under the master key): the same
+  // on every replica that shares the master key, and telling nothing of it.
+  std::string derive(std::string_view purpose) const;
 
  private:
   explicit Sealer(std::array<unsigned char, 32> key) : key_(key) {}

@@ -43,6 +43,8 @@ std::string_view keyRefusalMessage(KeyRefusal reason) {
       return "this API key was revoked (with the key it was made with)";
     case KeyRefusal::kParentExpired:
       return "this API key has expired (with the key it was made with)";
+    case KeyRefusal::kOwnerDisabled:
+      return "the user this API key belongs to is disabled";
   }
   return "invalid API key";
 }
@@ -268,6 +270,7 @@ std::expected<Principal, KeyRefused> Directory::principalLocked(const ApiKey& k,
   if (k.owner_kind == OwnerKind::kUser) {
     auto u = users_.find(k.owner_id);
     if (u == users_.end()) return refuse(KeyRefusal::kUnknown);
+    if (!u->second.disabled_at.empty()) return refuse(KeyRefusal::kOwnerDisabled);
     out.name = u->second.name;
     out.tenant_id = u->second.tenant_id;
     out.team_id = u->second.team_id;
@@ -280,6 +283,34 @@ std::expected<Principal, KeyRefused> Directory::principalLocked(const ApiKey& k,
     out.team_id = a->second.team_id;
     out.role = Role::kServiceAccount;
   }
+  return out;
+}
+
+std::optional<User> Directory::userBySubject(std::string_view subject) const {
+  if (subject.empty()) return std::nullopt;
+  std::shared_lock lock(mu_);
+  for (const auto& [id, u] : users_) {
+    if (u.subject == subject) return u;
+  }
+  return std::nullopt;
+}
+
+std::expected<Principal, KeyRefused> Directory::userPrincipal(const std::string& user_id) const {
+  std::shared_lock lock(mu_);
+  auto u = users_.find(user_id);
+  if (u == users_.end()) {
+    return std::unexpected(KeyRefused{KeyRefusal::kUnknown, "this user no longer exists"});
+  }
+  if (!u->second.disabled_at.empty()) {
+    return std::unexpected(KeyRefused{KeyRefusal::kOwnerDisabled, "this user is disabled"});
+  }
+  Principal out;
+  out.kind = OwnerKind::kUser;
+  out.id = u->second.id;
+  out.name = u->second.name;
+  out.tenant_id = u->second.tenant_id;
+  out.team_id = u->second.team_id;
+  out.role = u->second.role;
   return out;
 }
 

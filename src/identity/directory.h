@@ -31,6 +31,7 @@ enum class KeyRefusal {
   kExpired,
   kParentRevoked,  // a key above it (ApiKey::parent_key_id) was revoked
   kParentExpired,  // a key above it has expired
+  kOwnerDisabled,  // the user it belongs to was disabled
 };
 
 // What a refusal says to people: "invalid API key", "this API key was revoked", ...
@@ -80,6 +81,11 @@ class Directory {
   std::optional<Team> team(const std::string& id) const;
   std::optional<Team> teamByName(const std::string& tenant_id, std::string_view name) const;
   std::optional<User> user(const std::string& id) const;
+  // The user a person signing in through the identity provider is ("ISSUER#SUBJECT").
+  std::optional<User> userBySubject(std::string_view subject) const;
+  // The principal of a signed-in user (no key): kUnknown when the user is gone, kOwnerDisabled
+  // when disabled.
+  std::expected<Principal, KeyRefused> userPrincipal(const std::string& user_id) const;
   std::optional<ServiceAccount> serviceAccount(const std::string& id) const;
   std::optional<ApiKey> key(const std::string& id) const;
   // The key and the keys above it (ApiKey::parent_key_id), nearest first; empty when unknown.

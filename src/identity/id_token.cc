@@ -162,7 +162,10 @@ Result<IdToken> verifyIdToken(std::string_view token, const std::vector<Jwk>& ke
   if (auto nbf = dateOf(c, "nbf"); nbf && *nbf > now + leeway) {
     return fail(refused("it is not valid yet (nbf)"));
   }
-  if (expect.nonce.empty() || !crypto::constantTimeEquals(stringOf(c, "nonce"), expect.nonce)) {
+  if (expect.without_nonce) {
+    if (c.contains("nonce")) return fail(refused("it carries a nonce this sign-in never sent"));
+  } else if (expect.nonce.empty() ||
+             !crypto::constantTimeEquals(stringOf(c, "nonce"), expect.nonce)) {
     return fail(refused("its nonce is not the one this sign-in sent"));
   }
   out.subject = stringOf(c, "sub");

@@ -43,6 +43,9 @@ struct IdTokenExpectations {
   std::string issuer;     // exactly the "iss" claim
   std::string client_id;  // in "aud"; "azp" must be it when present
   std::string nonce;      // exactly the "nonce" claim
+  // A flow without a nonce (the device authorization grant): the token must then carry none,
+  // so one minted for a browser's sign-in cannot be replayed here.
+  bool without_nonce = false;
   SystemTime now;
   std::chrono::seconds leeway{60};          // clock skew allowed on exp, nbf and iat
   std::chrono::seconds max_age{24 * 3600};  // an "iat" older than this is refused

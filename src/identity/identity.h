@@ -62,6 +62,12 @@ struct User {
   std::string email;
   Role role = Role::kMember;
   std::string created_at;
+  // A person who signs in through the identity provider (oidc): "ISSUER#SUBJECT", the one
+  // thing that links each sign-in to this user. Empty for users an admin made.
+  std::string subject;
+  // RFC 3339; empty: active. A disabled user's keys are refused, their sessions are ended and
+  // they cannot sign in.
+  std::string disabled_at;
 };
 
 struct ServiceAccount {
@@ -75,7 +81,6 @@ struct ServiceAccount {
 enum class OwnerKind { kUser, kServiceAccount };
 Result<OwnerKind> parseOwnerKind(std::string_view name);  // "user", "service_account"
 std::string_view ownerKindName(OwnerKind kind);
-
 
 // An API key as stored: never the secret, only its hash.
 struct ApiKey {
@@ -116,6 +121,8 @@ struct Principal {
   std::string team_id;    // empty: not in a team
   Role role = Role::kMember;
   std::string key_id;
+  // The sign-in session the request came with (see identity/sessions.h); empty with a key.
+  std::string session_id;
   // The key and every key above it (see ApiKey::parent_key_id), nearest first.
   std::vector<std::string> key_chain;
 };

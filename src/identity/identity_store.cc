@@ -37,6 +37,11 @@ const std::vector<store::Migration>& identityMigrations() {
        // What priority a tenant's workloads and keys may ask for (JSON); "" is the default grant
        // (workload priorities up to 0, standard keys).
        "ALTER TABLE tenants ADD COLUMN priority_grant TEXT NOT NULL DEFAULT ''"},
+      {5, "people who sign in, and disabled users",
+       // "ISSUER#SUBJECT" of a user made at sign-in ("" for users an admin made), and when a
+       // user was disabled ("" while active).
+       "ALTER TABLE users ADD COLUMN subject TEXT NOT NULL DEFAULT '';"
+       "ALTER TABLE users ADD COLUMN disabled_at TEXT NOT NULL DEFAULT ''"},
   };
   return kMigrations;
 }
@@ -88,10 +93,19 @@ Result<void> insertTeam(store::Tx& tx, const Team& t) {
 
 Result<void> insertUser(store::Tx& tx, const User& u) {
   PURSER_TRY(
-      tx.exec("INSERT INTO users (id, tenant_id, team_id, name, email, role, created_at)"
-              " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+      tx.exec("INSERT INTO users (id, tenant_id, team_id, name, email, role, created_at,"
+              " subject, disabled_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
               {u.id, u.tenant_id, u.team_id, u.name, u.email, std::string(roleName(u.role)),
-               u.created_at}));
+               u.created_at, u.subject, u.disabled_at}));
+  return {};
+}
+
+Result<void> updateUser(store::Tx& tx, const User& u) {
+  PURSER_TRY(
+      tx.exec("UPDATE users SET tenant_id = $2, team_id = $3, name = $4, email = $5, role = $6,"
+              " subject = $7, disabled_at = $8 WHERE id = $1",
+              {u.id, u.tenant_id, u.team_id, u.name, u.email, std::string(roleName(u.role)),
+               u.subject, u.disabled_at}));
   return {};
 }
 
@@ -169,11 +183,12 @@ Result<Snapshot> loadIdentity(store::Store& store) {
       s.teams.push_back({r.getText(0), r.getText(1), r.getText(2), r.getText(3)});
     }
     for (const auto& r : PURSER_TRY_VALUE(
-             tx.query("SELECT id, tenant_id, team_id, name, email, role, created_at FROM users"))) {
+             tx.query("SELECT id, tenant_id, team_id, name, email, role, created_at, subject,"
+                      " disabled_at FROM users"))) {
       auto role = parseRole(r.getText(5));
       if (!role) return fail(Error(ErrorCode::kDataLoss, "a stored user has an unknown role"));
       s.users.push_back({r.getText(0), r.getText(1), r.getText(2), r.getText(3), r.getText(4),
-                         *role, r.getText(6)});
+                         *role, r.getText(6), r.getText(7), r.getText(8)});
     }
     for (const auto& r : PURSER_TRY_VALUE(
              tx.query("SELECT id, tenant_id, team_id, name, created_at FROM service_accounts"))) {

@@ -21,6 +21,8 @@ std::string grantText(const PriorityGrant& g);
 Result<PriorityGrant> grantFrom(const std::string& text);
 Result<void> insertTeam(store::Tx& tx, const Team& t);
 Result<void> insertUser(store::Tx& tx, const User& u);
+// Writes every mutable field of a user (a sign-in's team or role, disabling).
+Result<void> updateUser(store::Tx& tx, const User& u);
 Result<void> insertServiceAccount(store::Tx& tx, const ServiceAccount& s);
 Result<void> insertKey(store::Tx& tx, const ApiKey& k);
 // Writes every mutable field of a key (revocation, rotation).

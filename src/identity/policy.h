@@ -27,6 +27,7 @@ enum class Action {
   kCreateUser,
   kCreateTenantAdmin,  // create a user with the tenant-admin or team-lead role
   kReadUser,
+  kManageUser,  // disable or enable a user (their keys and sessions with them)
   kCreateServiceAccount,
   kReadServiceAccount,
   kCreateKey,  // for the owner in the target

@@ -43,6 +43,7 @@
 #include "identity/denial_log.h"
 #include "identity/directory.h"
 #include "identity/identity_store.h"
+#include "identity/sessions.h"
 #include "ledger/audit.h"
 #include "ledger/ledger_store.h"
 #include "ledger/meter.h"
@@ -65,6 +66,7 @@
 #include "server/reload.h"
 #include "server/replication.h"
 #include "server/served_routes.h"
+#include "server/sign_in_setup.h"
 #include "server/startup.h"
 
 namespace purser::server {
@@ -131,6 +133,11 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   services.denials = &denials;
   PURSER_TRY(identity::openDirectory(*store, directory));
   directory.setCertificateBindings(certificateBindings(config));
+  // People signed in through the identity provider: their sessions, live ones read back.
+  identity::SessionBook sessions;
+  PURSER_TRY(store->migrate("sessions", identity::sessionMigrations()));
+  sessions.load(PURSER_TRY_VALUE(identity::loadSessions(*store, clock.now())));
+  services.sessions = &sessions;
   PURSER_TRY(ledger::migrateLedger(*store));
   PURSER_TRY(ledger::loadBooks(*store, clock, wallets, rate_limits, /*keep_known=*/false));
   PURSER_TRY(audit.open(*store));
@@ -195,6 +202,9 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   auto sealer = PURSER_TRY_VALUE(
       gateway::Sealer::open(master_key, data_dir->file("master.key"), SystemRandom::instance()));
   PURSER_TRY(store->migrate("gateway", gateway::ProviderKeyStore::migrations()));
+  // Single sign-on (oidc): its cookies are MACed with a key derived from the master key, so any
+  // replica can finish a sign-in another began.
+  SignInSetup sign_in = PURSER_TRY_VALUE(signInSetup(config, http_clients, clock, sealer));
   gateway::ProviderKeyStore provider_keys(*store, std::move(sealer), SystemRandom::instance(),
                                           clock);
   for (auto& [name, keys] : PURSER_TRY_VALUE(provider_keys.loadAll())) {
@@ -228,6 +238,11 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(api::addAdminRoutes(router, services));
   PURSER_TRY(api::addMeteringRoutes(router, services));
   PURSER_TRY(api::addConsoleApiRoutes(router, services));
+  PURSER_TRY(api::addSignInRoutes(router, services, sign_in.options));
+  if (sign_in.options) {
+    spdlog::info("sso: people sign in with {} ({} role rules)", config.oidc->issuer,
+                 config.oidc->roles.size());
+  }
   // The fleet: the configured Kueue manifests, then what was applied and submitted since.
   FleetSetup fleet_setup = PURSER_TRY_VALUE(fleetSetup(config, *data_dir, installation, warnings));
   if (!warnings.empty()) {

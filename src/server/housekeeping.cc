@@ -108,6 +108,27 @@ void Housekeeping::writeAnchor() {
       }
     });
   }
+  // Sign-in sessions: their latest use written (every minute), so that another replica, or this
+  // one after a restart, keeps the idle timeout; those long over purged (hourly).
+  if (p_.services.sessions != nullptr && p_.clock.monotonic() >= next_session_flush_) {
+    next_session_flush_ = p_.clock.monotonic() + std::chrono::minutes(1);
+    guardedTurn("sessions", [&] {
+      identity::SessionBook& sessions = *p_.services.sessions;
+      sessions.sweep(p_.clock.now());
+      auto uses = sessions.dirty();
+      const bool purge = p_.clock.monotonic() >= next_session_purge_;
+      if (uses.empty() && !purge) return;
+      if (purge) next_session_purge_ = p_.clock.monotonic() + std::chrono::hours(1);
+      const SystemTime before = p_.clock.now() - std::chrono::hours(24);
+      auto written = p_.store.write([&](store::Tx& tx) -> Result<void> {
+        PURSER_TRY(identity::touchSessions(tx, uses));
+        if (purge) PURSER_TRY(identity::purgeSessions(tx, before));
+        return {};
+      });
+      if (!written)
+        spdlog::warn("sessions: their use was not written: {}", written.error().message);
+    });
+  }
   anchoring_ = false;
 }
 

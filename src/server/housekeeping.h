@@ -2,8 +2,9 @@
 // metrics sampled into the series (every observe.interval), reservations whose lease ended
 // released and denial windows summarised (every second), the fleet's tick (every second); on the
 // housekeeping thread, the store asked whether it answers (every second, for /readyz and
-// /metrics: info.h), the audit log's anchor written (every 5 s: a file write and fsync) and, on
-// PostgreSQL, next month's usage partition made (hourly). A turn that fails is logged and the
+// /metrics: info.h), the audit log's anchor written (every 5 s: a file write and fsync), sign-in
+// sessions' use written (every minute) and ended ones purged (hourly) and, on PostgreSQL, next
+// month's usage partition made (hourly). A turn that fails is logged and the
 // loop goes on.
 #pragma once
 
@@ -66,6 +67,8 @@ class Housekeeping {
   std::atomic<bool> anchoring_{false};
   std::atomic<bool> probing_{false};
   MonoTime next_partition_check_;  // on the housekeeping thread
+  MonoTime next_session_flush_;    // on the housekeeping thread
+  MonoTime next_session_purge_;    // on the housekeeping thread
 };
 
 }  // namespace purser::server

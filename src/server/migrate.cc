@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "gateway/secrets.h"
 #include "identity/identity_store.h"
+#include "identity/sessions.h"
 #include "ledger/audit.h"
 #include "ledger/ledger_store.h"
 #include "server/data_dir.h"
@@ -46,6 +47,7 @@ std::vector<Component> components() {
   return {
       {"server", serverMigrations()},
       {"identity", identity::identityMigrations()},
+      {"sessions", identity::sessionMigrations()},
       {"ledger", ledger::ledgerMigrations()},
       {"audit", ledger::AuditLog::migrations()},
       {"gateway", gateway::ProviderKeyStore::migrations()},

@@ -45,6 +45,11 @@ Result<int64_t> version(store::Store& store) {
 const std::vector<store::Migration>& changeNoticeMigrations() {
   static const std::vector<store::Migration> kMigrations = {
       {1, "change notices for replicas", triggersSql()},
+      // Sign-in sessions: begun and ended, not their use (written every minute, and read at
+      // the next reload for whatever other reason).
+      {2, "change notices for sign-in sessions",
+       "CREATE TRIGGER sessions_changed AFTER INSERT OR DELETE OR UPDATE OF ended_at ON sessions"
+       " FOR EACH STATEMENT EXECUTE FUNCTION purser_state_changed();"},
   };
   return kMigrations;
 }
@@ -62,6 +67,9 @@ Result<void> reloadShared(store::Store& store, const api::Services& s, gateway::
   PURSER_TRY(ledger::loadBooks(store, s.clock, s.wallets, s.rate_limits, /*keep_known=*/true));
   for (auto& [name, keys] : PURSER_TRY_VALUE(provider_keys.loadAll())) {
     if (auto* p = gateway.provider(name)) p->replaceKeys(std::move(keys));
+  }
+  if (s.sessions != nullptr) {
+    s.sessions->load(PURSER_TRY_VALUE(identity::loadSessions(store, s.clock.now())));
   }
   return {};
 }

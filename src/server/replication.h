@@ -24,8 +24,8 @@ namespace purser::server {
 // The notices' schema (PostgreSQL only): run after the tables it watches exist.
 const std::vector<store::Migration>& changeNoticeMigrations();
 
-// Reads identities, keys, wallets (limits and windows; what was spent stays), rate limits and
-// provider keys from the store into memory again.
+// Reads identities, keys, wallets (limits and windows; what was spent stays), rate limits,
+// sign-in sessions and provider keys from the store into memory again.
 Result<void> reloadShared(store::Store& store, const api::Services& services,
                           gateway::Gateway& gateway, gateway::ProviderKeyStore& provider_keys);
 

@@ -189,7 +189,8 @@ boost::asio::awaitable<Result<std::vector<identity::Jwk>>> OidcClient::keys(bool
   co_return keys_;
 }
 
-boost::asio::awaitable<Result<SignInStart>> OidcClient::start() {
+boost::asio::awaitable<Result<SignInStart>> OidcClient::start(std::string redirect_url) {
+  if (redirect_url.empty()) redirect_url = options_.redirect_url;
   auto m = co_await metadata();
   if (!m) co_return fail(m.error());
   SignInStart s;
@@ -202,7 +203,7 @@ boost::asio::awaitable<Result<SignInStart>> OidcClient::start() {
           (m->authorization_endpoint.find('?') == std::string::npos ? "?" : "&") +
           form({{"response_type", "code"},
                 {"client_id", options_.client_id},
-                {"redirect_uri", options_.redirect_url},
+                {"redirect_uri", redirect_url},
                 {"scope", scopes},
                 {"state", s.state},
                 {"nonce", s.nonce},
@@ -211,25 +212,19 @@ boost::asio::awaitable<Result<SignInStart>> OidcClient::start() {
   co_return s;
 }
 
-boost::asio::awaitable<Result<SignedIn>> OidcClient::finish(std::string code, std::string verifier,
-                                                            std::string nonce) {
-  auto m = co_await metadata();
-  if (!m) co_return fail(m.error());
+boost::asio::awaitable<Result<OidcClient::TokenAnswer>> OidcClient::postAsClient(
+    const ProviderMetadata& m, std::string url,
+    std::vector<std::pair<std::string, std::string>> fields) {
   // The client authenticates as the provider prefers: HTTP Basic (the default of OpenID Connect)
   // unless it lists only client_secret_post.
-  const bool post = !m->token_auth_methods.empty() &&
-                    std::find(m->token_auth_methods.begin(), m->token_auth_methods.end(),
-                              "client_secret_basic") == m->token_auth_methods.end() &&
-                    std::find(m->token_auth_methods.begin(), m->token_auth_methods.end(),
-                              "client_secret_post") != m->token_auth_methods.end();
-  std::vector<std::pair<std::string, std::string>> fields = {
-      {"grant_type", "authorization_code"},
-      {"code", code},
-      {"redirect_uri", options_.redirect_url},
-      {"code_verifier", verifier}};
+  const auto& methods = m.token_auth_methods;
+  const bool post =
+      !methods.empty() &&
+      std::find(methods.begin(), methods.end(), "client_secret_basic") == methods.end() &&
+      std::find(methods.begin(), methods.end(), "client_secret_post") != methods.end();
   http::ClientRequest req;
   req.method = http::Method::kPost;
-  req.url = m->token_endpoint;
+  req.url = std::move(url);
   req.headers.add("Content-Type", "application/x-www-form-urlencoded");
   req.headers.add("Accept", "application/json");
   if (post) {
@@ -245,29 +240,121 @@ boost::asio::awaitable<Result<SignedIn>> OidcClient::finish(std::string code, st
   auto r = co_await clients_.current().request(std::move(req));
   if (!r) co_return fail(unavailableProvider("cannot be reached: " + r.error().message));
   auto answer = parseJson(r->body, 16);
-  if (r->status != 200) {
-    const std::string error =
-        answer && answer->is_object() ? stringOf(*answer, "error") : std::string();
-    const std::string description =
-        answer && answer->is_object() ? stringOf(*answer, "error_description") : std::string();
-    co_return fail(Error(
-        r->status == 400 || r->status == 401 ? ErrorCode::kUnauthenticated
-                                             : ErrorCode::kUnavailable,
-        fmt::format("the identity provider refused the sign-in's code ({}{}{})",
-                    error.empty() ? std::to_string(r->status) : toValidUtf8(error.substr(0, 64)),
-                    description.empty() ? "" : ": ", toValidUtf8(description.substr(0, 256)))));
-  }
   if (!answer || !answer->is_object()) {
-    co_return fail(unavailableProvider("answered the code exchange with what is not JSON"));
+    if (r->status != 200) {
+      co_return fail(
+          unavailableProvider(fmt::format("answered {} without a JSON error", r->status)));
+    }
+    co_return fail(unavailableProvider("answered with what is not a JSON object"));
   }
-  const std::string id_token = stringOf(*answer, "id_token");
-  const std::string access_token = stringOf(*answer, "access_token");
+  co_return TokenAnswer{r->status, std::move(*answer)};
+}
+
+boost::asio::awaitable<Result<SignedIn>> OidcClient::finish(std::string code, std::string verifier,
+                                                            std::string nonce,
+                                                            std::string redirect_url) {
+  if (redirect_url.empty()) redirect_url = options_.redirect_url;
+  auto m = co_await metadata();
+  if (!m) co_return fail(m.error());
+  // Named, not a braced temporary: GCC 12 mishandles string literals in those across co_await.
+  std::vector<std::pair<std::string, std::string>> fields;
+  fields.emplace_back("grant_type", "authorization_code");
+  fields.emplace_back("code", code);
+  fields.emplace_back("redirect_uri", redirect_url);
+  fields.emplace_back("code_verifier", verifier);
+  auto answer = co_await postAsClient(*m, m->token_endpoint, std::move(fields));
+  if (!answer) co_return fail(answer.error());
+  if (answer->status != 200) {
+    const std::string error = stringOf(answer->body, "error");
+    const std::string description = stringOf(answer->body, "error_description");
+    co_return fail(
+        Error(answer->status == 400 || answer->status == 401 ? ErrorCode::kUnauthenticated
+                                                             : ErrorCode::kUnavailable,
+              fmt::format(
+                  "the identity provider refused the sign-in's code ({}{}{})",
+                  error.empty() ? std::to_string(answer->status) : toValidUtf8(error.substr(0, 64)),
+                  description.empty() ? "" : ": ", toValidUtf8(description.substr(0, 256)))));
+  }
+  if (nonce.empty()) co_return fail(Error(ErrorCode::kUnauthenticated, "the sign-in has no nonce"));
+  co_return co_await vouched(*m, answer->body, std::move(nonce));
+}
+
+boost::asio::awaitable<Result<DeviceStart>> OidcClient::startDevice() {
+  auto m = co_await metadata();
+  if (!m) co_return fail(m.error());
+  if (m->device_authorization_endpoint.empty()) {
+    co_return fail(Error(ErrorCode::kFailedPrecondition,
+                         "the identity provider offers no device authorization (its discovery "
+                         "document has no device_authorization_endpoint); sign in with the "
+                         "console, or use an API key"));
+  }
+  std::string scopes;
+  for (const auto& scope : options_.scopes) scopes += (scopes.empty() ? "" : " ") + scope;
+  std::vector<std::pair<std::string, std::string>> fields;
+  fields.emplace_back("client_id", options_.client_id);
+  fields.emplace_back("scope", scopes);
+  auto answer = co_await postAsClient(*m, m->device_authorization_endpoint, std::move(fields));
+  if (!answer) co_return fail(answer.error());
+  if (answer->status != 200) {
+    co_return fail(unavailableProvider(
+        fmt::format("refused a device authorization ({})",
+                    toValidUtf8(stringOf(answer->body, "error").substr(0, 64)))));
+  }
+  DeviceStart d;
+  d.device_code = stringOf(answer->body, "device_code");
+  d.user_code = stringOf(answer->body, "user_code");
+  d.verification_uri = stringOf(answer->body, "verification_uri");
+  d.verification_uri_complete = stringOf(answer->body, "verification_uri_complete");
+  const auto number = [&](const char* name, int64_t fallback, int64_t max) {
+    auto it = answer->body.find(name);
+    if (it == answer->body.end() || !it->is_number_integer()) return fallback;
+    return std::clamp<int64_t>(it->get<int64_t>(), 1, max);
+  };
+  d.interval = number("interval", 5, 60);
+  d.expires_in = number("expires_in", 600, 3600);
+  if (d.device_code.empty() || d.user_code.empty() || !checkIssuer(d.verification_uri)) {
+    co_return fail(
+        unavailableProvider("answered a device authorization without a device code, "
+                            "user code or http(s) verification URI"));
+  }
+  co_return d;
+}
+
+boost::asio::awaitable<Result<std::optional<SignedIn>>> OidcClient::pollDevice(
+    std::string device_code) {
+  auto m = co_await metadata();
+  if (!m) co_return fail(m.error());
+  std::vector<std::pair<std::string, std::string>> fields;
+  fields.emplace_back("grant_type", "urn:ietf:params:oauth:grant-type:device_code");
+  fields.emplace_back("device_code", device_code);
+  fields.emplace_back("client_id", options_.client_id);
+  auto answer = co_await postAsClient(*m, m->token_endpoint, std::move(fields));
+  if (!answer) co_return fail(answer.error());
+  if (answer->status != 200) {
+    const std::string error = stringOf(answer->body, "error");
+    if (error == "authorization_pending" || error == "slow_down") co_return std::nullopt;
+    co_return fail(Error(ErrorCode::kUnauthenticated,
+                         fmt::format("the identity provider ended the device sign-in ({})",
+                                     error.empty() ? std::to_string(answer->status)
+                                                   : toValidUtf8(error.substr(0, 64)))));
+  }
+  auto who = co_await vouched(*m, answer->body, "");
+  if (!who) co_return fail(who.error());
+  co_return std::optional<SignedIn>(std::move(*who));
+}
+
+boost::asio::awaitable<Result<SignedIn>> OidcClient::vouched(const ProviderMetadata& m,
+                                                             const json& answer,
+                                                             std::string nonce) {
+  const std::string id_token = stringOf(answer, "id_token");
+  const std::string access_token = stringOf(answer, "access_token");
   if (id_token.empty()) {
-    co_return fail(unavailableProvider("answered the code exchange without an ID token"));
+    co_return fail(unavailableProvider("answered the token request without an ID token"));
   }
   identity::IdTokenExpectations expect{.issuer = options_.issuer,
                                        .client_id = options_.client_id,
                                        .nonce = nonce,
+                                       .without_nonce = nonce.empty(),
                                        .now = clock_.now(),
                                        .leeway = options_.leeway};
   auto keys = co_await this->keys(false);
@@ -287,9 +374,9 @@ boost::asio::awaitable<Result<SignedIn>> OidcClient::finish(std::string code, st
   out.claims = verified->claims;
   json claims = verified->claims;
   // Groups (and names) the ID token leaves out may be in userinfo, for the same subject only.
-  if (!claims.contains(options_.groups_claim) && !m->userinfo_endpoint.empty() &&
+  if (!claims.contains(options_.groups_claim) && !m.userinfo_endpoint.empty() &&
       !access_token.empty()) {
-    auto text = co_await get(m->userinfo_endpoint, access_token);
+    auto text = co_await get(m.userinfo_endpoint, access_token);
     if (!text) co_return fail(text.error());
     auto info = parseJson(*text, 16);
     if (!info || !info->is_object()) {

@@ -42,7 +42,9 @@ struct OidcOptions {
   std::string issuer;
   std::string client_id;
   std::string client_secret;
-  std::string redirect_url;  // where the provider sends the browser back: .../auth/oidc/callback
+  // Where the provider sends the browser back: .../auth/oidc/callback. A caller may pass another
+  // to start() and finish() (built from a request when the configuration gives only a path).
+  std::string redirect_url;
   std::vector<std::string> scopes = {"openid", "profile", "email"};
   std::string groups_claim = "groups";
   std::string username_claim = "preferred_username";  // else "email"
@@ -88,6 +90,16 @@ struct SignedIn {
   nlohmann::json claims;  // the ID token's
 };
 
+// A device authorization begun (RFC 8628): what the person is shown, and what polling needs.
+struct DeviceStart {
+  std::string device_code;
+  std::string user_code;
+  std::string verification_uri;
+  std::string verification_uri_complete;  // may be empty
+  int64_t interval = 5;                   // seconds between polls
+  int64_t expires_in = 600;
+};
+
 class OidcClient {
  public:
   OidcClient(OidcOptions options, http::WorkerLocal<http::HttpClient>& clients, const Clock& clock);
@@ -101,16 +113,37 @@ class OidcClient {
   boost::asio::awaitable<Result<ProviderMetadata>> metadata();
 
   // A fresh state, nonce and PKCE verifier, and the authorization URL carrying them.
-  boost::asio::awaitable<Result<SignInStart>> start();
+  boost::asio::awaitable<Result<SignInStart>> start(std::string redirect_url = "");
 
   // Exchanges `code` (with the `verifier` start() made) and verifies the ID token against
   // `nonce`. Errors: kUnauthenticated when the provider refuses the code or the ID token does
   // not hold (the message says which check failed); kUnavailable when the provider cannot be
   // reached or answers what is not OpenID Connect.
   boost::asio::awaitable<Result<SignedIn>> finish(std::string code, std::string verifier,
-                                                  std::string nonce);
+                                                  std::string nonce, std::string redirect_url = "");
+
+  // The device authorization grant, for the CLI: kFailedPrecondition when the provider offers
+  // none (no device_authorization_endpoint).
+  boost::asio::awaitable<Result<DeviceStart>> startDevice();
+  // One poll of the token endpoint: nullopt while the person has not yet answered
+  // (authorization_pending, slow_down); kUnauthenticated when they refused or the code expired.
+  boost::asio::awaitable<Result<std::optional<SignedIn>>> pollDevice(std::string device_code);
 
  private:
+  // POSTs `fields` to `url` as this client (HTTP Basic, or in the body when the provider takes
+  // only client_secret_post); the answer's JSON object and status.
+  struct TokenAnswer {
+    int status = 0;
+    nlohmann::json body;
+  };
+  boost::asio::awaitable<Result<TokenAnswer>> postAsClient(
+      const ProviderMetadata& m, std::string url,
+      std::vector<std::pair<std::string, std::string>> fields);
+  // The person a token answer's ID token vouches for (verified against `nonce`, or against no
+  // nonce when `nonce` is empty), with the groups from userinfo when the ID token has none.
+  boost::asio::awaitable<Result<SignedIn>> vouched(const ProviderMetadata& m,
+                                                   const nlohmann::json& answer, std::string nonce);
+
   boost::asio::awaitable<Result<std::vector<identity::Jwk>>> keys(bool refresh);
   // The body of a 200 answer to a GET (with `bearer` when not empty), bounded.
   boost::asio::awaitable<Result<std::string>> get(std::string url, std::string bearer);

@@ -1158,5 +1158,102 @@ TEST_F(MeteringTest, UsageThatRanElsewhereIsRecordedOnceAndChargesOnlyTheWindowI
   EXPECT_EQ(after.book.status(chain[0])->spent.toString(), "3.50");
 }
 
+// A person signed in through the identity provider: the session cookie reads every API, a change
+// made with it needs the CSRF token (403 without), the CLI's bearer token needs none, and
+// disabling the user ends the session and refuses their keys.
+TEST_F(AdminApiTest, SignInSessionsReadWithTheCookieAndChangeOnlyWithTheCsrfToken) {
+  create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  create("/api/v1/teams", kAdminKey, {{"tenant", "acme"}, {"name", "ml"}});
+  const std::string dana =
+      create("/api/v1/users", kAdminKey, {{"tenant", "acme"}, {"team", "ml"}, {"name", "dana"}});
+  const std::string olivia =
+      create("/api/v1/users", kAdminKey,
+             {{"tenant", "acme"}, {"name", "olivia"}, {"role", "tenant-admin"}});
+  const std::string dana_key = keyFor("user", dana);
+  const std::string olivia_key = keyFor("user", olivia);
+  identity::NewSession browser =
+      identity::newSession("s-browser", dana, identity::SessionKind::kConsole, clock.now(),
+                           std::chrono::hours(24), std::chrono::hours(8));
+  identity::NewSession cli =
+      identity::newSession("s-cli", dana, identity::SessionKind::kCli, clock.now(),
+                           std::chrono::hours(1), std::chrono::hours(1));
+  ASSERT_TRUE(store->write([&](store::Tx& tx) -> Result<void> {
+    PURSER_TRY(identity::insertSession(tx, browser.session));
+    return identity::insertSession(tx, cli.session);
+  }));
+  ASSERT_EQ(identity::loadSessions(*store, clock.now())->size(), 2u);
+  session_book.put(browser.session);
+  session_book.put(cli.session);
+  const std::string cookie = "Cookie: theme=dark; purser_session=" + browser.token;
+  const auto withCookie = [&](const std::string& method, const std::string& path, const json& body,
+                              std::vector<std::string> headers) {
+    headers.push_back(cookie);
+    return testing::callApi(server.port(), method, path, "", body, headers);
+  };
+
+  Reply me = withCookie("GET", "/api/v1/whoami", nullptr, {});
+  ASSERT_EQ(me.status, 200) << me.text;
+  EXPECT_EQ(me.body["name"], "dana");
+  EXPECT_EQ(me.body["tenant"]["name"], "acme");
+  EXPECT_TRUE(me.body["key_id"].is_null());
+  EXPECT_EQ(me.body["session"]["kind"], "console");
+  const std::string csrf = me.body["session"]["csrf_token"];
+  EXPECT_EQ(csrf, browser.session.csrf_token);
+
+  const json key_body = {{"owner", {{"kind", "user"}, {"id", dana}}}, {"name", "from-console"}};
+  Reply no_token = withCookie("POST", "/api/v1/keys", key_body, {});
+  EXPECT_EQ(no_token.status, 403) << no_token.text;
+  EXPECT_NE(no_token.body.value("detail", "").find("X-Purser-CSRF"), std::string::npos);
+  EXPECT_EQ(withCookie("POST", "/api/v1/keys", key_body, {"X-Purser-CSRF: " + csrf + "x"}).status,
+            403);
+  // The other session's token is not this one's.
+  EXPECT_EQ(
+      withCookie("POST", "/api/v1/keys", key_body, {"X-Purser-CSRF: " + cli.session.csrf_token})
+          .status,
+      403);
+  EXPECT_EQ(withCookie("POST", "/api/v1/keys", key_body, {"X-Purser-CSRF: " + csrf}).status, 201);
+  EXPECT_EQ(withCookie("DELETE", "/api/v1/keys/nope", nullptr, {}).status, 403);
+
+  // The CLI's token is a bearer: no CSRF token, and a made-up one is refused like a bad key.
+  Reply by_cli = call("POST", "/api/v1/keys", cli.token,
+                      {{"owner", {{"kind", "user"}, {"id", dana}}}, {"name", "from-cli"}});
+  EXPECT_EQ(by_cli.status, 201) << by_cli.text;
+  EXPECT_EQ(call("GET", "/api/v1/whoami", cli.token).body["session"]["kind"], "cli");
+  EXPECT_EQ(call("GET", "/api/v1/whoami", "pss_" + std::string(43, 'A')).status, 401);
+  // A bearer key wins over the cookie (and needs no CSRF token).
+  EXPECT_EQ(
+      withCookie("POST", "/api/v1/keys", key_body, {"Authorization: Bearer " + olivia_key}).status,
+      201);
+
+  // Only admins disable; nobody disables themselves.
+  EXPECT_EQ(call("POST", "/api/v1/users/" + olivia + "/disable", dana_key, json::object()).status,
+            403);
+  EXPECT_EQ(call("POST", "/api/v1/users/" + olivia + "/disable", olivia_key, json::object()).status,
+            400);
+  Reply disabled = call("POST", "/api/v1/users/" + dana + "/disable", olivia_key, json::object());
+  ASSERT_EQ(disabled.status, 200) << disabled.text;
+  EXPECT_FALSE(disabled.body["disabled_at"].is_null());
+  EXPECT_EQ(session_book.size(), 0u);
+  EXPECT_EQ(withCookie("GET", "/api/v1/whoami", nullptr, {}).status, 401);
+  EXPECT_EQ(call("GET", "/api/v1/whoami", cli.token).status, 401);
+  Reply by_key = call("GET", "/api/v1/whoami", dana_key);
+  EXPECT_EQ(by_key.status, 401);
+  EXPECT_EQ(by_key.body["detail"], "the user this API key belongs to is disabled");
+  // Enabled again: keys work; the sessions stay ended.
+  EXPECT_EQ(call("POST", "/api/v1/users/" + dana + "/enable", olivia_key, json::object()).status,
+            200);
+  EXPECT_EQ(call("GET", "/api/v1/whoami", dana_key).status, 200);
+  EXPECT_EQ(withCookie("GET", "/api/v1/whoami", nullptr, {}).status, 401);
+  // The store agrees: the disabled user reads back disabled, the sessions ended.
+  auto live = identity::loadSessions(*store, clock.now());
+  ASSERT_TRUE(live.has_value());
+  EXPECT_TRUE(live->empty());
+  Reply audit = call("GET", "/api/v1/audit?action=user.", kAdminKey);
+  std::vector<std::string> actions;
+  for (const auto& e : audit.body["data"]) actions.push_back(e["action"]);
+  EXPECT_NE(std::find(actions.begin(), actions.end(), "user.disable"), actions.end());
+  EXPECT_NE(std::find(actions.begin(), actions.end(), "user.enable"), actions.end());
+}
+
 }  // namespace
 }  // namespace purser::api

@@ -116,8 +116,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "listen: 127.0.0.1:80\nflavours: []\n",
             "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, crypto, "
-            "data_dir, diagnose, fleet, gpu_prices, http, ledger, listen, log, observe, prices, "
-            "providers, routes, store, threads, tls"},
+            "data_dir, diagnose, fleet, gpu_prices, http, ledger, listen, log, observe, oidc, "
+            "prices, providers, routes, store, threads, tls"},
         // PostgreSQL needs somewhere to connect to.
         BadCase{"listen: 127.0.0.1:80\nstore: {driver: postgres}\n",
                 "purser.yaml:2:8: store.postgres: the postgres driver needs a connection string, "
@@ -461,6 +461,80 @@ fleet:
   // Jobs never run as Purser: a Slurm cluster without the teams' accounts is refused.
   EXPECT_NE(why.find("fleet.slurm.accounts"), std::string::npos) << why;
   EXPECT_NE(why.find("fleet.kubernetes.pod_security"), std::string::npos) << why;
+}
+
+TEST(ConfigTest, ReadsSingleSignOn) {
+  auto c = parseConfig(R"(
+listen: 127.0.0.1:9000
+oidc:
+  issuer: https://login.example.com/realms/acme
+  client_id: purser
+  client_secret_file: secrets/oidc
+  redirect_url: https://purser.example.com/auth/oidc/callback
+  groups_claim: roles
+  session_idle_timeout: 30m
+  session_max_age: 12h
+  roles:
+    - {group: ops, role: platform_admin}
+    - {group: acme-admins, tenant: acme, role: tenant_admin}
+    - {group: ml-leads, tenant: acme, team: ml, role: team_lead}
+    - {group: ml, tenant: acme, team: ml, role: member}
+)",
+                       "/etc/purser/purser.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  ASSERT_TRUE(c->oidc.has_value());
+  EXPECT_EQ(c->oidc->issuer, "https://login.example.com/realms/acme");
+  EXPECT_EQ(c->oidc->client_secret_file, "/etc/purser/secrets/oidc");
+  EXPECT_EQ(c->oidc->groups_claim, "roles");
+  EXPECT_EQ(c->oidc->username_claim, "preferred_username");
+  EXPECT_EQ(c->oidc->scopes, (std::vector<std::string>{"openid", "profile", "email"}));
+  EXPECT_EQ(c->oidc->session_idle_timeout, std::chrono::minutes(30));
+  EXPECT_EQ(c->oidc->session_max_age, std::chrono::hours(12));
+  ASSERT_EQ(c->oidc->roles.size(), 4u);
+  EXPECT_EQ(c->oidc->roles[2].group, "ml-leads");
+  EXPECT_EQ(c->oidc->roles[2].team, "ml");
+  EXPECT_EQ(c->oidc->roles[2].role, "team_lead");
+}
+
+TEST(ConfigTest, RefusesSingleSignOnThatCannotWork) {
+  const std::string head =
+      "listen: 127.0.0.1:80\noidc:\n  issuer: https://idp.example\n  client_id: p\n"
+      "  redirect_url: /auth/oidc/callback\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"  roles: [{group: g, role: platform_admin}]\n",
+       "oidc.client_secret: give exactly one of client_secret and client_secret_file"},
+      {"  client_secret: s\n  client_secret_file: f\n  roles: [{group: g, role: member, tenant: "
+       "a, team: b}]\n",
+       "give exactly one of"},
+      {"  client_secret: s\n", "oidc.roles: required"},
+      {"  client_secret: s\n  roles: []\n", "oidc.roles: expected a list"},
+      {"  client_secret: s\n  roles: [{group: g, role: admin}]\n", "oidc.roles[0].role"},
+      {"  client_secret: s\n  roles: [{group: g, role: member, tenant: acme}]\n",
+       "oidc.roles[0].team: required for this role"},
+      {"  client_secret: s\n  roles: [{group: g, role: tenant_admin}]\n",
+       "oidc.roles[0].tenant: required for this role"},
+      {"  client_secret: s\n  roles: [{group: g, role: tenant_admin, tenant: a, team: b}]\n",
+       "oidc.roles[0].team: a tenant admin belongs to no team"},
+      {"  client_secret: s\n  roles: [{group: g, role: platform_admin, tenant: a}]\n",
+       "a platform admin belongs to no tenant or team"},
+      {"  client_secret: s\n  scopes: [profile]\n  roles: [{group: g, role: platform_admin}]\n",
+       "oidc.scopes: must include \"openid\""},
+      {"  client_secret: s\n  session_idle_timeout: 48h\n  roles: [{group: g, role: "
+       "platform_admin}]\n",
+       "cannot be longer than session_max_age"},
+  };
+  for (const auto& [tail, expected] : cases) {
+    auto c = parseConfig(head + tail, "purser.yaml");
+    ASSERT_FALSE(c.has_value()) << tail;
+    EXPECT_NE(c.error().toString().find(expected), std::string::npos)
+        << tail << " -> " << c.error().toString();
+  }
+  auto ftp = parseConfig(
+      "listen: 127.0.0.1:80\noidc: {issuer: https://i, client_id: p, client_secret: s, "
+      "redirect_url: ftp://x/cb, roles: [{group: g, role: platform_admin}]}\n",
+      "purser.yaml");
+  ASSERT_FALSE(ftp.has_value());
+  EXPECT_NE(ftp.error().toString().find("oidc.redirect_url"), std::string::npos);
 }
 
 TEST(ConfigTest, CommandLineOverridesWin) {

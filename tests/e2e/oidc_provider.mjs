@@ -1,10 +1,14 @@
 // A certified OpenID provider (panva's oidc-provider, the library behind many production
 // providers) run by the tests on 127.0.0.1, with its development sign-in pages: any login name
-// signs in as the account of that name, whose groups come from `accounts`. PKCE is required,
-// the client authenticates with client_secret_basic, and the device authorization grant is on
-// (for `purser login --oidc`).
+// signs in as the account of that name, whose groups come from `accounts` (read at each sign-in,
+// so a test may move someone between groups). PKCE is required, the client authenticates with
+// client_secret_basic, and the device authorization grant is on (for `purser login --oidc`).
 //
-//   const idp = await startOidcProvider({ redirectUri, accounts: { dana: { groups: ['ml'] } } });
+// The client is registered as a native application with a loopback redirect URI, which the
+// provider matches on any port (RFC 8252 section 7.3): Purser, started after it on port 0,
+// builds its callback URL from the request's Host (oidc.redirect_url: /auth/oidc/callback).
+//
+//   const idp = await startOidcProvider({ accounts: { dana: { groups: ['ml'] } } });
 //   ... idp.issuer, idp.clientId, idp.clientSecret ...
 //   await idp.close();
 //
@@ -14,7 +18,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:http';
 
 export async function startOidcProvider({
-  redirectUri,
+  redirectUri = 'http://127.0.0.1/auth/oidc/callback',
   accounts = {},
   clientId = 'purser',
   clientSecret = 'purser-e2e-client-secret-0123456789',
@@ -29,6 +33,7 @@ export async function startOidcProvider({
       {
         client_id: clientId,
         client_secret: clientSecret,
+        application_type: 'native',
         redirect_uris: [redirectUri],
         response_types: ['code'],
         grant_types: ['authorization_code', 'urn:ietf:params:oauth:grant-type:device_code'],
@@ -64,12 +69,39 @@ export async function startOidcProvider({
     ttl: { AccessToken: 600, IdToken: 600, Interaction: 600, Session: 3600, Grant: 3600 },
     cookies: { keys: ['purser-e2e-cookie-key-0123456789abcdef'] },
   });
-  server.on('request', provider.callback());
+  // `tamper.idToken = true`: the token endpoint's ID tokens are altered on the way out (their
+  // subject changed, the signature kept), as a party between Purser and the provider would.
+  const tamper = { idToken: false };
+  const handle = provider.callback();
+  server.on('request', (req, res) => {
+    if (tamper.idToken && req.method === 'POST' && req.url.startsWith('/token')) {
+      const end = res.end.bind(res);
+      res.end = (chunk, ...rest) => {
+        try {
+          const body = JSON.parse(chunk.toString());
+          if (body.id_token) {
+            const [header, payload, signature] = body.id_token.split('.');
+            const claims = JSON.parse(Buffer.from(payload, 'base64url').toString());
+            claims.sub = `${claims.sub}-impostor`;
+            const forged = Buffer.from(JSON.stringify(claims)).toString('base64url');
+            body.id_token = [header, forged, signature].join('.');
+            chunk = JSON.stringify(body);
+            res.setHeader('content-length', Buffer.byteLength(chunk));
+          }
+        } catch {
+          // Not JSON: passed on as it is.
+        }
+        return end(chunk, ...rest);
+      };
+    }
+    handle(req, res);
+  });
   return {
     issuer,
     clientId,
     clientSecret,
     provider,
+    tamper,
     close: async () => {
       server.closeAllConnections?.();
       server.close();
@@ -80,9 +112,8 @@ export async function startOidcProvider({
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const idp = await startOidcProvider({
-    // Only text the provider compares redirects against, never bound: the provider itself
-    // listens on port 0 (above) and prints the port it got.
-    redirectUri: process.argv[2] ?? 'http://127.0.0.1:8080/auth/oidc/callback',
+    // Compared with the port left out (a loopback redirect of a native client), never bound.
+    redirectUri: process.argv[2],
     accounts: { dana: { groups: ['ml-team'] }, ops: { groups: ['platform'] } },
   });
   console.log(`oidc provider: listening on ${idp.issuer}`);

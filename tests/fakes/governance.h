@@ -68,6 +68,7 @@ inline Result<void> loadGovernance(store::Store& store, const Clock& clock,
                                    identity::Directory& directory, ledger::WalletBook& wallets,
                                    ledger::RateLimitBook& rate_limits) {
   PURSER_TRY(identity::openDirectory(store, directory));
+  PURSER_TRY(store.migrate("sessions", identity::sessionMigrations()));
   PURSER_TRY(ledger::migrateLedger(store));
   return ledger::loadBooks(store, clock, wallets, rate_limits, /*keep_known=*/false);
 }
@@ -89,6 +90,7 @@ class Governance {
     records = std::make_unique<ledger::Records>(*store, audit);
     services.emplace(api::Services{clock, random, ids, *records, directory, wallets, *meter,
                                    limiter, rate_limits, prices, &alerts});
+    services->sessions = &session_book;
     if (configure) configure(*services);
     if (auto loaded = loadGovernance(*store, clock, directory, wallets, rate_limits); !loaded) {
       return ::testing::AssertionFailure() << loaded.error().toString();
@@ -115,6 +117,7 @@ class Governance {
   const ledger::PriceBook prices;
   std::unique_ptr<ledger::Records> records;
   RecordedAlerts alerts;
+  identity::SessionBook session_book;  // people signed in (api::Services::sessions)
   std::optional<api::Services> services;
 };
 

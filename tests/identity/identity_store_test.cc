@@ -97,7 +97,7 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
   auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
   ASSERT_TRUE(s.has_value());
   const std::vector<store::Migration> all = identityMigrations();
-  ASSERT_EQ(all.size(), 4u);
+  ASSERT_EQ(all.size(), 5u);
   ASSERT_TRUE((*s)->migrate("identity", {all[0], all[1]}).has_value());
   ASSERT_TRUE(
       (*s)->write([&](store::Tx& tx) -> Result<void> {
@@ -110,17 +110,36 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
             return {};
           })
           .has_value());
-  ASSERT_TRUE((*s)
-                  ->write([&](store::Tx& tx) -> Result<void> {
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(
+                        tx.exec("INSERT INTO tenants (id, name, created_at) VALUES ('t1', 'acme', "
+                                "'2025-06-01T00:00:00.000Z')"));
+                    // A user from before sign-in existed: active, made by an admin.
                     PURSER_TRY(tx.exec(
-                        "INSERT INTO tenants (id, name, created_at) VALUES ('t1', 'acme', "
-                        "'2025-06-01T00:00:00.000Z')"));
+                        "INSERT INTO users (id, tenant_id, team_id, name, email, role, created_at)"
+                        " VALUES ('u1', 't1', 'team1', 'dana', '', 'member',"
+                        " '2025-06-01T00:00:00.000Z')"));
                     return {};
                   })
                   .has_value());
   auto migrated = (*s)->migrate("identity", all);
   ASSERT_TRUE(migrated.has_value()) << migrated.error().toString();
-  EXPECT_EQ(*migrated, 2);
+  EXPECT_EQ(*migrated, 3);
+  auto before = loadIdentity(**s);
+  ASSERT_TRUE(before.has_value());
+  ASSERT_EQ(before->users.size(), 1u);
+  EXPECT_EQ(before->users[0].subject, "");
+  EXPECT_EQ(before->users[0].disabled_at, "");
+  User changed = before->users[0];
+  changed.subject = "https://idp.example#dana";
+  changed.disabled_at = "2026-01-02T00:00:00.000Z";
+  changed.role = Role::kTeamLead;
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) { return updateUser(tx, changed); }).has_value());
+  auto again = loadIdentity(**s);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->users[0].subject, "https://idp.example#dana");
+  EXPECT_EQ(again->users[0].disabled_at, "2026-01-02T00:00:00.000Z");
+  EXPECT_EQ(again->users[0].role, Role::kTeamLead);
   auto k = loaded(**s, "old");
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->priority, Priority::kStandard);
@@ -147,8 +166,7 @@ TEST(IdentityStoreTest, ATenantsGrantIsKeptAndAnUnreadableOneIsTheDefault) {
   EXPECT_EQ(snapshot->tenants.at(0).grant.max_workload_priority, 1000);
   EXPECT_EQ(snapshot->tenants.at(0).grant.classes, (std::vector<std::string>{"urgent", "low"}));
   EXPECT_EQ(snapshot->tenants.at(0).grant.max_key_priority, Priority::kCritical);
-  ASSERT_TRUE((*s)
-                  ->write([&](store::Tx& tx) -> Result<void> {
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
                     PURSER_TRY(tx.exec("UPDATE tenants SET priority_grant = '{\"max_work'"));
                     return {};
                   })
