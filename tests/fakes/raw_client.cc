@@ -96,7 +96,9 @@ std::optional<RawResponse> RawClient::readResponse(bool is_head) {
     if (colon == std::string::npos) continue;
     std::string value = line.substr(colon + 1);
     value.erase(0, value.find_first_not_of(' '));
-    r.headers[lower(line.substr(0, colon))] = value;
+    // A field sent more than once (Set-Cookie) keeps every value, one per line.
+    std::string& field = r.headers[lower(line.substr(0, colon))];
+    field = field.empty() ? value : field + "\n" + value;
   }
   if (r.status == 100) return readResponse(is_head);
   if (is_head) return r;

@@ -13,7 +13,8 @@ namespace purser::testing {
 
 struct RawResponse {
   int status = 0;
-  std::map<std::string, std::string> headers;  // lower-case names
+  // Lower-case names; a field sent more than once (Set-Cookie) has its values one per line.
+  std::map<std::string, std::string> headers;
   std::string body;
   std::string header(const std::string& name) const;
 };

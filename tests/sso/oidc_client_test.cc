@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "common/base64.h"
+#include "fakes/fake_oidc_provider.h"
 #include "fakes/jose.h"
 #include "fakes/test_server.h"
 #include "http/message.h"
@@ -22,105 +23,9 @@ namespace purser::sso {
 namespace {
 
 using nlohmann::json;
-
-std::map<std::string, std::string> parseForm(std::string_view body) {
-  std::map<std::string, std::string> out;
-  size_t start = 0;
-  while (start < body.size()) {
-    const size_t amp = std::min(body.find('&', start), body.size());
-    const std::string_view pair = body.substr(start, amp - start);
-    const size_t eq = pair.find('=');
-    if (eq != std::string_view::npos) {
-      out[*http::percentDecode(pair.substr(0, eq), true)] =
-          *http::percentDecode(pair.substr(eq + 1), true);
-    }
-    start = amp + 1;
-  }
-  return out;
-}
-
-// A code the provider issued: what the token endpoint checks and what it vouches for.
-struct Grant {
-  std::string challenge;
-  std::string nonce;
-  json claims;  // beside iss, aud, exp, iat, nonce
-};
-
-class FakeProvider {
- public:
-  FakeProvider() : key(testing::rsaKey("k1")) {
-    add(http::Method::kGet, "/.well-known/openid-configuration",
-        [this](http::Request&) { return http::Response::json(200, discovery().dump()); });
-    add(http::Method::kGet, "/jwks", [this](http::Request&) {
-      ++jwks_fetches;
-      std::lock_guard lock(mu);
-      return http::Response::json(200, json{{"keys", {key.jwk}}}.dump());
-    });
-    add(http::Method::kPost, "/token", [this](http::Request& r) { return token(r); });
-    add(http::Method::kGet, "/userinfo", [this](http::Request& r) {
-      std::lock_guard lock(mu);
-      const auto auth = r.headers.get("authorization");
-      auto it = auth ? userinfo.find(std::string(auth->substr(7))) : userinfo.end();
-      if (it == userinfo.end()) return http::Response::json(401, R"({"error":"invalid_token"})");
-      return http::Response::json(200, it->second.dump());
-    });
-    server.start();
-    issuer = "http://127.0.0.1:" + std::to_string(server.port());
-  }
-
-  json discovery() const {
-    return {{"issuer", issuer},
-            {"authorization_endpoint", issuer + "/auth"},
-            {"token_endpoint", issuer + "/token"},
-            {"jwks_uri", issuer + "/jwks"},
-            {"userinfo_endpoint", issuer + "/userinfo"},
-            {"code_challenge_methods_supported", {"S256"}},
-            {"token_endpoint_auth_methods_supported", {"client_secret_basic"}}};
-  }
-
-  http::Response token(http::Request& r) {
-    const auto form = parseForm(r.body);
-    const auto auth = r.headers.get("authorization");
-    if (!auth || *auth != "Basic " + base64Encode("purser:s3cret")) {
-      return http::Response::json(401, R"({"error":"invalid_client"})");
-    }
-    std::lock_guard lock(mu);
-    auto it = grants.find(form.count("code") ? form.at("code") : "");
-    if (it == grants.end() || form.at("grant_type") != "authorization_code" ||
-        form.at("redirect_uri") != "https://purser.example/auth/oidc/callback") {
-      return http::Response::json(400, R"({"error":"invalid_grant"})");
-    }
-    if (identity::pkceChallenge(form.at("code_verifier")) != it->second.challenge) {
-      return http::Response::json(
-          400, R"({"error":"invalid_grant","error_description":"PKCE verification failed"})");
-    }
-    json claims = it->second.claims;
-    claims["iss"] = issuer;
-    claims["aud"] = "purser";
-    claims["iat"] = 1'800'000'000;
-    claims["exp"] = 1'800'000'600;
-    claims["nonce"] = it->second.nonce;
-    const std::string access = "at-" + form.at("code");
-    grants.erase(it);  // a code is used once
-    return http::Response::json(200, json{{"id_token", testing::signJwt(key, claims)},
-                                          {"access_token", access},
-                                          {"token_type", "Bearer"}}
-                                         .dump());
-  }
-
-  template <typename F>
-  void add(http::Method m, const char* path, F f) {
-    ASSERT_TRUE(server.router.add(m, path, f).has_value());
-  }
-
-  testing::TestServer server;
-  std::string issuer;
-  std::mutex mu;
-  testing::TestKey key;                  // guarded by mu
-  std::map<std::string, Grant> grants;   // guarded by mu
-  std::map<std::string, json> userinfo;  // by access token; guarded by mu
-  std::atomic<int> jwks_fetches{0};
-};
+using testing::FakeOidcProvider;
+using testing::Grant;
+using testing::parseForm;
 
 class OidcClientTest : public ::testing::Test {
  protected:
@@ -170,7 +75,7 @@ class OidcClientTest : public ::testing::Test {
     return *s;
   }
 
-  FakeProvider provider;
+  FakeOidcProvider provider{"https://purser.example/auth/oidc/callback"};
   ManualClock clock;
   http::Workers workers{1};
   std::unique_ptr<http::WorkerLocal<http::HttpClient>> clients;
