@@ -19,6 +19,7 @@
 #include "cli/api_client.h"
 #include "cli/credentials.h"
 #include "cli/describe.h"
+#include "common/clock.h"
 #include "common/json.h"
 #include "common/money.h"
 
@@ -552,11 +553,11 @@ int loginOidc(const std::string& server_flag) {
             << "\nand confirm the code " << d.value("user_code", "") << "\n"
             << std::flush;
   const int64_t interval = std::clamp<int64_t>(d.value("interval", int64_t{5}), 1, 60);
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::seconds(std::clamp<int64_t>(d.value("expires_in", int64_t{600}), 1, 3600));
+  const Clock& clock = SystemClock::instance();
+  const MonoTime deadline = clock.monotonic() + std::chrono::seconds(std::clamp<int64_t>(
+                                                    d.value("expires_in", int64_t{600}), 1, 3600));
   const json poll = {{"device_code", d.value("device_code", "")}};
-  while (std::chrono::steady_clock::now() < deadline) {
+  while (clock.monotonic() < deadline) {
     std::this_thread::sleep_for(std::chrono::seconds(interval));
     auto r = client.call("POST", "/auth/oidc/device/token", poll);
     if (!r) {

@@ -56,7 +56,7 @@ Result<void> writeAll(const json& all) {
   if (fd < 0) {
     return fail(invalidArgument(fmt::format("cannot write {}: {}", tmp, std::strerror(errno))));
   }
-  const std::string text = all.dump(2) + "\n";
+  const std::string text = writeJson(all, 2) + "\n";
   const bool ok = ::fchmod(fd, 0600) == 0 &&
                   ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
                   ::fsync(fd) == 0;

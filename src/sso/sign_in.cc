@@ -36,7 +36,7 @@ std::string sealPending(const PendingSignIn& p, std::string_view key) {
       {"u", p.redirect_uri},
       {"e",
        std::chrono::duration_cast<std::chrono::seconds>(p.expires_at.time_since_epoch()).count()}};
-  const std::string payload = base64UrlEncode(j.dump());
+  const std::string payload = base64UrlEncode(writeJson(j));
   return payload + "." + base64UrlEncode(crypto::hmacSha256(key, payload));
 }
 
