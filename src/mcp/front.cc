@@ -1,0 +1,168 @@
+#include "mcp/front.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "mcp/protocol.h"
+
+namespace purser::mcp {
+
+namespace {
+
+FrontReply reply(int status, const Json& message) { return {status, writeJson(message)}; }
+
+}  // namespace
+
+Front::Front(std::vector<std::shared_ptr<Upstream>> servers, CallMeter& meter, const Clock& clock,
+             FrontOptions options)
+    : servers_(std::move(servers)), meter_(meter), clock_(clock), options_(std::move(options)) {}
+
+std::shared_ptr<Upstream> Front::server(const std::string& name) const {
+  for (const auto& s : servers_) {
+    if (s->options().name == name) return s;
+  }
+  return nullptr;
+}
+
+boost::asio::awaitable<FrontReply> Front::handle(const Caller& caller, const http::Headers& headers,
+                                                 std::string body) {
+  if (body.size() > options_.max_body_bytes) {
+    co_return reply(
+        413, error(nullptr, kInvalidRequest,
+                   fmt::format("the message is larger than {} bytes", options_.max_body_bytes)));
+  }
+  if (auto version = headers.get("mcp-protocol-version")) {
+    const auto& versions = supportedVersions();
+    if (std::find(versions.begin(), versions.end(), *version) == versions.end()) {
+      co_return reply(
+          400, error(nullptr, kInvalidRequest,
+                     fmt::format("MCP-Protocol-Version {} is not one this server "
+                                 "speaks ({})",
+                                 toValidUtf8(version->substr(0, 32)), fmt::join(versions, ", "))));
+    }
+  }
+  Parsed parsed = parseMessage(body, options_.max_nesting);
+  if (!parsed.message) co_return reply(400, parsed.error);
+  const Message& m = *parsed.message;
+  // The newest revision's routing headers must say what the body says.
+  if (auto method = headers.get("mcp-method"); method && *method != m.method) {
+    co_return reply(400, error(m.id, kInvalidRequest,
+                               "the Mcp-Method header does not match the message's method"));
+  }
+  if (auto name = headers.get("mcp-name")) {
+    const Json& params = m.params;
+    const std::string body_name =
+        params.is_object() && params.contains("name") && params["name"].is_string()
+            ? params["name"].get<std::string>()
+        : params.is_object() && params.contains("uri") && params["uri"].is_string()
+            ? params["uri"].get<std::string>()
+            : std::string();
+    if (*name != body_name) {
+      co_return reply(400, error(m.id, kInvalidRequest,
+                                 "the Mcp-Name header does not match the message's name"));
+    }
+  }
+  if (m.kind != Message::Kind::kRequest) co_return FrontReply{202, ""};
+  if (m.method == "initialize") {
+    std::string requested;
+    if (m.params.is_object() && m.params.contains("protocolVersion") &&
+        m.params["protocolVersion"].is_string()) {
+      requested = m.params["protocolVersion"].get<std::string>();
+    }
+    Json r = Json::object();
+    r["protocolVersion"] = negotiateVersion(requested);
+    r["capabilities"] = {{"tools", {{"listChanged", false}}}};
+    r["serverInfo"] = {{"name", "purser"}, {"version", options_.version}};
+    r["instructions"] =
+        "Tools of this organisation's MCP servers, named server.tool; only those your key may "
+        "use are listed, and each call is metered to your wallets.";
+    co_return reply(200, result(m.id, std::move(r)));
+  }
+  if (m.method == "ping") co_return reply(200, result(m.id, Json::object()));
+  if (m.method == "tools/list") {
+    Json listed = co_await listTools(caller, m.id);
+    co_return reply(200, listed);
+  }
+  if (m.method == "tools/call") {
+    Json called = co_await callTool(caller, m.id, m.params);
+    co_return reply(200, called);
+  }
+  co_return reply(
+      200, error(m.id, kMethodNotFound,
+                 fmt::format("method {} is not served here", toValidUtf8(m.method.substr(0, 64)))));
+}
+
+boost::asio::awaitable<Json> Front::listTools(const Caller& caller, const Json& id) {
+  Json tools = Json::array();
+  for (const auto& s : servers_) {
+    const std::string& name = s->options().name;
+    // A server none of whose tools the caller may use is not even asked.
+    bool any = false;
+    for (const auto& p : caller.tools) {
+      any = any || p == "*" || p.starts_with(name + "/");
+    }
+    if (!any) continue;
+    auto listed = co_await s->tools();
+    if (!listed) {
+      spdlog::warn("mcp: {}'s tools are left out of a list: {}", name, listed.error().message);
+      continue;
+    }
+    for (const auto& t : *listed) {
+      const std::string tool = t["name"].get<std::string>();
+      if (!allows(caller.tools, name, tool)) continue;
+      Json offered = t;
+      offered["name"] = qualify(name, tool);
+      tools.push_back(std::move(offered));
+    }
+  }
+  co_return result(id, Json{{"tools", std::move(tools)}});
+}
+
+boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& id,
+                                             const Json& params) {
+  if (!params.is_object() || !params.contains("name") || !params["name"].is_string()) {
+    co_return error(id, kInvalidParams, "tools/call needs params.name, a string");
+  }
+  const std::string qualified = params["name"].get<std::string>();
+  const auto parts = split(qualified);
+  std::shared_ptr<Upstream> upstream = parts ? server(parts->first) : nullptr;
+  // Not there, or not this caller's: the same answer, so a key learns nothing of tools it may
+  // not use.
+  if (!upstream || !allows(caller.tools, parts->first, parts->second)) {
+    co_return error(
+        id, kToolDenied,
+        fmt::format("no tool {} that this key may call", toValidUtf8(qualified.substr(0, 200))),
+        Json{{"tool", toValidUtf8(qualified.substr(0, 200))}});
+  }
+  Json arguments = params.contains("arguments") ? params["arguments"] : Json(nullptr);
+  if (!arguments.is_null() && !arguments.is_object()) {
+    co_return error(id, kInvalidParams, "params.arguments must be an object");
+  }
+  Json meta = params.contains("_meta") ? params["_meta"] : Json(nullptr);
+  auto held = meter_.hold(caller, parts->first, parts->second);
+  if (!held) {
+    co_return error(
+        id, kRefused, held.error().message,
+        Json{{"tool", qualified}, {"reason", std::string(errorCodeName(held.error().code))}});
+  }
+  std::unique_ptr<CallHold> hold = std::move(*held);
+  const MonoTime started = clock_.monotonic();
+  auto outcome = co_await upstream->call(parts->second, std::move(arguments), std::move(meta));
+  CallEnd end;
+  end.took = clock_.monotonic() - started;
+  if (!outcome) {
+    hold->settle(end);
+    co_return error(id, kUpstreamFailed, outcome.error().message, Json{{"tool", qualified}});
+  }
+  if (!outcome->error.is_null()) {
+    hold->settle(end);
+    // The upstream's own refusal (an unknown tool, bad arguments), passed on as it said it.
+    Json e = {{"jsonrpc", "2.0"}, {"id", id}, {"error", outcome->error}};
+    co_return e;
+  }
+  end.ok = !(outcome->result.contains("isError") && outcome->result["isError"] == true);
+  hold->settle(end);
+  co_return result(id, std::move(outcome->result));
+}
+
+}  // namespace purser::mcp
