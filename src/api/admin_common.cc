@@ -63,6 +63,7 @@ json toJson(const identity::ApiKey& k) {
           {"tenant", k.tenant_id},
           {"team", k.team_id},
           {"models", k.models},
+          {"tools", k.tools},
           {"expires_at", k.expires_at.empty() ? json(nullptr) : json(k.expires_at)},
           {"rpm", k.rpm},
           {"tpm", k.tpm},

@@ -14,6 +14,7 @@
 #include "common/json.h"
 #include "identity/identity_store.h"
 #include "identity/keys.h"
+#include "mcp/protocol.h"
 
 namespace purser::api {
 
@@ -109,6 +110,16 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
   API_TRY(body, parseObject(req));
   API_TRY(name, requiredName(body, "name"));
   API_TRY(models, stringList(body, "models"));
+  API_TRY(tools, stringList(body, "tools"));
+  for (const auto& t : tools) {
+    if (!mcp::validToolPattern(t)) {
+      co_return problem(400,
+                        fmt::format("\"{}\" is not a tool pattern: expected \"server/tool\", "
+                                    "\"server/*\" or \"*\"",
+                                    toValidUtf8(t.substr(0, 200))),
+                        "tools");
+    }
+  }
   API_TRY(expires, optionalString(body, "expires_at"));
   API_TRY(rpm, optionalInt(body, "rpm", 0, 1'000'000'000));
   API_TRY(tpm, optionalInt(body, "tpm", 0, 1'000'000'000'000));
@@ -167,6 +178,7 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
     key.expires_at = formatRfc3339(*t);
   }
   key.models = models;
+  key.tools = tools;
   key.rpm = rpm.value_or(0);
   key.tpm = tpm.value_or(0);
   // A key makes keys only within its own limits; one made for the key's own owner is derived
@@ -184,6 +196,15 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
                                       identity::kMaxKeyDepth));
       }
       key.parent_key_id = creator->id;
+      // A key cannot give itself tools it does not have (an admin granting tools to someone
+      // else is an authorisation matter: their role).
+      if (!mcp::within(key.tools, creator->tools)) {
+        const Error outside = Error(ErrorCode::kPermissionDenied,
+                                    "a key can only make keys within its own limits: a tool it "
+                                    "asks for is not among this key's tools")
+                                  .withField("tools");
+        co_return co_await deny(s, who, outside, "key.create", "key:" + creator->id);
+      }
     }
   }
   // Without a key of its own (none today) a caller is held to standard.

@@ -334,6 +334,94 @@ void readOidc(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
   cfg.oidc = std::move(o);
 }
 
+bool validMcpServerName(std::string_view name) {
+  if (name.empty() || name.size() > 63 || name[0] < 'a' || name[0] > 'z') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+void readMcp(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
+  YamlReader::Map m = top.map("mcp");
+  if (m.present("servers")) {
+    const YAML::Node list = m.get("servers");
+    if (!list.IsSequence()) {
+      reader.addError(list, "mcp.servers", "expected a list of {name, url, headers?, api_key?}");
+    } else {
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string path = fmt::format("mcp.servers[{}]", i);
+        YamlReader::Map sm = reader.map(list[i], path);
+        McpServerConfig server;
+        sm.required("name", server.name);
+        sm.required("url", server.url);
+        sm.optional("api_key", server.api_key);
+        sm.optional("timeout", server.timeout, std::chrono::milliseconds(1));
+        sm.optionalBytes("max_result_bytes", server.max_result_bytes, 1024, 64 << 20);
+        sm.optional("ca", server.ca_file);
+        sm.optional("insecure_skip_verify", server.insecure_skip_verify);
+        if (sm.present("headers")) {
+          const YAML::Node headers = sm.get("headers");
+          if (!headers.IsMap()) {
+            reader.addError(headers, path + ".headers", "expected a mapping of header: value");
+          } else {
+            for (const auto& h : headers) {
+              if (!h.second.IsScalar()) {
+                reader.addError(h.second, path + ".headers", "header values are text");
+                continue;
+              }
+              server.headers.emplace_back(h.first.as<std::string>(), h.second.as<std::string>());
+            }
+          }
+        }
+        sm.finish();
+        if (!server.name.empty() && !validMcpServerName(server.name)) {
+          reader.addError(list[i]["name"], path + ".name",
+                          "1 to 63 lower-case letters, digits and '-', starting with a letter "
+                          "(tools are offered as NAME.TOOL)");
+        }
+        if (!server.url.empty() && !server.url.starts_with("http://") &&
+            !server.url.starts_with("https://")) {
+          reader.addError(list[i]["url"], path + ".url", "expected an http:// or https:// URL");
+        }
+        for (const auto& other : cfg.mcp.servers) {
+          if (other.name == server.name) {
+            reader.addError(list[i]["name"], path + ".name",
+                            fmt::format("server \"{}\" is named twice", server.name));
+          }
+        }
+        cfg.mcp.servers.push_back(std::move(server));
+      }
+    }
+  }
+  if (m.present("prices")) {
+    const YAML::Node list = m.get("prices");
+    if (!list.IsSequence()) {
+      reader.addError(list, "mcp.prices", "expected a list of {server, tool, per_call}");
+    } else {
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string path = fmt::format("mcp.prices[{}]", i);
+        YamlReader::Map pm = reader.map(list[i], path);
+        McpPriceConfig price;
+        pm.required("server", price.server);
+        pm.required("tool", price.tool);
+        pm.optionalMoney("per_call", price.per_call);
+        pm.optionalMoney("per_second", price.per_second);
+        pm.finish();
+        if (price.per_call.isNegative() || price.per_second.isNegative()) {
+          reader.addError(list[i], path, "prices cannot be negative");
+        }
+        if (std::none_of(cfg.mcp.servers.begin(), cfg.mcp.servers.end(),
+                         [&](const McpServerConfig& s) { return s.name == price.server; })) {
+          reader.addError(list[i]["server"], path + ".server",
+                          fmt::format("no server \"{}\" in mcp.servers", price.server));
+        }
+        cfg.mcp.prices.push_back(std::move(price));
+      }
+    }
+  }
+  m.finish();
+}
+
 void readProviders(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
   if (!top.present("providers")) return;
   const YAML::Node list = top.get("providers");
@@ -576,6 +664,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
   if (top.present("http")) readHttp(top.map("http"), cfg.http);
   if (top.present("tls")) readTls(reader, top, cfg);
   if (top.present("oidc")) readOidc(reader, top, cfg);
+  if (top.present("mcp")) readMcp(reader, top, cfg);
   if (top.present("crypto")) {
     YamlReader::Map crypto = top.map("crypto");
     crypto.optional("fips", cfg.crypto.fips);
@@ -868,6 +957,7 @@ Result<Config> parseConfig(std::string_view yaml, const std::string& file_name,
       beside(cfg.tls->client_ca_file);
     }
     if (cfg.oidc) beside(cfg.oidc->client_secret_file);
+    for (auto& s : cfg.mcp.servers) beside(s.ca_file);
     for (auto& p : cfg.providers) {
       beside(p.ca_file);
       beside(p.client_cert_file);

@@ -162,6 +162,29 @@ struct ProviderConfig {
   bool insecure_skip_verify = false;
 };
 
+// MCP tools through the gateway (`/mcp`): the upstream MCP servers and what their tools cost.
+struct McpServerConfig {
+  std::string name;  // [a-z][a-z0-9-]*: tools are offered as "<name>.<tool>"
+  std::string url;   // its Streamable HTTP endpoint
+  std::vector<std::pair<std::string, std::string>> headers;  // sent with every request
+  std::string api_key;  // the server's own credential (Authorization: Bearer); never a caller's
+  Duration timeout = std::chrono::seconds(30);
+  size_t max_result_bytes = 1024 * 1024;
+  // HTTPS: as for providers.
+  std::string ca_file;
+  bool insecure_skip_verify = false;
+};
+struct McpPriceConfig {
+  std::string server;
+  std::string tool;  // a tool name, or "*" for every tool of the server without a price of its own
+  Money per_call;
+  Money per_second;  // of call time, charged after the call
+};
+struct McpConfig {
+  std::vector<McpServerConfig> servers;
+  std::vector<McpPriceConfig> prices;
+};
+
 struct TargetConfig {
   std::string provider;
   std::string model;  // the upstream model name
@@ -363,6 +386,7 @@ struct Config {
   AlertsConfig alerts;
   std::vector<ProviderConfig> providers;
   std::vector<RouteConfig> routes;
+  McpConfig mcp;
   ObserveConfig observe;
   FleetConfig fleet;
   DiagnoseConfig diagnose;

@@ -107,6 +107,9 @@ struct ApiKey {
   // The most important priority requests made with it may ask for; the gateway's
   // x-purser-priority header may only lower it.
   Priority priority = Priority::kStandard;
+  // The MCP tools it may call through /mcp: "server/tool", "server/*" or "*"; empty: none
+  // (deny by default).
+  std::vector<std::string> tools;
 };
 
 // How many keys may descend from one another (a key, its derived key, that key's, ...).

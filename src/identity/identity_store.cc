@@ -42,6 +42,9 @@ const std::vector<store::Migration>& identityMigrations() {
        // user was disabled ("" while active).
        "ALTER TABLE users ADD COLUMN subject TEXT NOT NULL DEFAULT '';"
        "ALTER TABLE users ADD COLUMN disabled_at TEXT NOT NULL DEFAULT ''"},
+      {6, "MCP tools a key may call",
+       // A JSON list of "server/tool" patterns; keys made before it may call none.
+       "ALTER TABLE api_keys ADD COLUMN tools TEXT NOT NULL DEFAULT '[]'"},
   };
   return kMigrations;
 }
@@ -137,7 +140,8 @@ std::vector<store::Value> keyValues(const ApiKey& k) {
           k.revoked_at,
           k.created_at,
           k.parent_key_id,
-          std::string(priorityName(k.priority))};
+          std::string(priorityName(k.priority)),
+          writeJson(nlohmann::json(k.tools))};
 }
 
 }  // namespace
@@ -146,9 +150,9 @@ Result<void> insertKey(store::Tx& tx, const ApiKey& k) {
   PURSER_TRY(
       tx.exec("INSERT INTO api_keys (id, lookup, owner_kind, owner_id, tenant_id, team_id, name,"
               " secret_hash, previous_hash, previous_valid_until, models, expires_at, rpm, tpm,"
-              " revoked_at, created_at, parent_key_id, priority)"
+              " revoked_at, created_at, parent_key_id, priority, tools)"
               " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
-              " $17, $18)",
+              " $17, $18, $19)",
               keyValues(k)));
   return {};
 }
@@ -158,8 +162,8 @@ Result<void> updateKey(store::Tx& tx, const ApiKey& k) {
       tx.exec("UPDATE api_keys SET lookup = $2, owner_kind = $3, owner_id = $4, tenant_id = $5,"
               " team_id = $6, name = $7, secret_hash = $8, previous_hash = $9,"
               " previous_valid_until = $10, models = $11, expires_at = $12, rpm = $13, tpm = $14,"
-              " revoked_at = $15, created_at = $16, parent_key_id = $17, priority = $18"
-              " WHERE id = $1",
+              " revoked_at = $15, created_at = $16, parent_key_id = $17, priority = $18,"
+              " tools = $19 WHERE id = $1",
               keyValues(k)));
   if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such key"));
   return {};
@@ -198,7 +202,7 @@ Result<Snapshot> loadIdentity(store::Store& store) {
     for (const auto& r : PURSER_TRY_VALUE(tx.query(
              "SELECT id, lookup, owner_kind, owner_id, tenant_id, team_id, name, secret_hash,"
              " previous_hash, previous_valid_until, models, expires_at, rpm, tpm, revoked_at,"
-             " created_at, parent_key_id, priority FROM api_keys"))) {
+             " created_at, parent_key_id, priority, tools FROM api_keys"))) {
       ApiKey k;
       k.id = r.getText(0);
       k.lookup = r.getText(1);
@@ -232,6 +236,12 @@ Result<Snapshot> loadIdentity(store::Store& store) {
         k.priority = *priority;
       } else {
         spdlog::warn("identity: key {} has an unknown priority; treating it as standard", k.id);
+      }
+      auto tools = parseJsonOrDiscarded(r.getText(18));
+      if (tools.is_array()) {
+        for (const auto& t : tools) {
+          if (t.is_string()) k.tools.push_back(t.get<std::string>());
+        }
       }
       s.keys.push_back(std::move(k));
     }

@@ -139,7 +139,7 @@ boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& i
     co_return error(id, kInvalidParams, "params.arguments must be an object");
   }
   Json meta = params.contains("_meta") ? params["_meta"] : Json(nullptr);
-  auto held = meter_.hold(caller, parts->first, parts->second);
+  auto held = co_await meter_.hold(caller, parts->first, parts->second);
   if (!held) {
     co_return error(
         id, kRefused, held.error().message,

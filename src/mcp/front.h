@@ -42,6 +42,9 @@ struct Caller {
   std::string principal;           // for logs and errors
   std::vector<std::string> tools;  // allow-list patterns (protocol.h)
   std::string session;             // the agent run this call belongs to ("" when none)
+  // The authenticating side's own record of the caller (the gateway's principal), passed through
+  // to the CallMeter untouched.
+  const void* context = nullptr;
 };
 
 // How a held call ended, to settle it.
@@ -62,9 +65,9 @@ class CallMeter {
  public:
   virtual ~CallMeter() = default;
   // A hold for one call of `server`'s `tool` by `caller`; an error (its message shown to the
-  // caller) when a wallet or rate limit refuses it.
-  virtual Result<std::unique_ptr<CallHold>> hold(const Caller& caller, const std::string& server,
-                                                 const std::string& tool) = 0;
+  // caller) when a wallet or rate limit refuses it. May wait (a shared store), never blocking.
+  virtual boost::asio::awaitable<Result<std::unique_ptr<CallHold>>> hold(
+      const Caller& caller, const std::string& server, const std::string& tool) = 0;
 };
 
 struct FrontOptions {

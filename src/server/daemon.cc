@@ -24,6 +24,7 @@
 #include "api/console_api.h"
 #include "api/diagnose_api.h"
 #include "api/fleet_api.h"
+#include "api/mcp_api.h"
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/crypto.h"
@@ -61,6 +62,7 @@
 #include "server/housekeeping.h"
 #include "server/info.h"
 #include "server/ledger_setup.h"
+#include "server/mcp_setup.h"
 #include "server/observed_gpus.h"
 #include "server/observer.h"
 #include "server/reload.h"
@@ -239,6 +241,14 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(api::addMeteringRoutes(router, services));
   PURSER_TRY(api::addConsoleApiRoutes(router, services));
   PURSER_TRY(api::addSignInRoutes(router, services, sign_in.options));
+  // MCP tools through the same door (/mcp), when `mcp:` names servers.
+  {
+    api::McpOptions mcp = PURSER_TRY_VALUE(mcpOptions(config, http_clients, clock));
+    if (!mcp.servers.empty()) {
+      spdlog::info("mcp: {} server(s) behind /mcp", mcp.servers.size());
+      PURSER_TRY(api::addMcpRoutes(router, services, std::move(mcp)));
+    }
+  }
   if (sign_in.options) {
     spdlog::info("sso: people sign in with {} ({} role rules)", config.oidc->issuer,
                  config.oidc->roles.size());

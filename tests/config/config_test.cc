@@ -116,8 +116,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "listen: 127.0.0.1:80\nflavours: []\n",
             "purser.yaml:2:1: flavours: unknown field; expected one of: alerts, console, crypto, "
-            "data_dir, diagnose, fleet, gpu_prices, http, ledger, listen, log, observe, oidc, "
-            "prices, providers, routes, store, threads, tls"},
+            "data_dir, diagnose, fleet, gpu_prices, http, ledger, listen, log, mcp, observe, "
+            "oidc, prices, providers, routes, store, threads, tls"},
         // PostgreSQL needs somewhere to connect to.
         BadCase{"listen: 127.0.0.1:80\nstore: {driver: postgres}\n",
                 "purser.yaml:2:8: store.postgres: the postgres driver needs a connection string, "

@@ -97,7 +97,7 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
   auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
   ASSERT_TRUE(s.has_value());
   const std::vector<store::Migration> all = identityMigrations();
-  ASSERT_EQ(all.size(), 5u);
+  ASSERT_EQ(all.size(), 6u);
   ASSERT_TRUE((*s)->migrate("identity", {all[0], all[1]}).has_value());
   ASSERT_TRUE(
       (*s)->write([&](store::Tx& tx) -> Result<void> {
@@ -124,7 +124,7 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
                   .has_value());
   auto migrated = (*s)->migrate("identity", all);
   ASSERT_TRUE(migrated.has_value()) << migrated.error().toString();
-  EXPECT_EQ(*migrated, 3);
+  EXPECT_EQ(*migrated, 4);
   auto before = loadIdentity(**s);
   ASSERT_TRUE(before.has_value());
   ASSERT_EQ(before->users.size(), 1u);

@@ -42,12 +42,15 @@ class RecordingMeter final : public CallMeter {
     bool settled = false;
   };
 
-  Result<std::unique_ptr<CallHold>> hold(const Caller& caller, const std::string& server,
-                                         const std::string& tool) override {
+  asio::awaitable<Result<std::unique_ptr<CallHold>>> hold(const Caller& caller,
+                                                          const std::string& server,
+                                                          const std::string& tool) override {
     std::lock_guard lock(mu);
-    if (refuse) return fail(Error(ErrorCode::kResourceExhausted, "the wallet dana has no room"));
+    if (refuse) {
+      co_return fail(Error(ErrorCode::kResourceExhausted, "the wallet dana has no room"));
+    }
     held.push_back(caller.principal + " " + server + "/" + tool);
-    return std::unique_ptr<CallHold>(std::make_unique<Held>(*this, server + "/" + tool));
+    co_return std::unique_ptr<CallHold>(std::make_unique<Held>(*this, server + "/" + tool));
   }
 
   std::mutex mu;
