@@ -16,9 +16,8 @@ Result<std::string> readSmallFile(const std::string& path, const std::string& wh
     return fail(invalidArgument(fmt::format("cannot read {} {}: {}", what, path, ec.message())));
   }
   if (size > max_bytes) {
-    const std::string limit = max_bytes % (1 << 20) == 0
-                                  ? fmt::format("{} MiB", max_bytes >> 20)
-                                  : fmt::format("{} KiB", max_bytes / 1024);
+    const std::string limit = max_bytes % (1 << 20) == 0 ? fmt::format("{} MiB", max_bytes >> 20)
+                                                         : fmt::format("{} KiB", max_bytes / 1024);
     return fail(invalidArgument(fmt::format("{} {} is larger than {}", what, path, limit)));
   }
   std::ifstream in(path, std::ios::binary);
