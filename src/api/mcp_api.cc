@@ -9,6 +9,7 @@
 
 #include "api/admin_common.h"
 #include "common/json.h"
+#include "gateway/api_shape.h"
 #include "http/async.h"
 #include "identity/payer.h"
 #include "ledger/budget.h"
@@ -23,7 +24,8 @@ using http::Method;
 using http::Request;
 using http::Response;
 
-constexpr size_t kMaxSessionBytes = 256;
+// The session id's bound is the model API's (one rule for both).
+using gateway::kMaxSessionBytes;
 
 // A call held on the caller's wallets; settled with what it cost once it ran.
 class BudgetHold final : public mcp::CallHold {

@@ -1255,5 +1255,32 @@ TEST_F(AdminApiTest, SignInSessionsReadWithTheCookieAndChangeOnlyWithTheCsrfToke
   EXPECT_NE(std::find(actions.begin(), actions.end(), "user.enable"), actions.end());
 }
 
+// A member's key cannot give itself MCP tools: a key it derives stays within its own tools, and
+// a pattern that is not one is refused.
+TEST_F(AdminApiTest, AKeyCannotGiveItselfToolsItDoesNotHave) {
+  create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  create("/api/v1/teams", kAdminKey, {{"tenant", "acme"}, {"name", "ml"}});
+  const std::string dana =
+      create("/api/v1/users", kAdminKey, {{"tenant", "acme"}, {"team", "ml"}, {"name", "dana"}});
+  Reply granted = call(
+      "POST", "/api/v1/keys", kAdminKey,
+      {{"owner", {{"kind", "user"}, {"id", dana}}}, {"name", "agent"}, {"tools", {"demo/echo"}}});
+  ASSERT_EQ(granted.status, 201) << granted.text;
+  const std::string key = granted.body["key"];
+  EXPECT_EQ(call("POST", "/api/v1/keys", key, {{"name", "all"}, {"tools", {"*"}}}).status, 403);
+  EXPECT_EQ(call("POST", "/api/v1/keys", key, {{"name", "more"}, {"tools", {"demo/*"}}}).status,
+            403);
+  EXPECT_EQ(call("POST", "/api/v1/keys", key, {{"name", "other"}, {"tools", {"secret/x"}}}).status,
+            403);
+  Reply same = call("POST", "/api/v1/keys", key, {{"name", "same"}, {"tools", {"demo/echo"}}});
+  EXPECT_EQ(same.status, 201) << same.text;
+  EXPECT_EQ(same.body["tools"], json::array({"demo/echo"}));
+  Reply bad = call(
+      "POST", "/api/v1/keys", kAdminKey,
+      {{"owner", {{"kind", "user"}, {"id", dana}}}, {"name", "bad"}, {"tools", {"demo/ec ho"}}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.body["field"], "tools");
+}
+
 }  // namespace
 }  // namespace purser::api
