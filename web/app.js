@@ -1,5 +1,5 @@
-// The Purser console: sign in with a key, then views of spend, people, models, GPUs, queues, keys
-// and the audit log, each showing only what the key's role may see (the API decides; the
+// The Purser console: sign in with a key, then views of spend, people, models, GPUs, queues, keys,
+// agent runs and the audit log, each showing only what the key's role may see (the API decides; the
 // console asks it). Reads nothing but Purser's own REST API; refreshes every few seconds.
 import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
@@ -12,6 +12,7 @@ import { Models } from "./views/models.js";
 import { Overview } from "./views/overview.js";
 import { People } from "./views/people.js";
 import { Queues } from "./views/queues.js";
+import { Sessions } from "./views/sessions.js";
 
 const VIEWS = [
   { id: "overview", title: "Overview", view: Overview },
@@ -20,6 +21,7 @@ const VIEWS = [
   { id: "gpus", title: "GPU pools", view: Gpus },
   { id: "queues", title: "Queues", view: Queues },
   { id: "keys", title: "Keys", view: Keys },
+  { id: "sessions", title: "Agent runs", view: Sessions },
   { id: "audit", title: "Audit", view: Audit, roles: ["platform-admin", "tenant-admin"] },
 ];
 

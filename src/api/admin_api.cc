@@ -74,6 +74,7 @@ Result<void> addMeteringRoutes(http::Router& router, const Services& services) {
   PURSER_TRY(route(Method::kGet, "/api/v1/usage", admin::listUsage));
   PURSER_TRY(route(Method::kPost, "/api/v1/usage", admin::recordUsage));
   PURSER_TRY(route(Method::kGet, "/api/v1/spend", admin::spend));
+  PURSER_TRY(route(Method::kGet, "/api/v1/sessions/{id}", admin::showSession));
   PURSER_TRY(route(Method::kPost, "/api/v1/rate-limits", admin::createRateLimit));
   PURSER_TRY(route(Method::kGet, "/api/v1/rate-limits", admin::listRateLimits));
   return {};
@@ -86,7 +87,9 @@ Result<void> addAdminRoutes(http::Router& router, const Services& services) {
   };
   PURSER_TRY(route(Method::kPost, "/api/v1/tenants", admin::createTenant));
   PURSER_TRY(route(Method::kPut, "/api/v1/tenants/{tenant}/priority", admin::grantPriority));
+  PURSER_TRY(route(Method::kPut, "/api/v1/tenants/{tenant}/tools", admin::grantTenantTools));
   PURSER_TRY(route(Method::kPost, "/api/v1/teams", admin::createTeam));
+  PURSER_TRY(route(Method::kPut, "/api/v1/teams/{team}/tools", admin::grantTeamTools));
   PURSER_TRY(route(Method::kPost, "/api/v1/users", admin::createUser));
   PURSER_TRY(route(Method::kPost, "/api/v1/users/{id}/disable", admin::disableUser));
   PURSER_TRY(route(Method::kPost, "/api/v1/users/{id}/enable", admin::enableUser));

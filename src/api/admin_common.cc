@@ -29,11 +29,16 @@ json toJson(const identity::Tenant& t) {
           {"priority",
            {{"max_workload_priority", t.grant.max_workload_priority},
             {"classes", t.grant.classes},
-            {"max_key_priority", std::string(identity::priorityName(t.grant.max_key_priority))}}}};
+            {"max_key_priority", std::string(identity::priorityName(t.grant.max_key_priority))}}},
+          {"tools", t.tools}};
 }
 
 json toJson(const identity::Team& t) {
-  return {{"id", t.id}, {"tenant", t.tenant_id}, {"name", t.name}, {"created_at", t.created_at}};
+  return {{"id", t.id},
+          {"tenant", t.tenant_id},
+          {"name", t.name},
+          {"created_at", t.created_at},
+          {"tools", t.tools}};
 }
 
 json toJson(const identity::User& u) {

@@ -17,6 +17,10 @@ boost::asio::awaitable<http::Response> createTenant(const Services& s, http::Req
 // admins only; audited).
 boost::asio::awaitable<http::Response> grantPriority(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> createTeam(const Services& s, http::Request& req);
+// PUT /api/v1/tenants/{tenant}/tools and /api/v1/teams/{team}/tools: the MCP tools granted to
+// the keys that have none of their own.
+boost::asio::awaitable<http::Response> grantTenantTools(const Services& s, http::Request& req);
+boost::asio::awaitable<http::Response> grantTeamTools(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> createUser(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> createServiceAccount(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> listTenants(const Services& s, http::Request& req);
@@ -52,6 +56,7 @@ boost::asio::awaitable<http::Response> releaseReservation(const Services& s, htt
 boost::asio::awaitable<http::Response> recordUsage(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> listUsage(const Services& s, http::Request& req);
 boost::asio::awaitable<http::Response> spend(const Services& s, http::Request& req);
+boost::asio::awaitable<http::Response> showSession(const Services& s, http::Request& req);
 
 // admin_providers.cc
 boost::asio::awaitable<http::Response> listProviders(const Services& s, http::Request& req);

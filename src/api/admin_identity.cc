@@ -10,6 +10,7 @@
 #include "api/admin_handlers.h"
 #include "common/json.h"
 #include "identity/identity_store.h"
+#include "mcp/protocol.h"
 
 namespace purser::api {
 
@@ -128,6 +129,83 @@ asio::awaitable<Response> grantPriority(const Services& s, Request& req) {
       s, ledger::change(identity::updateTenantGrant, after),
       auditEntry(who, "tenant.priority", "tenant:" + after.id, writeJson(toJson(tenant)),
                  writeJson(toJson(after)), after.id));
+  if (!done) co_return problem(done.error());
+  s.directory.put(after);
+  co_return jsonResponse(200, toJson(after));
+}
+
+namespace {
+
+// The "tools" of a grant's body: a list of valid patterns (an empty list takes the grant away).
+Result<std::vector<std::string>> toolGrant(const json& body) {
+  if (!body.contains("tools")) {
+    return fail(invalidArgument("\"tools\" is required: a list of \"server/tool\", "
+                                "\"server/*\" or \"*\" (empty: none)")
+                    .withField("tools"));
+  }
+  auto tools = PURSER_TRY_VALUE(stringList(body, "tools"));
+  if (tools.size() > 1000) {
+    return fail(invalidArgument("at most 1000 tool patterns").withField("tools"));
+  }
+  for (const auto& t : tools) {
+    if (!mcp::validToolPattern(t)) {
+      return fail(invalidArgument(fmt::format("\"{}\" is not a tool pattern: expected "
+                                              "\"server/tool\", \"server/*\" or \"*\"",
+                                              toValidUtf8(t.substr(0, 200))))
+                      .withField("tools"));
+    }
+  }
+  return tools;
+}
+
+}  // namespace
+
+asio::awaitable<Response> grantTenantTools(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  const std::string ref(req.param("tenant").value_or(""));
+  if (auto denied = identity::authorize(who, Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "tenant.tools", "tenant:" + ref);
+  }
+  API_TRY(tenant, findTenant(s, who, ref));
+  API_TRY(tools, toolGrant(body));
+  identity::Tenant after = tenant;
+  after.tools = std::move(tools);
+  auto done = co_await commitAudited(
+      s, ledger::change(identity::updateTenantTools, after),
+      auditEntry(who, "tenant.tools", "tenant:" + after.id, writeJson(json(tenant.tools)),
+                 writeJson(json(after.tools)), after.id));
+  if (!done) co_return problem(done.error());
+  s.directory.put(after);
+  co_return jsonResponse(200, toJson(after));
+}
+
+// Tenant admins grant their teams tools (and platform admins any team).
+asio::awaitable<Response> grantTeamTools(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  API_TRY(body, parseObject(req));
+  const std::string ref(req.param("team").value_or(""));
+  // A team id names its tenant; a name needs the caller's own tenant (or "tenant" in the body).
+  std::optional<identity::Team> team = s.directory.team(ref);
+  if (!team || !inReach(who, team->tenant_id)) {
+    team.reset();
+    auto tenant = tenantFor(s, who, body);
+    if (tenant) {
+      if (auto named = findTeam(s, tenant->id, ref)) team = *named;
+    }
+  }
+  if (!team) co_return problem(notFound("team", ref, "team"));
+  if (auto denied = identity::authorize(who, Action::kCreateTeam, {team->tenant_id, "", ""});
+      !denied) {
+    co_return co_await deny(s, who, denied.error(), "team.tools", "team:" + team->id);
+  }
+  API_TRY(tools, toolGrant(body));
+  identity::Team after = *team;
+  after.tools = std::move(tools);
+  auto done = co_await commitAudited(
+      s, ledger::change(identity::updateTeamTools, after),
+      auditEntry(who, "team.tools", "team:" + after.id, writeJson(json(team->tools)),
+                 writeJson(json(after.tools)), after.tenant_id));
   if (!done) co_return problem(done.error());
   s.directory.put(after);
   co_return jsonResponse(200, toJson(after));

@@ -198,7 +198,10 @@ asio::awaitable<Response> createKey(const Services& s, Request& req) {
       key.parent_key_id = creator->id;
       // A key cannot give itself tools it does not have (an admin granting tools to someone
       // else is an authorisation matter: their role).
-      if (!mcp::within(key.tools, creator->tools)) {
+      // A derived key without tools of its own would fall back to its team's grant, which may
+      // be wider than its parent's own list: it takes its parent's list instead.
+      if (key.tools.empty() && !creator->tools.empty()) key.tools = creator->tools;
+      if (!mcp::within(key.tools, s.directory.toolsOf(*creator))) {
         const Error outside = Error(ErrorCode::kPermissionDenied,
                                     "a key can only make keys within its own limits: a tool it "
                                     "asks for is not among this key's tools")

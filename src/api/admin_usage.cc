@@ -13,6 +13,7 @@
 #include "api/admin_common.h"
 #include "api/admin_handlers.h"
 #include "common/json.h"
+#include "gateway/api_shape.h"
 #include "http/async.h"
 #include "ledger/ledger_store.h"
 
@@ -38,6 +39,7 @@ json toJson(const ledger::UsageEvent& e) {
            e.service_account_id.empty() ? json(nullptr) : json(e.service_account_id)},
           {"key", e.key_id},
           {"session_id", e.session_id},
+          {"kind", ledger::usageKind(e)},
           {"route", e.route},
           {"provider", e.provider},
           {"model", e.model},
@@ -393,6 +395,71 @@ asio::awaitable<Response> spend(const Services& s, Request& req) {
                                {"total", total.toString()},
                                {"overage", overage.toString()},
                                {"data", items}});
+}
+
+// GET /api/v1/sessions/{id}: one agent run — every model and tool call that named the session
+// (x-purser-session, or a tool call's _meta), oldest first, with what each cost, its tokens,
+// duration and status, and the run's totals. Only the calls the caller may read spend of are
+// shown (a session id is the client's own word and two tenants may use the same one); a session
+// with none of them is not found.
+asio::awaitable<Response> showSession(const Services& s, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string id(req.param("id").value_or(""));
+  if (id.empty() || id.size() > gateway::kMaxSessionBytes || !isValidUtf8(id)) {
+    co_return problem(404, "session not found", "id");
+  }
+  constexpr int64_t kMaxCalls = 10'000;
+  API_TRY(events, co_await http::runBlocking(s.readers, who.tenant_id, [&] {
+            return s.meter.sessionEvents(id, kMaxCalls + 1);
+          }));
+  const bool truncated = static_cast<int64_t>(events.size()) > kMaxCalls;
+  if (truncated) events.resize(kMaxCalls);
+  json calls = json::array();
+  Money cost;
+  int64_t tool_calls = 0, model_calls = 0, errors = 0, duration_ms = 0;
+  ledger::TokenCounts tokens;
+  std::string first, last;
+  for (const auto& e : events) {
+    const std::string& owner = e.user_id.empty() ? e.service_account_id : e.user_id;
+    if (!identity::authorize(who, Action::kReadSpend, {e.tenant_id, e.team_id, owner})) continue;
+    json call = toJson(e);
+    if (e.route == "mcp") {
+      ++tool_calls;
+      call["tool"] = e.model;
+    } else {
+      ++model_calls;
+    }
+    if (e.status < 200 || e.status >= 300) ++errors;
+    cost = cost.add(e.cost).value_or(Money::max());
+    duration_ms += std::max<int64_t>(e.latency_ms, 0);
+    tokens.input += e.tokens.input;
+    tokens.output += e.tokens.output;
+    tokens.cached_input += e.tokens.cached_input;
+    tokens.cache_write += e.tokens.cache_write;
+    tokens.reasoning += e.tokens.reasoning;
+    if (first.empty()) first = formatRfc3339(e.at);
+    last = formatRfc3339(e.at);
+    calls.push_back(std::move(call));
+  }
+  if (calls.empty()) co_return problem(404, "session not found", "id");
+  co_return jsonResponse(200, {{"id", id},
+                               {"first_at", first},
+                               {"last_at", last},
+                               {"total",
+                                {{"cost", cost.toString()},
+                                 {"calls", calls.size()},
+                                 {"model_calls", model_calls},
+                                 {"tool_calls", tool_calls},
+                                 {"errors", errors},
+                                 {"duration_ms", duration_ms},
+                                 {"tokens",
+                                  {{"input", tokens.input},
+                                   {"output", tokens.output},
+                                   {"cached_input", tokens.cached_input},
+                                   {"cache_write", tokens.cache_write},
+                                   {"reasoning", tokens.reasoning}}}}},
+                               {"truncated", truncated},
+                               {"data", std::move(calls)}});
 }
 
 }  // namespace admin

@@ -20,9 +20,14 @@ namespace purser::api {
 namespace {
 
 namespace asio = boost::asio;
+using admin::auditEntry;
+using admin::commitAudited;
+using admin::deny;
+using admin::listOf;
 using http::Method;
 using http::Request;
 using http::Response;
+using nlohmann::json;
 
 // The session id's bound is the model API's (one rule for both).
 using gateway::kMaxSessionBytes;
@@ -169,7 +174,11 @@ asio::awaitable<Response> handle(const McpRoute& route, Request& req) {
   if (!key) co_return rpcError(401, -32001, "invalid API key");
   mcp::Caller caller;
   caller.principal = who->name;
-  caller.tools = key->tools;
+  caller.tools = s.directory.toolsOf(*key);
+  // For upstreams with a caller_header: an RFC 8941 dictionary of ids (names may be any text).
+  caller.identity =
+      fmt::format("kind={}, id=\"{}\", tenant=\"{}\", team=\"{}\"",
+                  identity::ownerKindName(who->kind), who->id, who->tenant_id, who->team_id);
   caller.context = &*who;
   if (auto v = req.headers.get("x-purser-session")) caller.session = std::string(*v);
   if (caller.session.size() > kMaxSessionBytes || !isValidUtf8(caller.session) ||
@@ -187,11 +196,111 @@ asio::awaitable<Response> handle(const McpRoute& route, Request& req) {
 
 }  // namespace
 
+json serverJson(const mcp::Upstream& u) {
+  const mcp::UpstreamOptions& o = u.options();
+  return {{"name", o.name},
+          {"url", o.url},
+          {"credential", u.credentialSource()},
+          {"caller_header", o.caller_header.empty() ? json(nullptr) : json(o.caller_header)},
+          {"log_bodies", o.log_bodies},
+          {"timeout_ms", o.timeout.count()},
+          {"max_result_bytes", o.max_result_bytes}};
+}
+
+std::shared_ptr<mcp::Upstream> findServer(const McpOptions& options, const std::string& name) {
+  for (const auto& u : options.servers) {
+    if (u->options().name == name) return u;
+  }
+  return nullptr;
+}
+
+// GET /api/v1/mcp/servers: the upstream servers and where their credential comes from, never
+// the credential (platform admins).
+asio::awaitable<Response> listServers(const Services& s, const McpOptions& options, Request& req) {
+  API_TRY(who, authenticate(s, req));
+  if (auto denied = identity::authorize(who, identity::Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), "mcp.servers.read", "mcp");
+  }
+  json items = json::array();
+  for (const auto& u : options.servers) items.push_back(serverJson(*u));
+  co_return jsonResponse(200, listOf(std::move(items)));
+}
+
+// PUT /api/v1/mcp/servers/{name}/credential {"api_key": "..."}: the server's credential, sealed
+// in the store, winning over the configuration's; DELETE goes back to the configuration's.
+asio::awaitable<Response> setCredential(const Services& s, const McpOptions& options,
+                                        Request& req) {
+  API_TRY(who, authenticate(s, req));
+  const std::string name(req.param("name").value_or(""));
+  const bool replace = req.method == Method::kPut;
+  const std::string action = replace ? "mcp.credential.replace" : "mcp.credential.restore";
+  if (auto denied = identity::authorize(who, identity::Action::kCreateTenant, {}); !denied) {
+    co_return co_await deny(s, who, denied.error(), action, "mcp:" + name);
+  }
+  auto server = findServer(options, name);
+  if (!server || s.provider_keys == nullptr) {
+    co_return problem(404, fmt::format("no MCP server \"{}\"", toValidUtf8(name.substr(0, 64))),
+                      "name");
+  }
+  const std::string before = server->credentialSource();
+  if (!replace) {
+    if (before != "api") {
+      co_return problem(409,
+                        fmt::format("MCP server {} already uses its configured credential", name));
+    }
+    json was = json::object(), is = json::object();
+    was["credential"] = before;
+    is["credential"] = "config";
+    ledger::AuditEntry entry =
+        auditEntry(who, action, "mcp:" + name, writeJson(was), writeJson(is), std::string());
+    ledger::Change change = s.provider_keys->removal(std::string(kStoredPrefix) + name);
+    auto done = co_await commitAudited(s, std::move(change), std::move(entry));
+    if (!done) co_return problem(done.error());
+    server->setCredential(std::nullopt);
+    co_return jsonResponse(200, serverJson(*server));
+  }
+  API_TRY(body, parseObject(req));
+  API_TRY(key, optionalString(body, "api_key"));
+  if (!key || key->empty() || key->size() > 8192 ||
+      std::any_of(key->begin(), key->end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) == 0x7f;
+      })) {
+    co_return problem(400,
+                      "\"api_key\" must be the server's credential: 1 to 8192 visible characters",
+                      "api_key");
+  }
+  // The audit entry says that the credential changed, never what it is.
+  std::vector<std::string> keys;
+  keys.push_back(*key);
+  json was = json::object(), is = json::object();
+  was["credential"] = before;
+  is["credential"] = "api";
+  ledger::AuditEntry entry =
+      auditEntry(who, action, "mcp:" + name, writeJson(was), writeJson(is), std::string());
+  ledger::Change change =
+      s.provider_keys->replacement(std::string(kStoredPrefix) + name, std::move(keys));
+  auto done = co_await commitAudited(s, std::move(change), std::move(entry));
+  if (!done) co_return problem(done.error());
+  server->setCredential(*key);
+  co_return jsonResponse(200, serverJson(*server));
+}
+
 Result<void> addMcpRoutes(http::Router& router, const Services& services, McpOptions options) {
+  auto admin = std::make_shared<const McpOptions>(options);
+  PURSER_TRY(router.addAsync(Method::kGet, "/api/v1/mcp/servers", [services, admin](Request& req) {
+    return listServers(services, *admin, req);
+  }));
+  for (const Method m : {Method::kPut, Method::kDelete}) {
+    PURSER_TRY(router.addAsync(
+        m, "/api/v1/mcp/servers/{name}/credential",
+        [services, admin](Request& req) { return setCredential(services, *admin, req); }));
+  }
+  if (options.servers.empty()) return {};
   auto route = std::make_shared<McpRoute>(McpRoute{services, nullptr, nullptr});
   route->meter = std::make_unique<BudgetMeter>(route->s, options.prices, options.servers);
-  route->front = std::make_unique<mcp::Front>(options.servers, *route->meter, services.clock,
-                                              mcp::FrontOptions{.version = options.version});
+  route->front = std::make_unique<mcp::Front>(
+      options.servers, *route->meter, services.clock,
+      mcp::FrontOptions{.version = options.version, .max_session_bytes = kMaxSessionBytes});
   PURSER_TRY(router.addAsync(Method::kPost, "/mcp",
                              [route](Request& req) { return handle(*route, req); }));
   for (const Method m : {Method::kGet, Method::kDelete}) {

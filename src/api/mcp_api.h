@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/admin_api.h"
@@ -34,6 +35,12 @@ struct McpOptions {
   std::string version = "1";
 };
 
+// A server's credential set through the API is kept sealed among the provider keys under this
+// prefix and its server's name.
+inline constexpr std::string_view kStoredPrefix = "mcp:";
+
+// POST /mcp (when `options` has servers), and for platform admins GET /api/v1/mcp/servers and
+// PUT/DELETE /api/v1/mcp/servers/{name}/credential.
 Result<void> addMcpRoutes(http::Router& router, const Services& s, McpOptions options);
 
 }  // namespace purser::api

@@ -808,7 +808,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     common(list);
     listing(cmd, list, [g, &code] { code = run(*g, "GET", "/api/v1/keys", nullptr, kKeyColumns); });
     struct K {
-      std::string name, owner, models, expires, priority;
+      std::string name, owner, models, tools, expires, priority;
       int64_t rpm = 0, tpm = 0;
     };
     auto k = std::make_shared<K>();
@@ -816,6 +816,8 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     create->add_option("--name", k->name, "Key name")->required();
     create->add_option("--owner", k->owner, "user:ID or service_account:ID (default: yourself)");
     create->add_option("--models", k->models, "Comma-separated models or routes it may use");
+    create->add_option("--tools", k->tools,
+                       "Comma-separated MCP tools it may call: server/tool, server/* or *");
     create->add_option("--rpm", k->rpm, "Requests per minute")->check(CLI::NonNegativeNumber);
     create->add_option("--tpm", k->tpm, "Tokens per minute")->check(CLI::NonNegativeNumber);
     create->add_option("--expires-at", k->expires, "Expiry, RFC 3339");
@@ -837,6 +839,7 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
         body["owner"] = {{"kind", k->owner.substr(0, colon)}, {"id", k->owner.substr(colon + 1)}};
       }
       if (!k->models.empty()) body["models"] = splitList(k->models);
+      if (!k->tools.empty()) body["tools"] = splitList(k->tools);
       if (k->rpm > 0) body["rpm"] = k->rpm;
       if (k->tpm > 0) body["tpm"] = k->tpm;
       if (!k->expires.empty()) body["expires_at"] = k->expires;
@@ -970,7 +973,8 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
     auto s = std::make_shared<S>();
     CLI::App* cmd = root.add_subcommand("spend", "Spend and tokens of a scope, grouped");
     cmd->add_option("--scope", s->scope, "KIND:ID")->required();
-    cmd->add_option("--group-by", s->group_by, "user, team, key, model, route, session or day")
+    cmd->add_option("--group-by", s->group_by,
+                    "user, team, key, model, route, session, tool, kind, day, hour or minute")
         ->capture_default_str();
     cmd->add_option("--from", s->from, "From (RFC 3339, inclusive)");
     cmd->add_option("--to", s->to, "To (RFC 3339, exclusive)");
@@ -982,6 +986,131 @@ void registerAdminCommands(CLI::App& root, int& exit_code) {
                                           {"from", s->from},
                                           {"to", s->to}}),
                  nullptr, kSpendColumns);
+    });
+  }
+  // session: one agent run's calls, in order.
+  {
+    auto id = std::make_shared<std::string>();
+    CLI::App* cmd = root.add_subcommand(
+        "session",
+        "One agent run (x-purser-session): its model and tool calls in order, with "
+        "what each cost, and the totals");
+    cmd->add_option("id", *id, "The session id")->required();
+    common(cmd);
+    cmd->callback([g, id, &code] {
+      auto client = clientFor(*g);
+      if (!client) {
+        code = 2;
+        return;
+      }
+      auto reply = client->call("GET", "/api/v1/sessions/" + encode(*id), nullptr);
+      if (!reply || reply->status >= 400) {
+        std::cerr << "purser: " << (reply ? describeProblem(*reply) : reply.error().message)
+                  << "\n";
+        code = 1;
+        return;
+      }
+      if (g->output == "json") {
+        std::cout << writeJson(reply->body, 2) << "\n";
+        return;
+      }
+      printTable(reply->body.value("data", json::array()),
+                 {{"AT", "at"},
+                  {"KIND", "kind"},
+                  {"MODEL OR TOOL", "model"},
+                  {"STATUS", "status"},
+                  {"MS", "latency_ms"},
+                  {"INPUT TOKENS", "tokens.input"},
+                  {"OUTPUT TOKENS", "tokens.output"},
+                  {"COST", "cost"}},
+                 g->exact);
+      const json total = reply->body.value("total", json::object());
+      std::cout << "\n"
+                << total.value("calls", 0) << " calls (" << total.value("model_calls", 0)
+                << " model, " << total.value("tool_calls", 0) << " tool, "
+                << total.value("errors", 0) << " failed), cost " << total.value("cost", "0") << ", "
+                << total.value("duration_ms", 0) << " ms in calls\n";
+      if (reply->body.value("truncated", false)) {
+        std::cout << "(only the first calls are shown)\n";
+      }
+    });
+  }
+  // tools: what this key may call through /mcp, and grants.
+  {
+    CLI::App* cmd = root.add_subcommand(
+        "tools",
+        "MCP tools: what your key may call through /mcp (list), and grants to teams and "
+        "tenants");
+    CLI::App* list = cmd->add_subcommand("list", "The tools your key may call (the default)");
+    common(list);
+    common(cmd);
+    const auto listTools = [g, &code] {
+      auto client = clientFor(*g);
+      if (!client) {
+        code = 2;
+        return;
+      }
+      json message = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}};
+      auto reply = client->call("POST", "/mcp", message);
+      if (!reply) {
+        std::cerr << "purser: " << reply.error().message << "\n";
+        code = 1;
+        return;
+      }
+      if (reply->status == 404) {
+        std::cerr << "purser: this server offers no MCP tools (no mcp: servers configured)\n";
+        code = 1;
+        return;
+      }
+      const json& body = reply->body;
+      if (reply->status >= 400 || !body.is_object() || body.contains("error")) {
+        const std::string why =
+            body.is_object() && body.contains("error") && body["error"].is_object()
+                ? body["error"].value("message", std::string("refused"))
+                : describeProblem(*reply);
+        std::cerr << "purser: " << why << "\n";
+        code = 1;
+        return;
+      }
+      const json tools = body.value("result", json::object()).value("tools", json::array());
+      if (g->output == "json") {
+        std::cout << writeJson(tools, 2) << "\n";
+        return;
+      }
+      printTable(tools, {{"TOOL", "name"}, {"DESCRIPTION", "description"}}, g->exact);
+    };
+    list->callback(listTools);
+    cmd->callback([cmd, listTools] {
+      if (cmd->get_subcommands().empty()) listTools();
+    });
+    struct G {
+      std::string team, tenant, tools;
+    };
+    auto grant = std::make_shared<G>();
+    CLI::App* give = cmd->add_subcommand(
+        "grant",
+        "Grant tools to every key of a team (tenant admins) or a tenant (platform "
+        "admins) that has none of its own; an empty list takes the grant away");
+    give->add_option("--team", grant->team, "Team id or name (grants the team)");
+    give->add_option(
+        "--tenant", grant->tenant,
+        "Tenant id or name (alone: grants the tenant; with --team: the team's tenant)");
+    give->add_option("--tools", grant->tools, "Comma-separated: server/tool, server/* or *")
+        ->required();
+    common(give);
+    give->callback([g, grant, &code] {
+      if (grant->team.empty() && grant->tenant.empty()) {
+        std::cerr << "purser: name --team (with --tenant when it is a platform admin's team name) "
+                     "or --tenant\n";
+        code = 2;
+        return;
+      }
+      json body = {{"tools", splitList(grant->tools)}};
+      if (!grant->team.empty() && !grant->tenant.empty()) body["tenant"] = grant->tenant;
+      const std::string path = grant->team.empty()
+                                   ? "/api/v1/tenants/" + encode(grant->tenant) + "/tools"
+                                   : "/api/v1/teams/" + encode(grant->team) + "/tools";
+      code = run(*g, "PUT", path, body, {{"ID", "id"}, {"NAME", "name"}, {"TOOLS", "tools"}});
     });
   }
   // usage record: history brought from elsewhere, in batches the API takes.

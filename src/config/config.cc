@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -341,6 +342,21 @@ bool validMcpServerName(std::string_view name) {
   });
 }
 
+// A header an MCP server may be told the caller in: a token Purser does not set itself.
+bool validCallerHeader(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  std::string lower;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  for (std::string_view reserved : {"authorization", "cookie", "host", "accept", "connection",
+                                    "transfer-encoding", "te", "upgrade", "proxy-authorization"}) {
+    if (lower == reserved) return false;
+  }
+  return !lower.starts_with("content-") && !lower.starts_with("mcp-");
+}
+
 void readMcp(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
   YamlReader::Map m = top.map("mcp");
   if (m.present("servers")) {
@@ -355,6 +371,8 @@ void readMcp(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
         sm.required("name", server.name);
         sm.required("url", server.url);
         sm.optional("api_key", server.api_key);
+        sm.optional("caller_header", server.caller_header);
+        sm.optional("log_bodies", server.log_bodies);
         sm.optional("timeout", server.timeout, std::chrono::milliseconds(1));
         sm.optionalBytes("max_result_bytes", server.max_result_bytes, 1024, 64 << 20);
         sm.optional("ca", server.ca_file);
@@ -382,6 +400,11 @@ void readMcp(YamlReader& reader, YamlReader::Map& top, Config& cfg) {
         if (!server.url.empty() && !server.url.starts_with("http://") &&
             !server.url.starts_with("https://")) {
           reader.addError(list[i]["url"], path + ".url", "expected an http:// or https:// URL");
+        }
+        if (!server.caller_header.empty() && !validCallerHeader(server.caller_header)) {
+          reader.addError(list[i]["caller_header"], path + ".caller_header",
+                          "expected a header name (letters, digits and '-') that is not one "
+                          "Purser sets itself (Authorization, Cookie, Host, Content-*, Mcp-*)");
         }
         for (const auto& other : cfg.mcp.servers) {
           if (other.name == server.name) {

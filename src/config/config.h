@@ -168,6 +168,10 @@ struct McpServerConfig {
   std::string url;   // its Streamable HTTP endpoint
   std::vector<std::pair<std::string, std::string>> headers;  // sent with every request
   std::string api_key;  // the server's own credential (Authorization: Bearer); never a caller's
+  // A header that tells the server who is calling (the caller's principal, never their key).
+  std::string caller_header;
+  // Tool call arguments and answers are written to Purser's log (never stored otherwise).
+  bool log_bodies = false;
   Duration timeout = std::chrono::seconds(30);
   size_t max_result_bytes = 1024 * 1024;
   // HTTPS: as for providers.

@@ -129,6 +129,14 @@ std::optional<Team> Directory::team(const std::string& id) const {
   return find(teams_, id);
 }
 
+std::vector<std::string> Directory::toolsOf(const ApiKey& k) const {
+  if (!k.tools.empty()) return k.tools;
+  std::shared_lock lock(mu_);
+  if (auto team = find(teams_, k.team_id); team && !team->tools.empty()) return team->tools;
+  if (auto tenant = find(tenants_, k.tenant_id)) return tenant->tools;
+  return {};
+}
+
 std::optional<Team> Directory::teamByName(const std::string& tenant_id,
                                           std::string_view name) const {
   std::shared_lock lock(mu_);

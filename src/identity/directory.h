@@ -93,6 +93,9 @@ class Directory {
   // The keys derived from `id`, directly or through others.
   std::vector<ApiKey> derivedKeys(const std::string& id) const;
   bool nameTaken(OwnerKind kind, const std::string& tenant_id, std::string_view name) const;
+  // The MCP tools a key may call: its own when it has any, else its team's grant, else its
+  // tenant's (deny by default: empty when none of the three grants any).
+  std::vector<std::string> toolsOf(const ApiKey& k) const;
 
   // Everything, sorted by id; callers filter by what the caller may see.
   std::vector<Tenant> tenants() const;

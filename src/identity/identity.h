@@ -45,6 +45,9 @@ struct Tenant {
   std::string name;
   std::string created_at;
   PriorityGrant grant;
+  // MCP tools granted to every key of the tenant that has none of its own and whose team grants
+  // none ("server/tool", "server/*", "*"); empty: none.
+  std::vector<std::string> tools;
 };
 
 struct Team {
@@ -52,6 +55,8 @@ struct Team {
   std::string tenant_id;
   std::string name;
   std::string created_at;
+  // MCP tools granted to every key of the team that has none of its own; empty: the tenant's.
+  std::vector<std::string> tools;
 };
 
 struct User {

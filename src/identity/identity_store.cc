@@ -45,6 +45,10 @@ const std::vector<store::Migration>& identityMigrations() {
       {6, "MCP tools a key may call",
        // A JSON list of "server/tool" patterns; keys made before it may call none.
        "ALTER TABLE api_keys ADD COLUMN tools TEXT NOT NULL DEFAULT '[]'"},
+      {7, "MCP tools granted to teams and tenants",
+       // JSON lists of "server/tool" patterns for the keys that have none of their own.
+       "ALTER TABLE tenants ADD COLUMN tools TEXT NOT NULL DEFAULT '[]';"
+       "ALTER TABLE teams ADD COLUMN tools TEXT NOT NULL DEFAULT '[]'"},
   };
   return kMigrations;
 }
@@ -74,10 +78,43 @@ Result<PriorityGrant> grantFrom(const std::string& text) {
   return g;
 }
 
+namespace {
+
+std::string toolsText(const std::vector<std::string>& tools) {
+  return writeJson(nlohmann::json(tools));
+}
+
+std::vector<std::string> toolsFrom(const std::string& text) {
+  std::vector<std::string> out;
+  auto tools = parseJsonOrDiscarded(text);
+  if (!tools.is_array()) return out;
+  for (const auto& t : tools) {
+    if (t.is_string()) out.push_back(t.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<void> insertTenant(store::Tx& tx, const Tenant& t) {
   PURSER_TRY(
-      tx.exec("INSERT INTO tenants (id, name, created_at, priority_grant) VALUES ($1, $2, $3, $4)",
-              {t.id, t.name, t.created_at, grantText(t.grant)}));
+      tx.exec("INSERT INTO tenants (id, name, created_at, priority_grant, tools)"
+              " VALUES ($1, $2, $3, $4, $5)",
+              {t.id, t.name, t.created_at, grantText(t.grant), toolsText(t.tools)}));
+  return {};
+}
+
+Result<void> updateTenantTools(store::Tx& tx, const Tenant& t) {
+  const int64_t changed = PURSER_TRY_VALUE(
+      tx.exec("UPDATE tenants SET tools = $1 WHERE id = $2", {toolsText(t.tools), t.id}));
+  if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such tenant"));
+  return {};
+}
+
+Result<void> updateTeamTools(store::Tx& tx, const Team& t) {
+  const int64_t changed = PURSER_TRY_VALUE(
+      tx.exec("UPDATE teams SET tools = $1 WHERE id = $2", {toolsText(t.tools), t.id}));
+  if (changed != 1) return fail(Error(ErrorCode::kNotFound, "no such team"));
   return {};
 }
 
@@ -89,8 +126,9 @@ Result<void> updateTenantGrant(store::Tx& tx, const Tenant& t) {
 }
 
 Result<void> insertTeam(store::Tx& tx, const Team& t) {
-  PURSER_TRY(tx.exec("INSERT INTO teams (id, tenant_id, name, created_at) VALUES ($1, $2, $3, $4)",
-                     {t.id, t.tenant_id, t.name, t.created_at}));
+  PURSER_TRY(tx.exec(
+      "INSERT INTO teams (id, tenant_id, name, created_at, tools) VALUES ($1, $2, $3, $4, $5)",
+      {t.id, t.tenant_id, t.name, t.created_at, toolsText(t.tools)}));
   return {};
 }
 
@@ -172,19 +210,20 @@ Result<void> updateKey(store::Tx& tx, const ApiKey& k) {
 Result<Snapshot> loadIdentity(store::Store& store) {
   Snapshot s;
   PURSER_TRY(store.read([&](store::Tx& tx) -> Result<void> {
-    for (const auto& r :
-         PURSER_TRY_VALUE(tx.query("SELECT id, name, created_at, priority_grant FROM tenants"))) {
+    for (const auto& r : PURSER_TRY_VALUE(
+             tx.query("SELECT id, name, created_at, priority_grant, tools FROM tenants"))) {
       auto grant = grantFrom(r.getText(3));
       if (!grant) {
         spdlog::error("identity: tenant {}'s priority grant is unreadable; it has the default",
                       r.getText(0));
       }
-      s.tenants.push_back(
-          {r.getText(0), r.getText(1), r.getText(2), grant.value_or(PriorityGrant{})});
+      s.tenants.push_back({r.getText(0), r.getText(1), r.getText(2),
+                           grant.value_or(PriorityGrant{}), toolsFrom(r.getText(4))});
     }
     for (const auto& r :
-         PURSER_TRY_VALUE(tx.query("SELECT id, tenant_id, name, created_at FROM teams"))) {
-      s.teams.push_back({r.getText(0), r.getText(1), r.getText(2), r.getText(3)});
+         PURSER_TRY_VALUE(tx.query("SELECT id, tenant_id, name, created_at, tools FROM teams"))) {
+      s.teams.push_back(
+          {r.getText(0), r.getText(1), r.getText(2), r.getText(3), toolsFrom(r.getText(4))});
     }
     for (const auto& r : PURSER_TRY_VALUE(
              tx.query("SELECT id, tenant_id, team_id, name, email, role, created_at, subject,"

@@ -19,6 +19,9 @@ Result<void> updateTenantGrant(store::Tx& tx, const Tenant& t);
 // A grant as stored (JSON), and back; "" is the default grant.
 std::string grantText(const PriorityGrant& g);
 Result<PriorityGrant> grantFrom(const std::string& text);
+// Writes a tenant's or a team's MCP tool grant.
+Result<void> updateTenantTools(store::Tx& tx, const Tenant& t);
+Result<void> updateTeamTools(store::Tx& tx, const Team& t);
 Result<void> insertTeam(store::Tx& tx, const Team& t);
 Result<void> insertUser(store::Tx& tx, const User& u);
 // Writes every mutable field of a user (a sign-in's team or role, disabling).

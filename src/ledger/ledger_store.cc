@@ -77,6 +77,9 @@ const std::vector<store::Migration>& ledgerMigrations() {
        // Rate limits shared by replicas (rate_leases.h): each bucket's theoretical arrival
        // time in Unix nanoseconds.
        "CREATE TABLE rate_buckets (key TEXT PRIMARY KEY, tat_ns INTEGER NOT NULL)"},
+      {5, "usage events found by session",
+       // One agent run's model and tool calls, in order (GET /api/v1/sessions/{id}).
+       "CREATE INDEX IF NOT EXISTS usage_events_session ON usage_events (session_id, at_ms)"},
   };
   return kMigrations;
 }
@@ -102,6 +105,8 @@ const std::vector<store::Migration>& usagePartitionMigrations() {
        " END LOOP; END $do$;"
        "INSERT INTO usage_events SELECT * FROM usage_events_flat;"
        "DROP TABLE usage_events_flat"},
+      {2, "usage events found by session, on the partitioned table",
+       "CREATE INDEX IF NOT EXISTS usage_events_session ON usage_events (session_id, at_ms)"},
   };
   return kMigrations;
 }

@@ -234,6 +234,12 @@ Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect d
   if (group_by == "model") return std::string("model");
   if (group_by == "route") return std::string("route");
   if (group_by == "session") return std::string("session_id");
+  // A tool call's model is its qualified tool name ("server.tool"); everything else is "".
+  if (group_by == "tool") return std::string("CASE WHEN route = 'mcp' THEN model ELSE '' END");
+  if (group_by == "kind") {
+    return std::string(
+        "CASE WHEN route = 'mcp' THEN 'tool' WHEN provider = 'fleet' THEN 'gpu' ELSE 'model' END");
+  }
   // Time buckets in UTC: "2026-11-29", "2026-11-29T18:00", "2026-11-29T18:04".
   struct Bucket {
     std::string_view name, sqlite, postgres;
@@ -252,7 +258,7 @@ Result<std::string> spendGroupColumn(std::string_view group_by, store::Dialect d
   }
   return fail(invalidArgument(
       fmt::format("cannot group by \"{}\"; expected user, team, key, model, route, session, "
-                  "day, hour or minute",
+                  "tool, kind, day, hour or minute",
                   group_by)));
 }
 
@@ -755,6 +761,21 @@ Result<std::vector<UsageEvent>> Meter::events(const UsageQuery& q) {
                     " ORDER BY at_ms, id LIMIT {}",
                     kEventColumns, scopeColumn(q.scope_kind), std::max<int64_t>(1, q.limit)),
         {q.scope_id, toMs(q.from, INT64_MIN), toMs(q.to, INT64_MAX)}));
+    for (const auto& r : rows) out.push_back(eventFromRow(r));
+    return {};
+  }));
+  return out;
+}
+
+Result<std::vector<UsageEvent>> Meter::sessionEvents(const std::string& session_id, int64_t limit) {
+  PURSER_TRY(catchUp());
+  std::vector<UsageEvent> out;
+  PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
+    auto rows =
+        PURSER_TRY_VALUE(tx.query(fmt::format("SELECT {} FROM usage_events WHERE session_id = $1"
+                                              " ORDER BY at_ms, id LIMIT {}",
+                                              kEventColumns, std::max<int64_t>(1, limit)),
+                                  {session_id}));
     for (const auto& r : rows) out.push_back(eventFromRow(r));
     return {};
   }));

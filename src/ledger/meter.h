@@ -198,6 +198,9 @@ class Meter {
   Result<Recovery> recover();
 
   Result<std::vector<UsageEvent>> events(const UsageQuery& query);
+  // The events of one session (an agent run), oldest first, over every tenant: the caller keeps
+  // those its reader may see. At most `limit`.
+  Result<std::vector<UsageEvent>> sessionEvents(const std::string& session_id, int64_t limit);
   Result<std::vector<SpendRow>> spend(const UsageQuery& query, std::string_view group_by);
   Result<std::vector<RequestSample>> recentRequests(const RecentQuery& query);
 

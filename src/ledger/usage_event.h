@@ -32,4 +32,12 @@ struct UsageEvent {
   bool recovered = false;  // charged at restart from a write-ahead intent
 };
 
+// What an event was: "tool" (an MCP tool call), "gpu" (fleet work's GPU time) or "model" (a
+// model request, and anything recorded after the fact). The same rule as spend's group_by=kind.
+inline const char* usageKind(const UsageEvent& e) {
+  if (e.route == "mcp") return "tool";
+  if (e.provider == "fleet") return "gpu";
+  return "model";
+}
+
 }  // namespace purser::ledger

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "mcp/protocol.h"
 
 namespace purser::mcp {
@@ -10,6 +12,11 @@ namespace purser::mcp {
 namespace {
 
 FrontReply reply(int status, const Json& message) { return {status, writeJson(message)}; }
+
+// The _meta key a tools/call may name its agent run with.
+constexpr const char* kSessionMeta = "purser/session";
+// How much of a call's arguments and of its answer go to the log (log_bodies).
+constexpr size_t kMaxLoggedBody = 64 * 1024;
 
 }  // namespace
 
@@ -139,7 +146,27 @@ boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& i
     co_return error(id, kInvalidParams, "params.arguments must be an object");
   }
   Json meta = params.contains("_meta") ? params["_meta"] : Json(nullptr);
-  auto held = co_await meter_.hold(caller, parts->first, parts->second);
+  // The agent run, from the request's header or else the call's _meta.
+  Caller who = caller;
+  if (who.session.empty() && meta.is_object() && meta.contains(kSessionMeta)) {
+    const Json& named = meta[kSessionMeta];
+    const bool fits = named.is_string() &&
+                      named.get_ref<const std::string&>().size() <= options_.max_session_bytes;
+    if (!fits || !isValidUtf8(named.get_ref<const std::string&>()) ||
+        std::any_of(named.get_ref<const std::string&>().begin(),
+                    named.get_ref<const std::string&>().end(),
+                    [](char ch) { return static_cast<unsigned char>(ch) < 0x20; })) {
+      co_return error(id, kInvalidParams,
+                      fmt::format("_meta[\"{}\"] must be UTF-8 text without control characters, "
+                                  "at most {} bytes",
+                                  kSessionMeta, options_.max_session_bytes));
+    }
+    who.session = named.get<std::string>();
+  }
+  const bool log_bodies = upstream->options().log_bodies;
+  std::string logged_arguments;
+  if (log_bodies) logged_arguments = writeJson(arguments);
+  auto held = co_await meter_.hold(who, parts->first, parts->second);
   if (!held) {
     co_return error(
         id, kRefused, held.error().message,
@@ -147,9 +174,20 @@ boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& i
   }
   std::unique_ptr<CallHold> hold = std::move(*held);
   const MonoTime started = clock_.monotonic();
-  auto outcome = co_await upstream->call(parts->second, std::move(arguments), std::move(meta));
+  auto outcome =
+      co_await upstream->call(parts->second, std::move(arguments), std::move(meta), who.identity);
   CallEnd end;
   end.took = clock_.monotonic() - started;
+  if (log_bodies) {
+    // Only for servers whose configuration asks for it (mcp.servers[].log_bodies).
+    std::string answered = !outcome                    ? "failed: " + outcome.error().message
+                           : !outcome->error.is_null() ? writeJson(outcome->error)
+                                                       : writeJson(outcome->result);
+    if (answered.size() > kMaxLoggedBody) answered.resize(kMaxLoggedBody);
+    if (logged_arguments.size() > kMaxLoggedBody) logged_arguments.resize(kMaxLoggedBody);
+    spdlog::info("mcp: {} called {} (session \"{}\"): arguments {} answer {}", who.principal,
+                 qualified, who.session, toValidUtf8(logged_arguments), toValidUtf8(answered));
+  }
   if (!outcome) {
     hold->settle(end);
     co_return error(id, kUpstreamFailed, outcome.error().message, Json{{"tool", qualified}});

@@ -41,7 +41,11 @@ namespace purser::mcp {
 struct Caller {
   std::string principal;           // for logs and errors
   std::vector<std::string> tools;  // allow-list patterns (protocol.h)
-  std::string session;             // the agent run this call belongs to ("" when none)
+  // What an upstream with a caller_header is told of who calls (never a key).
+  std::string identity;
+  // The agent run this call belongs to ("" when none). When empty, a tools/call's
+  // `_meta["purser/session"]` names it.
+  std::string session;
   // The authenticating side's own record of the caller (the gateway's principal), passed through
   // to the CallMeter untouched.
   const void* context = nullptr;
@@ -74,6 +78,7 @@ struct FrontOptions {
   std::string version = "1";  // serverInfo.version
   size_t max_body_bytes = 1 << 20;
   size_t max_nesting = 64;
+  size_t max_session_bytes = 256;  // a session named in _meta
 };
 
 // What to answer: an HTTP status and a JSON body (empty for 202).

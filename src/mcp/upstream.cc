@@ -18,6 +18,17 @@ Upstream::Upstream(UpstreamOptions options, http::WorkerLocal<http::HttpClient>&
                    const Clock& clock)
     : options_(std::move(options)), clients_(clients), clock_(clock) {}
 
+void Upstream::setCredential(std::optional<std::string> bearer) {
+  std::lock_guard lock(mu_);
+  credential_ = std::move(bearer);
+}
+
+std::string Upstream::credentialSource() const {
+  std::lock_guard lock(mu_);
+  if (credential_) return "api";
+  return options_.bearer.empty() ? "none" : "config";
+}
+
 void Upstream::invalidate() {
   std::lock_guard lock(mu_);
   have_tools_ = false;
@@ -26,14 +37,23 @@ void Upstream::invalidate() {
 boost::asio::awaitable<Result<http::ClientResponse>> Upstream::post(const Json& message,
                                                                     const std::string& session,
                                                                     const std::string& version,
-                                                                    size_t max_bytes) {
+                                                                    size_t max_bytes,
+                                                                    const std::string& caller) {
+  std::string bearer;
+  {
+    std::lock_guard lock(mu_);
+    bearer = credential_.value_or(options_.bearer);
+  }
   http::ClientRequest req;
   req.method = http::Method::kPost;
   req.url = options_.url;
   for (const auto& [name, value] : options_.headers) req.headers.add(name, value);
   req.headers.set("Content-Type", "application/json");
   req.headers.set("Accept", "application/json, text/event-stream");
-  if (!options_.bearer.empty()) req.headers.set("Authorization", "Bearer " + options_.bearer);
+  if (!bearer.empty()) req.headers.set("Authorization", "Bearer " + bearer);
+  if (!options_.caller_header.empty() && !caller.empty()) {
+    req.headers.set(options_.caller_header, caller);
+  }
   if (!session.empty()) req.headers.set("Mcp-Session-Id", session);
   if (!version.empty()) req.headers.set("MCP-Protocol-Version", version);
   req.body = writeJson(message);
@@ -94,7 +114,7 @@ boost::asio::awaitable<Result<void>> Upstream::open() {
 }
 
 boost::asio::awaitable<Result<Json>> Upstream::request(std::string method, Json params,
-                                                       size_t max_bytes) {
+                                                       size_t max_bytes, std::string caller) {
   bool reopened = false;
   for (int opens = 0; opens < 3;) {
     std::string session, version;
@@ -113,7 +133,7 @@ boost::asio::awaitable<Result<Json>> Upstream::request(std::string method, Json 
       continue;
     }
     Json message = {{"jsonrpc", "2.0"}, {"id", id}, {"method", method}, {"params", params}};
-    auto r = co_await post(message, session, version, max_bytes);
+    auto r = co_await post(message, session, version, max_bytes, caller);
     if (!r) co_return fail(r.error());
     if (r->status == 404 && !reopened) {
       reopened = true;
@@ -165,11 +185,12 @@ boost::asio::awaitable<Result<std::vector<Json>>> Upstream::tools() {
 }
 
 boost::asio::awaitable<Result<CallOutcome>> Upstream::call(std::string tool, Json arguments,
-                                                           Json meta) {
+                                                           Json meta, std::string caller) {
   Json params = {{"name", std::move(tool)}};
   if (!arguments.is_null()) params["arguments"] = std::move(arguments);
   if (!meta.is_null()) params["_meta"] = std::move(meta);
-  auto answer = co_await request("tools/call", std::move(params), options_.max_result_bytes);
+  auto answer = co_await request("tools/call", std::move(params), options_.max_result_bytes,
+                                 std::move(caller));
   if (!answer) co_return fail(answer.error());
   CallOutcome out;
   if (answer->contains("error")) {

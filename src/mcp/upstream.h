@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct UpstreamOptions {
   std::string url;   // its Streamable HTTP endpoint
   std::vector<std::pair<std::string, std::string>> headers;
   std::string bearer;  // the server's own credential, sent as Authorization: Bearer
+  // When set, a header of this name carries who is calling (the caller's principal, never their
+  // key), for an upstream that wants to know.
+  std::string caller_header;
+  // Tool call arguments and results go to Purser's log (they are never stored otherwise).
+  bool log_bodies = false;
   std::chrono::milliseconds timeout{30'000};
   size_t max_result_bytes = 1 << 20;
   std::chrono::seconds tools_ttl{30};  // how long a fetched tool list is served before re-asking
@@ -53,12 +59,21 @@ class Upstream {
 
   const UpstreamOptions& options() const { return options_; }
 
+  // The server's credential set through the API (sealed in the store), winning over the
+  // configuration's `bearer`; nullopt goes back to the configuration's.
+  void setCredential(std::optional<std::string> bearer);
+  // "api" when a credential set through the API is used, "config" when the configuration's,
+  // "none" when the server is called without one.
+  std::string credentialSource() const;
+
   // The server's tools as it lists them (every page), served from memory for `tools_ttl`.
   boost::asio::awaitable<Result<std::vector<Json>>> tools();
 
   // tools/call of `tool`. kUnavailable when the upstream failed to answer (the message says how:
   // unreachable, no answer within the timeout, larger than max_result_bytes, not JSON-RPC).
-  boost::asio::awaitable<Result<CallOutcome>> call(std::string tool, Json arguments, Json meta);
+  // `caller` goes in the caller_header, when the server has one.
+  boost::asio::awaitable<Result<CallOutcome>> call(std::string tool, Json arguments, Json meta,
+                                                   std::string caller = {});
 
   // Forgets the tool list (the next tools() asks again).
   void invalidate();
@@ -66,25 +81,28 @@ class Upstream {
  private:
   // One JSON-RPC request in the current session (opening one when there is none; opening it
   // again once when the upstream answers 404 for the one it had).
-  boost::asio::awaitable<Result<Json>> request(std::string method, Json params, size_t max_bytes);
+  boost::asio::awaitable<Result<Json>> request(std::string method, Json params, size_t max_bytes,
+                                               std::string caller = {});
   boost::asio::awaitable<Result<void>> open();
   // POSTs one message; the HTTP response.
   boost::asio::awaitable<Result<http::ClientResponse>> post(const Json& message,
                                                             const std::string& session,
                                                             const std::string& version,
-                                                            size_t max_bytes);
+                                                            size_t max_bytes,
+                                                            const std::string& caller = {});
 
   const UpstreamOptions options_;
   http::WorkerLocal<http::HttpClient>& clients_;
   const Clock& clock_;
-  std::mutex mu_;
-  std::string session_;       // guarded by mu_; "" when the upstream gave none
-  std::string version_;       // guarded by mu_; "" until initialized
-  uint64_t generation_ = 0;   // guarded by mu_: sessions opened
-  std::vector<Json> tools_;   // guarded by mu_
-  MonoTime tools_fetched_{};  // guarded by mu_
-  bool have_tools_ = false;   // guarded by mu_
-  uint64_t next_id_ = 1;      // guarded by mu_
+  mutable std::mutex mu_;
+  std::optional<std::string> credential_;  // guarded by mu_: set through the API
+  std::string session_;                    // guarded by mu_; "" when the upstream gave none
+  std::string version_;                    // guarded by mu_; "" until initialized
+  uint64_t generation_ = 0;                // guarded by mu_: sessions opened
+  std::vector<Json> tools_;                // guarded by mu_
+  MonoTime tools_fetched_{};               // guarded by mu_
+  bool have_tools_ = false;                // guarded by mu_
+  uint64_t next_id_ = 1;                   // guarded by mu_
 };
 
 }  // namespace purser::mcp

@@ -209,7 +209,13 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   SignInSetup sign_in = PURSER_TRY_VALUE(signInSetup(config, http_clients, clock, sealer));
   gateway::ProviderKeyStore provider_keys(*store, std::move(sealer), SystemRandom::instance(),
                                           clock);
-  for (auto& [name, keys] : PURSER_TRY_VALUE(provider_keys.loadAll())) {
+  // MCP servers behind /mcp (when `mcp:` names any); a credential set through the API is
+  // sealed beside the provider keys.
+  api::McpOptions mcp = PURSER_TRY_VALUE(mcpOptions(config, http_clients, clock));
+  const std::vector<std::shared_ptr<mcp::Upstream>> mcp_servers = mcp.servers;
+  auto stored_keys = PURSER_TRY_VALUE(provider_keys.loadAll());
+  applyMcpCredentials(stored_keys, mcp_servers);
+  for (auto& [name, keys] : stored_keys) {
     if (auto* p = gateway.provider(name)) p->replaceKeys(std::move(keys));
   }
   services.gateway = &gateway;
@@ -229,7 +235,7 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
     change_watch = std::jthread([&](std::stop_token stop) {
       watchChanges(stop, config.store.postgres, *store, [&] {
         guardedTurn("replicas", [&] {
-          if (auto r = reloadShared(*store, services, gateway, provider_keys); !r) {
+          if (auto r = reloadShared(*store, services, gateway, provider_keys, mcp_servers); !r) {
             spdlog::error("replicas: a change from another replica was not read: {}",
                           r.error().message);
           }
@@ -242,13 +248,8 @@ Result<int> serve(const config::Config& config, std::ostream& out, ConfigLoader 
   PURSER_TRY(api::addConsoleApiRoutes(router, services));
   PURSER_TRY(api::addSignInRoutes(router, services, sign_in.options));
   // MCP tools through the same door (/mcp), when `mcp:` names servers.
-  {
-    api::McpOptions mcp = PURSER_TRY_VALUE(mcpOptions(config, http_clients, clock));
-    if (!mcp.servers.empty()) {
-      spdlog::info("mcp: {} server(s) behind /mcp", mcp.servers.size());
-      PURSER_TRY(api::addMcpRoutes(router, services, std::move(mcp)));
-    }
-  }
+  if (!mcp.servers.empty()) spdlog::info("mcp: {} server(s) behind /mcp", mcp.servers.size());
+  PURSER_TRY(api::addMcpRoutes(router, services, std::move(mcp)));
   if (sign_in.options) {
     spdlog::info("sso: people sign in with {} ({} role rules)", config.oidc->issuer,
                  config.oidc->roles.size());

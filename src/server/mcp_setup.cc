@@ -15,6 +15,8 @@ Result<api::McpOptions> mcpOptions(const config::Config& config,
     o.url = s.url;
     o.headers = s.headers;
     o.bearer = s.api_key;
+    o.caller_header = s.caller_header;
+    o.log_bodies = s.log_bodies;
     o.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(s.timeout);
     o.max_result_bytes = s.max_result_bytes;
     if (!s.ca_file.empty() || s.insecure_skip_verify) {
@@ -41,6 +43,19 @@ Result<api::McpOptions> mcpOptions(const config::Config& config,
     out.prices.push_back({p.server, p.tool, p.per_call, p.per_second});
   }
   return out;
+}
+
+void applyMcpCredentials(
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& stored,
+    const std::vector<std::shared_ptr<mcp::Upstream>>& servers) {
+  for (const auto& server : servers) {
+    const std::string name = std::string(api::kStoredPrefix) + server->options().name;
+    std::optional<std::string> credential;
+    for (const auto& [stored_name, keys] : stored) {
+      if (stored_name == name && !keys.empty()) credential = keys.front();
+    }
+    server->setCredential(std::move(credential));
+  }
 }
 
 }  // namespace purser::server

@@ -1,5 +1,7 @@
 #include "server/replication.h"
 
+#include "server/mcp_setup.h"
+
 #include <spdlog/spdlog.h>
 
 #include <set>
@@ -55,7 +57,8 @@ const std::vector<store::Migration>& changeNoticeMigrations() {
 }
 
 Result<void> reloadShared(store::Store& store, const api::Services& s, gateway::Gateway& gateway,
-                          gateway::ProviderKeyStore& provider_keys) {
+                          gateway::ProviderKeyStore& provider_keys,
+                          const std::vector<std::shared_ptr<mcp::Upstream>>& mcp_servers) {
   // Read again if this process changed the directory meanwhile (its write may be missing from
   // the snapshot, and loading it would undo the put until the next notice).
   bool loaded = false;
@@ -65,7 +68,9 @@ Result<void> reloadShared(store::Store& store, const api::Services& s, gateway::
   }
   if (!loaded) return fail(unavailable("the directory kept changing while it was read"));
   PURSER_TRY(ledger::loadBooks(store, s.clock, s.wallets, s.rate_limits, /*keep_known=*/true));
-  for (auto& [name, keys] : PURSER_TRY_VALUE(provider_keys.loadAll())) {
+  auto stored_keys = PURSER_TRY_VALUE(provider_keys.loadAll());
+  applyMcpCredentials(stored_keys, mcp_servers);
+  for (auto& [name, keys] : stored_keys) {
     if (auto* p = gateway.provider(name)) p->replaceKeys(std::move(keys));
   }
   if (s.sessions != nullptr) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "api/admin_api.h"
 #include "gateway/gateway.h"
 #include "gateway/secrets.h"
+#include "mcp/upstream.h"
 #include "store/store.h"
 
 namespace purser::server {
@@ -25,9 +27,10 @@ namespace purser::server {
 const std::vector<store::Migration>& changeNoticeMigrations();
 
 // Reads identities, keys, wallets (limits and windows; what was spent stays), rate limits,
-// sign-in sessions and provider keys from the store into memory again.
+// sign-in sessions, provider keys and MCP servers' credentials from the store into memory again.
 Result<void> reloadShared(store::Store& store, const api::Services& services,
-                          gateway::Gateway& gateway, gateway::ProviderKeyStore& provider_keys);
+                          gateway::Gateway& gateway, gateway::ProviderKeyStore& provider_keys,
+                          const std::vector<std::shared_ptr<mcp::Upstream>>& mcp_servers);
 
 // Until `stop`: waits for notices on `url` (a libpq connection string) and checks the version
 // every second; calls `reload` after each change. Errors are logged, and it goes on.

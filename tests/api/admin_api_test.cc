@@ -1282,5 +1282,63 @@ TEST_F(AdminApiTest, AKeyCannotGiveItselfToolsItDoesNotHave) {
   EXPECT_EQ(bad.body["field"], "tools");
 }
 
+// Grants: a tenant's for platform admins, a team's for its tenant's admins; a key without
+// tools of its own takes them, and a key derived from one with its own list can never fall
+// back to a wider grant.
+TEST_F(AdminApiTest, TeamsAndTenantsAreGrantedToolsByThoseWhoMay) {
+  const std::string acme = create("/api/v1/tenants", kAdminKey, {{"name", "acme"}});
+  const std::string ml = create("/api/v1/teams", kAdminKey, {{"tenant", "acme"}, {"name", "ml"}});
+  const std::string boss = create("/api/v1/users", kAdminKey,
+                                  {{"tenant", "acme"}, {"name", "boss"}, {"role", "tenant-admin"}});
+  const std::string dana =
+      create("/api/v1/users", kAdminKey, {{"tenant", "acme"}, {"team", "ml"}, {"name", "dana"}});
+  const std::string boss_key = call("POST", "/api/v1/keys", kAdminKey,
+                                    {{"owner", {{"kind", "user"}, {"id", boss}}}, {"name", "b"}})
+                                   .body["key"];
+  const std::string dana_key = call("POST", "/api/v1/keys", kAdminKey,
+                                    {{"owner", {{"kind", "user"}, {"id", dana}}}, {"name", "d"}})
+                                   .body["key"];
+  // A tenant's grant is the platform's to give.
+  EXPECT_EQ(call("PUT", "/api/v1/tenants/acme/tools", boss_key, {{"tools", {"*"}}}).status, 403);
+  Reply tenant = call("PUT", "/api/v1/tenants/acme/tools", kAdminKey, {{"tools", {"search/*"}}});
+  ASSERT_EQ(tenant.status, 200) << tenant.text;
+  EXPECT_EQ(tenant.body["tools"], json::array({"search/*"}));
+  // A team's is its tenant admin's; a member cannot grant themselves anything.
+  EXPECT_EQ(call("PUT", "/api/v1/teams/" + ml + "/tools", dana_key, {{"tools", {"*"}}}).status,
+            403);
+  Reply team = call("PUT", "/api/v1/teams/ml/tools", boss_key, {{"tools", {"demo/*"}}});
+  ASSERT_EQ(team.status, 200) << team.text;
+  EXPECT_EQ(team.body["tools"], json::array({"demo/*"}));
+  EXPECT_EQ(call("PUT", "/api/v1/teams/ml/tools", boss_key, {{"tools", "demo/*"}}).status, 400);
+  EXPECT_EQ(call("PUT", "/api/v1/teams/ml/tools", boss_key, json::object()).body["field"], "tools");
+  EXPECT_EQ(call("PUT", "/api/v1/teams/nope/tools", boss_key, {{"tools", json::array()}}).status,
+            404);
+  // Another tenant's admin finds no such team.
+  create("/api/v1/tenants", kAdminKey, {{"name", "globex"}});
+  const std::string eve = create("/api/v1/users", kAdminKey,
+                                 {{"tenant", "globex"}, {"name", "eve"}, {"role", "tenant-admin"}});
+  const std::string eve_key = call("POST", "/api/v1/keys", kAdminKey,
+                                   {{"owner", {{"kind", "user"}, {"id", eve}}}, {"name", "e"}})
+                                  .body["key"];
+  EXPECT_EQ(call("PUT", "/api/v1/teams/" + ml + "/tools", eve_key, {{"tools", {"*"}}}).status, 404);
+  // Dana's key has none of its own: it may derive within the team's grant, not beyond.
+  EXPECT_EQ(
+      call("POST", "/api/v1/keys", dana_key, {{"name", "x"}, {"tools", {"demo/echo"}}}).status,
+      201);
+  EXPECT_EQ(
+      call("POST", "/api/v1/keys", dana_key, {{"name", "y"}, {"tools", {"search/web"}}}).status,
+      403);
+  // A key with its own narrow list derives a key without tools: it carries the parent's list.
+  const std::string narrow = call("POST", "/api/v1/keys", kAdminKey,
+                                  {{"owner", {{"kind", "user"}, {"id", dana}}},
+                                   {"name", "narrow"},
+                                   {"tools", {"demo/echo"}}})
+                                 .body["key"];
+  Reply child = call("POST", "/api/v1/keys", narrow, {{"name", "child"}});
+  ASSERT_EQ(child.status, 201) << child.text;
+  EXPECT_EQ(child.body["tools"], json::array({"demo/echo"}));
+  (void)acme;
+}
+
 }  // namespace
 }  // namespace purser::api

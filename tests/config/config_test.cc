@@ -537,6 +537,48 @@ TEST(ConfigTest, RefusesSingleSignOnThatCannotWork) {
   EXPECT_NE(ftp.error().toString().find("oidc.redirect_url"), std::string::npos);
 }
 
+TEST(ConfigTest, ReadsMcpServersAndRefusesWhatCannotWork) {
+  auto c = parseConfig(
+      "listen: 127.0.0.1:80\nmcp:\n  servers:\n"
+      "    - {name: search, url: https://s/mcp, api_key: k, caller_header: X-Purser-Caller,\n"
+      "       log_bodies: true, timeout: 5s, max_result_bytes: 2Mi, headers: {X-Org: acme}}\n"
+      "  prices:\n    - {server: search, tool: \"*\", per_call: \"0.01\", per_second: "
+      "\"0.001\"}\n",
+      "purser.yaml");
+  ASSERT_TRUE(c.has_value()) << c.error().toString();
+  ASSERT_EQ(c->mcp.servers.size(), 1u);
+  const McpServerConfig& s = c->mcp.servers[0];
+  EXPECT_EQ(s.caller_header, "X-Purser-Caller");
+  EXPECT_TRUE(s.log_bodies);
+  EXPECT_EQ(s.timeout, std::chrono::seconds(5));
+  EXPECT_EQ(s.max_result_bytes, 2u << 20);
+  ASSERT_EQ(s.headers.size(), 1u);
+  ASSERT_EQ(c->mcp.prices.size(), 1u);
+  EXPECT_EQ(c->mcp.prices[0].per_second.toString(), "0.001");
+  const std::string head = "listen: 127.0.0.1:80\nmcp:\n  servers:\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"    - {name: s, url: http://s, caller_header: Authorization}\n",
+       "mcp.servers[0].caller_header"},
+      {"    - {name: s, url: http://s, caller_header: Mcp-Session-Id}\n",
+       "mcp.servers[0].caller_header"},
+      {"    - {name: s, url: http://s, caller_header: \"X Caller\"}\n",
+       "mcp.servers[0].caller_header"},
+      {"    - {name: S.x, url: http://s}\n", "mcp.servers[0].name"},
+      {"    - {name: s, url: ftp://s}\n", "mcp.servers[0].url"},
+      {"    - {name: s, url: http://s}\n    - {name: s, url: http://t}\n", "named twice"},
+      {"    - {name: s, url: http://s}\n  prices: [{server: t, tool: x, per_call: \"1\"}]\n",
+       "no server \"t\" in mcp.servers"},
+      {"    - {name: s, url: http://s}\n  prices: [{server: s, tool: x, per_call: \"-1\"}]\n",
+       "prices cannot be negative"},
+  };
+  for (const auto& [tail, expected] : cases) {
+    auto bad = parseConfig(head + tail, "purser.yaml");
+    ASSERT_FALSE(bad.has_value()) << tail;
+    EXPECT_NE(bad.error().toString().find(expected), std::string::npos)
+        << tail << " -> " << bad.error().toString();
+  }
+}
+
 TEST(ConfigTest, CommandLineOverridesWin) {
   auto c = parseConfig("threads: 1\n", "a.yaml", {.listen = "127.0.0.1:0", .data_dir = "/tmp/x"});
   ASSERT_TRUE(c.has_value()) << c.error().toString();

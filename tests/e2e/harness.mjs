@@ -50,9 +50,10 @@ export const startSim = (flags = []) => startSimulator("llm", flags);
 export const startDcgmSim = (flags = []) => startSimulator("dcgm", flags);
 
 // Starts purser with `configText` (a YAML document without `listen`) and resolves once it
-// listens. Returns { url, process, stop(), stderr() }.
-export async function startPurser(configText = "", env = {}) {
-  const dir = mkdtempSync(join(tmpdir(), "purser-e2e-"));
+// listens. Returns { url, process, dir, stop({ keep }), stderr() }. `options.dir` starts it on
+// the data of an earlier one stopped with keep: a replica's restart.
+export async function startPurser(configText = "", env = {}, options = {}) {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), "purser-e2e-"));
   writeFileSync(join(dir, "purser.yaml"), `listen: 127.0.0.1:0\n${configText}`);
   const child = spawn(purserBinary, ["serve", "--config", join(dir, "purser.yaml"), "--data", join(dir, "var")], {
     stdio: ["ignore", "pipe", "pipe"],
@@ -77,11 +78,12 @@ export async function startPurser(configText = "", env = {}) {
   return {
     url,
     process: child,
+    dir,
     stderr: () => stderr,
-    async stop() {
+    async stop({ keep = false } = {}) {
       child.kill("SIGTERM");
       const result = await exited;
-      rmSync(dir, { recursive: true, force: true });
+      if (!keep) rmSync(dir, { recursive: true, force: true });
       return result;
     },
   };

@@ -38,6 +38,7 @@ class FakeMcpServer {
       std::lock_guard lock(mu);
       seen_authorization = std::string(r.headers.get("authorization").value_or(""));
       seen_version = std::string(r.headers.get("mcp-protocol-version").value_or(""));
+      seen_caller = std::string(r.headers.get("x-caller").value_or(""));
       if (method == "initialize") {
         ++initializations;
         current = "s-" + std::to_string(initializations);
@@ -124,6 +125,7 @@ class FakeMcpServer {
   std::string current;             // guarded by mu
   std::string seen_authorization;  // guarded by mu
   std::string seen_version;        // guarded by mu
+  std::string seen_caller;         // guarded by mu: the X-Caller header
   int initializations = 0;         // guarded by mu
   int handshakes = 0;              // guarded by mu
   std::atomic<int> lists{0};

@@ -480,5 +480,27 @@ TEST_F(DirectoryTest, ACertificateMappedToAnAccountThatDoesNotExistIsRefused) {
   }
 }
 
+// A key's own tools win; a key without any takes its team's grant, and a team without one its
+// tenant's; nothing granted anywhere is nothing.
+TEST_F(DirectoryTest, AKeysToolsAreItsOwnElseItsTeamsElseItsTenants) {
+  directory.load(snapshot());
+  ApiKey k = dana_key.key;
+  EXPECT_TRUE(directory.toolsOf(k).empty());
+  Tenant t = tenant;
+  t.tools = {"search/*"};
+  directory.put(t);
+  EXPECT_EQ(directory.toolsOf(k), std::vector<std::string>{"search/*"});
+  Team tm = team;
+  tm.tools = {"demo/echo"};
+  directory.put(tm);
+  EXPECT_EQ(directory.toolsOf(k), std::vector<std::string>{"demo/echo"});
+  k.tools = {"demo/secret"};
+  EXPECT_EQ(directory.toolsOf(k), std::vector<std::string>{"demo/secret"});
+  // A key of another team of the tenant gets only the tenant's.
+  ApiKey elsewhere = dana_key.key;
+  elsewhere.team_id = "another-team";
+  EXPECT_EQ(directory.toolsOf(elsewhere), std::vector<std::string>{"search/*"});
+}
+
 }  // namespace
 }  // namespace purser::identity

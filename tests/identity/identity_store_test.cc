@@ -97,7 +97,7 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
   auto s = store::SqliteStore::open({.path = dir.file("i.db")}, clock);
   ASSERT_TRUE(s.has_value());
   const std::vector<store::Migration> all = identityMigrations();
-  ASSERT_EQ(all.size(), 6u);
+  ASSERT_EQ(all.size(), 7u);
   ASSERT_TRUE((*s)->migrate("identity", {all[0], all[1]}).has_value());
   ASSERT_TRUE(
       (*s)->write([&](store::Tx& tx) -> Result<void> {
@@ -124,7 +124,7 @@ TEST(IdentityStoreTest, KeysStoredBeforePrioritiesExistedAreStandard) {
                   .has_value());
   auto migrated = (*s)->migrate("identity", all);
   ASSERT_TRUE(migrated.has_value()) << migrated.error().toString();
-  EXPECT_EQ(*migrated, 4);
+  EXPECT_EQ(*migrated, 5);
   auto before = loadIdentity(**s);
   ASSERT_TRUE(before.has_value());
   ASSERT_EQ(before->users.size(), 1u);
@@ -198,6 +198,43 @@ TEST(IdentityStoreTest, APriorityNobodyWroteIsReadAsStandard) {
     ASSERT_TRUE(k.has_value()) << id;
     EXPECT_EQ(k->priority, Priority::kStandard) << id;
   }
+}
+
+// Tool grants of tenants and teams are written and read back; a grant nobody wrote (or one
+// that is not a list) reads as none and never stops the daemon from starting.
+TEST(IdentityStoreTest, ToolGrantsRoundTripAndAnUnreadableOneIsNone) {
+  testing::TempDir dir;
+  ManualClock clock;
+  auto s = openMigrated(dir, clock);
+  ASSERT_TRUE(s.has_value());
+  Tenant t{"t1", "acme", "2026-01-01T00:00:00.000Z", {}, {"search/*"}};
+  Team team{"team1", "t1", "ml", "2026-01-01T00:00:00.000Z", {}};
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(insertTenant(tx, t));
+                    return insertTeam(tx, team);
+                  })
+                  .has_value());
+  team.tools = {"demo/echo", "other/*"};
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) { return updateTeamTools(tx, team); }).has_value());
+  auto snapshot = loadIdentity(**s);
+  ASSERT_TRUE(snapshot.has_value()) << snapshot.error().toString();
+  ASSERT_EQ(snapshot->tenants.size(), 1u);
+  EXPECT_EQ(snapshot->tenants[0].tools, std::vector<std::string>{"search/*"});
+  ASSERT_EQ(snapshot->teams.size(), 1u);
+  EXPECT_EQ(snapshot->teams[0].tools, (std::vector<std::string>{"demo/echo", "other/*"}));
+  Team gone = team;
+  gone.id = "nope";
+  EXPECT_FALSE((*s)->write([&](store::Tx& tx) { return updateTeamTools(tx, gone); }).has_value());
+  ASSERT_TRUE((*s)->write([&](store::Tx& tx) -> Result<void> {
+                    PURSER_TRY(tx.exec("UPDATE tenants SET tools = '{\"not\": \"a list\"}'"));
+                    PURSER_TRY(tx.exec("UPDATE teams SET tools = 'garbage'"));
+                    return {};
+                  })
+                  .has_value());
+  auto again = loadIdentity(**s);
+  ASSERT_TRUE(again.has_value()) << again.error().toString();
+  EXPECT_TRUE(again->tenants[0].tools.empty());
+  EXPECT_TRUE(again->teams[0].tools.empty());
 }
 
 }  // namespace

@@ -75,5 +75,79 @@ TEST(MeterQueriesTest, RecentRequestsAreNewestFirstScopedAndBounded) {
   meter.close();
 }
 
+// One agent run's calls, found by its session over every tenant, oldest first; tool calls
+// grouped by tool and by kind in spend reports.
+TEST(MeterQueriesTest, ASessionsEventsAreFoundInOrderAndToolsGroupInSpend) {
+  testing::TempDir dir;
+  ManualClock clock(SystemTime(std::chrono::milliseconds(1'767'225'600'000)));
+  auto s = store::SqliteStore::open({.path = dir.file("m.db")}, clock);
+  ASSERT_TRUE(s.has_value());
+  WalletBook book(clock);
+  auto m = Meter::open(**s, book, clock, nullptr, {.dir = dir.file("journal")});
+  ASSERT_TRUE(m.has_value()) << m.error().toString();
+  Meter& meter = **m;
+  struct Sent {
+    const char* id;
+    const char* tenant;
+    const char* session;
+    const char* route;
+    const char* provider;
+    const char* model;
+  };
+  const Sent sent[] = {{"e1", "t1", "run-1", "chat", "sim", "small"},
+                       {"e2", "t1", "run-1", "mcp", "mcp:demo", "demo.echo"},
+                       {"e3", "t2", "run-1", "mcp", "mcp:demo", "demo.echo"},
+                       {"e4", "t1", "run-2", "mcp", "mcp:search", "search.web"},
+                       {"e5", "t1", "", "work", "fleet", "train"}};
+  for (const Sent& x : sent) {
+    clock.advance(std::chrono::seconds(1));
+    UsageEvent draft;
+    draft.id = x.id;
+    draft.tenant_id = x.tenant;
+    draft.session_id = x.session;
+    draft.route = x.route;
+    draft.provider = x.provider;
+    draft.model = x.model;
+    ASSERT_TRUE(
+        meter.reserve(draft, {}, Money::fromNanos(100), std::chrono::minutes(1)).has_value());
+    UsageEvent done = draft;
+    done.at = clock.now();
+    done.status = 200;
+    done.cost = Money::fromNanos(10);
+    ASSERT_TRUE(meter.settle(done).has_value());
+  }
+  auto run = meter.sessionEvents("run-1", 100);
+  ASSERT_TRUE(run.has_value()) << run.error().toString();
+  ASSERT_EQ(run->size(), 3u);  // both tenants': the reader keeps what its caller may see
+  EXPECT_EQ((*run)[0].id, "e1");
+  EXPECT_EQ((*run)[1].id, "e2");
+  EXPECT_EQ(std::string(usageKind((*run)[0])), "model");
+  EXPECT_EQ(std::string(usageKind((*run)[1])), "tool");
+  auto bounded = meter.sessionEvents("run-1", 2);
+  ASSERT_TRUE(bounded.has_value());
+  EXPECT_EQ(bounded->size(), 2u);
+  auto none = meter.sessionEvents("nobody's", 100);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+
+  UsageQuery t1;
+  t1.scope_kind = ScopeKind::kTenant;
+  t1.scope_id = "t1";
+  auto by_tool = meter.spend(t1, "tool");
+  ASSERT_TRUE(by_tool.has_value()) << by_tool.error().toString();
+  ASSERT_EQ(by_tool->size(), 3u);  // "" (not tools), demo.echo, search.web
+  EXPECT_EQ((*by_tool)[0].group, "");
+  EXPECT_EQ((*by_tool)[0].requests, 2);
+  EXPECT_EQ((*by_tool)[1].group, "demo.echo");
+  EXPECT_EQ((*by_tool)[2].group, "search.web");
+  auto by_kind = meter.spend(t1, "kind");
+  ASSERT_TRUE(by_kind.has_value());
+  ASSERT_EQ(by_kind->size(), 3u);
+  EXPECT_EQ((*by_kind)[0].group, "gpu");
+  EXPECT_EQ((*by_kind)[1].group, "model");
+  EXPECT_EQ((*by_kind)[2].group, "tool");
+  EXPECT_EQ((*by_kind)[2].requests, 2);
+}
+
 }  // namespace
 }  // namespace purser::ledger

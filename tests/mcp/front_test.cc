@@ -50,12 +50,14 @@ class RecordingMeter final : public CallMeter {
       co_return fail(Error(ErrorCode::kResourceExhausted, "the wallet dana has no room"));
     }
     held.push_back(caller.principal + " " + server + "/" + tool);
+    sessions.push_back(caller.session);
     co_return std::unique_ptr<CallHold>(std::make_unique<Held>(*this, server + "/" + tool));
   }
 
   std::mutex mu;
   bool refuse = false;                // guarded by mu
   std::vector<std::string> held;      // guarded by mu
+  std::vector<std::string> sessions;  // guarded by mu: each hold's caller's session
   std::vector<std::string> settled;   // guarded by mu
   std::vector<std::string> released;  // guarded by mu
 };
@@ -218,6 +220,31 @@ TEST_F(FrontTest, AHangingUpstreamFailsItsOwnCallAndTheOtherServerGoesOn) {
   EXPECT_EQ(slow["error"]["code"], kUpstreamFailed);
   Json other = rpc(lead, "tools/call", {{"name", "search.echo"}, {"arguments", {{"text", "on"}}}});
   EXPECT_EQ(other["result"]["content"][0]["text"], "on");
+}
+
+// A call names its agent run in the request's header (Caller::session) or else in its _meta;
+// a _meta session that is no text, too long or has control characters is refused before any
+// hold.
+TEST_F(FrontTest, ACallsSessionComesFromTheHeaderOrItsMeta) {
+  Caller caller{.principal = "dana", .tools = {"demo/echo"}};
+  const auto call = [&](Json meta) {
+    Json params = {{"name", "demo.echo"}, {"arguments", {{"text", "x"}}}};
+    if (!meta.is_null()) params["_meta"] = std::move(meta);
+    return rpc(caller, "tools/call", std::move(params));
+  };
+  EXPECT_TRUE(call(Json{{"purser/session", "run-7"}}).contains("result"));
+  caller.session = "from-header";
+  EXPECT_TRUE(call(Json{{"purser/session", "run-8"}}).contains("result"));
+  caller.session.clear();
+  EXPECT_TRUE(call(nullptr).contains("result"));
+  for (const Json& bad : {Json{{"purser/session", 7}}, Json{{"purser/session", "a\nb"}},
+                          Json{{"purser/session", std::string(300, 'r')}}}) {
+    const Json refused = call(bad);
+    ASSERT_TRUE(refused.contains("error")) << refused;
+    EXPECT_EQ(refused["error"]["code"], kInvalidParams);
+  }
+  std::lock_guard lock(meter.mu);
+  EXPECT_EQ(meter.sessions, (std::vector<std::string>{"run-7", "from-header", ""}));
 }
 
 }  // namespace

@@ -128,5 +128,33 @@ TEST_F(UpstreamTest, AnUnreachableServerIsAClearError) {
   EXPECT_NE(tools.error().message.find("could not be reached"), std::string::npos);
 }
 
+// A credential set through the API wins over the configuration's until it is taken back; the
+// caller's identity goes in the server's caller header, only in calls.
+TEST_F(UpstreamTest, AnApiCredentialWinsAndTheCallerIsNamedInItsHeader) {
+  UpstreamOptions o = upstream->options();
+  o.caller_header = "X-Caller";
+  Upstream u(o, *clients, clock);
+  EXPECT_EQ(u.credentialSource(), "config");
+  u.setCredential("set-through-the-api");
+  EXPECT_EQ(u.credentialSource(), "api");
+  ASSERT_TRUE(run(u.call("echo", Json{{"text", "a"}}, nullptr, "user dana")).has_value());
+  {
+    std::lock_guard lock(fake.mu);
+    EXPECT_EQ(fake.seen_authorization, "Bearer set-through-the-api");
+    EXPECT_EQ(fake.seen_caller, "user dana");
+  }
+  u.setCredential(std::nullopt);
+  EXPECT_EQ(u.credentialSource(), "config");
+  ASSERT_TRUE(run(u.call("echo", Json{{"text", "b"}}, nullptr)).has_value());
+  {
+    std::lock_guard lock(fake.mu);
+    EXPECT_EQ(fake.seen_authorization, "Bearer upstream-secret");
+    EXPECT_EQ(fake.seen_caller, "");
+  }
+  UpstreamOptions bare = o;
+  bare.bearer.clear();
+  EXPECT_EQ(Upstream(bare, *clients, clock).credentialSource(), "none");
+}
+
 }  // namespace
 }  // namespace purser::mcp
