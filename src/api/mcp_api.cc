@@ -32,6 +32,12 @@ using nlohmann::json;
 // The session id's bound is the model API's (one rule for both).
 using gateway::kMaxSessionBytes;
 
+// Who calls, as the route authenticated them, for the meter (mcp::Caller::context).
+struct CallerContext {
+  identity::Principal who;
+  std::optional<Money> session_cap;  // x-purser-session-budget
+};
+
 // A call held on the caller's wallets; settled with what it cost once it ran.
 class BudgetHold final : public mcp::CallHold {
  public:
@@ -86,7 +92,8 @@ class BudgetMeter final : public mcp::CallMeter {
       if (!sum) co_return fail(sum.error());
       worst = *sum;
     }
-    const identity::Principal& who = *static_cast<const identity::Principal*>(caller.context);
+    const auto& context = *static_cast<const CallerContext*>(caller.context);
+    const identity::Principal& who = context.who;
     ledger::UsageEvent draft;
     draft.id = s_.ids.next();
     draft.at = s_.clock.now();
@@ -172,6 +179,7 @@ asio::awaitable<Response> handle(const McpRoute& route, Request& req) {
   }
   const auto key = s.directory.key(who->key_id);
   if (!key) co_return rpcError(401, -32001, "invalid API key");
+  CallerContext context{*who, std::nullopt};
   mcp::Caller caller;
   caller.principal = who->name;
   caller.tools = s.directory.toolsOf(*key);
@@ -179,7 +187,7 @@ asio::awaitable<Response> handle(const McpRoute& route, Request& req) {
   caller.identity =
       fmt::format("kind={}, id=\"{}\", tenant=\"{}\", team=\"{}\"",
                   identity::ownerKindName(who->kind), who->id, who->tenant_id, who->team_id);
-  caller.context = &*who;
+  caller.context = &context;
   if (auto v = req.headers.get("x-purser-session")) caller.session = std::string(*v);
   if (caller.session.size() > kMaxSessionBytes || !isValidUtf8(caller.session) ||
       std::any_of(caller.session.begin(), caller.session.end(),
@@ -188,6 +196,11 @@ asio::awaitable<Response> handle(const McpRoute& route, Request& req) {
                        fmt::format("x-purser-session must be UTF-8 text without control "
                                    "characters, at most {} bytes",
                                    kMaxSessionBytes));
+  }
+  if (auto v = req.headers.get("x-purser-session-budget")) {
+    auto cap = gateway::sessionCap(*v, caller.session);
+    if (!cap) co_return rpcError(400, mcp::kInvalidRequest, cap.error().message);
+    context.session_cap = *cap;
   }
   mcp::FrontReply reply = co_await route.front->handle(caller, req.headers, std::move(req.body));
   if (reply.status == 202) co_return Response::text(202, "");

@@ -312,4 +312,17 @@ std::chrono::milliseconds retryAfter(const http::Headers& h) {
                   std::chrono::milliseconds(5000));
 }
 
+Result<Money> sessionCap(std::string_view header, std::string_view session) {
+  auto cap = Money::parse(header);
+  if (!cap || !cap->isPositive()) {
+    return fail(invalidArgument(
+        "x-purser-session-budget must be a positive amount of money such as \"2.50\""));
+  }
+  if (session.empty()) {
+    return fail(invalidArgument(
+        "x-purser-session-budget caps a run: name the run with x-purser-session too"));
+  }
+  return *cap;
+}
+
 }  // namespace purser::gateway

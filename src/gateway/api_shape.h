@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_scan.h"
+#include "common/money.h"
+#include "common/result.h"
 #include "gateway/routing.h"
 #include "http/router.h"
 #include "ledger/price.h"
@@ -41,6 +43,9 @@ enum class Fault {
 
 // The longest session id kept with a request's usage.
 constexpr size_t kMaxSessionBytes = 256;
+// An x-purser-session-budget header's value: a positive amount of money ("2.50") capping the run
+// `session` names (which must be given). The model API and /mcp read it alike.
+Result<Money> sessionCap(std::string_view header, std::string_view session);
 // Bodies at least this large are parsed and written on the CPU pool, not on an I/O worker.
 constexpr size_t kOffloadBytes = 64 * 1024;
 // The most of an upstream's error answer read before it is relayed.

@@ -64,7 +64,8 @@ asio::awaitable<std::optional<Response>> Gateway::Impl::reserve(Call& c) {
                                     .amount = worst,
                                     .tokens = c.input_estimate + c.max_output,
                                     .lease = std::chrono::minutes(15),
-                                    .options = {.fresh_id = true}};
+                                    .options = {.fresh_id = true},
+                                    .session_cap = c.session_cap};
   std::optional<Result<ledger::Hold>> held = d_.budget.tryHold(request, &rate);
   if (!held) {
     // The shared store must be asked first: off the worker, in the tenant's share of the pool.
@@ -452,6 +453,11 @@ std::optional<Response> Gateway::Impl::admit(Call& c, Request& req, Result<JsonV
                                 "be UTF-8 text without control characters, at most {} bytes.",
                                 kMaxSessionBytes),
                     "session_id");
+  }
+  if (auto v = req.headers.get("x-purser-session-budget")) {
+    auto cap = sessionCap(*v, c.session_id);
+    if (!cap) return apiError(api, Fault::kBadRequest, cap.error().message, "session_budget");
+    c.session_cap = *cap;
   }
   const std::optional<std::string> name = model ? model->string() : std::nullopt;
   if (!name || name->empty()) {

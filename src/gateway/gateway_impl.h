@@ -259,6 +259,7 @@ class Gateway::Impl : public std::enable_shared_from_this<Gateway::Impl> {
     std::string anthropic_version;
     std::string anthropic_beta;
     std::string session_id;
+    std::optional<Money> session_cap;  // x-purser-session-budget
     size_t max_nesting = kDefaultMaxNesting;
     size_t body_bytes = 0;                // of the client's request
     const Target* last_target = nullptr;  // the upstream tried last

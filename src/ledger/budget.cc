@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace purser::ledger {
 
 Hold& Hold::operator=(Hold&& other) noexcept {
@@ -14,6 +16,10 @@ Hold& Hold::operator=(Hold&& other) noexcept {
     tokens_ = other.tokens_;
     sequence_ = other.sequence_;
     ahead_ = other.ahead_;
+    session_counted_ = std::exchange(other.session_counted_, false);
+    session_tenant_ = std::move(other.session_tenant_);
+    session_id_ = std::move(other.session_id_);
+    session_held_ = other.session_held_;
   }
   return *this;
 }
@@ -30,6 +36,11 @@ Result<Settlement> Hold::settle(UsageEvent event) {
   }
   event.id = id_;
   budget->reconcileTokens(buckets_, event.tokens.total() - tokens_);
+  if (session_counted_) {
+    // Never more than was held, as the wallets are charged.
+    budget->caps_.settle(session_tenant_, session_id_, session_held_,
+                         std::min(event.cost, session_held_));
+  }
   return budget->meter_.settle(std::move(event));
 }
 
@@ -41,6 +52,7 @@ void Hold::release() {
     return;
   }
   for (const auto& b : buckets_) budget->limiter_.adjust(b, -b.cost);
+  if (session_counted_) budget->caps_.release(session_tenant_, session_id_, session_held_);
   if (auto r = budget->meter_.release(id_); !r) {
     spdlog::warn("ledger: hold {} not released: {}", id_, r.error().message);
   }
@@ -70,12 +82,36 @@ std::optional<Result<Hold>> Budget::tryHold(const HoldRequest& request, RateDeci
 std::optional<Result<Hold>> Budget::take(const HoldRequest& request, RateDecision* rate,
                                          bool may_wait) {
   Hold h;
+  // The run's cap first: a run at its cap takes nothing else.
+  const std::string& tenant = request.draft.tenant_id;
+  const std::string& session = request.draft.session_id;
+  Money session_held;
+  bool session_counted = false;
+  if (!session.empty() && (request.session_cap || caps_.tracked(tenant, session))) {
+    if (!caps_.tracked(tenant, session)) {
+      if (!may_wait) return std::nullopt;  // what the run spent must be read from the store
+      auto spent = meter_.sessionSpent(tenant, session);
+      if (!spent) return Result<Hold>(fail(spent.error()));
+      caps_.track(tenant, session, *spent);
+    }
+    auto held = caps_.hold(tenant, session, request.session_cap, request.amount);
+    if (!held) return Result<Hold>(fail(held.error()));
+    session_held = *held;
+    session_counted = true;
+  }
+  const auto give_back_session = [&] {
+    if (session_counted) caps_.release(tenant, session, session_held);
+  };
   h.buckets_ = rateBuckets(request.payer, request.model, request.tokens);
   std::optional<RateDecision> decision =
       may_wait ? limiter_.acquire(h.buckets_) : limiter_.tryAcquire(h.buckets_);
-  if (!decision) return std::nullopt;  // the shared limits must be asked: nothing was taken
+  if (!decision) {
+    give_back_session();
+    return std::nullopt;  // the shared limits must be asked: nothing was taken
+  }
   if (rate != nullptr) *rate = *decision;
   if (!decision->allowed) {
+    give_back_session();
     return Result<Hold>(
         fail(Error(ErrorCode::kResourceExhausted, "rate limit " + decision->key + " reached")));
   }
@@ -84,11 +120,16 @@ std::optional<Result<Hold>> Budget::take(const HoldRequest& request, RateDecisio
   options.may_wait = may_wait;
   auto sequence = meter_.reserve(request.draft, h.wallets_, request.amount, request.lease, options);
   if (!sequence) {
-    // Nothing ran: what the rate limits took goes back.
+    // Nothing ran: what the rate limits and the run's cap took goes back.
     for (const auto& b : h.buckets_) limiter_.adjust(b, -b.cost);
+    give_back_session();
     if (!may_wait && sequence.error().code == ErrorCode::kAborted) return std::nullopt;
     return Result<Hold>(fail(sequence.error()));
   }
+  h.session_counted_ = session_counted;
+  h.session_tenant_ = tenant;
+  h.session_id_ = session;
+  h.session_held_ = session_held;
   h.budget_ = this;
   h.id_ = request.draft.id;
   h.tokens_ = request.tokens;

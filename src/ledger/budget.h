@@ -16,7 +16,10 @@
 // it too (record()). Budget is the one door to the wallets: nothing outside the ledger reserves,
 // charges or releases on them by another way.
 //
-// Thread-safe; cheap to construct (it holds references).
+// A run capped with x-purser-session-budget is held against its cap too (SessionCaps): refused
+// before any rate limit or wallet is taken when the cap has no room.
+//
+// Thread-safe; one per process (it keeps the runs' caps).
 #pragma once
 
 #include <optional>
@@ -29,6 +32,7 @@
 #include "ledger/meter.h"
 #include "ledger/rate_limiter.h"
 #include "ledger/scope.h"
+#include "ledger/session_caps.h"
 #include "ledger/wallet_book.h"
 
 namespace purser::ledger {
@@ -55,6 +59,9 @@ struct HoldRequest {
   int64_t tokens = 0;  // the estimate tokens-per-minute limits take now (0: they take nothing)
   Duration lease = std::chrono::minutes(10);
   ReserveOptions options;
+  // The run's cap (x-purser-session-budget) for draft.session_id of draft.tenant_id; a run
+  // capped before is held against its cap whether or not the request repeats it.
+  std::optional<Money> session_cap;
 };
 
 class Budget;
@@ -95,6 +102,11 @@ class Hold {
   int64_t tokens_ = 0;
   uint64_t sequence_ = 0;
   bool ahead_ = false;
+  // What this hold took from its run's cap (SessionCaps), when the run is capped.
+  bool session_counted_ = false;
+  std::string session_tenant_;
+  std::string session_id_;
+  Money session_held_;
 };
 
 class Budget {
@@ -146,6 +158,7 @@ class Budget {
   Result<Meter::Charge> charge(const Charged& payer, std::string_view model, UsageEvent event);
 
   Meter& meter() { return meter_; }
+  const SessionCaps& sessionCaps() const { return caps_; }
 
  private:
   friend class Hold;
@@ -157,6 +170,7 @@ class Budget {
   Meter& meter_;
   RateLimiter& limiter_;
   const RateLimitBook& limits_;
+  SessionCaps caps_;
 };
 
 }  // namespace purser::ledger

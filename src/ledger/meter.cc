@@ -782,6 +782,20 @@ Result<std::vector<UsageEvent>> Meter::sessionEvents(const std::string& session_
   return out;
 }
 
+Result<Money> Meter::sessionSpent(const std::string& tenant_id, const std::string& session_id) {
+  PURSER_TRY(catchUp());
+  Money out;
+  PURSER_TRY(store_.read([&](store::Tx& tx) -> Result<void> {
+    auto rows = PURSER_TRY_VALUE(
+        tx.query("SELECT COALESCE(SUM(cost_nanos), 0) FROM usage_events WHERE session_id = $1"
+                 " AND tenant_id = $2",
+                 {session_id, tenant_id}));
+    if (!rows.empty()) out = Money::fromNanos(rows[0].getInt(0));
+    return {};
+  }));
+  return out;
+}
+
 Result<std::vector<SpendRow>> Meter::spend(const UsageQuery& q, std::string_view group_by) {
   const std::string group = PURSER_TRY_VALUE(spendGroupColumn(group_by, store_.dialect()));
   PURSER_TRY(catchUp());

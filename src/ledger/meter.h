@@ -201,6 +201,9 @@ class Meter {
   // The events of one session (an agent run), oldest first, over every tenant: the caller keeps
   // those its reader may see. At most `limit`.
   Result<std::vector<UsageEvent>> sessionEvents(const std::string& session_id, int64_t limit);
+  // What one tenant's session has been charged so far (its events in the store, after catching
+  // up with the journal).
+  Result<Money> sessionSpent(const std::string& tenant_id, const std::string& session_id);
   Result<std::vector<SpendRow>> spend(const UsageQuery& query, std::string_view group_by);
   Result<std::vector<RequestSample>> recentRequests(const RecentQuery& query);
 

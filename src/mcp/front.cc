@@ -78,7 +78,8 @@ boost::asio::awaitable<FrontReply> Front::handle(const Caller& caller, const htt
     }
     Json r = Json::object();
     r["protocolVersion"] = negotiateVersion(requested);
-    r["capabilities"] = {{"tools", {{"listChanged", false}}}};
+    r["capabilities"] = {{"tools", {{"listChanged", false}}},
+                         {"prompts", {{"listChanged", false}}}};
     r["serverInfo"] = {{"name", "purser"}, {"version", options_.version}};
     r["instructions"] =
         "Tools of this organisation's MCP servers, named server.tool; only those your key may "
@@ -87,20 +88,30 @@ boost::asio::awaitable<FrontReply> Front::handle(const Caller& caller, const htt
   }
   if (m.method == "ping") co_return reply(200, result(m.id, Json::object()));
   if (m.method == "tools/list") {
-    Json listed = co_await listTools(caller, m.id);
+    Json listed = co_await listQualified(caller, m.id, Listing::kTools);
     co_return reply(200, listed);
   }
   if (m.method == "tools/call") {
     Json called = co_await callTool(caller, m.id, m.params);
     co_return reply(200, called);
   }
+  if (m.method == "prompts/list") {
+    Json listed = co_await listQualified(caller, m.id, Listing::kPrompts);
+    co_return reply(200, listed);
+  }
+  if (m.method == "prompts/get") {
+    Json got = co_await getPrompt(caller, m.id, m.params);
+    co_return reply(200, got);
+  }
   co_return reply(
       200, error(m.id, kMethodNotFound,
                  fmt::format("method {} is not served here", toValidUtf8(m.method.substr(0, 64)))));
 }
 
-boost::asio::awaitable<Json> Front::listTools(const Caller& caller, const Json& id) {
-  Json tools = Json::array();
+boost::asio::awaitable<Json> Front::listQualified(const Caller& caller, const Json& id,
+                                                  Listing listing) {
+  const char* field = listing == Listing::kTools ? "tools" : "prompts";
+  Json items = Json::array();
   for (const auto& s : servers_) {
     const std::string& name = s->options().name;
     // A server none of whose tools the caller may use is not even asked.
@@ -109,38 +120,64 @@ boost::asio::awaitable<Json> Front::listTools(const Caller& caller, const Json& 
       any = any || p == "*" || p.starts_with(name + "/");
     }
     if (!any) continue;
-    auto listed = co_await s->tools();
+    Result<std::vector<Json>> listed = std::vector<Json>();
+    if (listing == Listing::kTools) {
+      listed = co_await s->tools();
+    } else {
+      listed = co_await s->prompts();
+    }
     if (!listed) {
-      spdlog::warn("mcp: {}'s tools are left out of a list: {}", name, listed.error().message);
+      // Many servers have no prompts at all (-32601): that is no news.
+      if (listing == Listing::kTools) {
+        spdlog::warn("mcp: {}'s tools are left out of a list: {}", name, listed.error().message);
+      }
       continue;
     }
     for (const auto& t : *listed) {
-      const std::string tool = t["name"].get<std::string>();
-      if (!allows(caller.tools, name, tool)) continue;
+      const std::string item = t["name"].get<std::string>();
+      if (!allows(caller.tools, name, item)) continue;
       Json offered = t;
-      offered["name"] = qualify(name, tool);
-      tools.push_back(std::move(offered));
+      offered["name"] = qualify(name, item);
+      items.push_back(std::move(offered));
     }
   }
-  co_return result(id, Json{{"tools", std::move(tools)}});
+  Json listed = Json::object();
+  listed[field] = std::move(items);
+  co_return result(id, std::move(listed));
+}
+
+Front::Resolved Front::resolve(const Caller& caller, const Json& id, const Json& params,
+                               std::string_view what) const {
+  Resolved out;
+  if (!params.is_object() || !params.contains("name") || !params["name"].is_string()) {
+    out.refusal = error(id, kInvalidParams, fmt::format("params.name must name the {}", what));
+    return out;
+  }
+  out.qualified = params["name"].get<std::string>();
+  auto parts = split(out.qualified);
+  out.upstream = parts ? server(parts->first) : nullptr;
+  // Not there, or not this caller's: the same answer, so a key learns nothing of what it may
+  // not use.
+  if (!out.upstream || !allows(caller.tools, parts->first, parts->second)) {
+    const std::string shown = toValidUtf8(out.qualified.substr(0, 200));
+    out.upstream = nullptr;
+    out.refusal = error(
+        id, kToolDenied,
+        fmt::format("no {} {} that this key may {}", what, shown, what == "tool" ? "call" : "use"),
+        Json{{std::string(what), shown}});
+    return out;
+  }
+  out.server = parts->first;
+  out.name = parts->second;
+  return out;
 }
 
 boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& id,
                                              const Json& params) {
-  if (!params.is_object() || !params.contains("name") || !params["name"].is_string()) {
-    co_return error(id, kInvalidParams, "tools/call needs params.name, a string");
-  }
-  const std::string qualified = params["name"].get<std::string>();
-  const auto parts = split(qualified);
-  std::shared_ptr<Upstream> upstream = parts ? server(parts->first) : nullptr;
-  // Not there, or not this caller's: the same answer, so a key learns nothing of tools it may
-  // not use.
-  if (!upstream || !allows(caller.tools, parts->first, parts->second)) {
-    co_return error(
-        id, kToolDenied,
-        fmt::format("no tool {} that this key may call", toValidUtf8(qualified.substr(0, 200))),
-        Json{{"tool", toValidUtf8(qualified.substr(0, 200))}});
-  }
+  Resolved r = resolve(caller, id, params, "tool");
+  if (!r.upstream) co_return std::move(r.refusal);
+  const std::string& qualified = r.qualified;
+  std::shared_ptr<Upstream> upstream = r.upstream;
   Json arguments = params.contains("arguments") ? params["arguments"] : Json(nullptr);
   if (!arguments.is_null() && !arguments.is_object()) {
     co_return error(id, kInvalidParams, "params.arguments must be an object");
@@ -166,7 +203,7 @@ boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& i
   const bool log_bodies = upstream->options().log_bodies;
   std::string logged_arguments;
   if (log_bodies) logged_arguments = writeJson(arguments);
-  auto held = co_await meter_.hold(who, parts->first, parts->second);
+  auto held = co_await meter_.hold(who, r.server, r.name);
   if (!held) {
     co_return error(
         id, kRefused, held.error().message,
@@ -175,7 +212,7 @@ boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& i
   std::unique_ptr<CallHold> hold = std::move(*held);
   const MonoTime started = clock_.monotonic();
   auto outcome =
-      co_await upstream->call(parts->second, std::move(arguments), std::move(meta), who.identity);
+      co_await upstream->call(r.name, std::move(arguments), std::move(meta), who.identity);
   CallEnd end;
   end.took = clock_.monotonic() - started;
   if (log_bodies) {
@@ -200,6 +237,24 @@ boost::asio::awaitable<Json> Front::callTool(const Caller& caller, const Json& i
   }
   end.ok = !(outcome->result.contains("isError") && outcome->result["isError"] == true);
   hold->settle(end);
+  co_return result(id, std::move(outcome->result));
+}
+
+boost::asio::awaitable<Json> Front::getPrompt(const Caller& caller, const Json& id,
+                                              const Json& params) {
+  Resolved r = resolve(caller, id, params, "prompt");
+  if (!r.upstream) co_return std::move(r.refusal);
+  const std::string& qualified = r.qualified;
+  Json forwarded = params;
+  forwarded["name"] = r.name;
+  auto outcome = co_await r.upstream->forward("prompts/get", std::move(forwarded));
+  if (!outcome) {
+    co_return error(id, kUpstreamFailed, outcome.error().message, Json{{"prompt", qualified}});
+  }
+  if (!outcome->error.is_null()) {
+    Json e = {{"jsonrpc", "2.0"}, {"id", id}, {"error", outcome->error}};
+    co_return e;
+  }
   co_return result(id, std::move(outcome->result));
 }
 

@@ -13,6 +13,11 @@
 //                              with -32003 naming it and never reaches an upstream; the call is
 //                              held by the CallMeter (price, wallets, rate limits) before it runs
 //                              and settled after, whatever the outcome
+//   prompts/list, prompts/get  the same for prompts: named `server.prompt`, allowed by the same
+//                              patterns as tools (a server's prompts come with `server/*`);
+//                              not priced
+//   resources/*                not served (-32601): a resource is named by its server's own URI,
+//                              which cannot say which server it is on without rewriting it
 //
 // Who the caller is and what they may use comes from the caller of handle() (the gateway's
 // authentication); what a call costs and whether it may run, from the CallMeter seam — so this
@@ -27,6 +32,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -98,8 +104,20 @@ class Front {
                                             std::string body);
 
  private:
-  boost::asio::awaitable<Json> listTools(const Caller& caller, const Json& id);
+  enum class Listing { kTools, kPrompts };
+  // tools/list or prompts/list: every server's items the caller may use, named server.item.
+  boost::asio::awaitable<Json> listQualified(const Caller& caller, const Json& id, Listing listing);
+  // A qualified name (params.name) resolved to its server, or the refusal to answer with
+  // (malformed; denied and unknown alike).
+  struct Resolved {
+    std::shared_ptr<Upstream> upstream;  // null: answer `refusal`
+    Json refusal;
+    std::string qualified, server, name;
+  };
+  Resolved resolve(const Caller& caller, const Json& id, const Json& params,
+                   std::string_view what) const;
   boost::asio::awaitable<Json> callTool(const Caller& caller, const Json& id, const Json& params);
+  boost::asio::awaitable<Json> getPrompt(const Caller& caller, const Json& id, const Json& params);
   std::shared_ptr<Upstream> server(const std::string& name) const;
 
   const std::vector<std::shared_ptr<Upstream>> servers_;

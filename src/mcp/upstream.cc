@@ -153,23 +153,21 @@ boost::asio::awaitable<Result<Json>> Upstream::request(std::string method, Json 
   co_return fail(failed(options_.name, "forgot the session again right after it was opened"));
 }
 
-boost::asio::awaitable<Result<std::vector<Json>>> Upstream::tools() {
-  {
-    std::lock_guard lock(mu_);
-    if (have_tools_ && clock_.monotonic() - tools_fetched_ < options_.tools_ttl) co_return tools_;
-  }
+boost::asio::awaitable<Result<std::vector<Json>>> Upstream::listAll(std::string method,
+                                                                    std::string field) {
   std::vector<Json> all;
   Json cursor = nullptr;
   for (int page = 0; page < 100; ++page) {
     Json params = Json::object();
     if (!cursor.is_null()) params["cursor"] = cursor;
-    auto answer = co_await request("tools/list", std::move(params), options_.max_result_bytes);
+    auto answer = co_await request(method, std::move(params), options_.max_result_bytes);
     if (!answer) co_return fail(answer.error());
     const Json& res = answer->contains("result") ? (*answer)["result"] : Json(nullptr);
-    if (!res.is_object() || !res.contains("tools") || !res["tools"].is_array()) {
-      co_return fail(failed(options_.name, "answered tools/list without a list of tools"));
+    if (!res.is_object() || !res.contains(field) || !res[field].is_array()) {
+      co_return fail(
+          failed(options_.name, fmt::format("answered {} without a list of {}", method, field)));
     }
-    for (const auto& t : res["tools"]) {
+    for (const auto& t : res[field]) {
       if (t.is_object() && t.contains("name") && t["name"].is_string() && all.size() < 10'000) {
         all.push_back(t);
       }
@@ -177,20 +175,31 @@ boost::asio::awaitable<Result<std::vector<Json>>> Upstream::tools() {
     if (!res.contains("nextCursor") || !res["nextCursor"].is_string()) break;
     cursor = res["nextCursor"];
   }
-  std::lock_guard lock(mu_);
-  tools_ = all;
-  tools_fetched_ = clock_.monotonic();
-  have_tools_ = true;
   co_return all;
 }
 
-boost::asio::awaitable<Result<CallOutcome>> Upstream::call(std::string tool, Json arguments,
-                                                           Json meta, std::string caller) {
-  Json params = {{"name", std::move(tool)}};
-  if (!arguments.is_null()) params["arguments"] = std::move(arguments);
-  if (!meta.is_null()) params["_meta"] = std::move(meta);
-  auto answer = co_await request("tools/call", std::move(params), options_.max_result_bytes,
-                                 std::move(caller));
+boost::asio::awaitable<Result<std::vector<Json>>> Upstream::tools() {
+  {
+    std::lock_guard lock(mu_);
+    if (have_tools_ && clock_.monotonic() - tools_fetched_ < options_.tools_ttl) co_return tools_;
+  }
+  auto all = co_await listAll("tools/list", "tools");
+  if (!all) co_return fail(all.error());
+  std::lock_guard lock(mu_);
+  tools_ = *all;
+  tools_fetched_ = clock_.monotonic();
+  have_tools_ = true;
+  co_return std::move(*all);
+}
+
+boost::asio::awaitable<Result<std::vector<Json>>> Upstream::prompts() {
+  co_return co_await listAll("prompts/list", "prompts");
+}
+
+boost::asio::awaitable<Result<CallOutcome>> Upstream::forward(std::string method, Json params,
+                                                              std::string caller) {
+  auto answer =
+      co_await request(method, std::move(params), options_.max_result_bytes, std::move(caller));
   if (!answer) co_return fail(answer.error());
   CallOutcome out;
   if (answer->contains("error")) {
@@ -198,10 +207,19 @@ boost::asio::awaitable<Result<CallOutcome>> Upstream::call(std::string tool, Jso
   } else {
     out.result = (*answer)["result"];
     if (!out.result.is_object()) {
-      co_return fail(failed(options_.name, "answered tools/call with a result that is no object"));
+      co_return fail(failed(options_.name,
+                            fmt::format("answered {} with a result that is no object", method)));
     }
   }
   co_return out;
+}
+
+boost::asio::awaitable<Result<CallOutcome>> Upstream::call(std::string tool, Json arguments,
+                                                           Json meta, std::string caller) {
+  Json params = {{"name", std::move(tool)}};
+  if (!arguments.is_null()) params["arguments"] = std::move(arguments);
+  if (!meta.is_null()) params["_meta"] = std::move(meta);
+  co_return co_await forward("tools/call", std::move(params), std::move(caller));
 }
 
 }  // namespace purser::mcp

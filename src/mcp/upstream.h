@@ -75,6 +75,13 @@ class Upstream {
   boost::asio::awaitable<Result<CallOutcome>> call(std::string tool, Json arguments, Json meta,
                                                    std::string caller = {});
 
+  // The server's prompts (prompts/list, every page; not kept).
+  boost::asio::awaitable<Result<std::vector<Json>>> prompts();
+  // One request passed through as it is (prompts/get): the upstream's result or its error.
+  // `caller` as for call().
+  boost::asio::awaitable<Result<CallOutcome>> forward(std::string method, Json params,
+                                                      std::string caller = {});
+
   // Forgets the tool list (the next tools() asks again).
   void invalidate();
 
@@ -84,6 +91,8 @@ class Upstream {
   boost::asio::awaitable<Result<Json>> request(std::string method, Json params, size_t max_bytes,
                                                std::string caller = {});
   boost::asio::awaitable<Result<void>> open();
+  // A list method paged to its end: the objects with a string "name" under `field`.
+  boost::asio::awaitable<Result<std::vector<Json>>> listAll(std::string method, std::string field);
   // POSTs one message; the HTTP response.
   boost::asio::awaitable<Result<http::ClientResponse>> post(const Json& message,
                                                             const std::string& session,

@@ -118,8 +118,8 @@ async function makeKey(body) {
     body: { owner: { kind: "user", id: userId }, ...body } })).key;
 }
 
-async function connect(withKey, { url = `${purser.url}/mcp`, session } = {}) {
-  const headers = { Authorization: `Bearer ${withKey}` };
+async function connect(withKey, { url = `${purser.url}/mcp`, session, extra = {} } = {}) {
+  const headers = { Authorization: `Bearer ${withKey}`, ...extra };
   if (session) headers["x-purser-session"] = session;
   const client = new Client({ name: "agent", version: "1.0.0" });
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
@@ -275,6 +275,37 @@ test("one run's model and tool calls add up in its session", async () => {
   // Tool spend in spend reports.
   const spend = await call(`/api/v1/spend?scope=user:${userId}&group_by=tool`);
   assert.ok(spend.data.some((r) => r.group === "demo.echo" && Number(r.cost) > 0), JSON.stringify(spend));
+});
+
+test("a run's cap stops a runaway loop, and a cap that is no amount is refused", async () => {
+  const run = `capped-${Date.now()}`;
+  const client = await connect(key, { session: run, extra: { "x-purser-session-budget": "0.60" } });
+  await client.callTool({ name: "demo.echo", arguments: { text: "1" } });
+  await client.callTool({ name: "demo.echo", arguments: { text: "2" } });
+  await assert.rejects(client.callTool({ name: "demo.echo", arguments: { text: "3" } }),
+    /session "capped-\d+" reached its cap of 0\.60/);
+  await client.close();
+  // Calls of the run without the header are still held to its cap.
+  const again = await connect(key, { session: run });
+  await assert.rejects(again.callTool({ name: "demo.echo", arguments: { text: "4" } }), /cap of 0\.60/);
+  await again.close();
+  assert.equal((await call(`/api/v1/sessions/${run}`)).total.cost, "0.50");
+  // The model API reads the header alike.
+  const bad = await fetch(`${purser.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json",
+      "x-purser-session": run, "x-purser-session-budget": "lots" },
+    body: JSON.stringify({ model: "chat", messages: [{ role: "user", content: "x" }] }),
+  });
+  assert.equal(bad.status, 400);
+  assert.match((await bad.json()).error.message, /x-purser-session-budget must be a positive amount/);
+  const over = await fetch(`${purser.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json", "x-purser-session": run },
+    body: JSON.stringify({ model: "chat", messages: [{ role: "user", content: "x" }], max_tokens: 200 }),
+  });
+  assert.equal(over.status, 429, await over.clone().text());
+  assert.match((await over.json()).error.message, /reached its cap/);
 });
 
 test("the console shows a lead one run's calls in order, with what each cost", async () => {

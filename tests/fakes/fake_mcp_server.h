@@ -2,7 +2,8 @@
 // transport says (Mcp-Session-Id given at initialize, 404 for one it does not know): two pages of
 // tools, and tools that show each way an upstream can answer — `echo` (its text back), `events`
 // (the answer as server-sent events after a progress notification), `big` (2 MiB of text),
-// `garbage` (not JSON), `slow` (hangs until `release`), any other name (a JSON-RPC error).
+// `garbage` (not JSON), `slow` (hangs until `release`), any other name (a JSON-RPC error); and
+// two prompts, `greet` and `private`.
 // `forget()` plays a restart.
 #pragma once
 
@@ -109,6 +110,24 @@ class FakeMcpServer {
           200, writeJson(Json{{"jsonrpc", "2.0"},
                               {"id", id},
                               {"error", {{"code", -32602}, {"message", "Unknown tool"}}}}));
+    }
+    if (method == "prompts/list") {
+      co_return answer({{"prompts", {{{"name", "greet"}}, {{"name", "private"}}}}});
+    }
+    if (method == "prompts/get") {
+      const std::string prompt = m["params"].value("name", "");
+      if (prompt != "greet" && prompt != "private") {
+        co_return http::Response::json(
+            200, writeJson(Json{{"jsonrpc", "2.0"},
+                                {"id", id},
+                                {"error", {{"code", -32602}, {"message", "Unknown prompt"}}}}));
+      }
+      const std::string who = m["params"].contains("arguments")
+                                  ? m["params"]["arguments"].value("who", "")
+                                  : std::string();
+      co_return answer(
+          {{"messages",
+            {{{"role", "user"}, {"content", {{"type", "text"}, {"text", "hello " + who}}}}}}});
     }
     co_return http::Response::json(404, "{}");
   }

@@ -284,5 +284,83 @@ TEST_F(BudgetTest, ATryTakesNothingWhereTheStoreMustBeAskedAndAHoldWaitsForIt) {
   (*m)->close();
 }
 
+// A run capped with x-purser-session-budget: its calls are held against the cap as well as the
+// wallets, a call past it is refused before anything else is taken, later calls of the run are
+// counted without repeating the cap, what a call did not spend goes back, and what the run spent
+// before this process saw it (in the store) counts.
+TEST_F(BudgetTest, ACappedRunStopsAtItsCap) {
+  Budget b(book, *meter, limiter, limits);
+  // Spent before the cap was first given: 0.30, settled and in the store.
+  HoldRequest earlier = request("e0", 1);
+  earlier.draft.session_id = "run-1";
+  {
+    auto h = b.hold(earlier);
+    ASSERT_TRUE(h.has_value());
+    UsageEvent e;
+    e.cost = Money::parse("0.30").value();
+    ASSERT_TRUE(h->settle(e).has_value());
+  }
+  EXPECT_FALSE(b.sessionCaps().tracked("t", "run-1"));
+  HoldRequest capped = request("e1", 1);
+  capped.draft.session_id = "run-1";
+  capped.session_cap = Money::parse("1.50").value();
+  // A try cannot read the store: it takes nothing, and the hold that may wait does.
+  EXPECT_FALSE(b.tryHold(capped).has_value());
+  EXPECT_EQ(reserved("w-user"), Money());
+  auto first = b.hold(capped);
+  ASSERT_TRUE(first.has_value()) << first.error().toString();
+  EXPECT_TRUE(b.sessionCaps().tracked("t", "run-1"));
+  // 0.30 spent + 1 held: another 1 would pass 1.50, whether or not the cap is repeated.
+  HoldRequest again = request("e2", 1);
+  again.draft.session_id = "run-1";
+  auto refused = b.hold(again);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_EQ(refused.error().code, ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.error().message.find("session \"run-1\" reached its cap of 1.50"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_EQ(reserved("w-user"), *Money::fromUnits(1)) << "the refused call took nothing";
+  // The first call cost 0.20 of its 1: the run has spent 0.50, and a call of 1 fits.
+  UsageEvent e;
+  e.cost = Money::parse("0.20").value();
+  ASSERT_TRUE(first->settle(e).has_value());
+  auto fits = b.hold(again);
+  ASSERT_TRUE(fits.has_value()) << fits.error().toString();
+  fits->release();
+  // Another tenant's run of the same name is another run.
+  HoldRequest other = request("e3", 1);
+  other.draft.tenant_id = "t2";
+  other.draft.session_id = "run-1";
+  other.payer.charged.tenant_id = "t2";
+  EXPECT_TRUE(b.hold(other).has_value());
+  // A lower cap given later is the run's.
+  HoldRequest lowered = request("e4", 1);
+  lowered.draft.session_id = "run-1";
+  lowered.session_cap = Money::parse("1.00").value();
+  EXPECT_FALSE(b.hold(lowered).has_value());
+}
+
+TEST(SessionCapsTest, TracksAtMostItsBoundForgettingIdleRunsFirst) {
+  SessionCaps caps(2);
+  caps.track("t", "a", Money());
+  caps.track("t", "b", Money());
+  auto held = caps.hold("t", "a", Money::parse("5").value(), Money::parse("1").value());
+  ASSERT_TRUE(held.has_value());
+  ASSERT_TRUE(caps.hold("t", "b", std::nullopt, Money()).has_value());  // b used last
+  caps.track("t", "c", Money());
+  EXPECT_EQ(caps.size(), 2u);
+  EXPECT_TRUE(caps.tracked("t", "a")) << "a run with a call in flight is never forgotten";
+  EXPECT_FALSE(caps.tracked("t", "b"));
+  EXPECT_TRUE(caps.tracked("t", "c"));
+  // Untracked runs hold nothing and are refused nothing.
+  auto none = caps.hold("t", "zzz", std::nullopt, Money::parse("100").value());
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->isZero());
+  caps.settle("t", "a", *held, Money::parse("4.5").value());
+  auto past = caps.hold("t", "a", std::nullopt, Money::parse("0.6").value());
+  ASSERT_FALSE(past.has_value());
+  EXPECT_EQ(past.error().code, ErrorCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace purser::ledger

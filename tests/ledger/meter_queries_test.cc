@@ -9,15 +9,30 @@
 namespace purser::ledger {
 namespace {
 
-TEST(MeterQueriesTest, RecentRequestsAreNewestFirstScopedAndBounded) {
+// A meter over a fresh SQLite store, its clock at 2026-01-01.
+class MeterQueriesTest : public ::testing::Test {
+ protected:
+  bool open() {
+    auto s = store::SqliteStore::open({.path = dir.file("m.db")}, clock);
+    if (!s) return (error = s.error().toString()), false;
+    db = std::move(*s);
+    auto m = Meter::open(*db, book, clock, nullptr, {.dir = dir.file("journal")});
+    if (!m) return (error = m.error().toString()), false;
+    owned = std::move(*m);
+    return true;
+  }
+
   testing::TempDir dir;
-  ManualClock clock(SystemTime(std::chrono::milliseconds(1'767'225'600'000)));
-  auto s = store::SqliteStore::open({.path = dir.file("m.db")}, clock);
-  ASSERT_TRUE(s.has_value());
-  WalletBook book(clock);
-  auto m = Meter::open(**s, book, clock, nullptr, {.dir = dir.file("journal")});
-  ASSERT_TRUE(m.has_value()) << m.error().toString();
-  Meter& meter = **m;
+  ManualClock clock{SystemTime(std::chrono::milliseconds(1'767'225'600'000))};
+  std::unique_ptr<store::SqliteStore> db;
+  WalletBook book{clock};
+  std::unique_ptr<Meter> owned;
+  std::string error;
+};
+
+TEST_F(MeterQueriesTest, RecentRequestsAreNewestFirstScopedAndBounded) {
+  ASSERT_TRUE(open()) << error;
+  Meter& meter = *owned;
   struct Sent {
     const char* id;
     const char* tenant;
@@ -77,15 +92,9 @@ TEST(MeterQueriesTest, RecentRequestsAreNewestFirstScopedAndBounded) {
 
 // One agent run's calls, found by its session over every tenant, oldest first; tool calls
 // grouped by tool and by kind in spend reports.
-TEST(MeterQueriesTest, ASessionsEventsAreFoundInOrderAndToolsGroupInSpend) {
-  testing::TempDir dir;
-  ManualClock clock(SystemTime(std::chrono::milliseconds(1'767'225'600'000)));
-  auto s = store::SqliteStore::open({.path = dir.file("m.db")}, clock);
-  ASSERT_TRUE(s.has_value());
-  WalletBook book(clock);
-  auto m = Meter::open(**s, book, clock, nullptr, {.dir = dir.file("journal")});
-  ASSERT_TRUE(m.has_value()) << m.error().toString();
-  Meter& meter = **m;
+TEST_F(MeterQueriesTest, ASessionsEventsAreFoundInOrderAndToolsGroupInSpend) {
+  ASSERT_TRUE(open()) << error;
+  Meter& meter = *owned;
   struct Sent {
     const char* id;
     const char* tenant;

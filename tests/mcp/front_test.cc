@@ -247,5 +247,33 @@ TEST_F(FrontTest, ACallsSessionComesFromTheHeaderOrItsMeta) {
   EXPECT_EQ(meter.sessions, (std::vector<std::string>{"run-7", "from-header", ""}));
 }
 
+// Prompts pass through with the tools' names and rules: listed as server.prompt for those the
+// caller's patterns allow, fetched from their server, refused alike when denied or unknown; a
+// resource is not served.
+TEST_F(FrontTest, PromptsPassThroughUnderTheSameRules) {
+  const Caller caller{.principal = "dana", .tools = {"demo/greet", "search/*"}};
+  const Json listed = rpc(caller, "prompts/list");
+  std::vector<std::string> names;
+  for (const auto& p : listed["result"]["prompts"]) names.push_back(p["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"demo.greet", "search.greet", "search.private"}));
+  const Json got =
+      rpc(caller, "prompts/get", {{"name", "demo.greet"}, {"arguments", {{"who", "dana"}}}});
+  ASSERT_TRUE(got.contains("result")) << got;
+  EXPECT_EQ(got["result"]["messages"][0]["content"]["text"], "hello dana");
+  for (const char* denied : {"demo.private", "nowhere.greet", "greet"}) {
+    const Json refused = rpc(caller, "prompts/get", {{"name", denied}});
+    ASSERT_TRUE(refused.contains("error")) << denied;
+    EXPECT_EQ(refused["error"]["code"], kToolDenied) << denied;
+  }
+  const Json unknown = rpc(caller, "prompts/get", {{"name", "search.nope"}});
+  ASSERT_TRUE(unknown.contains("error"));
+  EXPECT_EQ(unknown["error"]["message"], "Unknown prompt");
+  EXPECT_EQ(rpc(caller, "resources/list")["error"]["code"], kMethodNotFound);
+  const Json nobody = rpc(Caller{.principal = "eve"}, "prompts/list");
+  EXPECT_TRUE(nobody["result"]["prompts"].empty());
+  std::lock_guard lock(meter.mu);
+  EXPECT_TRUE(meter.held.empty()) << "prompts are not priced";
+}
+
 }  // namespace
 }  // namespace purser::mcp
