@@ -115,7 +115,8 @@ class BudgetMeter final : public mcp::CallMeter {
                                       .amount = worst,
                                       .tokens = 0,
                                       .lease = std::chrono::minutes(15),
-                                      .options = {.fresh_id = true}};
+                                      .options = {.fresh_id = true},
+                                      .session_cap = context.session_cap};
     ledger::RateDecision rate;
     std::optional<Result<ledger::Hold>> held = s_.budget->tryHold(request, &rate);
     if (!held) {

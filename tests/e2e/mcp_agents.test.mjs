@@ -26,10 +26,14 @@ async function listen(server) {
 
 // An SDK server, stateless, whose tools are { name: async (text) => reply }; every request's
 // headers are kept in `seen`.
-async function startUpstream(name, tools) {
+async function startUpstream(name, tools, prompts = {}) {
   const seen = [];
   const build = () => {
     const s = new McpServer({ name, version: "1.0.0" });
+    for (const [prompt, text] of Object.entries(prompts)) {
+      s.registerPrompt(prompt, { description: `${name}'s ${prompt}`, argsSchema: { who: z.string() } },
+        ({ who }) => ({ messages: [{ role: "user", content: { type: "text", text: text(who) } }] }));
+    }
     for (const [tool, reply] of Object.entries(tools)) {
       s.registerTool(tool, { description: `${name}'s ${tool}`, inputSchema: { text: z.string() } },
         async ({ text }) => ({ content: [{ type: "text", text: await reply(text) }] }));
@@ -132,7 +136,7 @@ before(async () => {
   demo = await startUpstream("demo", {
     echo: (t) => `demo says ${t}`,
     big: () => "x".repeat(5 * 1024 * 1024),
-  });
+  }, { greet: (who) => `hello ${who}` });
   slow = await startUpstream("slow", { hang: () => new Promise(() => {}) });
   broken = await startBrokenUpstream();
   sim = await startSim(["--ttft-ms", "1", "--tokens-per-s", "5000", "--api-keys", "sk-sim"]);
@@ -221,6 +225,19 @@ test("the server's credential is set through the API, sealed and never shown; th
     method: "PUT", headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
     body: JSON.stringify({ api_key: "mine" }),
   }).then((r) => assert.equal(r.status, 403));
+});
+
+test("prompts pass through under the tools' names and rules", async () => {
+  let client = await connect(key);
+  const { prompts } = await client.listPrompts();
+  assert.deepEqual(prompts.map((p) => p.name), ["demo.greet"]);
+  const got = await client.getPrompt({ name: "demo.greet", arguments: { who: "dana" } });
+  assert.equal(got.messages[0].content.text, "hello dana");
+  await client.close();
+  client = await connect(await makeKey({ name: "slow-only", tools: ["slow/hang"] }));
+  assert.deepEqual((await client.listPrompts()).prompts, []);
+  await assert.rejects(client.getPrompt({ name: "demo.greet", arguments: { who: "x" } }), /demo\.greet/);
+  await client.close();
 });
 
 test("rate limits count tool calls", async () => {
