@@ -29,7 +29,19 @@ namespace admin {
 
 namespace {
 
+json eventJson(const ledger::UsageEvent& e);
+
 json toJson(const ledger::UsageEvent& e) {
+  json out = eventJson(e);
+  // A tool call's server and tool, beside its model ("server.tool") and provider ("mcp:server").
+  if (e.route == "mcp" && e.provider.starts_with("mcp:")) {
+    out["server"] = e.provider.substr(4);
+    out["tool"] = e.model;
+  }
+  return out;
+}
+
+json eventJson(const ledger::UsageEvent& e) {
   return {{"id", e.id},
           {"at", formatRfc3339(e.at)},
           {"tenant", e.tenant_id},
@@ -425,7 +437,6 @@ asio::awaitable<Response> showSession(const Services& s, Request& req) {
     json call = toJson(e);
     if (e.route == "mcp") {
       ++tool_calls;
-      call["tool"] = e.model;
     } else {
       ++model_calls;
     }

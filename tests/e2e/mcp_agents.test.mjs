@@ -271,6 +271,7 @@ test("one run's model and tool calls add up in its session", async () => {
   const session = await call(`/api/v1/sessions/${encodeURIComponent(run)}`);
   assert.deepEqual(session.data.map((c) => c.kind), ["model", "tool", "tool", "tool"]);
   assert.deepEqual(session.data.slice(1).map((c) => c.tool), ["demo.echo", "broken.garble", "demo.echo"]);
+  assert.deepEqual(session.data.slice(1).map((c) => c.server), ["demo", "broken", "demo"]);
   assert.equal(session.total.calls, 4);
   assert.equal(session.total.model_calls, 1);
   assert.equal(session.total.tool_calls, 3);

@@ -126,6 +126,60 @@ TEST_F(CliGovernanceTest, RecordsUsageFromAFileInBatchesAndAgainSafely) {
   EXPECT_NE(bad.err.find("events[0].at"), std::string::npos) << bad.err;
 }
 
+// An agent run's calls and totals (purser session), spend per tool, and tool grants; `purser
+// tools` says so plainly when the server offers no MCP tools.
+TEST_F(CliGovernanceTest, ShowsARunAndGrantsTools) {
+  ASSERT_EQ(cli({"tenants", "create", "acme"}).code, 0);
+  ASSERT_EQ(cli({"teams", "create", "ml", "--tenant", "acme"}).code, 0);
+  ASSERT_EQ(cli({"users", "create", "dana", "--tenant", "acme", "--team", "ml"}).code, 0);
+  const auto event = [](const char* id, const char* at, const char* model, const char* route,
+                        const char* provider, const char* cost, int status) {
+    return nlohmann::json{{"id", id},
+                          {"at", at},
+                          {"owner", {{"kind", "user"}, {"id", "dana"}}},
+                          {"model", model},
+                          {"route", route},
+                          {"provider", provider},
+                          {"session_id", "run-7"},
+                          {"cost", cost},
+                          {"status", status}}
+        .dump();
+  };
+  const std::string path = dir.file("run.jsonl");
+  testing::writeFile(
+      path, event("e1", "2026-01-01T00:00:00Z", "chat", "chat", "sim", "0.10", 200) + "\n" +
+                event("e2", "2026-01-01T00:00:01Z", "demo.echo", "mcp", "mcp:demo", "0.25", 502) +
+                "\n");
+  Run recorded = cli({"usage", "record", "-f", path});
+  ASSERT_EQ(recorded.code, 0) << recorded.err;
+  Run run = cli({"session", "run-7"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("2 calls (1 model, 1 tool, 1 failed), cost 0.35"), std::string::npos)
+      << run.out;
+  EXPECT_LT(run.out.find("chat"), run.out.find("demo.echo")) << "oldest first";
+  Run json_run = cli({"session", "run-7", "-o", "json"});
+  ASSERT_EQ(json_run.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(json_run.out)["data"][1]["server"], "demo");
+  Run missing = cli({"session", "no-such-run"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.err.find("session not found"), std::string::npos) << missing.err;
+  Run by_tool = cli({"spend", "--scope", "tenant:acme", "--group-by", "tool"});
+  ASSERT_EQ(by_tool.code, 0) << by_tool.err;
+  EXPECT_NE(by_tool.out.find("demo.echo"), std::string::npos) << by_tool.out;
+  Run grant = cli({"tools", "grant", "--tenant", "acme", "--tools", "demo/*,search/web"});
+  ASSERT_EQ(grant.code, 0) << grant.err;
+  EXPECT_NE(grant.out.find("demo/*"), std::string::npos) << grant.out;
+  Run team = cli({"tools", "grant", "--team", "ml", "--tenant", "acme", "--tools", "demo/echo"});
+  ASSERT_EQ(team.code, 0) << team.err;
+  EXPECT_EQ(cli({"tools", "grant", "--tools", "demo/echo"}).code, 2) << "whom to grant";
+  Run bad = cli({"tools", "grant", "--tenant", "acme", "--tools", "demo.echo"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("is not a tool pattern"), std::string::npos) << bad.err;
+  Run none = cli({"tools"});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("offers no MCP tools"), std::string::npos) << none.err;
+}
+
 TEST_F(CliGovernanceTest, ReportsProblemsAndMissingKeys) {
   Run dup = cli({"tenants", "create", "acme"});
   ASSERT_EQ(dup.code, 0);
