@@ -123,3 +123,41 @@ test("the GPU pools view shows each GPU's utilisation and the allocations that a
   assert.deepEqual(errors, [], "no script errors");
   await page.close();
 });
+
+test("with no utilisation reported for the GPUs held, the view says idle is unknown, not that none is", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "purser-gpus-blind-"));
+  writeFileSync(join(dir, "fleet.yaml"), FLEET);
+  const blind = await startPurser(
+    `fleet:
+  manifests: [${join(dir, "fleet.yaml")}]
+  nodes:
+    - {name: node-1, cpu: 64, memory: 512Gi, gpus: {count: 2, model: H100-SXM-80GB, memory: 80Gi}}
+`,
+    { PURSER_ADMIN_KEY: ADMIN_KEY },
+  );
+  try {
+    const post = async (path, body, as = ADMIN_KEY) => {
+      const res = await fetch(blind.url + path, { method: "POST",
+        headers: { Authorization: `Bearer ${as}`, "Content-Type": "application/json" }, body: JSON.stringify(body) });
+      assert.ok(res.ok, `${path}: ${res.status}`);
+      return res.json();
+    };
+    const acme = await post("/api/v1/tenants", { name: "acme" });
+    const ml = await post("/api/v1/teams", { tenant: acme.id, name: "ml" });
+    const dana = await post("/api/v1/users", { tenant: acme.id, team: ml.id, name: "dana" });
+    const danaKey = (await post("/api/v1/keys", { owner: { kind: "user", id: dana.id }, name: "k" })).key;
+    const w = await post("/api/v1/workloads", { name: "notebook", queue: "research",
+      pod_sets: [{ name: "main", count: 1, requests: { "nvidia.com/gpu": "1" } }] }, danaKey);
+    assert.equal(w.state, "admitted");
+    const page = await browser.newPage();
+    await page.goto(blind.url + "/");
+    await page.locator("#key").fill(danaKey);
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("navigation").getByRole("link", { name: "GPU pools" }).click();
+    await page.locator("#idle-none").filter({ hasText: "Unknown: no utilisation is reported" })
+      .waitFor({ timeout: 30_000 });
+    await page.close();
+  } finally {
+    await blind.stop();
+  }
+});

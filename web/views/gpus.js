@@ -86,6 +86,22 @@ const efficiencyText = (e) => (e === null || e === undefined ? "—" : `${Math.r
 const placedText = (gpus) => gpus.map((g) => `${g.node} GPU ${g.index}${g.gpu_milli < 1000
   ? ` (${g.gpu_milli / 10}% share)` : ""} at ${utilText(g.utilisation)}`).join(", ");
 
+// Why nothing is listed as idle: none is, or nobody can tell (no utilisation reported for the
+// GPUs held — no DCGM exporter scraped), or only some can be told.
+function noneIdle(entries) {
+  const holding = entries.filter((e) => e.live && (e.gpus ?? []).length > 0);
+  const unknown = holding.filter((e) => e.recent_utilisation === null || e.recent_utilisation === undefined);
+  if (holding.length > 0 && unknown.length === holding.length) {
+    return "Unknown: no utilisation is reported for the GPUs held (no DCGM exporter is scraped), " +
+      "so an idle allocation cannot be told.";
+  }
+  if (unknown.length > 0) {
+    return `No measured allocation is idle; ${unknown.length} of ${holding.length} have no ` +
+      "utilisation reported.";
+  }
+  return "No allocation is idle.";
+}
+
 // Workloads that hold GPUs and have barely used them lately (the report's idle rule).
 function IdleAllocations({ report }) {
   if (!report) return html`<p class="muted">Utilisation is not available.</p>`;
@@ -96,7 +112,7 @@ function IdleAllocations({ report }) {
   const why = `under ${rule.below_percent} % busy over the last ${rule.window_s / 60} minutes`;
   return html`<h3>Allocated but idle <span class="muted small">${why}</span></h3>
     <section class="card idle" aria-label="Allocated but idle">
-      ${idle.length === 0 ? html`<p class="muted">No allocation is idle.</p>` : html`<ul class="idle-list">
+      ${idle.length === 0 ? html`<p class="muted" id="idle-none">${noneIdle(report.data)}</p>` : html`<ul class="idle-list">
         ${idle.map((e) => html`<li class="idle-item" data-workload=${e.workload ?? ""}>
           <strong>${e.workload ?? "another team's workload"}</strong>${tenants.size > 1 && e.tenant
             ? html` <span class="muted">${e.tenant}</span>` : ""}${" "}<span class="muted">${
