@@ -156,6 +156,23 @@ test("with no utilisation reported for the GPUs held, the view says idle is unkn
     await page.getByRole("navigation").getByRole("link", { name: "GPU pools" }).click();
     await page.locator("#idle-none").filter({ hasText: "Unknown: no utilisation is reported" })
       .waitFor({ timeout: 30_000 });
+    // Queues: the admitted notebook with its state, and why a workload too big to fit waits.
+    const big = await post("/api/v1/workloads", { name: "big", queue: "research",
+      pod_sets: [{ name: "main", count: 1, requests: { "nvidia.com/gpu": "8" } }] }, danaKey);
+    assert.equal(big.state, "pending");
+    const errors = [];
+    page.on("response", (r) => r.status() >= 400 && errors.push(`${r.url()}: ${r.status()}`));
+    await page.getByRole("navigation").getByRole("link", { name: "Queues" }).click();
+    await page.getByRole("table", { name: "Admitted workloads" }).getByRole("row")
+      .filter({ hasText: "notebook" }).filter({ hasText: "admitted" }).waitFor({ timeout: 30_000 });
+    await page.getByRole("button", { name: "ml/big", exact: true }).click();
+    await page.locator("ul.why li").filter({ hasText: "insufficient unused quota" }).first()
+      .waitFor({ timeout: 30_000 });
+    // The diagnosis asks for the workload by its own name (not "ml/ml/big").
+    await page.locator(".workload").filter({ hasText: "ml/big" }).getByRole("button", { name: "Why?" }).click();
+    await page.getByRole("region", { name: "Diagnosis of ml/big" }).locator("p.muted.small")
+      .waitFor({ timeout: 30_000 });
+    assert.deepEqual(errors, [], "no request refused");
     await page.close();
   } finally {
     await blind.stop();

@@ -1,12 +1,18 @@
 // Queues and workloads: per ClusterQueue its quota, usage, borrowed and lent; pending workloads
-// with why they wait, in words; admitted and finished ones; the fleet's events.
+// with why they wait, in words; admitted and running ones (with their state), finished ones; the
+// fleet's events.
 import { useState } from "preact/hooks";
 
 import { ErrorNote, Table, api, html, money, usePoll, when } from "../lib.js";
 import { WhyButton } from "./diagnose.js";
 
-function Why({ name }) {
-  const { data, error } = usePoll(() => api(`/api/v1/workloads/${name}/why`), [name], 10000);
+// A workload as the API lists it names itself "namespace/name"; older answers gave the name alone.
+const fullName = (w) => (w.name.includes("/") ? w.name : `${w.namespace}/${w.name}`);
+
+function Why({ workload }) {
+  const [ns, ...rest] = fullName(workload).split("/");
+  const path = `/api/v1/workloads/${encodeURIComponent(ns)}/${encodeURIComponent(rest.join("/"))}/why`;
+  const { data, error } = usePoll(() => api(path), [path], 10000);
   if (error) return html`<${ErrorNote} error=${error} />`;
   if (!data) return html`<p class="loading">Asking why…</p>`;
   return html`<ul class="why">${data.explanation.map((line) => html`<li>${line}</li>`)}</ul>`;
@@ -39,7 +45,8 @@ export function Queues() {
     }
   }
   const pending = data.live.filter((w) => w.state === "pending");
-  const admitted = data.live.filter((w) => w.state === "admitted");
+  // Admitted and not finished: waiting for its pods, running them, or unknown after a restart.
+  const admitted = data.live.filter((w) => w.state !== "pending" && w.state !== "suspended");
   return html`<h2>Queues and workloads</h2>
     <${ErrorNote} error=${error} />
     <div class="card"><${Table} label="ClusterQueues" rows=${qrows} empty="No ClusterQueues you can use."
@@ -55,14 +62,15 @@ export function Queues() {
         <button class="link" aria-expanded=${open === w.name}
           onClick=${() => setOpen(open === w.name ? null : w.name)}>${w.name}</button>
         <span class="pill">${w.reason}</span> <span class="muted">${gpus(w)}</span>
-        <${WhyButton} kind="workload" name=${`${w.namespace}/${w.name}`} symptom="pending" />
+        <${WhyButton} kind="workload" name=${fullName(w)} symptom="pending" />
         <div class="muted small">${w.message}</div>
-        ${open === w.name && html`<${Why} name=${w.name} />`}
+        ${open === w.name && html`<${Why} workload=${w} />`}
       </div>`)}</div>
-    <h3>Admitted</h3>
+    <h3>Admitted and running</h3>
     <div class="card"><${Table} label="Admitted workloads" rows=${admitted} empty="Nothing is running."
       columns=${[{ key: "name", title: "Workload", render: (w) => html`${w.name}
-          <${WhyButton} kind="workload" name=${`${w.namespace}/${w.name}`} />` },
+          <${WhyButton} kind="workload" name=${fullName(w)} />` },
+        { key: "state", title: "State" },
         { key: "cluster_queue", title: "ClusterQueue" },
         { key: "asks", title: "Asks", render: gpus, nosort: true },
         { key: "placed", title: "Placed on", nosort: true, render: placedOn },
